@@ -1,0 +1,134 @@
+import type { AggregateHead, JobEvent, StoredEvent, WorkerEvent } from '@trainyard/events';
+import { assertNever } from './errors.ts';
+import { evolveJob, initialJobState, isTerminal, type JobState } from './job/state.ts';
+
+export interface GpuUsage {
+  index: number;
+  vramBytes: number;
+  reservedBytes: number;
+  attempts: number;
+  simulated: boolean;
+}
+
+export interface WorkerState {
+  id: string;
+  online: boolean;
+  gpus: GpuUsage[];
+  cpuSlots: number;
+  cpusUsed: number;
+  attempts: Set<string>;
+}
+
+export interface TrackedJob {
+  state: JobState;
+  head: AggregateHead;
+  /** Stream sequence of the event that made the job placeable: orders jobs of equal priority. */
+  queuedSeq: number;
+}
+
+/** What the scheduler knows: live workers and every job that has not finished. */
+export interface ClusterState {
+  workers: Map<string, WorkerState>;
+  jobs: Map<string, TrackedJob>;
+  lastSeq: number;
+}
+
+export const emptyCluster = (): ClusterState => ({ workers: new Map(), jobs: new Map(), lastSeq: 0 });
+
+function reserve(cluster: ClusterState, job: JobState, sign: 1 | -1): void {
+  const attempt = job.attempts[job.attempts.length - 1];
+  if (!attempt) return;
+  const worker = cluster.workers.get(attempt.workerId);
+  if (!worker) return;
+  for (const index of attempt.gpus) {
+    const gpu = worker.gpus.find((g) => g.index === index);
+    if (!gpu) continue;
+    gpu.reservedBytes += sign * attempt.vramBytes;
+    gpu.attempts += sign;
+  }
+  worker.cpusUsed += sign * attempt.cpus;
+  if (sign === 1) worker.attempts.add(attempt.id);
+  else worker.attempts.delete(attempt.id);
+}
+
+const HOLDS_SLOT = new Set(['assigned', 'running']);
+
+function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>): void {
+  const tracked = cluster.jobs.get(event.aggregateId);
+  const before = tracked?.state ?? initialJobState(event.aggregateId);
+  const after = evolveJob(before, event, event.occurredAt);
+  const held = HOLDS_SLOT.has(before.status) && before.attempts.length > 0;
+  const holds = HOLDS_SLOT.has(after.status);
+  if (held && (!holds || after.attempts.length !== before.attempts.length)) {
+    reserve(cluster, before, -1);
+  }
+  if (holds && (!held || after.attempts.length !== before.attempts.length)) {
+    reserve(cluster, after, 1);
+  }
+  if (isTerminal(after.status)) {
+    cluster.jobs.delete(event.aggregateId);
+    return;
+  }
+  const becameQueued =
+    (after.status === 'queued' || after.status === 'retrying') && after.status !== before.status;
+  cluster.jobs.set(event.aggregateId, {
+    state: after,
+    head: { seq: event.seq, hash: event.hash },
+    queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
+  });
+}
+
+function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEvent>): void {
+  switch (ev.type) {
+    case 'WorkerRegistered': {
+      const existing = cluster.workers.get(ev.aggregateId);
+      const worker: WorkerState = {
+        id: ev.aggregateId,
+        online: true,
+        gpus: ev.data.gpus.map((g) => ({
+          index: g.index,
+          vramBytes: g.vramBytes,
+          reservedBytes: 0,
+          attempts: 0,
+          simulated: g.simulated,
+        })),
+        cpuSlots: ev.data.cpuSlots,
+        cpusUsed: 0,
+        attempts: new Set(),
+      };
+      cluster.workers.set(ev.aggregateId, worker);
+      if (existing) {
+        for (const job of cluster.jobs.values()) {
+          const attempt = job.state.attempts[job.state.attempts.length - 1];
+          if (attempt?.workerId === ev.aggregateId && HOLDS_SLOT.has(job.state.status)) {
+            reserve(cluster, job.state, 1);
+          }
+        }
+      }
+      return;
+    }
+    case 'WorkerLeft':
+    case 'WorkerLost': {
+      const worker = cluster.workers.get(ev.aggregateId);
+      if (worker) worker.online = false;
+      return;
+    }
+    default:
+      return assertNever(ev);
+  }
+}
+
+/** Folds one event of the log into the cluster state, in place (the scheduler's hot path). */
+export function evolveCluster(cluster: ClusterState, event: StoredEvent): void {
+  cluster.lastSeq = event.seq;
+  switch (event.aggregate) {
+    case 'job':
+      return evolveJobInCluster(cluster, event as StoredEvent<JobEvent>);
+    case 'worker':
+      return evolveWorkerInCluster(cluster, event as StoredEvent<WorkerEvent>);
+    case 'user':
+      return;
+    default:
+      return assertNever(event.aggregate);
+  }
+}

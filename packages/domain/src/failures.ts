@@ -1,0 +1,57 @@
+import type { Failure, FailureKind } from '@trainyard/events';
+
+/**
+ * Every way an attempt or a build can fail, classified once: whose fault it is and whether
+ * running it again could help. Add a reason here and nowhere else.
+ */
+export const FailureReasons = {
+  nonZeroExit: { kind: 'user', retryable: false },
+  killedBySignal: { kind: 'user', retryable: false },
+  oomKilled: { kind: 'user', retryable: false },
+  badArchive: { kind: 'user', retryable: false },
+  setupFailed: { kind: 'user', retryable: false },
+  launchError: { kind: 'system', retryable: true },
+  workerLost: { kind: 'system', retryable: true },
+  workerStopped: { kind: 'system', retryable: true },
+  buildInfrastructure: { kind: 'system', retryable: true },
+  artifactUnavailable: { kind: 'system', retryable: true },
+} as const satisfies Record<string, { kind: FailureKind; retryable: boolean }>;
+export type FailureReason = keyof typeof FailureReasons;
+
+/** Builds a classified failure. */
+export function failure(reason: FailureReason, message: string): Failure {
+  const { kind, retryable } = FailureReasons[reason];
+  return { kind, retryable, reason, message };
+}
+
+/** How a process ended, as a runtime reports it. */
+export type ProcessExit =
+  | { kind: 'exited'; exitCode: number }
+  | { kind: 'signalled'; signal: string }
+  | { kind: 'oom' }
+  | { kind: 'launch-error'; message: string };
+
+/** Classifies a process exit; `null` means success. */
+export function classifyExit(exit: ProcessExit): Failure | null {
+  switch (exit.kind) {
+    case 'exited':
+      return exit.exitCode === 0
+        ? null
+        : failure('nonZeroExit', `the command exited with code ${exit.exitCode}`);
+    case 'signalled':
+      return failure('killedBySignal', `the command was killed by ${exit.signal}`);
+    case 'oom':
+      return failure('oomKilled', 'the command ran out of memory');
+    case 'launch-error':
+      return failure('launchError', exit.message);
+    default: {
+      const never: never = exit;
+      throw new Error(`unknown exit ${JSON.stringify(never)}`);
+    }
+  }
+}
+
+/** The exit code to record for an exit, where it has one. */
+export function exitCodeOf(exit: ProcessExit): number | null {
+  return exit.kind === 'exited' ? exit.exitCode : null;
+}

@@ -1,0 +1,161 @@
+import type { BlobRef, CodeArchive, Failure, JobEvent, JobSpec, OutputFile } from '@trainyard/events';
+import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
+import { assertNever, DomainError } from '../errors.ts';
+import { classifyExit, exitCodeOf, type ProcessExit } from '../failures.ts';
+import { currentAttempt, isTerminal, type JobState } from './state.ts';
+
+/** Commands on a job. Time and randomness arrive inside them; `decide` has neither. */
+export type JobCommand =
+  | { type: 'SubmitJob'; owner: string; spec: JobSpec; code?: CodeArchive }
+  | { type: 'StartBuild'; builderId: string }
+  | { type: 'CompleteBuild'; artifact: BlobRef; durationMs: number }
+  | { type: 'FailBuild'; failure: Failure }
+  | {
+      type: 'AssignJob';
+      attemptId: string;
+      workerId: string;
+      gpus: number[];
+      vramBytes: number;
+      cpus: number;
+    }
+  | { type: 'StartAttempt'; attemptId: string; pid?: number }
+  | { type: 'SyncOutputs'; attemptId: string; files: OutputFile[] }
+  | {
+      type: 'FinishAttempt';
+      attemptId: string;
+      exit: ProcessExit;
+      durationMs: number;
+      now: Date;
+      jitter: number;
+      backoff?: BackoffPolicy;
+    }
+  | { type: 'FailAttempt'; attemptId: string; failure: Failure; now: Date; jitter: number }
+  | { type: 'CancelJob' };
+
+const reject = (code: DomainError['code'], message: string): never => {
+  throw new DomainError(code, message);
+};
+
+function liveAttempt(state: JobState, attemptId: string) {
+  const attempt = currentAttempt(state);
+  if (!attempt || attempt.id !== attemptId || attempt.finishedAt !== null || isTerminal(state.status)) {
+    return reject('STALE_ATTEMPT', `attempt ${attemptId} no longer holds job ${state.id}`);
+  }
+  return attempt;
+}
+
+function endAttempt(
+  state: JobState,
+  attemptId: string,
+  failure: Failure | null,
+  exitCode: number | null,
+  durationMs: number,
+  now: Date,
+  jitter: number,
+  policy: BackoffPolicy,
+): JobEvent[] {
+  const attempt = liveAttempt(state, attemptId);
+  if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId } }];
+  if (!failure) return [{ type: 'JobSucceeded', data: { attemptId, durationMs } }];
+  const retriesUsed = state.attempts.filter((a) => a.failure?.retryable).length;
+  const maxRetries = state.spec?.maxRetries ?? 0;
+  const wait = backoffMs(attempt.number, jitter, policy);
+  const retry =
+    failure.retryable && retriesUsed < maxRetries
+      ? { retryAt: new Date(now.getTime() + wait).toISOString(), backoffMs: wait }
+      : null;
+  return [{ type: 'JobAttemptFailed', data: { attemptId, exitCode, failure, durationMs, retry } }];
+}
+
+/** Decides what a command on a job means, as events; throws `DomainError` when it may not. */
+export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
+  if (command.type !== 'SubmitJob' && state.status === 'none') {
+    return reject('JOB_NOT_FOUND', `job ${state.id} does not exist`);
+  }
+  switch (command.type) {
+    case 'SubmitJob':
+      if (state.status !== 'none') return reject('JOB_EXISTS', `job ${state.id} already exists`);
+      return [
+        {
+          type: 'JobSubmitted',
+          data: { owner: command.owner, spec: command.spec, ...(command.code && { code: command.code }) },
+        },
+      ];
+    case 'StartBuild':
+      if (state.status !== 'submitted') {
+        return reject('INVALID_TRANSITION', `job ${state.id} is ${state.status}, not submitted`);
+      }
+      return [{ type: 'JobBuildStarted', data: { builderId: command.builderId } }];
+    case 'CompleteBuild':
+    case 'FailBuild':
+      if (state.status !== 'building') {
+        return reject('INVALID_TRANSITION', `job ${state.id} is ${state.status}, not building`);
+      }
+      return command.type === 'CompleteBuild'
+        ? [{ type: 'JobBuilt', data: { artifact: command.artifact, durationMs: command.durationMs } }]
+        : [{ type: 'JobBuildFailed', data: { failure: command.failure } }];
+    case 'AssignJob': {
+      if (state.status !== 'queued' && state.status !== 'retrying') {
+        return reject('INVALID_TRANSITION', `job ${state.id} is ${state.status}, not queued`);
+      }
+      const { type: _t, ...rest } = command;
+      return [{ type: 'JobAssigned', data: { ...rest, attempt: state.attempts.length + 1 } }];
+    }
+    case 'StartAttempt': {
+      const attempt = liveAttempt(state, command.attemptId);
+      if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId: attempt.id } }];
+      if (attempt.status !== 'assigned') {
+        return reject('INVALID_TRANSITION', `attempt ${attempt.id} is already ${attempt.status}`);
+      }
+      return [
+        {
+          type: 'JobStarted',
+          data: { attemptId: command.attemptId, ...(command.pid !== undefined && { pid: command.pid }) },
+        },
+      ];
+    }
+    case 'SyncOutputs':
+      liveAttempt(state, command.attemptId);
+      return [{ type: 'JobOutputsSynced', data: { attemptId: command.attemptId, files: command.files } }];
+    case 'FinishAttempt':
+      return endAttempt(
+        state,
+        command.attemptId,
+        classifyExit(command.exit),
+        exitCodeOf(command.exit),
+        command.durationMs,
+        command.now,
+        command.jitter,
+        command.backoff ?? DEFAULT_BACKOFF,
+      );
+    case 'FailAttempt':
+      return endAttempt(
+        state,
+        command.attemptId,
+        command.failure,
+        null,
+        0,
+        command.now,
+        command.jitter,
+        DEFAULT_BACKOFF,
+      );
+    case 'CancelJob': {
+      if (isTerminal(state.status)) {
+        return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
+      }
+      const attempt = currentAttempt(state);
+      if ((state.status === 'assigned' || state.status === 'running') && attempt) {
+        if (state.cancelRequested) return [];
+        return [
+          {
+            type: 'JobCancelRequested',
+            data: { attemptId: attempt.id, workerId: attempt.workerId },
+          },
+        ];
+      }
+      return [{ type: 'JobCancelled', data: {} }];
+    }
+    default:
+      return assertNever(command);
+  }
+}

@@ -1,0 +1,174 @@
+import type {
+  AttemptStatus,
+  BlobRef,
+  CodeArchive,
+  Failure,
+  JobEvent,
+  JobSpec,
+  JobStatus,
+  OutputFile,
+} from '@trainyard/events';
+import { assertNever } from '../errors.ts';
+
+export interface AttemptState {
+  id: string;
+  number: number;
+  workerId: string;
+  gpus: number[];
+  vramBytes: number;
+  cpus: number;
+  status: AttemptStatus;
+  assignedAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  exitCode: number | null;
+  failure: Failure | null;
+}
+
+export interface JobState {
+  id: string;
+  status: JobStatus | 'none';
+  owner: string;
+  spec: JobSpec | null;
+  code: CodeArchive | null;
+  artifact: BlobRef | null;
+  attempts: AttemptState[];
+  cancelRequested: boolean;
+  retryAt: string | null;
+  failure: Failure | null;
+  submittedAt: string | null;
+  outputs: OutputFile[];
+}
+
+export const initialJobState = (id: string): JobState => ({
+  id,
+  status: 'none',
+  owner: '',
+  spec: null,
+  code: null,
+  artifact: null,
+  attempts: [],
+  cancelRequested: false,
+  retryAt: null,
+  failure: null,
+  submittedAt: null,
+  outputs: [],
+});
+
+/** A job needs the builder when it brings code or a setup step and names no ready image. */
+export function needsBuild(spec: JobSpec, code: CodeArchive | undefined | null): boolean {
+  return !spec.image && (code != null || spec.setup != null);
+}
+
+/** The attempt that holds (or last held) the job's slot. */
+export function currentAttempt(state: JobState): AttemptState | undefined {
+  return state.attempts[state.attempts.length - 1];
+}
+
+const TERMINAL = new Set<string>(['succeeded', 'failed', 'cancelled']);
+
+export function isTerminal(status: JobState['status']): boolean {
+  return TERMINAL.has(status);
+}
+
+function withAttempt(
+  state: JobState,
+  attemptId: string,
+  patch: (a: AttemptState) => Partial<AttemptState>,
+): AttemptState[] {
+  return state.attempts.map((a) => (a.id === attemptId ? { ...a, ...patch(a) } : a));
+}
+
+/** Folds one event into the job's state. `at` is the event's `occurredAt`. */
+export function evolveJob(state: JobState, event: JobEvent, at: string): JobState {
+  switch (event.type) {
+    case 'JobSubmitted':
+      return {
+        ...state,
+        owner: event.data.owner,
+        spec: event.data.spec,
+        code: event.data.code ?? null,
+        submittedAt: at,
+        status: needsBuild(event.data.spec, event.data.code) ? 'submitted' : 'queued',
+      };
+    case 'JobBuildStarted':
+      return { ...state, status: 'building' };
+    case 'JobBuilt':
+      return { ...state, status: 'queued', artifact: event.data.artifact };
+    case 'JobBuildFailed':
+      return { ...state, status: 'failed', failure: event.data.failure };
+    case 'JobAssigned':
+      return {
+        ...state,
+        status: 'assigned',
+        retryAt: null,
+        attempts: [
+          ...state.attempts,
+          {
+            id: event.data.attemptId,
+            number: event.data.attempt,
+            workerId: event.data.workerId,
+            gpus: event.data.gpus,
+            vramBytes: event.data.vramBytes,
+            cpus: event.data.cpus,
+            status: 'assigned',
+            assignedAt: at,
+            startedAt: null,
+            finishedAt: null,
+            exitCode: null,
+            failure: null,
+          },
+        ],
+      };
+    case 'JobStarted':
+      return {
+        ...state,
+        status: 'running',
+        attempts: withAttempt(state, event.data.attemptId, () => ({
+          status: 'running',
+          startedAt: at,
+        })),
+      };
+    case 'JobOutputsSynced':
+      return { ...state, outputs: event.data.files };
+    case 'JobSucceeded':
+      return {
+        ...state,
+        status: 'succeeded',
+        attempts: withAttempt(state, event.data.attemptId, () => ({
+          status: 'succeeded',
+          finishedAt: at,
+          exitCode: 0,
+        })),
+      };
+    case 'JobAttemptFailed': {
+      const { retry, failure } = event.data;
+      return {
+        ...state,
+        status: retry ? 'retrying' : 'failed',
+        retryAt: retry?.retryAt ?? null,
+        failure,
+        attempts: withAttempt(state, event.data.attemptId, () => ({
+          status: 'failed',
+          finishedAt: at,
+          exitCode: event.data.exitCode,
+          failure,
+        })),
+      };
+    }
+    case 'JobCancelRequested':
+      return { ...state, cancelRequested: true };
+    case 'JobCancelled': {
+      const attemptId = event.data.attemptId;
+      return {
+        ...state,
+        status: 'cancelled',
+        attempts: attemptId
+          ? withAttempt(state, attemptId, () => ({ status: 'cancelled', finishedAt: at }))
+          : state.attempts,
+      };
+    }
+    default:
+      return assertNever(event);
+  }
+}

@@ -1,0 +1,120 @@
+import type { ClusterState, GpuUsage, TrackedJob, WorkerState } from './cluster.ts';
+
+export const GiB = 1024 ** 3;
+
+export interface PlacementPolicy {
+  /** Memory kept free on every GPU beyond what jobs declare. */
+  headroomBytes: number;
+}
+
+export const DEFAULT_POLICY: PlacementPolicy = { headroomBytes: GiB };
+
+export interface Assignment {
+  jobId: string;
+  workerId: string;
+  gpus: number[];
+  vramBytes: number;
+  cpus: number;
+}
+
+export interface Plan {
+  assignments: Assignment[];
+  /** The earliest time a waiting retry becomes placeable, if any. */
+  wakeAt: Date | null;
+}
+
+/** Jobs in placement order: higher priority first, then the one queued longest. */
+function placeable(cluster: ClusterState, now: Date): { ready: TrackedJob[]; wakeAt: Date | null } {
+  const ready: TrackedJob[] = [];
+  let wakeAt: number | null = null;
+  for (const job of cluster.jobs.values()) {
+    const { status, retryAt } = job.state;
+    if (status === 'queued') ready.push(job);
+    else if (status === 'retrying' && retryAt) {
+      const at = Date.parse(retryAt);
+      if (at <= now.getTime()) ready.push(job);
+      else wakeAt = wakeAt === null ? at : Math.min(wakeAt, at);
+    }
+  }
+  ready.sort(
+    (a, b) => (b.state.spec?.priority ?? 0) - (a.state.spec?.priority ?? 0) || a.queuedSeq - b.queuedSeq,
+  );
+  return { ready, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
+}
+
+/** Bytes a job takes on each of its GPUs: its declared VRAM, or the whole GPU when undeclared. */
+function vramNeed(job: TrackedJob, gpu: GpuUsage): number {
+  const gb = job.state.spec?.resources.vramGb;
+  return gb === undefined ? gpu.vramBytes : Math.ceil(gb * GiB);
+}
+
+function gpuFits(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): boolean {
+  if (job.state.spec?.resources.vramGb === undefined) return gpu.attempts === 0;
+  const free = gpu.vramBytes - gpu.reservedBytes;
+  return vramNeed(job, gpu) + policy.headroomBytes <= free;
+}
+
+function fitOnWorker(
+  job: TrackedJob,
+  worker: WorkerState,
+  policy: PlacementPolicy,
+): Assignment | null {
+  const resources = job.state.spec!.resources;
+  if (resources.gpus === 0) {
+    const cpus = resources.cpus ?? 1;
+    if (worker.cpuSlots - worker.cpusUsed < cpus) return null;
+    return { jobId: job.state.id, workerId: worker.id, gpus: [], vramBytes: 0, cpus };
+  }
+  const fitting = worker.gpus
+    .filter((g) => gpuFits(job, g, policy))
+    .sort((a, b) => a.vramBytes - a.reservedBytes - (b.vramBytes - b.reservedBytes) || a.index - b.index);
+  if (fitting.length < resources.gpus) return null;
+  const chosen = fitting.slice(0, resources.gpus);
+  const vramBytes = Math.max(...chosen.map((g) => vramNeed(job, g)));
+  return {
+    jobId: job.state.id,
+    workerId: worker.id,
+    gpus: chosen.map((g) => g.index).sort((a, b) => a - b),
+    vramBytes,
+    cpus: 0,
+  };
+}
+
+function apply(worker: WorkerState, a: Assignment): void {
+  for (const index of a.gpus) {
+    const gpu = worker.gpus.find((g) => g.index === index)!;
+    gpu.reservedBytes += a.vramBytes;
+    gpu.attempts += 1;
+  }
+  worker.cpusUsed += a.cpus;
+}
+
+function cloneWorker(w: WorkerState): WorkerState {
+  return { ...w, gpus: w.gpus.map((g) => ({ ...g })), attempts: new Set(w.attempts) };
+}
+
+/**
+ * Placement policy v1: walks queued jobs by priority then age and puts each on the first
+ * online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
+ * its free memory; a job without declared VRAM takes a GPU alone. Pure: the cluster state is
+ * not changed.
+ */
+export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
+  const { ready, wakeAt } = placeable(cluster, now);
+  const workers = [...cluster.workers.values()]
+    .filter((w) => w.online)
+    .sort((a, b) => (a.id < b.id ? -1 : 1))
+    .map(cloneWorker);
+  const assignments: Assignment[] = [];
+  for (const job of ready) {
+    if (!job.state.spec) continue;
+    for (const worker of workers) {
+      const a = fitOnWorker(job, worker, policy);
+      if (!a) continue;
+      apply(worker, a);
+      assignments.push(a);
+      break;
+    }
+  }
+  return { assignments, wakeAt };
+}

@@ -1,0 +1,56 @@
+import type { JobEvent, JobSpec, StoredEvent } from '@trainyard/events';
+import { decideJob, evolveJob, initialJobState, type JobCommand, type JobState } from '../src/index.ts';
+
+export const T0 = new Date('2026-01-01T00:00:00.000Z');
+
+export const spec = (over: Partial<JobSpec> = {}): JobSpec => ({
+  name: 'train',
+  command: 'python train.py',
+  resources: { gpus: 1, vramGb: 8 },
+  priority: 0,
+  maxRetries: 3,
+  env: {},
+  ...over,
+});
+
+/** Folds `events` (given) into a job state. */
+export function given(events: JobEvent[], id = 'job_1'): JobState {
+  return events.reduce((s, e) => evolveJob(s, e, T0.toISOString()), initialJobState(id));
+}
+
+/** Given events, when a command: the events the decider answers with. */
+export function when(events: JobEvent[], command: JobCommand): JobEvent[] {
+  return decideJob(command, given(events));
+}
+
+let seq = 0;
+/** Wraps events as stored ones for the cluster fold, with increasing sequences. */
+export function stored<E extends { type: string; data: unknown }>(
+  aggregate: 'job' | 'worker' | 'user',
+  id: string,
+  event: E,
+  at = T0,
+): StoredEvent {
+  seq++;
+  return {
+    ...event,
+    id: `e${seq}`,
+    schemaVersion: 1,
+    aggregate,
+    aggregateId: id,
+    occurredAt: at.toISOString(),
+    actor: { kind: 'service', id: 'test' },
+    correlationId: 'c',
+    causationId: null,
+    prevHash: '',
+    hash: `h${seq}`,
+    seq,
+  } as unknown as StoredEvent;
+}
+
+export const submitted = (s: JobSpec = spec()): JobEvent => ({ type: 'JobSubmitted', data: { owner: 'alice', spec: s } });
+export const assigned = (attemptId = 'a1', attempt = 1, gpus = [0]): JobEvent => ({
+  type: 'JobAssigned',
+  data: { attemptId, attempt, workerId: 'w1', gpus, vramBytes: 8 * 1024 ** 3, cpus: 0 },
+});
+export const started = (attemptId = 'a1'): JobEvent => ({ type: 'JobStarted', data: { attemptId } });

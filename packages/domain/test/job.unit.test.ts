@@ -1,0 +1,137 @@
+import { describe, expect, it } from 'vitest';
+import { DomainError, failure } from '../src/index.ts';
+import { assigned, given, spec, started, submitted, T0, when } from './given.ts';
+
+const expectRejected = (fn: () => unknown, code: string) => {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(DomainError);
+    expect((err as DomainError).code).toBe(code);
+    return;
+  }
+  throw new Error(`expected ${code}`);
+};
+
+describe('job decider', () => {
+  it('submits a job that needs no build straight into the queue', () => {
+    const events = when([], { type: 'SubmitJob', owner: 'alice', spec: spec() });
+    expect(events).toEqual([{ type: 'JobSubmitted', data: { owner: 'alice', spec: spec() } }]);
+    expect(given(events).status).toBe('queued');
+  });
+
+  it('sends a job with code and no image to the builder', () => {
+    const code = { key: 'k', sizeBytes: 1, sha256: 'a'.repeat(64), format: 'zip' as const };
+    const events = when([], { type: 'SubmitJob', owner: 'alice', spec: spec(), code });
+    expect(given(events).status).toBe('submitted');
+  });
+
+  it('skips the build when the job names a ready image', () => {
+    const code = { key: 'k', sizeBytes: 1, sha256: 'a'.repeat(64), format: 'zip' as const };
+    const events = when([], { type: 'SubmitJob', owner: 'alice', spec: spec({ image: 'ready:1' }), code });
+    expect(given(events).status).toBe('queued');
+  });
+
+  it('refuses to submit the same job twice', () => {
+    expectRejected(() => when([submitted()], { type: 'SubmitJob', owner: 'alice', spec: spec() }), 'JOB_EXISTS');
+  });
+
+  it('assigns a queued job as attempt 1 and numbers later attempts', () => {
+    const events = when([submitted()], { type: 'AssignJob', attemptId: 'a1', workerId: 'w1', gpus: [0], vramBytes: 1, cpus: 0 });
+    expect(events).toEqual([
+      { type: 'JobAssigned', data: { attemptId: 'a1', attempt: 1, workerId: 'w1', gpus: [0], vramBytes: 1, cpus: 0 } },
+    ]);
+  });
+
+  it('refuses to assign a job that is already assigned', () => {
+    expectRejected(
+      () => when([submitted(), assigned()], { type: 'AssignJob', attemptId: 'a2', workerId: 'w1', gpus: [1], vramBytes: 1, cpus: 0 }),
+      'INVALID_TRANSITION',
+    );
+  });
+
+  it('starts only the attempt that holds the job', () => {
+    expect(when([submitted(), assigned()], { type: 'StartAttempt', attemptId: 'a1' })).toEqual([
+      { type: 'JobStarted', data: { attemptId: 'a1' } },
+    ]);
+    expectRejected(() => when([submitted(), assigned()], { type: 'StartAttempt', attemptId: 'other' }), 'STALE_ATTEMPT');
+  });
+
+  it('records success on exit 0', () => {
+    const events = when([submitted(), assigned(), started()], {
+      type: 'FinishAttempt',
+      attemptId: 'a1',
+      exit: { kind: 'exited', exitCode: 0 },
+      durationMs: 10,
+      now: T0,
+      jitter: 0,
+    });
+    expect(events).toEqual([{ type: 'JobSucceeded', data: { attemptId: 'a1', durationMs: 10 } }]);
+    expect(given([submitted(), assigned(), started(), ...events]).status).toBe('succeeded');
+  });
+
+  it('fails a job whose command exits 3 as a user failure, without retrying', () => {
+    const events = when([submitted(), assigned(), started()], {
+      type: 'FinishAttempt',
+      attemptId: 'a1',
+      exit: { kind: 'exited', exitCode: 3 },
+      durationMs: 10,
+      now: T0,
+      jitter: 0,
+    });
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({
+      type: 'JobAttemptFailed',
+      data: { exitCode: 3, failure: { kind: 'user', reason: 'nonZeroExit', retryable: false }, retry: null },
+    });
+    const state = given([submitted(), assigned(), started(), ...events]);
+    expect(state.status).toBe('failed');
+    expect(state.attempts[0]).toMatchObject({ status: 'failed', exitCode: 3 });
+  });
+
+  it('retries a platform failure with backoff, then fails after maxRetries', () => {
+    const history = [submitted(spec({ maxRetries: 1 })), assigned('a1', 1), started('a1')];
+    const first = when(history, { type: 'FailAttempt', attemptId: 'a1', failure: failure('launchError', 'boom'), now: T0, jitter: 0.5 });
+    expect(first[0]).toMatchObject({ type: 'JobAttemptFailed', data: { retry: { backoffMs: 3750 } } });
+    const afterFirst = [...history, ...first];
+    expect(given(afterFirst).status).toBe('retrying');
+    const second = [...afterFirst, assigned('a2', 2), started('a2')];
+    const last = when(second, { type: 'FailAttempt', attemptId: 'a2', failure: failure('launchError', 'boom'), now: T0, jitter: 0 });
+    expect(last[0]).toMatchObject({ type: 'JobAttemptFailed', data: { retry: null, failure: { kind: 'system' } } });
+    expect(given([...second, ...last]).status).toBe('failed');
+  });
+
+  it('cancels a queued job at once and a running one through its worker', () => {
+    expect(when([submitted()], { type: 'CancelJob' })).toEqual([{ type: 'JobCancelled', data: {} }]);
+    const running = [submitted(), assigned(), started()];
+    const requested = when(running, { type: 'CancelJob' });
+    expect(requested).toEqual([{ type: 'JobCancelRequested', data: { attemptId: 'a1', workerId: 'w1' } }]);
+    const ended = when([...running, ...requested], {
+      type: 'FinishAttempt',
+      attemptId: 'a1',
+      exit: { kind: 'signalled', signal: 'SIGTERM' },
+      durationMs: 5,
+      now: T0,
+      jitter: 0,
+    });
+    expect(ended).toEqual([{ type: 'JobCancelled', data: { attemptId: 'a1' } }]);
+  });
+
+  it('cancels instead of starting when the cancel came before the start', () => {
+    const events = when([submitted(), assigned(), { type: 'JobCancelRequested', data: { attemptId: 'a1', workerId: 'w1' } }], {
+      type: 'StartAttempt',
+      attemptId: 'a1',
+    });
+    expect(events).toEqual([{ type: 'JobCancelled', data: { attemptId: 'a1' } }]);
+  });
+
+  it('refuses to cancel a finished job and fences late reports', () => {
+    const done = [submitted(), assigned(), started(), { type: 'JobSucceeded' as const, data: { attemptId: 'a1', durationMs: 1 } }];
+    expectRejected(() => when(done, { type: 'CancelJob' }), 'JOB_FINISHED');
+    expectRejected(() => when(done, { type: 'SyncOutputs', attemptId: 'a1', files: [] }), 'STALE_ATTEMPT');
+  });
+
+  it('refuses commands on a job that does not exist', () => {
+    expectRejected(() => when([], { type: 'CancelJob' }), 'JOB_NOT_FOUND');
+  });
+});

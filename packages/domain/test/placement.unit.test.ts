@@ -1,0 +1,148 @@
+import { describe, expect, it } from 'vitest';
+import type { JobSpec } from '@trainyard/events';
+import { emptyCluster, evolveCluster, GiB, plan, type ClusterState } from '../src/index.ts';
+import { spec, stored, T0 } from './given.ts';
+
+function worker(cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0) {
+  evolveCluster(
+    cluster,
+    stored('worker', id, {
+      type: 'WorkerRegistered',
+      data: {
+        name: id,
+        hostname: 'h',
+        cpuSlots,
+        runtime: 'process',
+        version: 't',
+        gpus: gpuGb.map((gb, index) => ({ index, name: 'sim', uuid: `${id}-${index}`, vramBytes: gb * GiB, simulated: true })),
+      },
+    }),
+  );
+}
+
+function submit(cluster: ClusterState, id: string, s: Partial<JobSpec>, at = T0) {
+  evolveCluster(cluster, stored('job', id, { type: 'JobSubmitted', data: { owner: 'u', spec: spec(s) } }, at));
+}
+
+function commit(cluster: ClusterState, now = T0) {
+  const { assignments } = plan(cluster, now);
+  assignments.forEach((a, i) =>
+    evolveCluster(
+      cluster,
+      stored('job', a.jobId, {
+        type: 'JobAssigned',
+        data: { attemptId: `att-${a.jobId}-${i}`, attempt: 1, workerId: a.workerId, gpus: a.gpus, vramBytes: a.vramBytes, cpus: a.cpus },
+      }),
+    ),
+  );
+  return assignments;
+}
+
+describe('placement policy v1', () => {
+  it('places a job only where its VRAM plus the headroom fits', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    submit(c, 'big', { resources: { gpus: 1, vramGb: 23.5 } });
+    submit(c, 'ok', { resources: { gpus: 1, vramGb: 22 } });
+    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['ok']);
+  });
+
+  it('shares a GPU between jobs only while both fit in its memory', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    for (const id of ['a', 'b', 'c']) submit(c, id, { resources: { gpus: 1, vramGb: 10 } });
+    const placed = commit(c);
+    expect(placed.map((a) => [a.jobId, a.gpus])).toEqual([
+      ['a', [0]],
+      ['b', [0]],
+    ]);
+    expect(c.workers.get('w1')!.gpus[0]!.reservedBytes).toBe(20 * GiB);
+    expect(plan(c, T0).assignments).toEqual([]);
+  });
+
+  it('gives a job without declared VRAM a GPU to itself', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [80, 80]);
+    submit(c, 'small', { resources: { gpus: 1, vramGb: 4 } });
+    submit(c, 'whole', { resources: { gpus: 1 } });
+    submit(c, 'whole2', { resources: { gpus: 1 } });
+    const placed = commit(c);
+    expect(placed.map((a) => [a.jobId, a.gpus])).toEqual([
+      ['small', [0]],
+      ['whole', [1]],
+    ]);
+  });
+
+  it('orders by priority, then by age', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    submit(c, 'old', { resources: { gpus: 1 } });
+    submit(c, 'urgent', { resources: { gpus: 1 }, priority: 10 });
+    submit(c, 'new', { resources: { gpus: 1 } });
+    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['urgent']);
+    c.jobs.delete('urgent');
+    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['old']);
+  });
+
+  it('never makes more attempts than there are free slots', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24]);
+    worker(c, 'w2', [24, 24]);
+    for (let i = 0; i < 10; i++) submit(c, `j${i}`, { resources: { gpus: 1 } });
+    expect(commit(c)).toHaveLength(4);
+    expect(plan(c, T0).assignments).toEqual([]);
+  });
+
+  it('places multi-GPU jobs on one worker with enough GPUs', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    worker(c, 'w2', [24, 24]);
+    submit(c, 'pair', { resources: { gpus: 2 } });
+    expect(plan(c, T0).assignments).toEqual([{ jobId: 'pair', workerId: 'w2', gpus: [0, 1], vramBytes: 24 * GiB, cpus: 0 }]);
+  });
+
+  it('runs CPU jobs in CPU slots only', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [], 2);
+    for (const id of ['a', 'b', 'c']) submit(c, id, { resources: { gpus: 0 } });
+    submit(c, 'gpu', { resources: { gpus: 1 } });
+    expect(commit(c).map((a) => a.jobId)).toEqual(['a', 'b']);
+  });
+
+  it('frees the slot when the attempt ends, and skips workers that left', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    submit(c, 'a', { resources: { gpus: 1 } });
+    submit(c, 'b', { resources: { gpus: 1 } });
+    const [a] = commit(c);
+    evolveCluster(c, stored('job', 'a', { type: 'JobSucceeded', data: { attemptId: `att-a-0`, durationMs: 1 } }));
+    expect(a!.jobId).toBe('a');
+    expect(c.jobs.has('a')).toBe(false);
+    expect(plan(c, T0).assignments.map((x) => x.jobId)).toEqual(['b']);
+    evolveCluster(c, stored('worker', 'w1', { type: 'WorkerLeft', data: { reason: 'stopped' } }));
+    expect(plan(c, T0).assignments).toEqual([]);
+  });
+
+  it('holds a retrying job until its retry time and says when to wake', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    submit(c, 'r', { resources: { gpus: 1 } });
+    commit(c);
+    const retryAt = new Date(T0.getTime() + 5000);
+    evolveCluster(
+      c,
+      stored('job', 'r', {
+        type: 'JobAttemptFailed',
+        data: {
+          attemptId: 'att-r-0',
+          exitCode: null,
+          durationMs: 1,
+          failure: { kind: 'system', reason: 'launchError', message: 'x', retryable: true },
+          retry: { retryAt: retryAt.toISOString(), backoffMs: 5000 },
+        },
+      }),
+    );
+    expect(plan(c, T0)).toEqual({ assignments: [], wakeAt: retryAt });
+    expect(plan(c, retryAt).assignments.map((a) => a.jobId)).toEqual(['r']);
+  });
+});

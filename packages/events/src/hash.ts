@@ -1,0 +1,53 @@
+import { createHash } from 'node:crypto';
+import type { Envelope } from './envelope.ts';
+import { GENESIS_HASH } from './envelope.ts';
+
+/** JSON with object keys sorted at every depth, so equal values hash equally. */
+export function canonicalJson(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  const entries = Object.entries(value as Record<string, unknown>)
+    .filter(([, v]) => v !== undefined)
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+}
+
+/** The hash of an event: sha256 over its predecessor's hash and its canonical form. */
+export function hashEvent(event: Omit<Envelope, 'hash'> & { hash?: string; seq?: number }): string {
+  const { hash: _hash, seq: _seq, ...body } = event;
+  return createHash('sha256').update(body.prevHash).update(canonicalJson(body)).digest('hex');
+}
+
+export interface ChainBreak {
+  aggregate: string;
+  aggregateId: string;
+  eventId: string;
+  seq: number;
+  problem: 'prev-hash-mismatch' | 'hash-mismatch';
+}
+
+/** Walks events in log order and reports every place where a per-aggregate chain breaks. */
+export class ChainVerifier {
+  readonly #heads = new Map<string, string>();
+  readonly breaks: ChainBreak[] = [];
+  count = 0;
+
+  add(event: Envelope & { seq: number }): void {
+    this.count++;
+    const key = `${event.aggregate}.${event.aggregateId}`;
+    const expectedPrev = this.#heads.get(key) ?? GENESIS_HASH;
+    const where = {
+      aggregate: event.aggregate,
+      aggregateId: event.aggregateId,
+      eventId: event.id,
+      seq: event.seq,
+    };
+    if (event.prevHash !== expectedPrev) this.breaks.push({ ...where, problem: 'prev-hash-mismatch' });
+    if (hashEvent(event) !== event.hash) this.breaks.push({ ...where, problem: 'hash-mismatch' });
+    this.#heads.set(key, event.hash);
+  }
+
+  get aggregates(): number {
+    return this.#heads.size;
+  }
+}

@@ -1,0 +1,173 @@
+/**
+ * Job events.
+ *
+ * Glossary
+ * - job: one training run a user asked for: code, a command and the resources it needs.
+ * - attempt: one try at running a job on one worker; a job has attempts numbered from 1.
+ * - worker: a daemon on a host that runs attempts; it offers GPU slots and CPU slots.
+ * - slot: one GPU (by index) or the CPU pool of a worker; an attempt is dispatched to a slot.
+ * - lease: the scheduler's right to place jobs, held in a KV key with a TTL.
+ * - artifact: what the builder made of the job's code (for the process runtime, a tarball).
+ */
+import { z } from 'zod';
+import { BlobRefSchema, FailureSchema } from './common.ts';
+
+export const JOB_NAME_MAX = 128;
+
+/** What a job needs to run. `gpus: 0` means CPU only. */
+export const ResourcesSchema = z.object({
+  gpus: z.number().int().min(0).max(64),
+  vramGb: z.number().positive().max(4096).optional(),
+  cpus: z.number().int().min(1).max(1024).optional(),
+  memoryGb: z.number().positive().max(65536).optional(),
+});
+export type Resources = z.infer<typeof ResourcesSchema>;
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** The user's description of a job, as accepted by the API. */
+export const JobSpecSchema = z.object({
+  name: z.string().trim().min(1).max(JOB_NAME_MAX),
+  command: z.string().trim().min(1).max(8192),
+  image: z.string().min(1).max(512).optional(),
+  setup: z.string().min(1).max(8192).optional(),
+  resources: ResourcesSchema,
+  priority: z.number().int().min(-1000).max(1000).default(0),
+  maxRetries: z.number().int().min(0).max(20).default(3),
+  env: z
+    .record(z.string().regex(ENV_NAME, 'must be a shell variable name'), z.string().max(65536))
+    .default({}),
+});
+export type JobSpec = z.infer<typeof JobSpecSchema>;
+export type JobSpecInput = z.input<typeof JobSpecSchema>;
+
+export const CodeArchiveSchema = BlobRefSchema.extend({ format: z.enum(['zip', 'tar.gz']) });
+export type CodeArchive = z.infer<typeof CodeArchiveSchema>;
+
+export const OutputFileSchema = z.object({
+  path: z.string().min(1),
+  sizeBytes: z.number().int().nonnegative(),
+  sha256: z.string().length(64),
+});
+export type OutputFile = z.infer<typeof OutputFileSchema>;
+
+export const JobSubmitted = z.object({
+  type: z.literal('JobSubmitted'),
+  data: z.object({
+    owner: z.string().min(1),
+    spec: JobSpecSchema,
+    code: CodeArchiveSchema.optional(),
+  }),
+});
+
+export const JobBuildStarted = z.object({
+  type: z.literal('JobBuildStarted'),
+  data: z.object({ builderId: z.string().min(1) }),
+});
+
+export const JobBuilt = z.object({
+  type: z.literal('JobBuilt'),
+  data: z.object({ artifact: BlobRefSchema, durationMs: z.number().nonnegative() }),
+});
+
+export const JobBuildFailed = z.object({
+  type: z.literal('JobBuildFailed'),
+  data: z.object({ failure: FailureSchema }),
+});
+
+export const JobAssigned = z.object({
+  type: z.literal('JobAssigned'),
+  data: z.object({
+    attemptId: z.string().min(1),
+    attempt: z.number().int().min(1),
+    workerId: z.string().min(1),
+    gpus: z.array(z.number().int().min(0)),
+    vramBytes: z.number().int().nonnegative(),
+    cpus: z.number().int().min(0),
+  }),
+});
+
+export const JobStarted = z.object({
+  type: z.literal('JobStarted'),
+  data: z.object({ attemptId: z.string().min(1), pid: z.number().int().optional() }),
+});
+
+export const JobOutputsSynced = z.object({
+  type: z.literal('JobOutputsSynced'),
+  data: z.object({ attemptId: z.string().min(1), files: z.array(OutputFileSchema) }),
+});
+
+export const JobSucceeded = z.object({
+  type: z.literal('JobSucceeded'),
+  data: z.object({ attemptId: z.string().min(1), durationMs: z.number().nonnegative() }),
+});
+
+/**
+ * An attempt failed. One event says both what happened and what follows: a retry after a
+ * backoff (`retry`), or the end of the job (`retry: null`), so the decision is atomic.
+ */
+export const JobAttemptFailed = z.object({
+  type: z.literal('JobAttemptFailed'),
+  data: z.object({
+    attemptId: z.string().min(1),
+    exitCode: z.number().int().nullable(),
+    failure: FailureSchema,
+    durationMs: z.number().nonnegative(),
+    retry: z
+      .object({ retryAt: z.iso.datetime(), backoffMs: z.number().int().nonnegative() })
+      .nullable(),
+  }),
+});
+
+export const JobCancelRequested = z.object({
+  type: z.literal('JobCancelRequested'),
+  data: z.object({ attemptId: z.string().min(1), workerId: z.string().min(1) }),
+});
+
+export const JobCancelled = z.object({
+  type: z.literal('JobCancelled'),
+  data: z.object({ attemptId: z.string().min(1).optional() }),
+});
+
+export const JobEventSchema = z.discriminatedUnion('type', [
+  JobSubmitted,
+  JobBuildStarted,
+  JobBuilt,
+  JobBuildFailed,
+  JobAssigned,
+  JobStarted,
+  JobOutputsSynced,
+  JobSucceeded,
+  JobAttemptFailed,
+  JobCancelRequested,
+  JobCancelled,
+]);
+export type JobEvent = z.infer<typeof JobEventSchema>;
+export type JobEventType = JobEvent['type'];
+
+/** The public statuses of a job, in lifecycle order. */
+export const JobStatus = {
+  submitted: 'submitted',
+  building: 'building',
+  estimating: 'estimating',
+  queued: 'queued',
+  assigned: 'assigned',
+  running: 'running',
+  retrying: 'retrying',
+  succeeded: 'succeeded',
+  failed: 'failed',
+  cancelled: 'cancelled',
+} as const;
+export type JobStatus = (typeof JobStatus)[keyof typeof JobStatus];
+
+export const TERMINAL_JOB_STATUSES: readonly JobStatus[] = ['succeeded', 'failed', 'cancelled'];
+
+/** Attempt statuses. */
+export const AttemptStatus = {
+  assigned: 'assigned',
+  running: 'running',
+  succeeded: 'succeeded',
+  failed: 'failed',
+  cancelled: 'cancelled',
+} as const;
+export type AttemptStatus = (typeof AttemptStatus)[keyof typeof AttemptStatus];

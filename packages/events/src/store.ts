@@ -1,0 +1,170 @@
+import { randomUUID } from 'node:crypto';
+import type { JetStreamApiError, JetStreamClient, JetStreamManager, JsMsg } from '@nats-io/jetstream';
+import { DeliverPolicy } from '@nats-io/jetstream';
+import { isKnownEventType, parseEvent, type Aggregate, type AggregateEvents } from './catalog.ts';
+import type { AggregateHead, AppendMeta, Envelope, StoredEvent } from './envelope.ts';
+import { EMPTY_HEAD, SCHEMA_VERSION } from './envelope.ts';
+import { ConcurrencyError, CorruptEventError } from './errors.ts';
+import { hashEvent } from './hash.ts';
+import { Streams, Subjects } from './subjects.ts';
+
+const WRONG_LAST_SEQUENCE = 10071;
+
+export interface AppendInput<A extends Aggregate> {
+  aggregate: A;
+  aggregateId: string;
+  /** The head the decision was made on; the append fails if the aggregate moved since. */
+  head: AggregateHead;
+  events: readonly AggregateEvents[A][];
+  meta: AppendMeta;
+  /** Event ids to use, for appends that must be idempotent across retries. */
+  ids?: readonly string[];
+}
+
+export interface AppendResult<A extends Aggregate> {
+  events: StoredEvent<AggregateEvents[A]>[];
+  head: AggregateHead;
+}
+
+export interface LoadedAggregate<A extends Aggregate> {
+  events: StoredEvent<AggregateEvents[A]>[];
+  head: AggregateHead;
+}
+
+/** Decodes one message of the event stream. */
+export function decodeEvent(msg: { seq: number; string(): string }): StoredEvent {
+  let parsed: Envelope;
+  try {
+    parsed = JSON.parse(msg.string()) as Envelope;
+  } catch (cause) {
+    throw new CorruptEventError(msg.seq, 'not JSON', { cause });
+  }
+  if (!isKnownEventType(parsed.type)) {
+    throw new CorruptEventError(msg.seq, `unknown event type "${String(parsed.type)}"`);
+  }
+  return { ...parsed, seq: msg.seq };
+}
+
+/**
+ * The event log. Appends are idempotent (the event id is the `Nats-Msg-Id`) and guarded by
+ * the aggregate's last subject sequence, so two writers cannot both extend one aggregate.
+ */
+export class EventStore {
+  constructor(
+    readonly js: JetStreamClient,
+    readonly jsm: JetStreamManager,
+  ) {}
+
+  /** Appends events to one aggregate in order, each guarded by the one before it. */
+  async append<A extends Aggregate>(input: AppendInput<A>): Promise<AppendResult<A>> {
+    const subject = Subjects.event(input.aggregate, input.aggregateId);
+    const correlationId = input.meta.correlationId ?? randomUUID();
+    let head = input.head;
+    const stored: StoredEvent<AggregateEvents[A]>[] = [];
+    for (const [i, raw] of input.events.entries()) {
+      const event = parseEvent(input.aggregate, raw);
+      const unhashed = {
+        id: input.ids?.[i] ?? randomUUID(),
+        type: event.type,
+        schemaVersion: SCHEMA_VERSION,
+        aggregate: input.aggregate,
+        aggregateId: input.aggregateId,
+        occurredAt: input.meta.now.toISOString(),
+        actor: input.meta.actor,
+        correlationId,
+        causationId: input.meta.causationId ?? null,
+        prevHash: head.hash,
+        data: event.data,
+      } as unknown as Omit<Envelope<AggregateEvents[A]>, 'hash'>;
+      const envelope = { ...unhashed, hash: hashEvent(unhashed) } as Envelope<AggregateEvents[A]>;
+      const seq = await this.#publish(subject, envelope, head.seq);
+      stored.push({ ...envelope, seq } as unknown as StoredEvent<AggregateEvents[A]>);
+      head = { seq, hash: envelope.hash };
+    }
+    return { events: stored, head };
+  }
+
+  async #publish(subject: string, envelope: Envelope, expectedSeq: number): Promise<number> {
+    try {
+      const ack = await this.js.publish(subject, JSON.stringify(envelope), {
+        msgID: envelope.id,
+        expect: { lastSubjectSequence: expectedSeq },
+      });
+      return ack.seq;
+    } catch (err) {
+      if ((err as JetStreamApiError).code === WRONG_LAST_SEQUENCE) {
+        throw new ConcurrencyError(subject, expectedSeq, { cause: err });
+      }
+      throw err;
+    }
+  }
+
+  /** The last sequence and hash of an aggregate, without reading its history. */
+  async head(aggregate: Aggregate, id: string): Promise<AggregateHead> {
+    const last = await this.#last(Subjects.event(aggregate, id));
+    return last ? { seq: last.seq, hash: last.hash } : EMPTY_HEAD;
+  }
+
+  async #last(subject: string): Promise<StoredEvent | null> {
+    const msg = await this.jsm.streams
+      .getMessage(Streams.events, { last_by_subj: subject })
+      .catch((err: JetStreamApiError) => {
+        if (err.code === 10037 || err.status === 404) return null;
+        throw err;
+      });
+    if (!msg) return null;
+    return decodeEvent({ seq: msg.seq, string: () => new TextDecoder().decode(msg.data) });
+  }
+
+  /** Reads every event of one aggregate, in order. */
+  async load<A extends Aggregate>(aggregate: A, id: string): Promise<LoadedAggregate<A>> {
+    const subject = Subjects.event(aggregate, id);
+    const last = await this.#last(subject);
+    if (!last) return { events: [], head: EMPTY_HEAD };
+    const events: StoredEvent<AggregateEvents[A]>[] = [];
+    for await (const event of this.replay({ filter: subject, untilSeq: last.seq })) {
+      events.push(event as StoredEvent<AggregateEvents[A]>);
+    }
+    return { events, head: { seq: last.seq, hash: last.hash } };
+  }
+
+  /** The sequence of the newest event in the log (0 when it is empty). */
+  async lastSeq(): Promise<number> {
+    const info = await this.jsm.streams.info(Streams.events);
+    return info.state.last_seq;
+  }
+
+  /**
+   * Reads the log in order from `fromSeq`, stopping after `untilSeq` (default: the newest event
+   * when the call starts). Use `follow` for a tail that never ends until `signal` aborts.
+   */
+  async *replay(opts: {
+    fromSeq?: number;
+    untilSeq?: number;
+    filter?: string;
+    follow?: boolean;
+    signal?: AbortSignal;
+  } = {}): AsyncGenerator<StoredEvent> {
+    const until = opts.follow ? Infinity : (opts.untilSeq ?? (await this.lastSeq()));
+    const from = opts.fromSeq ?? 1;
+    if (from > until) return;
+    const consumer = await this.js.consumers.get(Streams.events, {
+      filter_subjects: opts.filter ?? Subjects.allEvents,
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: from,
+    });
+    const messages = await consumer.consume({ max_messages: 2048 });
+    const stop = () => messages.stop();
+    opts.signal?.addEventListener('abort', stop, { once: true });
+    try {
+      for await (const msg of messages) {
+        if (msg.seq > until) break;
+        yield decodeEvent(msg as JsMsg);
+        if (msg.seq >= until) break;
+      }
+    } finally {
+      opts.signal?.removeEventListener('abort', stop);
+      messages.stop();
+    }
+  }
+}

@@ -1,0 +1,44 @@
+import type { Aggregate } from './catalog.ts';
+
+/** Stream names. */
+export const Streams = {
+  events: 'TY_EVENTS',
+  heartbeats: 'TY_HEARTBEATS',
+  dispatch: 'TY_DISPATCH',
+  logs: 'TY_LOGS',
+} as const;
+
+const SAFE_TOKEN = /^[A-Za-z0-9_-]{1,128}$/;
+
+/** Throws unless `token` can stand alone as one subject token. */
+export function assertSubjectToken(token: string, what: string): string {
+  if (!SAFE_TOKEN.test(token)) throw new Error(`${what} "${token}" is not a valid id`);
+  return token;
+}
+
+/** Subject builders. Ids are checked so that no id can widen a subject. */
+export const Subjects = {
+  allEvents: 'ty.ev.>',
+  aggregateEvents: (aggregate: Aggregate) => `ty.ev.${aggregate}.*`,
+  event: (aggregate: Aggregate, id: string) =>
+    `ty.ev.${aggregate}.${assertSubjectToken(id, aggregate)}`,
+  allHeartbeats: 'ty.hb.>',
+  heartbeat: (workerId: string) => `ty.hb.${assertSubjectToken(workerId, 'worker')}`,
+  allDispatch: 'ty.dispatch.>',
+  dispatchGpu: (workerId: string, gpu: number) =>
+    `ty.dispatch.${assertSubjectToken(workerId, 'worker')}.gpu${gpu}`,
+  dispatchCpu: (workerId: string) => `ty.dispatch.${assertSubjectToken(workerId, 'worker')}.cpu`,
+  dispatchControl: (workerId: string) =>
+    `ty.dispatch.${assertSubjectToken(workerId, 'worker')}.ctl`,
+  allLogs: 'ty.log.>',
+  jobLogs: (jobId: string) => `ty.log.${assertSubjectToken(jobId, 'job')}.*`,
+  attemptLogs: (jobId: string, attempt: number) =>
+    `ty.log.${assertSubjectToken(jobId, 'job')}.${attempt}`,
+} as const;
+
+/** Splits `ty.ev.<aggregate>.<id>` into its parts. */
+export function parseEventSubject(subject: string): { aggregate: string; id: string } | null {
+  const parts = subject.split('.');
+  if (parts.length !== 4 || parts[0] !== 'ty' || parts[1] !== 'ev') return null;
+  return { aggregate: parts[2]!, id: parts[3]! };
+}

@@ -1,0 +1,58 @@
+/**
+ * Worker events. A worker is a daemon on one host; it registers its inventory when it starts
+ * and leaves when it stops. Liveness is not an event: it rides the heartbeat stream, and the
+ * watchdog turns silence into `WorkerLost`.
+ */
+import { z } from 'zod';
+
+export const GpuSchema = z.object({
+  index: z.number().int().min(0),
+  name: z.string(),
+  uuid: z.string(),
+  vramBytes: z.number().int().positive(),
+  simulated: z.boolean(),
+});
+export type Gpu = z.infer<typeof GpuSchema>;
+
+export const WorkerRegistered = z.object({
+  type: z.literal('WorkerRegistered'),
+  data: z.object({
+    name: z.string().min(1),
+    hostname: z.string(),
+    gpus: z.array(GpuSchema),
+    cpuSlots: z.number().int().min(0),
+    runtime: z.string(),
+    version: z.string(),
+  }),
+});
+
+export const WorkerLeft = z.object({
+  type: z.literal('WorkerLeft'),
+  data: z.object({ reason: z.string() }),
+});
+
+export const WorkerLost = z.object({
+  type: z.literal('WorkerLost'),
+  data: z.object({ lastSeenAt: z.iso.datetime().nullable(), timeoutMs: z.number().int() }),
+});
+
+export const WorkerEventSchema = z.discriminatedUnion('type', [
+  WorkerRegistered,
+  WorkerLeft,
+  WorkerLost,
+]);
+export type WorkerEvent = z.infer<typeof WorkerEventSchema>;
+
+export const WorkerStatus = { online: 'online', offline: 'offline', lost: 'lost' } as const;
+export type WorkerStatus = (typeof WorkerStatus)[keyof typeof WorkerStatus];
+
+/** What a worker reports on every heartbeat: not an event, the latest one is all that matters. */
+export const HeartbeatSchema = z.object({
+  workerId: z.string(),
+  at: z.iso.datetime(),
+  gpus: z.array(
+    z.object({ index: z.number().int(), usedBytes: z.number().int(), utilPct: z.number() }),
+  ),
+  runningAttempts: z.array(z.string()),
+});
+export type Heartbeat = z.infer<typeof HeartbeatSchema>;

@@ -1,0 +1,73 @@
+import type { Readable } from 'node:stream';
+import { Client } from 'minio';
+import type { BlobRef } from '@trainyard/events';
+import { hashing } from './hashing.ts';
+import type { BlobStore } from './types.ts';
+
+export interface S3Options {
+  endpoint: string;
+  bucket: string;
+  accessKey: string;
+  secretKey: string;
+  region: string;
+}
+
+function isNotFound(err: unknown): boolean {
+  const code = (err as { code?: string }).code;
+  return code === 'NoSuchKey' || code === 'NotFound' || code === 'NoSuchObject';
+}
+
+/** Blobs in S3 or MinIO, for production. */
+export class S3BlobStore implements BlobStore {
+  readonly kind = 's3';
+  private constructor(
+    private readonly client: Client,
+    private readonly bucket: string,
+  ) {}
+
+  static async open(opts: S3Options): Promise<S3BlobStore> {
+    const url = new URL(opts.endpoint);
+    const client = new Client({
+      endPoint: url.hostname,
+      port: Number(url.port) || (url.protocol === 'https:' ? 443 : 80),
+      useSSL: url.protocol === 'https:',
+      accessKey: opts.accessKey,
+      secretKey: opts.secretKey,
+      region: opts.region,
+      pathStyle: true,
+    });
+    if (!(await client.bucketExists(opts.bucket))) {
+      await client.makeBucket(opts.bucket, opts.region);
+    }
+    return new S3BlobStore(client, opts.bucket);
+  }
+
+  async put(key: string, data: Readable | Uint8Array): Promise<BlobRef> {
+    const hashed = hashing(data);
+    await this.client.putObject(this.bucket, key, hashed);
+    return { key, sizeBytes: hashed.sizeBytes, sha256: hashed.digest() };
+  }
+
+  async get(key: string): Promise<Readable | null> {
+    try {
+      return await this.client.getObject(this.bucket, key);
+    } catch (err) {
+      if (isNotFound(err)) return null;
+      throw err;
+    }
+  }
+
+  async stat(key: string): Promise<{ sizeBytes: number } | null> {
+    try {
+      const stat = await this.client.statObject(this.bucket, key);
+      return { sizeBytes: stat.size };
+    } catch (err) {
+      if (isNotFound(err)) return null;
+      throw err;
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    await this.client.removeObject(this.bucket, key);
+  }
+}

@@ -1,0 +1,36 @@
+import { resolve } from 'node:path';
+import { z } from 'zod';
+
+/** Settings every service reads from the environment. Parsed once, at start-up. */
+export const BaseConfigSchema = z.object({
+  TRAINYARD_NATS_URL: z.string().default('nats://127.0.0.1:4222'),
+  DATABASE_URL: z.string().optional(),
+  TRAINYARD_HOME: z.string().default('.trainyard'),
+  TRAINYARD_STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
+  TRAINYARD_BLOB_STORE: z.enum(['nats', 's3']).default('nats'),
+  TRAINYARD_S3_ENDPOINT: z.string().optional(),
+  TRAINYARD_S3_BUCKET: z.string().default('trainyard'),
+  TRAINYARD_S3_ACCESS_KEY: z.string().optional(),
+  TRAINYARD_S3_SECRET_KEY: z.string().optional(),
+  TRAINYARD_S3_REGION: z.string().default('us-east-1'),
+});
+export type BaseConfig = z.infer<typeof BaseConfigSchema>;
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+  readonly code = 'INVALID_CONFIG';
+}
+
+/** Parses the environment with a schema; a bad value stops start-up with a clear message. */
+export function parseEnv<S extends z.ZodType>(schema: S, env: NodeJS.ProcessEnv = process.env): z.infer<S> {
+  const result = schema.safeParse(env);
+  if (!result.success) {
+    const problems = result.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
+    throw new ConfigError(`invalid configuration: ${problems}`);
+  }
+  return result.data;
+}
+
+export function homeDir(config: Pick<BaseConfig, 'TRAINYARD_HOME'>): string {
+  return resolve(config.TRAINYARD_HOME);
+}

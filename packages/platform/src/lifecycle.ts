@@ -1,0 +1,45 @@
+import type { Logger } from 'pino';
+
+/** Something that runs until stopped. */
+export interface Stoppable {
+  stop(): Promise<void>;
+}
+
+/**
+ * Stops `service` on SIGINT or SIGTERM, then exits. A second signal exits at once.
+ * Returns a promise that settles when the process should end.
+ */
+export function stopOnSignals(service: Stoppable, log: Logger): void {
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      log.warn({ signal }, 'second signal: exiting now');
+      process.exit(130);
+    }
+    stopping = true;
+    log.info({ signal }, 'stopping');
+    service
+      .stop()
+      .then(() => process.exit(0))
+      .catch((err: unknown) => {
+        log.error({ err }, 'error while stopping');
+        process.exit(1);
+      });
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+}
+
+/** Resolves after `ms`, or early when `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

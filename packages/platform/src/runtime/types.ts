@@ -1,0 +1,31 @@
+import type { ProcessExit } from '@trainyard/domain';
+
+/** What a runtime needs to start one attempt. */
+export interface RunSpec {
+  jobId: string;
+  attemptId: string;
+  attempt: number;
+  command: string;
+  env: Record<string, string>;
+  /** The attempt's sandbox: the unpacked code, and the working directory. */
+  workDir: string;
+  outputDir: string;
+  gpus: number[];
+}
+
+export type LogStreamName = 'stdout' | 'stderr';
+
+/** One attempt's process, as a runtime runs it. */
+export interface RunningAttempt {
+  readonly pid: number | undefined;
+  /** Settles once, when the process has ended and its output is drained. */
+  readonly exited: Promise<ProcessExit>;
+  /** Stops the attempt: SIGTERM to its whole process group, SIGKILL after the grace period. */
+  kill(graceMs?: number): Promise<void>;
+}
+
+/** Runs attempts. One implementation per file: process (local sandbox), Docker. */
+export interface Runtime {
+  readonly kind: string;
+  start(spec: RunSpec, onOutput: (stream: LogStreamName, chunk: Buffer) => void): RunningAttempt;
+}

@@ -1,0 +1,54 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
+
+/** A server this process started; `stop` ends it and waits. */
+export interface ChildServer {
+  readonly pid: number;
+  readonly url: string;
+  stop(): Promise<void>;
+  /** Ends it at once, as a crash would (SIGKILL). */
+  kill(): Promise<void>;
+}
+
+/** Spawns a long-running child, logging to `logFile`; it dies if it exits before `ready`. */
+export function spawnLogged(
+  cmd: string,
+  args: string[],
+  logFile: string,
+  opts: { env?: NodeJS.ProcessEnv; uid?: number; gid?: number } = {},
+): ChildProcess {
+  const log = createWriteStream(logFile, { flags: 'a' });
+  const child = spawn(cmd, args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: opts.env ?? process.env,
+    ...(opts.uid !== undefined && { uid: opts.uid, gid: opts.gid }),
+  });
+  child.stdout?.pipe(log);
+  child.stderr?.pipe(log);
+  return child;
+}
+
+/** Waits for `check` to pass, polling, until `timeoutMs`; fails early if `child` exits. */
+export async function waitUntil(
+  what: string,
+  check: () => Promise<boolean>,
+  timeoutMs: number,
+  child?: ChildProcess,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child && child.exitCode !== null) throw new Error(`${what} exited with code ${child.exitCode}`);
+    if (await check().catch(() => false)) return;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`${what} not ready after ${timeoutMs} ms`);
+}
+
+/** Sends `signal` and resolves when the child has exited. */
+export function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    child.once('exit', () => resolve());
+    child.kill(signal);
+  });
+}

@@ -1,0 +1,59 @@
+import { execFileSync } from 'node:child_process';
+import { mkdir } from 'node:fs/promises';
+import { connect as netConnect } from 'node:net';
+import { join } from 'node:path';
+import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
+import { freePort } from './ports.ts';
+
+export interface NatsServerOptions {
+  dir: string;
+  port?: number;
+  binary?: string;
+  /** Extra arguments, e.g. a cluster config. */
+  args?: string[];
+}
+
+/** Where `nats-server` is, or null when it is not installed. */
+export function findNatsServer(): string | null {
+  for (const candidate of [process.env.TRAINYARD_NATS_SERVER, 'nats-server', '/usr/sbin/nats-server']) {
+    if (!candidate) continue;
+    try {
+      execFileSync(candidate, ['--version'], { stdio: 'ignore' });
+      return candidate;
+    } catch {
+      continue;
+    }
+  }
+  return null;
+}
+
+function tcpOpen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = netConnect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** Starts `nats-server -js` on 127.0.0.1 with its store under `dir`. */
+export async function startNatsServer(opts: NatsServerOptions): Promise<ChildServer> {
+  const binary = opts.binary ?? findNatsServer();
+  if (!binary) throw new Error('nats-server is not installed (apt-get install -y nats-server)');
+  await mkdir(opts.dir, { recursive: true });
+  const port = opts.port ?? (await freePort());
+  const child = spawnLogged(
+    binary,
+    ['-js', '-sd', join(opts.dir, 'jetstream'), '-a', '127.0.0.1', '-p', String(port), ...(opts.args ?? [])],
+    join(opts.dir, 'nats-server.log'),
+  );
+  await waitUntil('nats-server', () => tcpOpen(port), 15_000, child);
+  return {
+    pid: child.pid!,
+    url: `nats://127.0.0.1:${port}`,
+    stop: () => stopChild(child, 'SIGTERM'),
+    kill: () => stopChild(child, 'SIGKILL'),
+  };
+}

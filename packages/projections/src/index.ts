@@ -1,0 +1,12 @@
+export * from './connect.ts';
+export * from './database.ts';
+export * from './migrate.ts';
+export * from './projectors/index.ts';
+export * from './queries.ts';
+export * from './rebuild.ts';
+export * from './writer.ts';
+export type * from './tables/attempts.table.ts';
+export type * from './tables/checkpoints.table.ts';
+export type * from './tables/jobs.table.ts';
+export type * from './tables/users.table.ts';
+export type * from './tables/workers.table.ts';

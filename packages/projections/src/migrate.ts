@@ -1,0 +1,30 @@
+import type { Kysely } from 'kysely';
+import { Migrator, type Migration, type MigrationProvider } from 'kysely/migration';
+import * as m001 from './migrations/001_initial.ts';
+
+/** Migrations are numbered and forward-only; add the next one here. */
+const migrations: Record<string, Migration> = {
+  '001_initial': m001,
+};
+
+const provider: MigrationProvider = { getMigrations: async () => migrations };
+
+export class MigrationError extends Error {
+  override name = 'MigrationError';
+  readonly code = 'MIGRATION_FAILED';
+}
+
+/** Brings the schema up to date. Safe to run from several processes at once. */
+export async function migrate<DB>(db: Kysely<DB>): Promise<void> {
+  const migrator = new Migrator({
+    db: db as Kysely<unknown>,
+    provider,
+    migrationTableName: 'ty_migrations',
+    migrationLockTableName: 'ty_migrations_lock',
+  });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) {
+    const failed = results?.find((r) => r.status === 'Error')?.migrationName ?? 'unknown';
+    throw new MigrationError(`migration ${failed} failed: ${(error as Error).message}`, { cause: error });
+  }
+}

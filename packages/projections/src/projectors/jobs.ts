@@ -1,0 +1,74 @@
+import { ofAggregate, type StoredEvent } from '@trainyard/events';
+import type { JobRow } from '../tables/jobs.table.ts';
+import type { TableProjector } from './types.ts';
+
+function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
+  if (!ofAggregate(event, 'job')) return undefined;
+  const at = new Date(event.occurredAt);
+  if (event.type === 'JobSubmitted') {
+    const { spec, owner } = event.data;
+    return {
+      id: event.aggregateId,
+      name: spec.name,
+      owner,
+      status: spec.image || (!event.data.code && !spec.setup) ? 'queued' : 'submitted',
+      priority: spec.priority,
+      command: spec.command,
+      image: spec.image ?? null,
+      resources: spec.resources,
+      max_retries: spec.maxRetries,
+      env_names: Object.keys(spec.env).sort(),
+      created_at: at,
+      started_at: null,
+      finished_at: null,
+      exit_code: null,
+      failure: null,
+      retry_at: null,
+      attempt_count: 0,
+      outputs: [],
+      last_seq: event.seq,
+    };
+  }
+  if (!row) return undefined;
+  const next = { ...row, last_seq: event.seq };
+  switch (event.type) {
+    case 'JobBuildStarted':
+      return { ...next, status: 'building' };
+    case 'JobBuilt':
+      return { ...next, status: 'queued' };
+    case 'JobBuildFailed':
+      return { ...next, status: 'failed', failure: event.data.failure, finished_at: at };
+    case 'JobAssigned':
+      return { ...next, status: 'assigned', attempt_count: event.data.attempt, retry_at: null };
+    case 'JobStarted':
+      return { ...next, status: 'running', started_at: row.started_at ?? at };
+    case 'JobOutputsSynced':
+      return { ...next, outputs: event.data.files };
+    case 'JobSucceeded':
+      return { ...next, status: 'succeeded', exit_code: 0, failure: null, finished_at: at };
+    case 'JobAttemptFailed': {
+      const { retry, exitCode, failure } = event.data;
+      const common = { ...next, exit_code: exitCode, failure };
+      return retry
+        ? { ...common, status: 'retrying', retry_at: new Date(retry.retryAt) }
+        : { ...common, status: 'failed', retry_at: null, finished_at: at };
+    }
+    case 'JobCancelRequested':
+      return next;
+    case 'JobCancelled':
+      return { ...next, status: 'cancelled', finished_at: at };
+    default: {
+      const never: never = event;
+      throw new Error(`unhandled job event ${JSON.stringify(never)}`);
+    }
+  }
+}
+
+/** One row per job: its public status and summary. */
+export const jobsProjector: TableProjector<'jobs'> = {
+  table: 'jobs',
+  primaryKey: 'id',
+  jsonColumns: ['resources', 'env_names', 'failure', 'outputs'],
+  keyOf: (event) => (event.aggregate === 'job' ? event.aggregateId : null),
+  apply: step,
+};

@@ -1,0 +1,22 @@
+import { ofAggregate, type StoredEvent } from '@trainyard/events';
+import type { UserRow } from '../tables/users.table.ts';
+import type { TableProjector } from './types.ts';
+
+function step(row: UserRow | undefined, event: StoredEvent): UserRow | undefined {
+  if (!ofAggregate(event, 'user')) return undefined;
+  switch (event.type) {
+    case 'UserCreated':
+      return { username: event.data.username, role: event.data.role, created_at: new Date(event.occurredAt) };
+    default:
+      return row;
+  }
+}
+
+/** One row per user (never credentials: those are not in the log). */
+export const usersProjector: TableProjector<'users'> = {
+  table: 'users',
+  primaryKey: 'username',
+  jsonColumns: [],
+  keyOf: (event) => (event.aggregate === 'user' ? event.aggregateId : null),
+  apply: step,
+};

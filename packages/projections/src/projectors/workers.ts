@@ -1,0 +1,39 @@
+import { ofAggregate, type StoredEvent } from '@trainyard/events';
+import type { WorkerRow } from '../tables/workers.table.ts';
+import type { TableProjector } from './types.ts';
+
+function step(row: WorkerRow | undefined, event: StoredEvent): WorkerRow | undefined {
+  if (!ofAggregate(event, 'worker')) return undefined;
+  const at = new Date(event.occurredAt);
+  switch (event.type) {
+    case 'WorkerRegistered':
+      return {
+        id: event.aggregateId,
+        hostname: event.data.hostname,
+        status: 'online',
+        gpus: event.data.gpus,
+        cpu_slots: event.data.cpuSlots,
+        runtime: event.data.runtime,
+        version: event.data.version,
+        registered_at: at,
+        updated_at: at,
+      };
+    case 'WorkerLeft':
+      return row && { ...row, status: 'offline', updated_at: at };
+    case 'WorkerLost':
+      return row && { ...row, status: 'lost', updated_at: at };
+    default: {
+      const never: never = event;
+      throw new Error(`unhandled worker event ${JSON.stringify(never)}`);
+    }
+  }
+}
+
+/** One row per worker, with its inventory. */
+export const workersProjector: TableProjector<'workers'> = {
+  table: 'workers',
+  primaryKey: 'id',
+  jsonColumns: ['gpus'],
+  keyOf: (event) => (event.aggregate === 'worker' ? event.aggregateId : null),
+  apply: step,
+};

@@ -1,0 +1,42 @@
+import type { Kysely } from 'kysely';
+import type { EventStore, StoredEvent } from '@trainyard/events';
+import { PROJECTED_TABLES, type Database } from './database.ts';
+import { applyEvents, LIVE_CHECKPOINT, lockProjections } from './writer.ts';
+
+export interface RebuildResult {
+  events: number;
+  lastSeq: number;
+  ms: number;
+}
+
+/**
+ * Drops every projected row and replays the whole log in one transaction. Readers keep
+ * seeing the old rows until it commits; the live projector waits on the lock, then carries on
+ * from the rebuilt checkpoint.
+ */
+export async function rebuildProjections(
+  db: Kysely<Database>,
+  store: EventStore,
+  opts: { batchSize?: number; onProgress?: (applied: number, lastSeq: number) => void } = {},
+): Promise<RebuildResult> {
+  const started = Date.now();
+  const batchSize = opts.batchSize ?? 1000;
+  return db.transaction().execute(async (trx) => {
+    await lockProjections(trx);
+    for (const table of PROJECTED_TABLES) await trx.deleteFrom(table).execute();
+    await trx.deleteFrom('projection_checkpoints').where('name', '=', LIVE_CHECKPOINT).execute();
+    const lastSeq = await store.lastSeq();
+    let batch: StoredEvent[] = [];
+    let applied = 0;
+    for await (const event of store.replay({ untilSeq: lastSeq })) {
+      batch.push(event);
+      if (batch.length >= batchSize) {
+        applied += await applyEvents(trx, batch);
+        batch = [];
+        opts.onProgress?.(applied, lastSeq);
+      }
+    }
+    if (batch.length) applied += await applyEvents(trx, batch);
+    return { events: applied, lastSeq, ms: Date.now() - started };
+  });
+}

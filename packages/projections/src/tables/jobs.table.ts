@@ -1,0 +1,26 @@
+import type { Insertable, Selectable } from 'kysely';
+import type { Failure, OutputFile, Resources } from '@trainyard/events';
+
+export interface JobsTable {
+  id: string;
+  name: string;
+  owner: string;
+  status: string;
+  priority: number;
+  command: string;
+  image: string | null;
+  resources: Resources;
+  max_retries: number;
+  env_names: string[];
+  created_at: Date;
+  started_at: Date | null;
+  finished_at: Date | null;
+  exit_code: number | null;
+  failure: Failure | null;
+  retry_at: Date | null;
+  attempt_count: number;
+  outputs: OutputFile[];
+  last_seq: number;
+}
+export type JobRow = Selectable<JobsTable>;
+export type NewJobRow = Insertable<JobsTable>;

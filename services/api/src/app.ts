@@ -1,0 +1,48 @@
+import multipart from '@fastify/multipart';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { ApiDeps } from './deps.ts';
+import { toErrorResponse } from './errors.ts';
+import { jobDataRoutes } from './routes/job-data.ts';
+import { jobRoutes } from './routes/jobs.ts';
+import { systemRoutes } from './routes/system.ts';
+import { userRoutes } from './routes/users.ts';
+
+const PUBLIC = new Set(['/v1/auth/login']);
+
+/** Builds the HTTP API. Tests call `app.inject()`; `start` listens. */
+export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: deps.log as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: 1024 * 1024,
+    return503OnClosing: true,
+  });
+  await app.register(multipart, {
+    limits: { fileSize: deps.maxUploadBytes, files: 1, fields: 4, fieldSize: 1024 * 1024 },
+  });
+
+  app.addHook('onRequest', async (req) => {
+    if (!req.url.startsWith('/v1/') || PUBLIC.has(req.routeOptions.url ?? '')) return;
+    req.caller = await deps.tokens.verify(req.headers.authorization);
+  });
+  app.addHook('onResponse', async (req, reply) => {
+    deps.metrics.httpRequests
+      .labels(req.method, req.routeOptions.url ?? 'unmatched', String(reply.statusCode))
+      .observe(reply.elapsedTime / 1000);
+  });
+
+  app.setErrorHandler((err, req, reply) => {
+    const { status, body } = toErrorResponse(err);
+    if (status >= 500) req.log.error({ err, url: req.url }, 'request failed');
+    return reply.code(status).send(body);
+  });
+  app.setNotFoundHandler((req, reply) =>
+    reply.code(404).send({ error: { code: 'NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}` } }),
+  );
+
+  userRoutes(app, deps);
+  jobRoutes(app, deps);
+  jobDataRoutes(app, deps);
+  systemRoutes(app, deps);
+  return app;
+}

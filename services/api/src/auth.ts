@@ -1,0 +1,105 @@
+import { randomBytes, scrypt as scryptCb, timingSafeEqual } from 'node:crypto';
+import { promisify } from 'node:util';
+import type { JetStreamClient } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import { jwtVerify, SignJWT } from 'jose';
+import type { Role } from '@trainyard/events';
+import { ApiError } from './errors.ts';
+
+const scrypt = promisify(scryptCb) as (pw: string, salt: Buffer, len: number) => Promise<Buffer>;
+
+/** Who is calling, from a verified token. */
+export interface Caller {
+  username: string;
+  role: Role;
+}
+
+interface StoredCredential {
+  salt: string;
+  hash: string;
+  role: Role;
+}
+
+async function hashPassword(password: string, salt: Buffer): Promise<Buffer> {
+  return scrypt(password, salt, 32);
+}
+
+/**
+ * Password hashes live in a KV bucket, never in the event log: the log is kept forever and
+ * read by every consumer.
+ */
+export class CredentialStore {
+  private constructor(private readonly kv: KV) {}
+
+  static async open(js: JetStreamClient, replicas = 1): Promise<CredentialStore> {
+    return new CredentialStore(await new Kvm(js).create('ty_credentials', { history: 1, replicas }));
+  }
+
+  async exists(username: string): Promise<boolean> {
+    const entry = await this.kv.get(username);
+    return entry !== null && entry.operation === 'PUT';
+  }
+
+  async set(username: string, password: string, role: Role): Promise<void> {
+    const salt = randomBytes(16);
+    const hash = await hashPassword(password, salt);
+    const cred: StoredCredential = { salt: salt.toString('hex'), hash: hash.toString('hex'), role };
+    await this.kv.put(username, JSON.stringify(cred));
+  }
+
+  /** The user's role when the password matches, else null. Takes the same time either way. */
+  async verify(username: string, password: string): Promise<Role | null> {
+    const entry = await this.kv.get(username).catch(() => null);
+    const cred = entry?.operation === 'PUT' ? (entry.json() as StoredCredential) : null;
+    const salt = cred ? Buffer.from(cred.salt, 'hex') : randomBytes(16);
+    const actual = await hashPassword(password, salt);
+    if (!cred) return null;
+    const expected = Buffer.from(cred.hash, 'hex');
+    return expected.length === actual.length && timingSafeEqual(expected, actual) ? cred.role : null;
+  }
+}
+
+/** Issues and checks the API's bearer tokens (HS256). */
+export class TokenIssuer {
+  readonly #key: Uint8Array;
+  constructor(
+    secret: string,
+    private readonly ttlSeconds = 12 * 3600,
+  ) {
+    this.#key = new TextEncoder().encode(secret);
+  }
+
+  async issue(caller: Caller): Promise<string> {
+    return new SignJWT({ role: caller.role })
+      .setProtectedHeader({ alg: 'HS256' })
+      .setSubject(caller.username)
+      .setIssuer('trainyard')
+      .setIssuedAt()
+      .setExpirationTime(`${this.ttlSeconds}s`)
+      .sign(this.#key);
+  }
+
+  async verify(header: string | undefined): Promise<Caller> {
+    const token = header?.startsWith('Bearer ') ? header.slice(7) : null;
+    if (!token) throw new ApiError('UNAUTHENTICATED', 'missing bearer token');
+    try {
+      const { payload } = await jwtVerify(token, this.#key, { issuer: 'trainyard', algorithms: ['HS256'] });
+      const role = payload.role === 'admin' ? 'admin' : 'user';
+      if (!payload.sub) throw new Error('no subject');
+      return { username: payload.sub, role };
+    } catch (cause) {
+      throw new ApiError('UNAUTHENTICATED', 'invalid or expired token', undefined, { cause });
+    }
+  }
+}
+
+/** The token secret: from the environment, else one shared through KV by every API replica. */
+export async function loadTokenSecret(js: JetStreamClient, fromEnv?: string): Promise<string> {
+  if (fromEnv) return fromEnv;
+  const kv = await new Kvm(js).create('ty_config', { history: 1 });
+  const candidate = randomBytes(32).toString('hex');
+  await kv.create('jwt-secret', candidate).catch(() => undefined);
+  const entry = await kv.get('jwt-secret');
+  if (!entry) throw new Error('could not read the token secret');
+  return entry.string();
+}

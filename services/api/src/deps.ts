@@ -1,0 +1,20 @@
+import type { Kysely } from 'kysely';
+import type { Database } from '@trainyard/projections';
+import type { BlobStore, Bus, Logger } from '@trainyard/platform';
+import type { CredentialStore, TokenIssuer } from './auth.ts';
+import type { ApiMetrics } from './metrics.ts';
+
+/** Everything the API needs, built by the caller (main, `trainyard up`, or a test). */
+export interface ApiDeps {
+  bus: Bus;
+  db: Kysely<Database>;
+  blobs: BlobStore;
+  credentials: CredentialStore;
+  tokens: TokenIssuer;
+  log: Logger;
+  metrics: ApiMetrics;
+  /** Largest code archive accepted, in bytes. */
+  maxUploadBytes: number;
+  /** How long `?after=<seq>` waits for the projections. */
+  readYourWritesTimeoutMs: number;
+}

@@ -1,0 +1,83 @@
+import { randomBytes } from 'node:crypto';
+import type { Kysely } from 'kysely';
+import type { ServiceContext } from '@trainyard/platform';
+import type { Database } from '@trainyard/projections';
+import { buildApp } from './app.ts';
+import { CredentialStore, loadTokenSecret, TokenIssuer, type Caller } from './auth.ts';
+import type { ApiDeps } from './deps.ts';
+import { ApiError } from './errors.ts';
+import { createMetrics } from './metrics.ts';
+import { createUser } from './routes/users.ts';
+
+export { buildApp } from './app.ts';
+export { CredentialStore, TokenIssuer } from './auth.ts';
+export type { ApiDeps } from './deps.ts';
+export { createMetrics } from './metrics.ts';
+export { STATUS_BY_CODE } from './errors.ts';
+
+export interface ApiOptions {
+  port: number;
+  host: string;
+  jwtSecret?: string;
+  adminPassword?: string;
+  maxUploadBytes?: number;
+}
+
+export interface RunningApi {
+  url: string;
+  /** Set only when this start created the admin user with a generated password. */
+  generatedAdminPassword: string | null;
+  /** Mints a token in-process, for `trainyard up --demo` and tests. */
+  issueToken(caller: Caller): Promise<string>;
+  stop(): Promise<void>;
+}
+
+/**
+ * Creates the `admin` user on first start, with `password` or a generated one. Returns the
+ * password only when it was generated here, so that it can be shown once.
+ */
+export async function ensureAdmin(
+  deps: Pick<ApiDeps, 'bus' | 'credentials'>,
+  password: string | undefined,
+): Promise<string | null> {
+  if (await deps.credentials.exists('admin')) return null;
+  const chosen = password ?? randomBytes(12).toString('base64url');
+  try {
+    await createUser(deps, { username: 'admin', password: chosen, role: 'admin' }, null);
+  } catch (err) {
+    if (!(err instanceof ApiError && err.code === 'USER_EXISTS')) throw err;
+    await deps.credentials.set('admin', chosen, 'admin');
+  }
+  return password ? null : chosen;
+}
+
+/** Builds the API's dependencies from a service context and a database. */
+export async function apiDeps(ctx: ServiceContext, db: Kysely<Database>, opts: ApiOptions): Promise<ApiDeps> {
+  const replicas = ctx.config.TRAINYARD_STREAM_REPLICAS;
+  return {
+    bus: ctx.bus,
+    db,
+    blobs: ctx.blobs,
+    log: ctx.log,
+    credentials: await CredentialStore.open(ctx.bus.js, replicas),
+    tokens: new TokenIssuer(await loadTokenSecret(ctx.bus.js, opts.jwtSecret)),
+    metrics: createMetrics(),
+    maxUploadBytes: opts.maxUploadBytes ?? 2 * 1024 ** 3,
+    readYourWritesTimeoutMs: 10_000,
+  };
+}
+
+/** Starts the HTTP API. */
+export async function startApi(ctx: ServiceContext, db: Kysely<Database>, opts: ApiOptions): Promise<RunningApi> {
+  const deps = await apiDeps(ctx, db, opts);
+  const generatedAdminPassword = await ensureAdmin(deps, opts.adminPassword);
+  const app = await buildApp(deps);
+  const address = await app.listen({ port: opts.port, host: opts.host });
+  ctx.log.info({ address }, 'api listening');
+  return {
+    url: address,
+    generatedAdminPassword,
+    issueToken: (caller) => deps.tokens.issue(caller),
+    stop: () => app.close(),
+  };
+}

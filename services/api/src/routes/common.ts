@@ -1,0 +1,69 @@
+import type { FastifyRequest } from 'fastify';
+import type { Actor } from '@trainyard/events';
+import { loadJob, sleep, type JobSnapshot } from '@trainyard/platform';
+import { readCheckpoint } from '@trainyard/projections';
+import type { Caller } from '../auth.ts';
+import type { ApiDeps } from '../deps.ts';
+import { ApiError } from '../errors.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    caller?: Caller;
+  }
+}
+
+/** The authenticated caller; the auth hook has run for every `/v1` route but login. */
+export function callerOf(req: FastifyRequest): Caller {
+  if (!req.caller) throw new ApiError('UNAUTHENTICATED', 'missing bearer token');
+  return req.caller;
+}
+
+export const actorOf = (caller: Caller): Actor => ({ kind: 'user', id: caller.username });
+
+export function requireAdmin(req: FastifyRequest): Caller {
+  const caller = callerOf(req);
+  if (caller.role !== 'admin') throw new ApiError('FORBIDDEN', 'admins only');
+  return caller;
+}
+
+/** Runs a read-model query; a database that cannot answer becomes a 503 with a clear code. */
+export async function readModel<T>(query: () => Promise<T>): Promise<T> {
+  try {
+    return await query();
+  } catch (cause) {
+    throw new ApiError('PROJECTIONS_UNAVAILABLE', 'the read database is unavailable; commands still work', undefined, {
+      cause,
+    });
+  }
+}
+
+/** Waits until the projections have applied stream sequence `seq` (read-your-writes). */
+export async function waitForSeq(deps: ApiDeps, seq: number): Promise<void> {
+  const deadline = Date.now() + deps.readYourWritesTimeoutMs;
+  let wait = 5;
+  while ((await readModel(() => readCheckpoint(deps.db))) < seq) {
+    if (Date.now() > deadline) {
+      throw new ApiError('PROJECTION_TIMEOUT', `projections have not reached sequence ${seq} yet`);
+    }
+    await sleep(wait);
+    wait = Math.min(wait * 2, 100);
+  }
+}
+
+const JOB_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/** The `:id` route parameter; an id that cannot exist answers 404 like a missing one. */
+export function jobIdParam(req: FastifyRequest): string {
+  const id = (req.params as { id?: string }).id ?? '';
+  if (!JOB_ID.test(id)) throw new ApiError('NOT_FOUND', 'job not found');
+  return id;
+}
+
+/** Loads a job from the log if the caller may see it; otherwise it does not exist. */
+export async function visibleJob(deps: ApiDeps, caller: Caller, id: string): Promise<JobSnapshot> {
+  const snapshot = await loadJob(deps.bus.store, id);
+  if (snapshot.state.status === 'none' || (caller.role !== 'admin' && snapshot.state.owner !== caller.username)) {
+    throw new ApiError('NOT_FOUND', `job ${id} not found`);
+  }
+  return snapshot;
+}

@@ -1,0 +1,42 @@
+import { createReadStream, createWriteStream } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import type { Readable } from 'node:stream';
+import type { CodeArchive } from '@trainyard/events';
+import { ArchiveError, BlobKeys, newId, sniffFile, type BlobStore } from '@trainyard/platform';
+import { ApiError } from './errors.ts';
+
+/** An uploaded code archive parked on local disk until the spec has been accepted. */
+export interface StagedUpload {
+  file: string;
+  format: 'zip' | 'tar.gz';
+  discard(): Promise<void>;
+}
+
+/** Writes the upload to a temporary file and checks it is a zip or a gzipped tarball. */
+export async function stageUpload(stream: Readable & { truncated?: boolean }): Promise<StagedUpload> {
+  const file = join(tmpdir(), newId('upload'));
+  const discard = () => rm(file, { force: true });
+  try {
+    await pipeline(stream, createWriteStream(file));
+    if (stream.truncated) throw new ApiError('PAYLOAD_TOO_LARGE', 'the code archive is too large');
+    const format = await sniffFile(file);
+    if (!format) throw new ArchiveError('code must be a .zip or .tar.gz archive');
+    return { file, format, discard };
+  } catch (err) {
+    await discard();
+    throw err;
+  }
+}
+
+/** Moves a staged upload into the blob store as the job's code. */
+export async function keepUpload(blobs: BlobStore, jobId: string, staged: StagedUpload): Promise<CodeArchive> {
+  try {
+    const ref = await blobs.put(BlobKeys.code(jobId), createReadStream(staged.file));
+    return { ...ref, format: staged.format };
+  } finally {
+    await staged.discard();
+  }
+}

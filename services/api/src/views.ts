@@ -1,0 +1,57 @@
+import type { AttemptRow, JobRow, WorkerRow } from '@trainyard/projections';
+
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+
+/** The public shape of a job. */
+export function jobView(job: JobRow, attempts?: AttemptRow[]) {
+  return {
+    id: job.id,
+    name: job.name,
+    owner: job.owner,
+    status: job.status,
+    priority: job.priority,
+    command: job.command,
+    image: job.image,
+    resources: job.resources,
+    maxRetries: job.max_retries,
+    envNames: job.env_names,
+    createdAt: iso(job.created_at),
+    startedAt: iso(job.started_at),
+    finishedAt: iso(job.finished_at),
+    exitCode: job.exit_code,
+    failure: job.failure,
+    retryAt: iso(job.retry_at),
+    attemptCount: job.attempt_count,
+    seq: job.last_seq,
+    ...(attempts && {
+      attempts: attempts.map((a) => ({
+        number: a.number,
+        id: a.id,
+        workerId: a.worker_id,
+        gpus: a.gpus,
+        status: a.status,
+        exitCode: a.exit_code,
+        failure: a.failure,
+        assignedAt: iso(a.assigned_at),
+        startedAt: iso(a.started_at),
+        finishedAt: iso(a.finished_at),
+      })),
+    }),
+  };
+}
+
+/** The public shape of a worker. */
+export function workerView(w: WorkerRow, lastHeartbeatAt: string | null) {
+  return {
+    id: w.id,
+    hostname: w.hostname,
+    status: w.status,
+    simulated: w.gpus.some((g) => g.simulated),
+    gpus: w.gpus,
+    cpuSlots: w.cpu_slots,
+    runtime: w.runtime,
+    version: w.version,
+    registeredAt: iso(w.registered_at),
+    lastHeartbeatAt,
+  };
+}

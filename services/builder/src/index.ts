@@ -1,0 +1,1 @@
+export { DEFAULT_BUILDER_OPTIONS, startBuilder, type BuilderOptions, type RunningBuilder } from './builder.ts';

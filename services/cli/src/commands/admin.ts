@@ -1,0 +1,68 @@
+import type { Command } from 'commander';
+import { ChainVerifier } from '@trainyard/events';
+import { connectBus } from '@trainyard/platform';
+import { rebuildProjections } from '@trainyard/projections';
+import { ApiClient } from '../client.ts';
+import { database, serviceConfig } from '../env.ts';
+import { printTable } from './table.ts';
+
+/** The event log: a job's events, chain verification, and projection rebuilds. */
+export function registerAdminCommands(program: Command): void {
+  const events = program
+    .command('events')
+    .description("show a job's events; `events verify` checks every hash chain")
+    .argument('[id]', 'a job id')
+    .option('--json', 'print JSON')
+    .action(async (id: string | undefined, o: { json?: boolean }) => {
+      if (!id) {
+        events.help();
+        return;
+      }
+      const list = await ApiClient.fromEnv().json<{ seq: number; type: string; occurredAt: string; hash: string; actor: { id: string } }[]>(
+        `/v1/jobs/${encodeURIComponent(id)}/events`,
+      );
+      if (o.json) return console.log(JSON.stringify(list, null, 2));
+      printTable(
+        ['SEQ', 'TIME', 'TYPE', 'BY', 'HASH'],
+        list.map((e) => [String(e.seq), e.occurredAt, e.type, e.actor.id, e.hash.slice(0, 16)]),
+      );
+    });
+
+  events
+    .command('verify')
+    .description('walk the whole event log and verify every per-aggregate hash chain')
+    .action(async () => {
+      const config = serviceConfig();
+      const bus = await connectBus(config.TRAINYARD_NATS_URL, 'trainyard-cli');
+      try {
+        const verifier = new ChainVerifier();
+        for await (const event of bus.store.replay()) verifier.add(event);
+        for (const b of verifier.breaks) console.error(`BROKEN ${b.aggregate}/${b.aggregateId} at seq ${b.seq}: ${b.problem}`);
+        console.log(`${verifier.count} events, ${verifier.aggregates} chains, ${verifier.breaks.length} broken`);
+        if (verifier.breaks.length > 0) process.exitCode = 2;
+      } finally {
+        await bus.close();
+      }
+    });
+
+  program
+    .command('projections')
+    .description('manage the read models')
+    .command('rebuild')
+    .description('drop the projections and rebuild them by replaying the event log')
+    .action(async () => {
+      const config = serviceConfig();
+      const bus = await connectBus(config.TRAINYARD_NATS_URL, 'trainyard-cli');
+      const db = await database(config);
+      try {
+        const result = await rebuildProjections(db, bus.store, {
+          onProgress: (n, last) => process.stderr.write(`\rreplayed ${n} events (log at ${last})`),
+        });
+        process.stderr.write('\n');
+        console.log(`rebuilt from ${result.events} events up to sequence ${result.lastSeq} in ${result.ms} ms`);
+      } finally {
+        await db.destroy();
+        await bus.close();
+      }
+    });
+}

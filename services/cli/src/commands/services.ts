@@ -1,0 +1,108 @@
+import type { Command } from 'commander';
+import { startApi } from '@trainyard/api';
+import { DEFAULT_BUILDER_OPTIONS, startBuilder } from '@trainyard/builder';
+import { stopOnSignals, type ServiceContext, type Stoppable } from '@trainyard/platform';
+import { startProjector } from '@trainyard/projector';
+import { DEFAULT_SCHEDULER_OPTIONS, startScheduler } from '@trainyard/scheduler';
+import { DEFAULT_WATCHDOG_OPTIONS, startWatchdog } from '@trainyard/watchdog';
+import { startWorker } from '@trainyard/worker';
+import { database, serviceContext } from '../env.ts';
+import { up } from '../stack.ts';
+import { workerOptions, type WorkerFlags } from '../worker-options.ts';
+
+/** Runs one service in this process until a signal stops it. */
+async function runAlone(name: string, start: (ctx: ServiceContext) => Promise<Stoppable>): Promise<void> {
+  const ctx = await serviceContext(name);
+  const service = await start(ctx);
+  stopOnSignals(
+    {
+      stop: async () => {
+        await service.stop();
+        await ctx.bus.close();
+      },
+    },
+    ctx.log,
+  );
+}
+
+const ms = (v: string | undefined, fallback: number) => (v ? Number(v) : fallback);
+
+/** `trainyard up` and one command per service. */
+export function registerServiceCommands(program: Command): void {
+  program
+    .command('up')
+    .description('run the whole stack on this machine: NATS, Postgres, every service and a local worker')
+    .option('--demo', 'submit the example job and follow its logs')
+    .option('--no-worker', 'run the control plane only; workers join with `trainyard worker`')
+    .option('--simulate-gpus <shape>', 'give the local worker simulated GPUs, e.g. 2x24GiB')
+    .action(async (o: { demo?: boolean; worker: boolean; simulateGpus?: string }) =>
+      up({ demo: Boolean(o.demo), worker: o.worker, ...(o.simulateGpus && { simulateGpus: o.simulateGpus }) }),
+    );
+
+  program
+    .command('api')
+    .description('run the HTTP API (TRAINYARD_PORT, default 8080)')
+    .action(() =>
+      runAlone('api', async (ctx) => {
+        const db = await database(ctx.config);
+        const api = await startApi(ctx, db, {
+          port: Number(process.env.TRAINYARD_PORT ?? 8080),
+          host: process.env.TRAINYARD_HOST ?? '0.0.0.0',
+          ...(process.env.TRAINYARD_JWT_SECRET && { jwtSecret: process.env.TRAINYARD_JWT_SECRET }),
+          ...(process.env.TRAINYARD_ADMIN_PASSWORD && { adminPassword: process.env.TRAINYARD_ADMIN_PASSWORD }),
+        });
+        if (api.generatedAdminPassword) console.log(`admin password (shown once): ${api.generatedAdminPassword}`);
+        return { stop: async () => (await api.stop(), await db.destroy()) };
+      }),
+    );
+
+  program
+    .command('scheduler')
+    .description('run the scheduler (leader-elected; run several for standby)')
+    .action(() =>
+      runAlone('scheduler', (ctx) =>
+        startScheduler(ctx, { ...DEFAULT_SCHEDULER_OPTIONS, leaseTtlMs: ms(process.env.TRAINYARD_LEASE_TTL_MS, 10_000) }),
+      ),
+    );
+
+  program
+    .command('builder')
+    .description('run the builder')
+    .action(() => runAlone('builder', (ctx) => startBuilder(ctx, DEFAULT_BUILDER_OPTIONS)));
+
+  program
+    .command('projector')
+    .description('run the projector (event log -> Postgres read models)')
+    .action(() =>
+      runAlone('projector', async (ctx) => {
+        const db = await database(ctx.config);
+        const projector = await startProjector(ctx, db);
+        return { stop: async () => (await projector.stop(), await db.destroy()) };
+      }),
+    );
+
+  program
+    .command('watchdog')
+    .description('run the watchdog (marks silent workers lost)')
+    .action(() =>
+      runAlone('watchdog', (ctx) =>
+        startWatchdog(ctx, {
+          ...DEFAULT_WATCHDOG_OPTIONS,
+          heartbeatTimeoutMs: ms(process.env.TRAINYARD_HEARTBEAT_TIMEOUT_MS, DEFAULT_WATCHDOG_OPTIONS.heartbeatTimeoutMs),
+        }),
+      ),
+    );
+
+  program
+    .command('worker')
+    .description('run a worker daemon on this host')
+    .option('--name <name>', 'worker id (default: local)')
+    .option('--simulate-gpus <shape>', 'simulated GPUs for tests and benchmarks, e.g. 2x24GiB')
+    .option('--cpu-slots <n>', 'CPU-only job slots (default: CPU count)')
+    .option('--sandbox <dir>', 'where attempts run')
+    .option('--heartbeat-ms <ms>', 'heartbeat interval', '2000')
+    .action(async (flags: WorkerFlags) => {
+      const opts = await workerOptions(flags);
+      await runAlone('worker', (ctx) => startWorker(ctx, opts));
+    });
+}

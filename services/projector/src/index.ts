@@ -1,0 +1,1 @@
+export { startProjector, type ProjectorOptions, type RunningProjector } from './projector.ts';

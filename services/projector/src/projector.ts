@@ -1,0 +1,95 @@
+import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
+import type { Kysely } from 'kysely';
+import { decodeEvent, Streams, Subjects, type StoredEvent } from '@trainyard/events';
+import { sleep, type ServiceContext } from '@trainyard/platform';
+import { applyBatch, migrate, readCheckpoint, type Database } from '@trainyard/projections';
+
+export interface ProjectorOptions {
+  batchSize: number;
+}
+
+export interface RunningProjector {
+  stop(): Promise<void>;
+}
+
+const RETRY_MIN_MS = 100;
+const RETRY_MAX_MS = 5_000;
+
+/**
+ * Keeps the read models in step with the log. Its position is the checkpoint row written in the
+ * same transaction as the rows, so it resumes from the database, and a rebuilt or restored
+ * database can never disagree with it. While Postgres is away it holds its batch and retries.
+ */
+export async function startProjector(
+  ctx: ServiceContext,
+  db: Kysely<Database>,
+  opts: ProjectorOptions = { batchSize: 500 },
+): Promise<RunningProjector> {
+  const abort = new AbortController();
+  const log = ctx.log.child({ component: 'projector' });
+
+  async function untilApplied(batch: StoredEvent[]): Promise<void> {
+    for (let wait = RETRY_MIN_MS; !abort.signal.aborted; wait = Math.min(wait * 2, RETRY_MAX_MS)) {
+      try {
+        await applyBatch(db, batch);
+        return;
+      } catch (err) {
+        log.warn({ err, fromSeq: batch[0]?.seq, wait }, 'projection batch failed; retrying');
+        await sleep(wait, abort.signal);
+      }
+    }
+  }
+
+  async function startSeq(): Promise<number> {
+    for (let wait = RETRY_MIN_MS; ; wait = Math.min(wait * 2, RETRY_MAX_MS)) {
+      try {
+        await migrate(db);
+        return (await readCheckpoint(db)) + 1;
+      } catch (err) {
+        if (abort.signal.aborted) throw err;
+        log.warn({ err, wait }, 'database not ready; retrying');
+        await sleep(wait, abort.signal);
+      }
+    }
+  }
+
+  async function run(): Promise<void> {
+    const from = await startSeq();
+    const consumer = await ctx.bus.js.consumers.get(Streams.events, {
+      filter_subjects: Subjects.allEvents,
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: from,
+    });
+    const messages = await consumer.consume({ max_messages: opts.batchSize * 2 });
+    abort.signal.addEventListener('abort', () => messages.stop(), { once: true });
+    let batch: StoredEvent[] = [];
+    for await (const msg of messages as AsyncIterable<JsMsg>) {
+      batch.push(decodeEvent(msg));
+      if (batch.length >= opts.batchSize || msg.info.pending === 0) {
+        await untilApplied(batch);
+        batch = [];
+      }
+    }
+  }
+
+  async function supervise(): Promise<void> {
+    while (!abort.signal.aborted) {
+      try {
+        await run();
+      } catch (err) {
+        if (abort.signal.aborted) return;
+        log.error({ err }, 'projector loop failed; restarting from the checkpoint');
+        await sleep(RETRY_MAX_MS, abort.signal);
+      }
+    }
+  }
+
+  const done = supervise();
+  log.info('projector started');
+  return {
+    stop: async () => {
+      abort.abort();
+      await done;
+    },
+  };
+}

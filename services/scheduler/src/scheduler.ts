@@ -1,0 +1,197 @@
+import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
+import {
+  DEFAULT_POLICY,
+  DomainError,
+  emptyCluster,
+  evolveCluster,
+  plan,
+  type Assignment,
+  type ClusterState,
+  type PlacementPolicy,
+} from '@trainyard/domain';
+import { decodeEvent, Streams, Subjects, type StoredEvent } from '@trainyard/events';
+import { KvLease, newId, runJobCommand, sleep, type ServiceContext } from '@trainyard/platform';
+import { dispatchRun, dispatchStop } from './dispatch.ts';
+
+export interface SchedulerOptions {
+  leaseTtlMs: number;
+  policy: PlacementPolicy;
+}
+
+export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = { leaseTtlMs: 10_000, policy: DEFAULT_POLICY };
+
+/**
+ * One term as leader: folds the whole log into the cluster state, then places jobs whenever it
+ * has caught up. It waits for its own assignments to come back through the log before planning
+ * again, so the state it plans on always includes them.
+ */
+class Term {
+  readonly cluster: ClusterState = emptyCluster();
+  #caughtUp = false;
+  #planning = false;
+  #again = false;
+  #awaitSeq = 0;
+  #wakeTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly ctx: ServiceContext,
+    private readonly opts: SchedulerOptions,
+    private readonly signal: AbortSignal,
+  ) {}
+
+  async run(): Promise<void> {
+    const consumer = await this.ctx.bus.js.consumers.get(Streams.events, {
+      filter_subjects: Subjects.allEvents,
+      deliver_policy: DeliverPolicy.All,
+    });
+    const messages = await consumer.consume({ max_messages: 4096 });
+    const stop = () => messages.stop();
+    this.signal.addEventListener('abort', stop, { once: true });
+    if ((await consumer.info()).num_pending === 0) this.#onCaughtUp();
+    try {
+      for await (const msg of messages as AsyncIterable<JsMsg>) {
+        const event = decodeEvent(msg);
+        evolveCluster(this.cluster, event);
+        if (this.#caughtUp) this.#react(event);
+        if (msg.info.pending === 0) {
+          if (!this.#caughtUp) this.#onCaughtUp();
+          else this.schedule();
+        }
+      }
+    } finally {
+      clearTimeout(this.#wakeTimer);
+      this.signal.removeEventListener('abort', stop);
+    }
+  }
+
+  #onCaughtUp(): void {
+    this.#caughtUp = true;
+    this.ctx.log.info({ seq: this.cluster.lastSeq, jobs: this.cluster.jobs.size }, 'scheduler caught up');
+    for (const job of this.cluster.jobs.values()) {
+      if (job.state.status === 'assigned' && !job.state.cancelRequested) this.#send(dispatchRun(this.ctx.bus.js, job));
+      if (job.state.cancelRequested) this.#send(dispatchStop(this.ctx.bus.js, job));
+    }
+    this.schedule();
+  }
+
+  /** Side effects of live events: a cancel on a running job goes to its worker. */
+  #react(event: StoredEvent): void {
+    if (event.type !== 'JobCancelRequested') return;
+    const job = this.cluster.jobs.get(event.aggregateId);
+    if (job) this.#send(dispatchStop(this.ctx.bus.js, job));
+  }
+
+  #send(p: Promise<void>): void {
+    p.catch((err: unknown) => this.ctx.log.warn({ err }, 'dispatch failed'));
+  }
+
+  /** Plans and assigns, unless a round is running or our last assignments are not back yet. */
+  schedule(): void {
+    if (!this.#caughtUp || this.signal.aborted) return;
+    if (this.#planning || this.cluster.lastSeq < this.#awaitSeq) {
+      this.#again = true;
+      return;
+    }
+    this.#planning = true;
+    this.#again = false;
+    this.#round()
+      .catch((err: unknown) => this.ctx.log.error({ err }, 'scheduling round failed'))
+      .finally(() => {
+        this.#planning = false;
+        if (this.#again) this.schedule();
+      });
+  }
+
+  async #round(): Promise<void> {
+    const now = new Date();
+    const { assignments, wakeAt } = plan(this.cluster, now, this.opts.policy);
+    this.#armWake(wakeAt, now);
+    if (assignments.length === 0) return;
+    const seqs = await Promise.all(assignments.map((a) => this.#assign(a, now)));
+    this.#awaitSeq = Math.max(this.#awaitSeq, ...seqs);
+  }
+
+  async #assign(a: Assignment, now: Date): Promise<number> {
+    const tracked = this.cluster.jobs.get(a.jobId);
+    if (!tracked) return 0;
+    try {
+      const result = await runJobCommand(
+        this.ctx.bus.store,
+        a.jobId,
+        { type: 'AssignJob', attemptId: newId('att'), workerId: a.workerId, gpus: a.gpus, vramBytes: a.vramBytes, cpus: a.cpus },
+        { actor: { kind: 'service', id: this.ctx.instanceId }, now },
+        { snapshot: { state: tracked.state, head: tracked.head } },
+      );
+      const assigned = { state: result.state, head: result.head, queuedSeq: tracked.queuedSeq };
+      if (result.state.status === 'assigned') this.#send(dispatchRun(this.ctx.bus.js, assigned));
+      return result.head.seq;
+    } catch (err) {
+      if (!(err instanceof DomainError)) throw err;
+      this.ctx.log.debug({ jobId: a.jobId, code: err.code }, 'assignment no longer applies');
+      return 0;
+    }
+  }
+
+  #armWake(wakeAt: Date | null, now: Date): void {
+    clearTimeout(this.#wakeTimer);
+    if (!wakeAt) return;
+    this.#wakeTimer = setTimeout(() => this.schedule(), Math.max(0, wakeAt.getTime() - now.getTime()) + 5);
+  }
+}
+
+export interface RunningScheduler {
+  isLeader(): boolean;
+  stop(): Promise<void>;
+}
+
+/** Runs for leadership and, while it holds the lease, schedules. */
+export async function startScheduler(
+  ctx: ServiceContext,
+  opts: SchedulerOptions = DEFAULT_SCHEDULER_OPTIONS,
+): Promise<RunningScheduler> {
+  const lease = await KvLease.open(ctx.bus.js, 'scheduler', ctx.instanceId, opts.leaseTtlMs, ctx.config.TRAINYARD_STREAM_REPLICAS);
+  const stopping = new AbortController();
+  const renewMs = Math.max(100, Math.floor(opts.leaseTtlMs / 3));
+  const log = ctx.log.child({ component: 'scheduler' });
+
+  async function lead(): Promise<void> {
+    const term = new AbortController();
+    const onStop = () => term.abort();
+    stopping.signal.addEventListener('abort', onStop, { once: true });
+    const renew = setInterval(() => {
+      void lease.tryAcquire().then((held) => {
+        if (!held) {
+          log.warn('lost the scheduler lease');
+          term.abort();
+        }
+      });
+    }, renewMs);
+    try {
+      await new Term(ctx, opts, term.signal).run();
+    } finally {
+      clearInterval(renew);
+      stopping.signal.removeEventListener('abort', onStop);
+    }
+  }
+
+  async function campaign(): Promise<void> {
+    while (!stopping.signal.aborted) {
+      if (await lease.tryAcquire()) {
+        log.info('leading');
+        await lead().catch((err: unknown) => log.error({ err }, 'term ended with an error'));
+        await lease.release();
+      }
+      await sleep(renewMs, stopping.signal);
+    }
+  }
+
+  const done = campaign();
+  return {
+    isLeader: () => lease.held,
+    stop: async () => {
+      stopping.abort();
+      await done;
+      await lease.release();
+    },
+  };
+}

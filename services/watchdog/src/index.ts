@@ -1,0 +1,1 @@
+export { DEFAULT_WATCHDOG_OPTIONS, startWatchdog, type RunningWatchdog, type WatchdogOptions } from './watchdog.ts';

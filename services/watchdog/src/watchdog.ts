@@ -1,0 +1,107 @@
+import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
+import { ConcurrencyError, decodeEvent, HeartbeatSchema, Streams, Subjects } from '@trainyard/events';
+import type { ServiceContext } from '@trainyard/platform';
+
+export interface WatchdogOptions {
+  heartbeatTimeoutMs: number;
+  checkEveryMs: number;
+}
+
+export const DEFAULT_WATCHDOG_OPTIONS: WatchdogOptions = { heartbeatTimeoutMs: 30_000, checkEveryMs: 2_000 };
+
+export interface RunningWatchdog {
+  stop(): Promise<void>;
+}
+
+interface Watched {
+  online: boolean;
+  seq: number;
+  hash: string;
+  lastSeenMs: number;
+}
+
+/**
+ * Marks workers lost. It follows worker events to know who should be alive, and is a durable
+ * consumer of the heartbeat subjects to know who is; silence past the timeout becomes
+ * `WorkerLost`, appended at the worker's head so that a worker that just re-registered wins.
+ */
+export async function startWatchdog(
+  ctx: ServiceContext,
+  opts: WatchdogOptions = DEFAULT_WATCHDOG_OPTIONS,
+): Promise<RunningWatchdog> {
+  const log = ctx.log.child({ component: 'watchdog' });
+  const workers = new Map<string, Watched>();
+  const startedMs = Date.now();
+
+  const events = await ctx.bus.js.consumers.get(Streams.events, {
+    filter_subjects: Subjects.aggregateEvents('worker'),
+    deliver_policy: DeliverPolicy.All,
+  });
+  const eventMessages = await events.consume();
+  const followEvents = (async () => {
+    for await (const msg of eventMessages) {
+      const e = decodeEvent(msg);
+      const known = workers.get(e.aggregateId);
+      workers.set(e.aggregateId, {
+        online: e.type === 'WorkerRegistered',
+        seq: e.seq,
+        hash: e.hash,
+        lastSeenMs: Math.max(known?.lastSeenMs ?? startedMs, e.type === 'WorkerRegistered' ? Date.parse(e.occurredAt) : 0),
+      });
+    }
+  })();
+
+  await ctx.bus.jsm.consumers.add(Streams.heartbeats, {
+    durable_name: 'watchdog',
+    filter_subject: Subjects.allHeartbeats,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.LastPerSubject,
+  });
+  const beats = await (await ctx.bus.js.consumers.get(Streams.heartbeats, 'watchdog')).consume();
+  const followBeats = (async () => {
+    for await (const msg of beats as AsyncIterable<JsMsg>) {
+      const hb = HeartbeatSchema.safeParse(msg.json());
+      if (hb.success) {
+        const w = workers.get(hb.data.workerId);
+        const seenMs = Math.min(Date.now(), msg.info.timestampNanos / 1e6);
+        if (w) w.lastSeenMs = Math.max(w.lastSeenMs, seenMs);
+        else workers.set(hb.data.workerId, { online: false, seq: 0, hash: '', lastSeenMs: seenMs });
+      }
+      msg.ack();
+    }
+  })();
+
+  async function check(): Promise<void> {
+    const now = Date.now();
+    for (const [id, w] of workers) {
+      if (!w.online || w.seq === 0 || now - w.lastSeenMs < opts.heartbeatTimeoutMs) continue;
+      try {
+        await ctx.bus.store.append({
+          aggregate: 'worker',
+          aggregateId: id,
+          head: { seq: w.seq, hash: w.hash },
+          events: [{ type: 'WorkerLost', data: { lastSeenAt: new Date(w.lastSeenMs).toISOString(), timeoutMs: opts.heartbeatTimeoutMs } }],
+          meta: { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
+        });
+        w.online = false;
+        log.warn({ workerId: id, silentMs: now - w.lastSeenMs }, 'worker lost');
+      } catch (err) {
+        if (!(err instanceof ConcurrencyError)) log.error({ err, workerId: id }, 'could not mark worker lost');
+      }
+    }
+  }
+
+  let checking = Promise.resolve();
+  const timer = setInterval(() => {
+    checking = checking.then(check);
+  }, opts.checkEveryMs);
+  log.info({ timeoutMs: opts.heartbeatTimeoutMs }, 'watchdog started');
+  return {
+    stop: async () => {
+      clearInterval(timer);
+      eventMessages.stop();
+      beats.stop();
+      await Promise.all([followEvents, followBeats, checking]);
+    },
+  };
+}

@@ -1,0 +1,171 @@
+import { DomainError, failure, type JobCommand, type ProcessExit } from '@trainyard/domain';
+import type { AppendMeta, Failure, RunAttempt } from '@trainyard/events';
+import {
+  loadJob,
+  LogShipper,
+  runJobCommand,
+  type JobSnapshot,
+  type RunningAttempt,
+  type ServiceContext,
+} from '@trainyard/platform';
+import { OutputMirror } from './outputs.ts';
+import { prepareSandbox, SandboxError } from './sandbox.ts';
+import type { WorkerOptions } from './options.ts';
+
+/**
+ * One attempt on this worker, from dispatch to its last event. Every event it appends goes
+ * through the job's decider at the head it last saw, so a fenced attempt cannot report.
+ */
+export class AttemptRun {
+  #snapshot: JobSnapshot | null = null;
+  #queue: Promise<unknown> = Promise.resolve();
+  #process: RunningAttempt | null = null;
+  #stoppedByWorker = false;
+  #startedAt = 0;
+  /** Settles once the attempt needs no more of the worker. */
+  readonly done: Promise<void>;
+  #resolveDone!: () => void;
+
+  constructor(
+    private readonly ctx: ServiceContext,
+    private readonly opts: WorkerOptions,
+    readonly msg: RunAttempt,
+  ) {
+    this.done = new Promise((resolve) => (this.#resolveDone = resolve));
+  }
+
+  get attemptId(): string {
+    return this.msg.attemptId;
+  }
+
+  #meta(): AppendMeta {
+    return { actor: { kind: 'service', id: this.ctx.instanceId }, now: new Date(), causationId: this.msg.attemptId };
+  }
+
+  /** Runs a command in order with this attempt's others; false when the domain refused it. */
+  #command(command: JobCommand | (() => JobCommand)): Promise<boolean> {
+    const next = this.#queue.then(async () => {
+      try {
+        this.#snapshot ??= await loadJob(this.ctx.bus.store, this.msg.jobId);
+        const result = await runJobCommand(this.ctx.bus.store, this.msg.jobId, command, this.#meta(), {
+          snapshot: this.#snapshot,
+        });
+        this.#snapshot = result;
+        return result.events;
+      } catch (err) {
+        if (err instanceof DomainError) {
+          this.ctx.log.info({ jobId: this.msg.jobId, attemptId: this.attemptId, code: err.code }, err.message);
+          return null;
+        }
+        throw err;
+      }
+    });
+    this.#queue = next.catch(() => undefined);
+    return next.then((events) => events !== null && events.length > 0);
+  }
+
+  /**
+   * Prepares the sandbox and confirms the start with `JobStarted`. Resolves once the dispatch
+   * may be acknowledged: the attempt runs, or it was refused and has nothing left to do.
+   */
+  async start(): Promise<void> {
+    let box;
+    try {
+      box = await prepareSandbox(this.opts.sandboxRoot, this.msg, this.ctx.blobs);
+    } catch (err) {
+      const why = err instanceof SandboxError ? err.failure : failure('launchError', (err as Error).message);
+      await this.#fail(why);
+      this.#resolveDone();
+      return;
+    }
+    const started = await this.#command({ type: 'StartAttempt', attemptId: this.attemptId });
+    const running = this.#snapshot?.state.status === 'running';
+    if (!started || !running) {
+      this.#resolveDone();
+      return;
+    }
+    const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile);
+    const outputs = new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs);
+    this.#startedAt = Date.now();
+    this.#process = this.opts.runtime.start(
+      {
+        jobId: this.msg.jobId,
+        attemptId: this.attemptId,
+        attempt: this.msg.attempt,
+        command: this.msg.command,
+        env: this.msg.env,
+        workDir: box.workDir,
+        outputDir: box.outputDir,
+        gpus: this.msg.gpus,
+      },
+      (_stream, chunk) => shipper.write(chunk),
+    );
+    void this.#supervise(this.#process, shipper, outputs);
+  }
+
+  async #supervise(proc: RunningAttempt, shipper: LogShipper, outputs: OutputMirror): Promise<void> {
+    const sync = async () => {
+      const files = await outputs.scan().catch((err: unknown) => {
+        this.ctx.log.warn({ err, jobId: this.msg.jobId }, 'output upload failed');
+        return null;
+      });
+      if (files) await this.#command({ type: 'SyncOutputs', attemptId: this.attemptId, files });
+    };
+    let syncing: Promise<void> = Promise.resolve();
+    const timer = setInterval(() => {
+      syncing = syncing.then(sync);
+    }, this.opts.outputSyncMs);
+    try {
+      const exit = await proc.exited;
+      clearInterval(timer);
+      await syncing;
+      await sync();
+      await shipper.close(this.ctx.blobs).catch((err: unknown) =>
+        this.ctx.log.warn({ err, jobId: this.msg.jobId }, 'log archive failed'),
+      );
+      await this.#finish(exit);
+    } catch (err) {
+      this.ctx.log.error({ err, jobId: this.msg.jobId }, 'attempt supervision failed');
+    } finally {
+      clearInterval(timer);
+      this.#resolveDone();
+    }
+  }
+
+  async #finish(exit: ProcessExit): Promise<void> {
+    if (this.#stoppedByWorker) {
+      await this.#fail(failure('workerStopped', 'the worker stopped while the attempt ran'));
+      return;
+    }
+    await this.#command({
+      type: 'FinishAttempt',
+      attemptId: this.attemptId,
+      exit,
+      durationMs: Date.now() - this.#startedAt,
+      now: new Date(),
+      jitter: Math.random(),
+    });
+  }
+
+  async #fail(why: Failure): Promise<void> {
+    await this.#command(() => ({
+      type: 'FailAttempt',
+      attemptId: this.attemptId,
+      failure: why,
+      now: new Date(),
+      jitter: Math.random(),
+    }));
+  }
+
+  /** Stops the process for a cancel: its exit is reported and the decider records the cancel. */
+  async cancel(): Promise<void> {
+    await this.#process?.kill(this.opts.killGraceMs);
+  }
+
+  /** Stops the process because the worker is going away: reported as a platform failure. */
+  async abandon(): Promise<void> {
+    this.#stoppedByWorker = true;
+    await this.#process?.kill(this.opts.killGraceMs);
+    await this.done;
+  }
+}

@@ -1,0 +1,51 @@
+import { mkdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { RunAttempt } from '@trainyard/events';
+import { failure } from '@trainyard/domain';
+import type { Failure } from '@trainyard/events';
+import { ArchiveError, streamToFile, unpackArchive, type BlobStore } from '@trainyard/platform';
+
+export interface Sandbox {
+  root: string;
+  workDir: string;
+  outputDir: string;
+  logFile: string;
+}
+
+export class SandboxError extends Error {
+  override name = 'SandboxError';
+  constructor(readonly failure: Failure) {
+    super(failure.message);
+  }
+}
+
+/** Lays out an attempt's directory and unpacks its code (the build's artifact, or the upload). */
+export async function prepareSandbox(root: string, msg: RunAttempt, blobs: BlobStore): Promise<Sandbox> {
+  const dir = join(root, msg.jobId, String(msg.attempt));
+  const box: Sandbox = {
+    root: dir,
+    workDir: join(dir, 'work'),
+    outputDir: join(dir, 'outputs'),
+    logFile: join(dir, 'attempt.log'),
+  };
+  await rm(dir, { recursive: true, force: true });
+  await mkdir(box.workDir, { recursive: true });
+  await mkdir(box.outputDir, { recursive: true });
+  const source = msg.artifact
+    ? { key: msg.artifact.key, format: 'tar.gz' as const }
+    : msg.code && { key: msg.code.key, format: msg.code.format };
+  if (!source) return box;
+  const blob = await blobs.get(source.key);
+  if (!blob) throw new SandboxError(failure('artifactUnavailable', `blob ${source.key} is missing`));
+  const archive = join(dir, `code.${source.format}`);
+  await streamToFile(blob, archive);
+  try {
+    await unpackArchive(archive, source.format, box.workDir);
+  } catch (err) {
+    if (err instanceof ArchiveError) throw new SandboxError(failure('badArchive', err.message));
+    throw err;
+  } finally {
+    await rm(archive, { force: true });
+  }
+  return box;
+}

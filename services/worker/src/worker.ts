@@ -1,0 +1,148 @@
+import { hostname } from 'node:os';
+import { AckPolicy, DeliverPolicy, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
+import {
+  ConcurrencyError,
+  DispatchMessageSchema,
+  Streams,
+  Subjects,
+  type Gpu,
+  type Heartbeat,
+  type RunAttempt,
+  type WorkerEvent,
+} from '@trainyard/events';
+import type { ServiceContext } from '@trainyard/platform';
+import { AttemptRun } from './attempt.ts';
+import type { WorkerOptions } from './options.ts';
+
+const ACK_WAIT_NS = 60_000 * 1_000_000;
+
+export interface RunningWorker {
+  readonly id: string;
+  readonly gpus: Gpu[];
+  running(): string[];
+  stop(): Promise<void>;
+}
+
+async function appendWorkerEvent(ctx: ServiceContext, id: string, event: WorkerEvent): Promise<void> {
+  for (let tries = 0; ; tries++) {
+    const head = await ctx.bus.store.head('worker', id);
+    try {
+      await ctx.bus.store.append({
+        aggregate: 'worker',
+        aggregateId: id,
+        head,
+        events: [event],
+        meta: { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
+      });
+      return;
+    } catch (err) {
+      if (!(err instanceof ConcurrencyError) || tries >= 5) throw err;
+    }
+  }
+}
+
+/** The subjects this worker takes work from: one per GPU, the CPU pool, and control. */
+function slotSubjects(id: string, gpus: Gpu[], cpuSlots: number): { name: string; subject: string }[] {
+  return [
+    ...gpus.map((g) => ({ name: `gpu${g.index}`, subject: Subjects.dispatchGpu(id, g.index) })),
+    ...(cpuSlots > 0 ? [{ name: 'cpu', subject: Subjects.dispatchCpu(id) }] : []),
+    { name: 'ctl', subject: Subjects.dispatchControl(id) },
+  ];
+}
+
+/**
+ * Starts a worker daemon: registers its inventory, heartbeats, and runs what is dispatched to
+ * its slots. Each slot has a durable consumer of its own on the dispatch stream.
+ */
+export async function startWorker(ctx: ServiceContext, opts: WorkerOptions): Promise<RunningWorker> {
+  const id = opts.name;
+  const log = ctx.log.child({ component: 'worker', workerId: id });
+  const gpus = await opts.inventory.list();
+  const attempts = new Map<string, AttemptRun>();
+  const streams: ConsumerMessages[] = [];
+  let stopping = false;
+
+  await appendWorkerEvent(ctx, id, {
+    type: 'WorkerRegistered',
+    data: { name: id, hostname: hostname(), gpus, cpuSlots: opts.cpuSlots, runtime: opts.runtime.kind, version: opts.version },
+  });
+
+  const beat = async () => {
+    const readings = await opts.inventory.read().catch(() => []);
+    const hb: Heartbeat = { workerId: id, at: new Date().toISOString(), gpus: readings, runningAttempts: [...attempts.keys()] };
+    ctx.bus.nc.publish(Subjects.heartbeat(id), JSON.stringify(hb));
+  };
+  await beat();
+  const heartbeat = setInterval(() => void beat().catch(() => undefined), opts.heartbeatMs);
+
+  async function onRun(msg: JsMsg, run: RunAttempt): Promise<void> {
+    if (attempts.has(run.attemptId) || stopping) {
+      if (stopping) msg.nak(5_000);
+      else msg.ack();
+      return;
+    }
+    const attempt = new AttemptRun(ctx, opts, run);
+    attempts.set(run.attemptId, attempt);
+    void attempt.done.then(() => attempts.delete(run.attemptId));
+    const working = setInterval(() => msg.working(), 10_000);
+    try {
+      await attempt.start();
+      msg.ack();
+    } catch (err) {
+      attempts.delete(run.attemptId);
+      log.error({ err, jobId: run.jobId }, 'could not start the attempt; will be redelivered');
+      msg.nak(2_000);
+    } finally {
+      clearInterval(working);
+    }
+  }
+
+  async function onMessage(msg: JsMsg): Promise<void> {
+    const parsed = DispatchMessageSchema.safeParse(msg.json());
+    if (!parsed.success) {
+      log.error({ subject: msg.subject }, 'malformed dispatch message dropped');
+      msg.term();
+      return;
+    }
+    const m = parsed.data;
+    if (m.kind === 'run') return onRun(msg, m);
+    await attempts.get(m.attemptId)?.cancel();
+    msg.ack();
+  }
+
+  for (const slot of slotSubjects(id, gpus, opts.cpuSlots)) {
+    const durable = `worker_${id}_${slot.name}`;
+    await ctx.bus.jsm.consumers.add(Streams.dispatch, {
+      durable_name: durable,
+      filter_subject: slot.subject,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.All,
+      ack_wait: ACK_WAIT_NS,
+      max_deliver: 20,
+    });
+    const consumer = await ctx.bus.js.consumers.get(Streams.dispatch, durable);
+    const messages = await consumer.consume({ max_messages: 64 });
+    streams.push(messages);
+    void (async () => {
+      for await (const msg of messages) {
+        void onMessage(msg).catch((err: unknown) => log.error({ err }, 'dispatch handling failed'));
+      }
+    })();
+  }
+  log.info({ gpus: gpus.length, cpuSlots: opts.cpuSlots, simulated: gpus.some((g) => g.simulated) }, 'worker ready');
+
+  return {
+    id,
+    gpus,
+    running: () => [...attempts.keys()],
+    stop: async () => {
+      stopping = true;
+      for (const s of streams) s.stop();
+      clearInterval(heartbeat);
+      await Promise.all([...attempts.values()].map((a) => a.abandon()));
+      await appendWorkerEvent(ctx, id, { type: 'WorkerLeft', data: { reason: 'stopped' } }).catch((err: unknown) =>
+        log.warn({ err }, 'could not record leaving'),
+      );
+    },
+  };
+}

@@ -1,0 +1,37 @@
+import { defineConfig } from 'vitest/config';
+
+const globalSetup = ['packages/testkit/src/global-setup.ts'];
+
+export default defineConfig({
+  test: {
+    projects: [
+      {
+        test: {
+          name: 'unit',
+          include: ['packages/*/test/**/*.unit.test.ts', 'services/*/test/**/*.unit.test.ts'],
+          testTimeout: 5_000,
+        },
+      },
+      {
+        test: {
+          name: 'int',
+          include: ['packages/*/test/**/*.int.test.ts', 'services/*/test/**/*.int.test.ts'],
+          globalSetup,
+          testTimeout: 30_000,
+          hookTimeout: 30_000,
+          pool: 'forks',
+        },
+      },
+      {
+        test: {
+          name: 'e2e',
+          include: ['services/*/test/**/*.e2e.test.ts'],
+          globalSetup,
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
+          pool: 'forks',
+        },
+      },
+    ],
+  },
+});
