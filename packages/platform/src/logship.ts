@@ -1,9 +1,8 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { createReadStream } from 'node:fs';
 import { headers } from '@nats-io/nats-core';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { LogHeaders, Subjects } from '@trainyard/events';
-import { BlobKeys, type BlobStore } from './blob/types.ts';
+import { BlobKeys, putFile, type BlobStore } from './blob/types.ts';
 
 const FLUSH_MS = 100;
 const MAX_CHUNK = 64 * 1024;
@@ -66,6 +65,6 @@ export class LogShipper {
     await this.#inflight;
     await this.#publish(new Uint8Array(), true);
     await new Promise<void>((resolve) => this.#file.end(resolve));
-    await blobs.put(BlobKeys.log(this.jobId, this.attempt), createReadStream(this.localPath));
+    await putFile(blobs, BlobKeys.log(this.jobId, this.attempt), this.localPath);
   }
 }

@@ -2,3 +2,4 @@ export * from './context.ts';
 export * from './servers.ts';
 export * from './tmp.ts';
 export * from './wait.ts';
+export * from './process.ts';

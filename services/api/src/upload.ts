@@ -1,11 +1,11 @@
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createWriteStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
 import type { CodeArchive } from '@trainyard/events';
-import { ArchiveError, BlobKeys, newId, sniffFile, type BlobStore } from '@trainyard/platform';
+import { ArchiveError, BlobKeys, newId, putFile, sniffFile, type BlobStore } from '@trainyard/platform';
 import { ApiError } from './errors.ts';
 
 /** An uploaded code archive parked on local disk until the spec has been accepted. */
@@ -34,7 +34,7 @@ export async function stageUpload(stream: Readable & { truncated?: boolean }): P
 /** Moves a staged upload into the blob store as the job's code. */
 export async function keepUpload(blobs: BlobStore, jobId: string, staged: StagedUpload): Promise<CodeArchive> {
   try {
-    const ref = await blobs.put(BlobKeys.code(jobId), createReadStream(staged.file));
+    const ref = await putFile(blobs, BlobKeys.code(jobId), staged.file);
     return { ...ref, format: staged.format };
   } finally {
     await staged.discard();

@@ -10,6 +10,7 @@ import {
   BlobKeys,
   LogShipper,
   packDirectory,
+  putFile,
   streamToFile,
   unpackArchive,
   type BlobStore,
@@ -70,7 +71,9 @@ export async function buildArtifact(
       const setupFailure = await runSetup(spec.setup, src, jobId, spec.env, setupTimeoutMs, shipper);
       if (setupFailure) return { ok: false, failure: setupFailure };
     }
-    const artifact = await blobs.put(BlobKeys.artifact(jobId), packDirectory(src));
+    const packed = join(dir, 'artifact.tar.gz');
+    await streamToFile(packDirectory(src), packed);
+    const artifact = await putFile(blobs, BlobKeys.artifact(jobId), packed);
     shipper.write(Buffer.from(`[trainyard] artifact ready (${artifact.sizeBytes} bytes)\n`));
     return { ok: true, artifact };
   } catch (err) {

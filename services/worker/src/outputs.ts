@@ -1,8 +1,7 @@
-import { createReadStream } from 'node:fs';
 import { lstat, readdir } from 'node:fs/promises';
 import { join, relative, sep } from 'node:path';
 import type { OutputFile } from '@trainyard/events';
-import { BlobKeys, type BlobStore } from '@trainyard/platform';
+import { BlobKeys, putFile, type BlobStore } from '@trainyard/platform';
 
 interface Seen {
   sizeBytes: number;
@@ -44,7 +43,7 @@ export class OutputMirror {
       present.add(path);
       const seen = this.#seen.get(path);
       if (seen && seen.sizeBytes === stat.size && seen.mtimeMs === stat.mtimeMs) continue;
-      const ref = await this.blobs.put(BlobKeys.output(this.jobId, path), createReadStream(file));
+      const ref = await putFile(this.blobs, BlobKeys.output(this.jobId, path), file);
       this.#seen.set(path, { sizeBytes: ref.sizeBytes, mtimeMs: stat.mtimeMs, sha256: ref.sha256 });
       if (!seen || seen.sha256 !== ref.sha256 || seen.sizeBytes !== ref.sizeBytes) changed = true;
     }

@@ -42,9 +42,10 @@ export class S3BlobStore implements BlobStore {
     return new S3BlobStore(client, opts.bucket);
   }
 
-  async put(key: string, data: Readable | Uint8Array): Promise<BlobRef> {
+  async put(key: string, data: Readable | Uint8Array, sizeBytes?: number): Promise<BlobRef> {
     const hashed = hashing(data);
-    await this.client.putObject(this.bucket, key, hashed);
+    const size = sizeBytes ?? (data instanceof Uint8Array ? data.length : undefined);
+    await this.client.putObject(this.bucket, key, hashed, size);
     return { key, sizeBytes: hashed.sizeBytes, sha256: hashed.digest() };
   }
 

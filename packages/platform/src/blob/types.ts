@@ -1,11 +1,16 @@
+import { createReadStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import type { BlobRef } from '@trainyard/events';
 
 /** Where code archives, build artifacts, outputs and archived logs are kept. */
 export interface BlobStore {
   readonly kind: string;
-  /** Stores `data` under `key`, replacing what was there; returns its size and sha256. */
-  put(key: string, data: Readable | Uint8Array): Promise<BlobRef>;
+  /**
+   * Stores `data` under `key`, replacing what was there; returns its size and sha256. Pass
+   * `sizeBytes` when it is known: S3 then uploads in one request instead of in parts.
+   */
+  put(key: string, data: Readable | Uint8Array, sizeBytes?: number): Promise<BlobRef>;
   /** The blob's bytes, or null when there is no such key. */
   get(key: string): Promise<Readable | null>;
   /** The blob's size, or null when there is no such key. */
@@ -20,3 +25,9 @@ export const BlobKeys = {
   output: (jobId: string, path: string) => `jobs/${jobId}/outputs/${path}`,
   log: (jobId: string, attempt: number) => `jobs/${jobId}/logs/${attempt}.log`,
 } as const;
+
+/** Stores a local file under `key`. */
+export async function putFile(store: BlobStore, key: string, path: string): Promise<BlobRef> {
+  const { size } = await stat(path);
+  return store.put(key, createReadStream(path), size);
+}

@@ -1,0 +1,81 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { Readable } from 'node:stream';
+import S3rver from 's3rver';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestNats, tempDir } from '@trainyard/testkit';
+import { connectBus, freePort, JetStreamBlobStore, S3BlobStore, type BlobStore, type Bus } from '../src/index.ts';
+
+async function readAll(stream: Readable): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of stream) chunks.push(c as Buffer);
+  return Buffer.concat(chunks);
+}
+
+function contract(name: string, open: () => BlobStore) {
+  describe(`${name} blob store`, () => {
+    it('stores bytes and a stream, reporting size and sha256', async () => {
+      const store = open();
+      const small = Buffer.from('hello trainyard');
+      const ref = await store.put('jobs/a/small.txt', small);
+      expect(ref).toEqual({ key: 'jobs/a/small.txt', sizeBytes: small.length, sha256: createHash('sha256').update(small).digest('hex') });
+      expect((await readAll((await store.get('jobs/a/small.txt'))!)).toString()).toBe('hello trainyard');
+
+      const big = randomBytes(3 * 1024 * 1024 + 17);
+      const bigRef = await store.put('jobs/a/big.bin', Readable.from([big.subarray(0, 1000), big.subarray(1000)]), big.length);
+      expect(bigRef.sizeBytes).toBe(big.length);
+      expect(bigRef.sha256).toBe(createHash('sha256').update(big).digest('hex'));
+      expect((await readAll((await store.get('jobs/a/big.bin'))!)).equals(big)).toBe(true);
+      expect(await store.stat('jobs/a/big.bin')).toEqual({ sizeBytes: big.length });
+    });
+
+    it('answers null for a missing key, and deletes', async () => {
+      const store = open();
+      expect(await store.get('nope')).toBeNull();
+      expect(await store.stat('nope')).toBeNull();
+      await store.put('jobs/b/x', Buffer.from('x'));
+      await store.delete('jobs/b/x');
+      expect(await store.get('jobs/b/x')).toBeNull();
+    });
+
+    it('replaces a key that is written again', async () => {
+      const store = open();
+      await store.put('jobs/c/f', Buffer.from('one'));
+      await store.put('jobs/c/f', Buffer.from('two!'));
+      expect((await readAll((await store.get('jobs/c/f'))!)).toString()).toBe('two!');
+    });
+  });
+}
+
+let nats: Awaited<ReturnType<typeof startTestNats>>;
+let bus: Bus;
+let jsStore: BlobStore;
+let s3: S3rver;
+let s3Dir: Awaited<ReturnType<typeof tempDir>>;
+let s3Store: BlobStore;
+
+beforeAll(async () => {
+  nats = await startTestNats();
+  bus = await connectBus(nats.url, 'blob-test');
+  jsStore = await JetStreamBlobStore.open(bus.js, 'blobtest');
+  s3Dir = await tempDir('trainyard-s3-');
+  const port = await freePort();
+  s3 = new S3rver({ port, address: '127.0.0.1', silent: true, directory: s3Dir.path });
+  await s3.run();
+  s3Store = await S3BlobStore.open({
+    endpoint: `http://127.0.0.1:${port}`,
+    bucket: 'trainyard-test',
+    accessKey: 'S3RVER',
+    secretKey: 'S3RVER',
+    region: 'us-east-1',
+  });
+});
+
+afterAll(async () => {
+  await s3.close();
+  await s3Dir.remove();
+  await bus.close();
+  await nats.stop();
+});
+
+contract('JetStream object', () => jsStore);
+contract('S3 (s3rver)', () => s3Store);

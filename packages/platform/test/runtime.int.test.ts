@@ -1,0 +1,92 @@
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { processAlive as alive, tempDir, waitFor } from '@trainyard/testkit';
+import { NvidiaSmiInventory, ProcessRuntime, SimulatedInventory, type RunSpec } from '../src/index.ts';
+
+let dir: Awaited<ReturnType<typeof tempDir>>;
+beforeAll(async () => {
+  dir = await tempDir();
+});
+afterAll(async () => dir.remove());
+
+function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
+  return {
+    jobId: 'job_1',
+    attemptId: 'att_1',
+    attempt: 1,
+    command,
+    env: { GREETING: 'hi' },
+    workDir: dir.path,
+    outputDir: join(dir.path, 'out'),
+    gpus: [0, 2],
+    ...over,
+  };
+}
+
+
+describe('process runtime', () => {
+  it('runs the command in the sandbox with the job environment and captures output', async () => {
+    const out: string[] = [];
+    const run = new ProcessRuntime().start(
+      spec('echo "$GREETING $CUDA_VISIBLE_DEVICES $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo oops >&2; exit 3'),
+      (_s, c) => out.push(c.toString()),
+    );
+    expect(await run.exited).toEqual({ kind: 'exited', exitCode: 3 });
+    const text = out.join('');
+    expect(text).toContain(`hi 0,2 job_1 ${join(dir.path, 'out')} ${dir.path}`);
+    expect(text).toContain('oops');
+  });
+
+  it('kills the whole process group, children included', async () => {
+    const out: string[] = [];
+    const run = new ProcessRuntime().start(spec('sleep 300 & echo child=$!; wait'), (_s, c) => out.push(c.toString()));
+    const childPid = await new Promise<number>((resolve) => {
+      const timer = setInterval(() => {
+        const m = /child=(\d+)/.exec(out.join(''));
+        if (m) {
+          clearInterval(timer);
+          resolve(Number(m[1]));
+        }
+      }, 10);
+    });
+    expect(alive(childPid)).toBe(true);
+    await run.kill(1_000);
+    expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+    await waitFor('the child to die', () => !alive(childPid), { timeoutMs: 2_000 });
+  });
+
+  it('reports a command that cannot start as a launch error', async () => {
+    const run = new ProcessRuntime().start(spec('true', { workDir: join(dir.path, 'missing') }), () => undefined);
+    expect((await run.exited).kind).toBe('launch-error');
+  });
+});
+
+describe('GPU inventory', () => {
+  it('reads GPUs from nvidia-smi (a fake one on PATH here)', async () => {
+    const fake = join(dir.path, 'fake-nvidia-smi');
+    await mkdir(dir.path, { recursive: true });
+    await writeFile(
+      fake,
+      '#!/bin/sh\necho "0, NVIDIA H100 80GB HBM3, GPU-aaa, 81559, 1024, 7"\necho "1, NVIDIA H100 80GB HBM3, GPU-bbb, 81559, 0, 0"\n',
+    );
+    await chmod(fake, 0o755);
+    const inv = new NvidiaSmiInventory(fake);
+    expect(await inv.list()).toEqual([
+      { index: 0, name: 'NVIDIA H100 80GB HBM3', uuid: 'GPU-aaa', vramBytes: 81559 * 1024 ** 2, simulated: false },
+      { index: 1, name: 'NVIDIA H100 80GB HBM3', uuid: 'GPU-bbb', vramBytes: 81559 * 1024 ** 2, simulated: false },
+    ]);
+    expect(await inv.read()).toEqual([
+      { index: 0, usedBytes: 1024 * 1024 ** 2, utilPct: 7 },
+      { index: 1, usedBytes: 0, utilPct: 0 },
+    ]);
+    expect(await new NvidiaSmiInventory(join(dir.path, 'absent')).available()).toBe(false);
+  });
+
+  it('simulates GPUs by shape, marked as simulated', async () => {
+    const gpus = await SimulatedInventory.parse('2x24GiB').list();
+    expect(gpus).toHaveLength(2);
+    expect(gpus.every((g) => g.simulated && g.vramBytes === 24 * 1024 ** 3)).toBe(true);
+    expect(() => SimulatedInventory.parse('lots')).toThrow(/2x24GiB/);
+  });
+});

@@ -1,0 +1,125 @@
+import { createWriteStream } from 'node:fs';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { inject } from 'vitest';
+import { packDirectory, ProcessRuntime, NoGpuInventory } from '@trainyard/platform';
+import { createTestDatabase, startTestNats, tempDir, waitFor } from '@trainyard/testkit';
+import { startStack, type Stack } from '../src/index.ts';
+
+export const ADMIN_PASSWORD = 'admin-password-1';
+
+export interface TestStack {
+  stack: Stack;
+  url: string;
+  natsUrl: string;
+  databaseUrl: string;
+  home: string;
+  token(username?: string, password?: string): Promise<string>;
+  http(path: string, init?: RequestInit & { token?: string | null }): Promise<Response>;
+  /** Polls a job until `done(job)` holds. */
+  waitForJob(id: string, token: string, done: (job: Job) => boolean, timeoutMs?: number): Promise<Job>;
+  stop(): Promise<void>;
+}
+
+export interface Job {
+  id: string;
+  status: string;
+  owner: string;
+  exitCode: number | null;
+  failure: { kind: string; reason: string; message: string } | null;
+  startedAt: string | null;
+  finishedAt: string | null;
+  createdAt: string;
+  attempts: { number: number; workerId: string; gpus: number[]; status: string; exitCode: number | null; startedAt: string | null; finishedAt: string | null }[];
+}
+
+/** The whole stack in this process, on a NATS and a database of its own. */
+export async function startTestStack(): Promise<TestStack> {
+  const nats = await startTestNats();
+  const databaseUrl = await createTestDatabase(inject('pgUrl'));
+  const home = await tempDir('trainyard-home-');
+  const stack = await startStack({
+    home: home.path,
+    natsUrl: nats.url,
+    databaseUrl,
+    apiPort: 0,
+    apiHost: '127.0.0.1',
+    adminPassword: ADMIN_PASSWORD,
+    worker: {
+      name: 'local',
+      inventory: new NoGpuInventory(),
+      runtime: new ProcessRuntime(),
+      cpuSlots: 2,
+      sandboxRoot: join(home.path, 'sandboxes'),
+      heartbeatMs: 500,
+      outputSyncMs: 300,
+      killGraceMs: 2_000,
+      version: 'test',
+    },
+  });
+  const url = stack.api.url;
+  const http = (path: string, init: RequestInit & { token?: string | null } = {}) => {
+    const { token, ...rest } = init;
+    const headers = new Headers(rest.headers);
+    if (token) headers.set('authorization', `Bearer ${token}`);
+    return fetch(`${url}${path}`, { ...rest, headers });
+  };
+  const token = async (username = 'admin', password = ADMIN_PASSWORD) => {
+    const res = await http('/v1/auth/login', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username, password }),
+    });
+    if (!res.ok) throw new Error(`login failed: ${res.status}`);
+    return ((await res.json()) as { token: string }).token;
+  };
+  return {
+    stack,
+    url,
+    natsUrl: nats.url,
+    databaseUrl,
+    home: home.path,
+    token,
+    http,
+    waitForJob: (id, tok, done, timeoutMs = 20_000) =>
+      waitFor(
+        `job ${id}`,
+        async () => {
+          const res = await http(`/v1/jobs/${id}`, { token: tok });
+          if (!res.ok) return undefined;
+          const job = (await res.json()) as Job;
+          return done(job) ? job : undefined;
+        },
+        { timeoutMs, intervalMs: 50 },
+      ),
+    stop: async () => {
+      await stack.stop();
+      await nats.stop();
+      await home.remove();
+    },
+  };
+}
+
+/** Writes `files` into a fresh directory and packs it as a .tar.gz; returns the archive's bytes. */
+export async function codeArchive(files: Record<string, string>): Promise<Buffer> {
+  const dir = await tempDir('trainyard-code-');
+  for (const [name, content] of Object.entries(files)) {
+    await mkdir(join(dir.path, name, '..'), { recursive: true });
+    await writeFile(join(dir.path, name), content, { mode: 0o755 });
+  }
+  const file = join(dir.path, '..', `${dir.path.split('/').pop()}.tar.gz`);
+  await pipeline(packDirectory(dir.path), createWriteStream(file));
+  const bytes = await readFile(file);
+  await rm(file, { force: true });
+  await dir.remove();
+  return bytes;
+}
+
+/** Submits a job as multipart (spec + code) and returns the API's answer. */
+export async function submit(t: TestStack, token: string, spec: object, code?: Buffer): Promise<Response> {
+  const form = new FormData();
+  form.set('spec', JSON.stringify(spec));
+  if (code) form.set('code', new Blob([new Uint8Array(code)]), 'code.tar.gz');
+  return t.http('/v1/jobs', { method: 'POST', body: form, token });
+}

@@ -1,0 +1,253 @@
+import { createHash } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { ChainVerifier, type StoredEvent } from '@trainyard/events';
+import { connectDb, migrate, rebuildProjections, snapshotProjections } from '@trainyard/projections';
+import { createTestDatabase, processAlive, waitFor } from '@trainyard/testkit';
+import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
+
+let t: TestStack;
+let admin: string;
+let alice: string;
+let bob: string;
+
+const TRAIN = `#!/bin/sh
+echo "starting $TRAINYARD_JOB_ID"
+for i in 1 2 3; do echo "epoch $i loss 0.$((4 - i))"; done
+echo "error-stream line" >&2
+mkdir -p "$TRAINYARD_OUTPUT_DIR/ckpt"
+printf 'weights' > "$TRAINYARD_OUTPUT_DIR/ckpt/model.bin"
+cat prepared.txt > "$TRAINYARD_OUTPUT_DIR/setup-said.txt"
+echo done
+`;
+
+const cpuSpec = (over: object = {}) => ({ name: 'e2e', command: 'true', resources: { gpus: 0 }, ...over });
+
+beforeAll(async () => {
+  t = await startTestStack();
+  admin = await t.token();
+  for (const name of ['alice', 'bob']) {
+    const res = await t.http('/v1/users', {
+      method: 'POST',
+      token: admin,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: name, password: `${name}-password`, role: 'user' }),
+    });
+    expect(res.status).toBe(201);
+  }
+  alice = await t.token('alice', 'alice-password');
+  bob = await t.token('bob', 'bob-password');
+});
+
+afterAll(async () => t?.stop());
+
+describe('a training job end to end over HTTP', () => {
+  let jobId: string;
+
+  it('builds, runs, logs and keeps the outputs of a job that succeeds', async () => {
+    const code = await codeArchive({ 'train.sh': TRAIN });
+    const res = await submit(t, alice, cpuSpec({ command: 'sh train.sh', setup: 'echo setup ran > prepared.txt' }), code);
+    expect(res.status).toBe(202);
+    const accepted = (await res.json()) as { id: string; status: string; seq: number };
+    expect(accepted.status).toBe('submitted');
+    jobId = accepted.id;
+
+    const readOwn = await t.http(`/v1/jobs/${jobId}?after=${accepted.seq}`, { token: alice });
+    expect(readOwn.status).toBe(200);
+    expect(((await readOwn.json()) as Job).id).toBe(jobId);
+
+    const job = await t.waitForJob(jobId, alice, (j) => j.status === 'succeeded');
+    expect(job).toMatchObject({ owner: 'alice', exitCode: 0, failure: null });
+    expect(job.startedAt).not.toBeNull();
+    expect(job.finishedAt).not.toBeNull();
+    expect(job.attempts).toMatchObject([{ number: 1, workerId: 'local', gpus: [], status: 'succeeded', exitCode: 0 }]);
+
+    const logs = await (await t.http(`/v1/jobs/${jobId}/logs`, { token: alice })).text();
+    expect(logs).toContain('running setup');
+    expect(logs).toContain(`starting ${jobId}`);
+    expect(logs).toContain('epoch 3 loss 0.1');
+    expect(logs).toContain('error-stream line');
+
+    const outputs = (await (await t.http(`/v1/jobs/${jobId}/outputs`, { token: alice })).json()) as { path: string; size: number; sha256: string }[];
+    expect(outputs).toEqual([
+      { path: 'ckpt/model.bin', size: 7, sha256: createHash('sha256').update('weights').digest('hex') },
+      { path: 'setup-said.txt', size: 10, sha256: createHash('sha256').update('setup ran\n').digest('hex') },
+    ]);
+    const file = await t.http(`/v1/jobs/${jobId}/outputs/ckpt/model.bin`, { token: alice });
+    expect(file.status).toBe(200);
+    expect(await file.text()).toBe('weights');
+  });
+
+  it('streams the log live with follow=true until the job ends', async () => {
+    const res = await submit(t, alice, cpuSpec({ command: 'for i in 1 2 3 4 5; do echo tick $i; sleep 0.2; done' }));
+    const { id } = (await res.json()) as { id: string };
+    const started = Date.now();
+    const text = await (await t.http(`/v1/jobs/${id}/logs?follow=true`, { token: alice })).text();
+    expect(text).toContain('tick 1');
+    expect(text).toContain('tick 5');
+    expect(Date.now() - started).toBeGreaterThanOrEqual(800);
+    expect((await t.waitForJob(id, alice, (j) => j.status === 'succeeded')).exitCode).toBe(0);
+  });
+
+  it('lists the events of the job in order, hash-chained', async () => {
+    const res = await t.http(`/v1/jobs/${jobId}/events`, { token: alice });
+    const events = (await res.json()) as { type: string; seq: number; hash: string; prevHash: string; occurredAt: string }[];
+    expect([...new Set(events.map((e) => e.type))]).toEqual([
+      'JobSubmitted',
+      'JobBuildStarted',
+      'JobBuilt',
+      'JobAssigned',
+      'JobStarted',
+      'JobOutputsSynced',
+      'JobSucceeded',
+    ]);
+    expect(events.at(-1)!.type).toBe('JobSucceeded');
+    for (let i = 1; i < events.length; i++) {
+      expect(events[i]!.prevHash).toBe(events[i - 1]!.hash);
+      expect(events[i]!.seq).toBeGreaterThan(events[i - 1]!.seq);
+    }
+  });
+
+  it('fails a job whose command exits 3, as the user\'s failure, without retrying', async () => {
+    const res = await submit(t, alice, cpuSpec({ command: 'echo about to fail; exit 3' }));
+    const { id } = (await res.json()) as { id: string };
+    const job = await t.waitForJob(id, alice, (j) => j.status === 'failed');
+    expect(job.exitCode).toBe(3);
+    expect(job.failure).toMatchObject({ kind: 'user', reason: 'nonZeroExit' });
+    expect(job.attempts).toHaveLength(1);
+  });
+
+  it('cancels a running job and its process is gone', async () => {
+    const res = await submit(t, alice, cpuSpec({ command: 'echo pid=$$; exec sleep 300' }));
+    const { id } = (await res.json()) as { id: string };
+    await t.waitForJob(id, alice, (j) => j.status === 'running');
+    const pid = await waitFor('the pid in the log', async () => {
+      const text = await (await t.http(`/v1/jobs/${id}/logs`, { token: alice })).text();
+      const m = /pid=(\d+)/.exec(text);
+      return m ? Number(m[1]) : undefined;
+    });
+    expect(processAlive(pid)).toBe(true);
+    const cancel = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: alice });
+    expect(cancel.status).toBe(202);
+    const job = await t.waitForJob(id, alice, (j) => j.status === 'cancelled');
+    expect(job.attempts[0]!.status).toBe('cancelled');
+    await waitFor('the process to be gone', () => !processAlive(pid), { timeoutMs: 5_000 });
+    const again = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: alice });
+    expect(again.status).toBe(409);
+    expect(((await again.json()) as { error: { code: string } }).error.code).toBe('JOB_FINISHED');
+  });
+
+  it('cancels a queued job that never ran', async () => {
+    const res = await submit(t, alice, { name: 'needs-gpu', command: 'true', resources: { gpus: 1 } });
+    const { id } = (await res.json()) as { id: string };
+    await t.waitForJob(id, alice, (j) => j.status === 'queued');
+    await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: alice });
+    const job = await t.waitForJob(id, alice, (j) => j.status === 'cancelled');
+    expect(job.attempts).toEqual([]);
+  });
+
+  it('fails the build of an archive that climbs out of its directory', async () => {
+    const { execFileSync } = await import('node:child_process');
+    const bad = execFileSync('python3', [
+      '-c',
+      "import io,sys,tarfile\nb=io.BytesIO()\nt=tarfile.open(fileobj=b,mode='w:gz')\ni=tarfile.TarInfo('../evil.sh')\ni.size=1\nt.addfile(i,io.BytesIO(b'x'))\nt.close()\nsys.stdout.buffer.write(b.getvalue())",
+    ]);
+    const res = await submit(t, alice, cpuSpec({ command: 'sh evil.sh' }), bad);
+    expect(res.status).toBe(202);
+    const { id } = (await res.json()) as { id: string };
+    const job = await t.waitForJob(id, alice, (j) => j.status === 'failed');
+    expect(job.failure).toMatchObject({ kind: 'user', reason: 'badArchive' });
+    expect(job.attempts).toEqual([]);
+  });
+});
+
+describe('the API guards its input and its users', () => {
+  it('answers 401 without a token or with a bad password', async () => {
+    const res = await t.http('/v1/jobs');
+    expect(res.status).toBe(401);
+    expect(await res.json()).toEqual({ error: { code: 'UNAUTHENTICATED', message: 'missing bearer token' } });
+    const login = await t.http('/v1/auth/login', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'alice', password: 'wrong' }),
+    });
+    expect(login.status).toBe(401);
+    expect((await t.http('/v1/jobs', { token: 'not-a-jwt' })).status).toBe(401);
+  });
+
+  it('answers 400 naming the field for an invalid spec, and stores nothing', async () => {
+    const before = (await (await t.http('/v1/jobs?limit=500', { token: alice })).json()) as Job[];
+    const res = await submit(t, alice, { name: 'x', command: 'true', resources: { gpus: -1 } });
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    expect(body.error.code).toBe('VALIDATION_FAILED');
+    expect(body.error.message).toContain('spec.resources.gpus');
+    const notJson = await submit(t, alice, 'nope' as unknown as object);
+    expect(notJson.status).toBe(400);
+    const badCode = await submit(t, alice, cpuSpec(), Buffer.from('this is not an archive'));
+    expect(badCode.status).toBe(400);
+    expect(((await badCode.json()) as { error: { code: string } }).error.code).toBe('BAD_ARCHIVE');
+    const after = (await (await t.http('/v1/jobs?limit=500', { token: alice })).json()) as Job[];
+    expect(after.length).toBe(before.length);
+  });
+
+  it("hides another user's job (404) and shows an admin everything", async () => {
+    const res = await submit(t, alice, cpuSpec());
+    const { id, seq } = (await res.json()) as { id: string; seq: number };
+    for (const path of [`/v1/jobs/${id}`, `/v1/jobs/${id}/events`, `/v1/jobs/${id}/logs`, `/v1/jobs/${id}/outputs`]) {
+      expect((await t.http(path, { token: bob })).status).toBe(404);
+    }
+    expect((await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: bob })).status).toBe(404);
+    expect((await t.http(`/v1/jobs/${id}`, { token: admin })).status).toBe(200);
+    const bobs = (await (await t.http(`/v1/jobs?after=${seq}`, { token: bob })).json()) as Job[];
+    expect(bobs.some((j) => j.id === id)).toBe(false);
+    const all = (await (await t.http(`/v1/jobs?after=${seq}&limit=500`, { token: admin })).json()) as Job[];
+    expect(all.some((j) => j.id === id)).toBe(true);
+  });
+
+  it('answers 404 for a job that does not exist, and 403 for user creation by a non-admin', async () => {
+    expect((await t.http('/v1/jobs/job_doesnotexist', { token: alice })).status).toBe(404);
+    expect((await t.http('/v1/jobs/..%2F..%2Fetc', { token: alice })).status).toBe(404);
+    const res = await t.http('/v1/users', {
+      method: 'POST',
+      token: alice,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'mallory', password: 'password-1', role: 'admin' }),
+    });
+    expect(res.status).toBe(403);
+  });
+});
+
+describe('the system around the jobs', () => {
+  it('lists the worker, and answers health, metrics and the OpenAPI document', async () => {
+    const workers = (await (await t.http('/v1/workers', { token: alice })).json()) as { id: string; status: string; cpuSlots: number; lastHeartbeatAt: string }[];
+    expect(workers).toMatchObject([{ id: 'local', status: 'online', cpuSlots: 2 }]);
+    expect(workers[0]!.lastHeartbeatAt).not.toBeNull();
+    expect(await (await t.http('/healthz')).json()).toEqual({ status: 'ok', nats: true, postgres: true });
+    const metrics = await (await t.http('/metrics')).text();
+    expect(metrics).toMatch(/trainyard_jobs_submitted_total \d+/);
+    expect(metrics).toMatch(/trainyard_jobs\{status="succeeded"\} \d+/);
+    const docs = (await (await t.http('/docs')).json()) as { openapi: string; paths: Record<string, unknown> };
+    expect(docs.openapi).toBe('3.1.0');
+    expect(Object.keys(docs.paths)).toContain('/v1/jobs/{id}/logs');
+  });
+
+  it('keeps projections equal to a rebuild from the log, and every hash chain verifies', async () => {
+    const lastSeq = await t.stack.ctx.bus.store.lastSeq();
+    await waitFor('the projector to catch up', async () => {
+      const res = await t.http(`/v1/jobs?after=${lastSeq}`, { token: admin });
+      return res.ok;
+    });
+    const fresh = connectDb(await createTestDatabase(inject('pgUrl')));
+    await migrate(fresh);
+    try {
+      await rebuildProjections(fresh, t.stack.ctx.bus.store);
+      expect(await snapshotProjections(fresh)).toEqual(await snapshotProjections(t.stack.db));
+    } finally {
+      await fresh.destroy();
+    }
+    const verifier = new ChainVerifier();
+    for await (const e of t.stack.ctx.bus.store.replay()) verifier.add(e as StoredEvent);
+    expect(verifier.breaks).toEqual([]);
+    expect(verifier.count).toBe(lastSeq);
+  });
+});
