@@ -1,0 +1,142 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
+import { decodeEvent, Streams, Subjects } from '@trainyard/events';
+import { startStack, type Stack } from '@trainyard/cli';
+import { tempDir, waitFor } from '@trainyard/testkit';
+
+const BIN = resolve(fileURLToPath(new URL('../services/cli/bin/trainyard.js', import.meta.url)));
+
+export interface JobTimes {
+  submittedMs?: number;
+  startedMs?: number;
+  finishedMs?: number;
+  status?: string;
+}
+
+/** The control plane in this process, simulated workers as child processes. */
+export class BenchCluster {
+  readonly times = new Map<string, JobTimes>();
+  #workers: ChildProcess[] = [];
+  #stopTracking: (() => void) | null = null;
+  private constructor(
+    readonly stack: Stack,
+    private readonly home: Awaited<ReturnType<typeof tempDir>>,
+    readonly token: string,
+  ) {}
+
+  static async start(): Promise<BenchCluster> {
+    const home = await tempDir('trainyard-bench-');
+    const stack = await startStack({
+      home: home.path,
+      natsPort: 0,
+      apiPort: 0,
+      apiHost: '127.0.0.1',
+      adminPassword: 'bench-admin-pass',
+      worker: null,
+      fastPostgres: true,
+    });
+    const cluster = new BenchCluster(stack, home, await stack.api.issueToken({ username: 'admin', role: 'admin' }));
+    await cluster.#track();
+    return cluster;
+  }
+
+  /** Starts `count` worker processes, each with simulated GPUs of `shape`, and waits for them. */
+  async addWorkers(prefix: string, count: number, shape: string): Promise<void> {
+    for (let i = 0; i < count; i++) {
+      const child = spawn(
+        process.execPath,
+        [BIN, 'worker', '--name', `${prefix}${i}`, '--simulate-gpus', shape, '--cpu-slots', '0', '--sandbox', join(this.home.path, 'sandboxes', `${prefix}${i}`)],
+        { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, TRAINYARD_NATS_URL: this.stack.natsUrl, TRAINYARD_LOG_LEVEL: 'warn' } },
+      );
+      this.#workers.push(child);
+    }
+    await waitFor(
+      `${count} workers`,
+      async () => {
+        const res = await fetch(`${this.stack.api.url}/v1/workers`, { headers: { authorization: `Bearer ${this.token}` } });
+        const list = (await res.json()) as { id: string; status: string }[];
+        return list.filter((w) => w.id.startsWith(prefix) && w.status === 'online').length >= count;
+      },
+      { timeoutMs: 60_000, intervalMs: 200 },
+    );
+  }
+
+  async stopWorkers(): Promise<void> {
+    await Promise.all(
+      this.#workers.map(
+        (w) =>
+          new Promise<void>((res) => {
+            w.once('exit', () => res());
+            w.kill('SIGTERM');
+          }),
+      ),
+    );
+    this.#workers = [];
+  }
+
+  async #track(): Promise<void> {
+    const consumer = await this.stack.ctx.bus.js.consumers.get(Streams.events, {
+      filter_subjects: Subjects.aggregateEvents('job'),
+      deliver_policy: DeliverPolicy.New,
+    });
+    const messages = await consumer.consume({ max_messages: 4096 });
+    this.#stopTracking = () => messages.stop();
+    void (async () => {
+      for await (const msg of messages as AsyncIterable<JsMsg>) {
+        const e = decodeEvent(msg);
+        const t = this.times.get(e.aggregateId) ?? {};
+        const at = Date.parse(e.occurredAt);
+        if (e.type === 'JobSubmitted') t.submittedMs = at;
+        else if (e.type === 'JobStarted') t.startedMs = at;
+        else if (e.type === 'JobSucceeded' || e.type === 'JobAttemptFailed' || e.type === 'JobCancelled') {
+          t.finishedMs = at;
+          t.status = e.type;
+        }
+        this.times.set(e.aggregateId, t);
+      }
+    })();
+  }
+
+  /** Submits one job over HTTP (JSON spec, no code: no build, VRAM declared: no estimation). */
+  async submit(command = 'true'): Promise<string> {
+    const res = await fetch(`${this.stack.api.url}/v1/jobs`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${this.token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'bench', command, resources: { gpus: 1, vramGb: 20 }, maxRetries: 0 }),
+    });
+    if (res.status !== 202) throw new Error(`submit answered ${res.status}: ${await res.text()}`);
+    return ((await res.json()) as { id: string }).id;
+  }
+
+  /** Submits `n` jobs with `concurrency` requests in flight. */
+  async submitMany(n: number, concurrency: number): Promise<string[]> {
+    const ids: string[] = [];
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (next < n) {
+          next++;
+          ids.push(await this.submit());
+        }
+      }),
+    );
+    return ids;
+  }
+
+  async waitFinished(ids: string[], timeoutMs: number): Promise<void> {
+    await waitFor(
+      `${ids.length} jobs to finish`,
+      () => ids.every((id) => this.times.get(id)?.finishedMs !== undefined),
+      { timeoutMs, intervalMs: 50 },
+    );
+  }
+
+  async stop(): Promise<void> {
+    this.#stopTracking?.();
+    await this.stopWorkers();
+    await this.stack.stop();
+    await this.home.remove();
+  }
+}

@@ -1,0 +1,93 @@
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { appendCeiling } from './append.ts';
+import { BenchCluster } from './cluster.ts';
+import { summary } from './stats.ts';
+
+process.env.TRAINYARD_LOG_LEVEL ??= 'warn';
+const quick = process.argv.includes('--quick');
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function latencies(cluster: BenchCluster, ids: string[]) {
+  return summary(ids.map((id) => cluster.times.get(id)!).map((t) => t.startedMs! - t.submittedMs!));
+}
+
+function throughput(cluster: BenchCluster, ids: string[]) {
+  const times = ids.map((id) => cluster.times.get(id)!);
+  const first = Math.min(...times.map((t) => t.submittedMs!));
+  const last = Math.max(...times.map((t) => t.finishedMs!));
+  const failed = times.filter((t) => t.status !== 'JobSucceeded').length;
+  return { jobs: ids.length, failed, makespanMs: last - first, jobsPerSecond: Math.round((ids.length / (last - first)) * 1000 * 10) / 10 };
+}
+
+async function smallCluster(cluster: BenchCluster) {
+  await cluster.addWorkers('small', 4, '2x24GiB');
+  const n = quick ? 200 : 1000;
+  const ids = await cluster.submitMany(n, 64);
+  await cluster.waitFinished(ids, 300_000);
+  const burst = { ...throughput(cluster, ids), submitToStartMs: latencies(cluster, ids) };
+  const probe: string[] = [];
+  for (let i = 0; i < 20; i++) {
+    await sleep(1500);
+    probe.push(await cluster.submit());
+  }
+  await cluster.waitFinished(probe, 60_000);
+  await cluster.stopWorkers();
+  return { workers: 4, gpusPerWorker: 2, simulatedGpus: true, burst, idleProbe: { jobs: 20, spacingMs: 1500, submitToStartMs: latencies(cluster, probe) } };
+}
+
+async function ceiling(cluster: BenchCluster) {
+  const raw = await appendCeiling(cluster.stack.ctx.bus, quick ? 5_000 : 20_000);
+  const workers = 8;
+  const gpus = 8;
+  await cluster.addWorkers('ceil', workers, `${gpus}x80GiB`);
+  const n = quick ? 500 : 3000;
+  const ids = await cluster.submitMany(n, 128);
+  await cluster.waitFinished(ids, 600_000);
+  const e2e = throughput(cluster, ids);
+  const appendsPerJob = 4;
+  await cluster.stopWorkers();
+  return {
+    workers,
+    gpusPerWorker: gpus,
+    simulatedGpus: true,
+    endToEnd: { ...e2e, submitToRunningMs: latencies(cluster, ids) },
+    rawAppendCeilingPerSecond: raw.perSecond,
+    appendsPerJob,
+    ratioOfCeiling: Math.round(((e2e.jobsPerSecond * appendsPerJob) / raw.perSecond) * 1000) / 1000,
+  };
+}
+
+const cluster = await BenchCluster.start();
+try {
+  const result = {
+    at: new Date().toISOString(),
+    machine: { cpus: (await import('node:os')).availableParallelism(), node: process.version },
+    quick,
+    smallCluster: await smallCluster(cluster),
+    ceiling: await ceiling(cluster),
+  };
+  const dir = 'bench-results';
+  await mkdir(dir, { recursive: true });
+  const file = join(dir, `bench-${result.at.replace(/[:.]/g, '-')}.json`);
+  await writeFile(file, JSON.stringify(result, null, 2));
+  const s = result.smallCluster;
+  const c = result.ceiling;
+  console.log(`
+Trainyard benchmark (simulated GPUs; jobs skip build and estimation)
+
+small cluster: ${s.workers} workers x ${s.gpusPerWorker} simulated GPUs, ${s.burst.jobs} jobs running \`true\`
+  completed        ${s.burst.jobsPerSecond} jobs/s (target >= 200), makespan ${s.burst.makespanMs} ms, failed ${s.burst.failed}
+  submit->start    p50 ${s.burst.submitToStartMs.p50} ms  p90 ${s.burst.submitToStartMs.p90} ms  p99 ${s.burst.submitToStartMs.p99} ms
+  idle probe       p50 ${s.idleProbe.submitToStartMs.p50} ms  p90 ${s.idleProbe.submitToStartMs.p90} ms  p99 ${s.idleProbe.submitToStartMs.p99} ms (target p50 < 20 ms)
+
+ceiling: ${c.workers} workers x ${c.gpusPerWorker} simulated GPUs, ${c.endToEnd.jobs} jobs
+  end to end       ${c.endToEnd.jobsPerSecond} jobs/s (target >= 500), failed ${c.endToEnd.failed}
+  submit->running  p50 ${c.endToEnd.submitToRunningMs.p50} ms  p99 ${c.endToEnd.submitToRunningMs.p99} ms
+  raw append       ${c.rawAppendCeilingPerSecond} events/s (pipelined, msg id + expected sequence)
+  ratio            ${c.appendsPerJob} appends/job x jobs/s / ceiling = ${c.ratioOfCeiling}
+
+written to ${file}`);
+} finally {
+  await cluster.stop();
+}
