@@ -10,6 +10,7 @@ const BIN = resolve(fileURLToPath(new URL('../services/cli/bin/trainyard.js', im
 
 export interface JobTimes {
   submittedMs?: number;
+  assignedMs?: number;
   startedMs?: number;
   finishedMs?: number;
   status?: string;
@@ -63,6 +64,10 @@ export class BenchCluster {
     );
   }
 
+  workerPids(): number[] {
+    return this.#workers.map((w) => w.pid!).filter(Boolean);
+  }
+
   async stopWorkers(): Promise<void> {
     await Promise.all(
       this.#workers.map(
@@ -89,6 +94,7 @@ export class BenchCluster {
         const t = this.times.get(e.aggregateId) ?? {};
         const at = Date.parse(e.occurredAt);
         if (e.type === 'JobSubmitted') t.submittedMs = at;
+        else if (e.type === 'JobAssigned') t.assignedMs = at;
         else if (e.type === 'JobStarted') t.startedMs = at;
         else if (e.type === 'JobSucceeded' || e.type === 'JobAttemptFailed' || e.type === 'JobCancelled') {
           t.finishedMs = at;

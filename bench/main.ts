@@ -2,6 +2,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { appendCeiling } from './append.ts';
 import { BenchCluster } from './cluster.ts';
+import { CpuMeter, pidsMatching } from './cpu.ts';
 import { summary } from './stats.ts';
 
 process.env.TRAINYARD_LOG_LEVEL ??= 'warn';
@@ -12,6 +13,16 @@ function latencies(cluster: BenchCluster, ids: string[]) {
   return summary(ids.map((id) => cluster.times.get(id)!).map((t) => t.startedMs! - t.submittedMs!));
 }
 
+/** Where the time goes: queueing before assignment, dispatch to start, and the run itself. */
+function phases(cluster: BenchCluster, ids: string[]) {
+  const times = ids.map((id) => cluster.times.get(id)!);
+  return {
+    submitToAssignMs: summary(times.map((t) => t.assignedMs! - t.submittedMs!)),
+    assignToStartMs: summary(times.map((t) => t.startedMs! - t.assignedMs!)),
+    startToFinishMs: summary(times.map((t) => t.finishedMs! - t.startedMs!)),
+  };
+}
+
 function throughput(cluster: BenchCluster, ids: string[]) {
   const times = ids.map((id) => cluster.times.get(id)!);
   const first = Math.min(...times.map((t) => t.submittedMs!));
@@ -20,12 +31,35 @@ function throughput(cluster: BenchCluster, ids: string[]) {
   return { jobs: ids.length, failed, makespanMs: last - first, jobsPerSecond: Math.round((ids.length / (last - first)) * 1000 * 10) / 10 };
 }
 
+/** CPU ms per job spent by each part of the system during a run. */
+function cpuMeter(cluster: BenchCluster) {
+  const pidOf = (c: { pid: number }) => [c.pid];
+  const [nats, pg] = cluster.stack.children;
+  return new CpuMeter({
+    controlPlane: () => [process.pid],
+    workers: () => cluster.workerPids(),
+    natsServer: () => (nats ? pidOf(nats) : []),
+    postgres: () => (pg ? [pg.pid, ...pidsMatching('postgres: ')] : []),
+  });
+}
+
+function perJob(cpu: Record<string, number>, jobs: number) {
+  return Object.fromEntries(Object.entries(cpu).map(([k, ms]) => [k, Math.round((ms / jobs) * 100) / 100]));
+}
+
 async function smallCluster(cluster: BenchCluster) {
   await cluster.addWorkers('small', 4, '2x24GiB');
   const n = quick ? 200 : 1000;
+  const meter = cpuMeter(cluster);
+  meter.mark();
   const ids = await cluster.submitMany(n, 64);
   await cluster.waitFinished(ids, 300_000);
-  const burst = { ...throughput(cluster, ids), submitToStartMs: latencies(cluster, ids) };
+  const burst = {
+    ...throughput(cluster, ids),
+    submitToStartMs: latencies(cluster, ids),
+    phases: phases(cluster, ids),
+    cpuMsPerJob: perJob(meter.since(), n),
+  };
   const probe: string[] = [];
   for (let i = 0; i < 20; i++) {
     await sleep(1500);
@@ -33,7 +67,13 @@ async function smallCluster(cluster: BenchCluster) {
   }
   await cluster.waitFinished(probe, 60_000);
   await cluster.stopWorkers();
-  return { workers: 4, gpusPerWorker: 2, simulatedGpus: true, burst, idleProbe: { jobs: 20, spacingMs: 1500, submitToStartMs: latencies(cluster, probe) } };
+  return {
+    workers: 4,
+    gpusPerWorker: 2,
+    simulatedGpus: true,
+    burst,
+    idleProbe: { jobs: 20, spacingMs: 1500, submitToStartMs: latencies(cluster, probe), phases: phases(cluster, probe) },
+  };
 }
 
 async function ceiling(cluster: BenchCluster) {
@@ -42,16 +82,18 @@ async function ceiling(cluster: BenchCluster) {
   const gpus = 8;
   await cluster.addWorkers('ceil', workers, `${gpus}x80GiB`);
   const n = quick ? 500 : 3000;
+  const meter = cpuMeter(cluster);
+  meter.mark();
   const ids = await cluster.submitMany(n, 128);
   await cluster.waitFinished(ids, 600_000);
-  const e2e = throughput(cluster, ids);
+  const e2e = { ...throughput(cluster, ids), cpuMsPerJob: perJob(meter.since(), n) };
   const appendsPerJob = 4;
   await cluster.stopWorkers();
   return {
     workers,
     gpusPerWorker: gpus,
     simulatedGpus: true,
-    endToEnd: { ...e2e, submitToRunningMs: latencies(cluster, ids) },
+    endToEnd: { ...e2e, submitToRunningMs: latencies(cluster, ids), phases: phases(cluster, ids) },
     rawAppendCeilingPerSecond: raw.perSecond,
     appendsPerJob,
     ratioOfCeiling: Math.round(((e2e.jobsPerSecond * appendsPerJob) / raw.perSecond) * 1000) / 1000,

@@ -89,6 +89,11 @@ function apply(worker: WorkerState, a: Assignment): void {
   worker.cpusUsed += a.cpus;
 }
 
+/** Whether a worker could take any job at all: a GPU with no job on it, or a free CPU slot. */
+function hasRoom(w: WorkerState): boolean {
+  return w.cpusUsed < w.cpuSlots || w.gpus.some((g) => g.reservedBytes < g.vramBytes);
+}
+
 function cloneWorker(w: WorkerState): WorkerState {
   return { ...w, gpus: w.gpus.map((g) => ({ ...g })), attempts: new Set(w.attempts) };
 }
@@ -106,6 +111,7 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
     .sort((a, b) => (a.id < b.id ? -1 : 1))
     .map(cloneWorker);
   const assignments: Assignment[] = [];
+  if (!workers.some(hasRoom)) return { assignments, wakeAt };
   for (const job of ready) {
     if (!job.state.spec) continue;
     for (const worker of workers) {

@@ -19,4 +19,6 @@ export * from './servers/ports.ts';
 export * from './servers/postgres.ts';
 export * from './commands.ts';
 export * from './context.ts';
+export * from './dispatch.ts';
 export * from './logship.ts';
+export * from './position.ts';

@@ -43,3 +43,28 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener('abort', done, { once: true });
   });
 }
+
+/**
+ * Runs a loop until `signal` aborts, starting it again after an error, with a pause that grows
+ * up to `maxPauseMs`. For consumers that must survive a broken connection or a bad moment.
+ */
+export async function supervise(
+  name: string,
+  loop: () => Promise<void>,
+  signal: AbortSignal,
+  log: Logger,
+  maxPauseMs = 5_000,
+): Promise<void> {
+  let pause = 100;
+  while (!signal.aborted) {
+    try {
+      await loop();
+      pause = 100;
+    } catch (err) {
+      if (signal.aborted) return;
+      log.error({ err, loop: name }, 'loop failed; restarting');
+      await sleep(pause, signal);
+      pause = Math.min(pause * 2, maxPauseMs);
+    }
+  }
+}

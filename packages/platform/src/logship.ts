@@ -14,6 +14,7 @@ const MAX_CHUNK = 64 * 1024;
 export class LogShipper {
   #buffer: Buffer[] = [];
   #bytes = 0;
+  #written = 0;
   #timer: NodeJS.Timeout | undefined;
   #inflight: Promise<unknown> = Promise.resolve();
   readonly #file: WriteStream;
@@ -31,6 +32,7 @@ export class LogShipper {
 
   write(chunk: Buffer): void {
     this.#file.write(chunk);
+    this.#written += chunk.length;
     this.#buffer.push(chunk);
     this.#bytes += chunk.length;
     if (this.#bytes >= MAX_CHUNK) this.flush();
@@ -59,12 +61,16 @@ export class LogShipper {
     }
   }
 
-  /** Flushes, marks the end of the log, and archives the local copy. */
-  async close(blobs: BlobStore): Promise<void> {
+  /** Flushes what is buffered and marks the end of the live log. */
+  async end(): Promise<void> {
     await this.flush();
-    await this.#inflight;
     await this.#publish(new Uint8Array(), true);
     await new Promise<void>((resolve) => this.#file.end(resolve));
+  }
+
+  /** Keeps the local copy in the blob store, for when the live log has aged out. */
+  async archive(blobs: BlobStore): Promise<void> {
+    if (this.#written === 0) return;
     await putFile(blobs, BlobKeys.log(this.jobId, this.attempt), this.localPath);
   }
 }

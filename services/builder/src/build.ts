@@ -80,7 +80,8 @@ export async function buildArtifact(
     if (err instanceof ArchiveError) return { ok: false, failure: failure('badArchive', err.message) };
     return { ok: false, failure: failure('buildInfrastructure', (err as Error).message) };
   } finally {
-    await shipper.close(blobs).catch(() => undefined);
+    await shipper.end();
+    await shipper.archive(blobs).catch(() => undefined);
     await rm(dir, { recursive: true, force: true });
   }
 }

@@ -1,49 +1,47 @@
-import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
+import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import { DomainError, needsBuild } from '@trainyard/domain';
 import { decodeEvent, Streams, Subjects } from '@trainyard/events';
-import { loadJob, runJobCommand, type ServiceContext } from '@trainyard/platform';
+import { loadJob, LogPosition, runJobCommand, sleep, supervise, type ServiceContext } from '@trainyard/platform';
 import { buildArtifact } from './build.ts';
 
 export interface BuilderOptions {
   concurrency: number;
   setupTimeoutMs: number;
+  /** How often the builder's position in the log is saved. */
+  saveEveryMs: number;
 }
 
-export const DEFAULT_BUILDER_OPTIONS: BuilderOptions = { concurrency: 2, setupTimeoutMs: 30 * 60_000 };
+export const DEFAULT_BUILDER_OPTIONS: BuilderOptions = { concurrency: 2, setupTimeoutMs: 30 * 60_000, saveEveryMs: 1_000 };
 
 export interface RunningBuilder {
   stop(): Promise<void>;
 }
 
-const DURABLE = 'builder';
+const RETRY_MS = 2_000;
+const MAX_TRIES = 5;
 
 /**
- * Builds submitted jobs that need it. A durable consumer of job events; each build is claimed
- * with `JobBuildStarted` at the job's head, so two builders never build the same job, and the
- * message is acknowledged only once the outcome is in the log.
+ * Builds submitted jobs that need it. It reads job events from its saved position; each build
+ * is claimed with `JobBuildStarted` at the job's head, so two builders never build the same
+ * job, and the position only moves past a submission once its outcome is in the log.
  */
 export async function startBuilder(
   ctx: ServiceContext,
   opts: BuilderOptions = DEFAULT_BUILDER_OPTIONS,
 ): Promise<RunningBuilder> {
   const log = ctx.log.child({ component: 'builder' });
-  await ctx.bus.jsm.consumers.add(Streams.events, {
-    durable_name: DURABLE,
-    filter_subject: Subjects.aggregateEvents('job'),
-    ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.All,
-    ack_wait: 60_000 * 1_000_000,
-    max_ack_pending: opts.concurrency,
-    max_deliver: 10,
-  });
-  const consumer = await ctx.bus.js.consumers.get(Streams.events, DURABLE);
-  const messages = await consumer.consume({ max_messages: opts.concurrency });
+  const position = await LogPosition.open(ctx.bus.js, 'builder', ctx.config.TRAINYARD_STREAM_REPLICAS);
+  const stopping = new AbortController();
   const inflight = new Set<Promise<void>>();
   const meta = () => ({ actor: { kind: 'service' as const, id: ctx.instanceId }, now: new Date() });
 
   async function build(jobId: string): Promise<void> {
+    const current = await loadJob(ctx.bus.store, jobId);
+    if (current.state.status !== 'submitted') return;
     const started = Date.now();
-    const claimed = await runJobCommand(ctx.bus.store, jobId, { type: 'StartBuild', builderId: ctx.instanceId }, meta());
+    const claimed = await runJobCommand(ctx.bus.store, jobId, { type: 'StartBuild', builderId: ctx.instanceId }, meta(), {
+      snapshot: current,
+    });
     const { spec, code } = claimed.state;
     if (!spec) return;
     log.info({ jobId }, 'building');
@@ -60,41 +58,57 @@ export async function startBuilder(
     log.info({ jobId, ok: outcome.ok, ms: Date.now() - started }, 'build finished');
   }
 
-  async function handle(msg: JsMsg): Promise<void> {
-    const event = decodeEvent(msg);
-    if (event.type !== 'JobSubmitted' || !needsBuild(event.data.spec, event.data.code)) {
-      msg.ack();
-      return;
-    }
-    const working = setInterval(() => msg.working(), 20_000);
-    try {
-      const current = await loadJob(ctx.bus.store, event.aggregateId);
-      if (current.state.status === 'submitted') await build(event.aggregateId);
-      msg.ack();
-    } catch (err) {
-      if (err instanceof DomainError) {
-        msg.ack();
-        return;
+  /** Builds with bounded retries for infrastructure errors; the domain's refusals end it. */
+  async function buildWithRetries(jobId: string): Promise<void> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await build(jobId);
+      } catch (err) {
+        if (err instanceof DomainError) return;
+        if (tries >= MAX_TRIES || stopping.signal.aborted) {
+          log.error({ err, jobId, tries }, 'giving up on the build');
+          return;
+        }
+        log.warn({ err, jobId, tries }, 'build handling failed; retrying');
+        await sleep(RETRY_MS * tries, stopping.signal);
       }
-      log.error({ err, jobId: event.aggregateId }, 'build handling failed; will be redelivered');
-      msg.nak(5_000);
-    } finally {
-      clearInterval(working);
     }
   }
 
-  const loop = (async () => {
-    for await (const msg of messages) {
-      const p = handle(msg).finally(() => inflight.delete(p));
+  async function follow(): Promise<void> {
+    const consumer = await ctx.bus.js.consumers.get(Streams.events, {
+      filter_subjects: Subjects.aggregateEvents('job'),
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: position.resumeAt,
+    });
+    const messages = await consumer.consume({ max_messages: 1024 });
+    stopping.signal.addEventListener('abort', () => messages.stop(), { once: true });
+    for await (const msg of messages as AsyncIterable<JsMsg>) {
+      const event = decodeEvent(msg);
+      const wanted = event.type === 'JobSubmitted' && needsBuild(event.data.spec, event.data.code);
+      position.read(event.seq, wanted);
+      if (!wanted) continue;
+      while (inflight.size >= opts.concurrency) await Promise.race(inflight);
+      const p = buildWithRetries(event.aggregateId).finally(() => {
+        position.done(event.seq);
+        inflight.delete(p);
+      });
       inflight.add(p);
     }
-  })();
-  log.info('builder started');
+  }
+
+  const saver = setInterval(() => {
+    position.save().catch((err: unknown) => log.warn({ err }, 'could not save the builder position'));
+  }, opts.saveEveryMs);
+  const done = supervise('builder', follow, stopping.signal, log);
+  log.info({ from: position.resumeAt }, 'builder started');
   return {
     stop: async () => {
-      messages.stop();
-      await loop;
+      stopping.abort();
+      await done;
       await Promise.all(inflight);
+      clearInterval(saver);
+      await position.save().catch(() => undefined);
     },
   };
 }

@@ -1,12 +1,16 @@
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
 import { decodeEvent, Streams, Subjects, type StoredEvent } from '@trainyard/events';
-import { sleep, type ServiceContext } from '@trainyard/platform';
+import { sleep, supervise, type ServiceContext } from '@trainyard/platform';
 import { applyBatch, migrate, readCheckpoint, type Database } from '@trainyard/projections';
 
 export interface ProjectorOptions {
   batchSize: number;
+  /** How long a partial batch waits for more events before it is written. */
+  lingerMs: number;
 }
+
+export const DEFAULT_PROJECTOR_OPTIONS: ProjectorOptions = { batchSize: 500, lingerMs: 10 };
 
 export interface RunningProjector {
   stop(): Promise<void>;
@@ -23,7 +27,7 @@ const RETRY_MAX_MS = 5_000;
 export async function startProjector(
   ctx: ServiceContext,
   db: Kysely<Database>,
-  opts: ProjectorOptions = { batchSize: 500 },
+  opts: ProjectorOptions = DEFAULT_PROJECTOR_OPTIONS,
 ): Promise<RunningProjector> {
   const abort = new AbortController();
   const log = ctx.log.child({ component: 'projector' });
@@ -63,28 +67,26 @@ export async function startProjector(
     const messages = await consumer.consume({ max_messages: opts.batchSize * 2 });
     abort.signal.addEventListener('abort', () => messages.stop(), { once: true });
     let batch: StoredEvent[] = [];
+    let lingering: NodeJS.Timeout | undefined;
+    let writing: Promise<void> = Promise.resolve();
+    const flush = () => {
+      clearTimeout(lingering);
+      lingering = undefined;
+      if (batch.length === 0) return writing;
+      const full = batch;
+      batch = [];
+      writing = writing.then(() => untilApplied(full));
+      return writing;
+    };
     for await (const msg of messages as AsyncIterable<JsMsg>) {
       batch.push(decodeEvent(msg));
-      if (batch.length >= opts.batchSize || msg.info.pending === 0) {
-        await untilApplied(batch);
-        batch = [];
-      }
+      if (batch.length >= opts.batchSize) await flush();
+      else if (msg.info.pending === 0) lingering ??= setTimeout(() => void flush(), opts.lingerMs);
     }
+    await flush();
   }
 
-  async function supervise(): Promise<void> {
-    while (!abort.signal.aborted) {
-      try {
-        await run();
-      } catch (err) {
-        if (abort.signal.aborted) return;
-        log.error({ err }, 'projector loop failed; restarting from the checkpoint');
-        await sleep(RETRY_MAX_MS, abort.signal);
-      }
-    }
-  }
-
-  const done = supervise();
+  const done = supervise('projector', run, abort.signal, log);
   log.info('projector started');
   return {
     stop: async () => {

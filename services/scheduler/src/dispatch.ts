@@ -1,6 +1,7 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { TrackedJob } from '@trainyard/domain';
-import { Subjects, type DispatchMessage } from '@trainyard/events';
+import { Subjects } from '@trainyard/events';
+import type { DispatchMessage } from '@trainyard/platform';
 
 /** Sends a worker the attempt it was assigned; the message id makes resends harmless. */
 export async function dispatchRun(js: JetStreamClient, job: TrackedJob): Promise<void> {
@@ -17,6 +18,7 @@ export async function dispatchRun(js: JetStreamClient, job: TrackedJob): Promise
     env: state.spec.env,
     artifact: state.artifact,
     code: state.artifact ? null : state.code,
+    job: state,
     head,
   };
   const subject =

@@ -55,11 +55,12 @@ class Term {
         if (this.#caughtUp) this.#react(event);
         if (msg.info.pending === 0) {
           if (!this.#caughtUp) this.#onCaughtUp();
-          else this.schedule();
+          else this.#scheduleSoon();
         }
       }
     } finally {
       clearTimeout(this.#wakeTimer);
+      clearImmediate(this.#soon);
       this.signal.removeEventListener('abort', stop);
     }
   }
@@ -83,6 +84,16 @@ class Term {
 
   #send(p: Promise<void>): void {
     p.catch((err: unknown) => this.ctx.log.warn({ err }, 'dispatch failed'));
+  }
+
+  #soon: NodeJS.Immediate | undefined;
+
+  /** Coalesces the many wake-ups of a busy log into one round per turn of the event loop. */
+  #scheduleSoon(): void {
+    this.#soon ??= setImmediate(() => {
+      this.#soon = undefined;
+      this.schedule();
+    });
   }
 
   /** Plans and assigns, unless a round is running or our last assignments are not back yet. */

@@ -1,15 +1,15 @@
 import { DomainError, failure, type JobCommand, type ProcessExit } from '@trainyard/domain';
-import type { AppendMeta, Failure, RunAttempt } from '@trainyard/events';
+import type { AppendMeta, Failure } from '@trainyard/events';
 import {
-  loadJob,
   LogShipper,
   runJobCommand,
   type JobSnapshot,
+  type RunAttempt,
   type RunningAttempt,
   type ServiceContext,
 } from '@trainyard/platform';
 import { OutputMirror } from './outputs.ts';
-import { prepareSandbox, SandboxError } from './sandbox.ts';
+import { prepareSandbox, removeSandbox, SandboxError, type Sandbox } from './sandbox.ts';
 import type { WorkerOptions } from './options.ts';
 
 /**
@@ -17,11 +17,12 @@ import type { WorkerOptions } from './options.ts';
  * through the job's decider at the head it last saw, so a fenced attempt cannot report.
  */
 export class AttemptRun {
-  #snapshot: JobSnapshot | null = null;
+  #snapshot: JobSnapshot;
   #queue: Promise<unknown> = Promise.resolve();
   #process: RunningAttempt | null = null;
   #stoppedByWorker = false;
   #startedAt = 0;
+  #box: Sandbox | null = null;
   /** Settles once the attempt needs no more of the worker. */
   readonly done: Promise<void>;
   #resolveDone!: () => void;
@@ -32,6 +33,7 @@ export class AttemptRun {
     readonly msg: RunAttempt,
   ) {
     this.done = new Promise((resolve) => (this.#resolveDone = resolve));
+    this.#snapshot = { state: msg.job, head: msg.head };
   }
 
   get attemptId(): string {
@@ -46,7 +48,6 @@ export class AttemptRun {
   #command(command: JobCommand | (() => JobCommand)): Promise<boolean> {
     const next = this.#queue.then(async () => {
       try {
-        this.#snapshot ??= await loadJob(this.ctx.bus.store, this.msg.jobId);
         const result = await runJobCommand(this.ctx.bus.store, this.msg.jobId, command, this.#meta(), {
           snapshot: this.#snapshot,
         });
@@ -69,9 +70,10 @@ export class AttemptRun {
    * may be acknowledged: the attempt runs, or it was refused and has nothing left to do.
    */
   async start(): Promise<void> {
-    let box;
+    let box: Sandbox;
     try {
       box = await prepareSandbox(this.opts.sandboxRoot, this.msg, this.ctx.blobs);
+      this.#box = box;
     } catch (err) {
       const why = err instanceof SandboxError ? err.failure : failure('launchError', (err as Error).message);
       await this.#fail(why);
@@ -79,8 +81,9 @@ export class AttemptRun {
       return;
     }
     const started = await this.#command({ type: 'StartAttempt', attemptId: this.attemptId });
-    const running = this.#snapshot?.state.status === 'running';
+    const running = this.#snapshot.state.status === 'running';
     if (!started || !running) {
+      await removeSandbox(box);
       this.#resolveDone();
       return;
     }
@@ -120,10 +123,12 @@ export class AttemptRun {
       clearInterval(timer);
       await syncing;
       await sync();
-      await shipper.close(this.ctx.blobs).catch((err: unknown) =>
+      await shipper.end();
+      await this.#finish(exit);
+      await shipper.archive(this.ctx.blobs).catch((err: unknown) =>
         this.ctx.log.warn({ err, jobId: this.msg.jobId }, 'log archive failed'),
       );
-      await this.#finish(exit);
+      await removeSandbox(this.#box);
     } catch (err) {
       this.ctx.log.error({ err, jobId: this.msg.jobId }, 'attempt supervision failed');
     } finally {

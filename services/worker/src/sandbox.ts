@@ -1,9 +1,8 @@
 import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { RunAttempt } from '@trainyard/events';
 import { failure } from '@trainyard/domain';
 import type { Failure } from '@trainyard/events';
-import { ArchiveError, streamToFile, unpackArchive, type BlobStore } from '@trainyard/platform';
+import { ArchiveError, streamToFile, unpackArchive, type BlobStore, type RunAttempt } from '@trainyard/platform';
 
 export interface Sandbox {
   root: string;
@@ -21,7 +20,7 @@ export class SandboxError extends Error {
 
 /** Lays out an attempt's directory and unpacks its code (the build's artifact, or the upload). */
 export async function prepareSandbox(root: string, msg: RunAttempt, blobs: BlobStore): Promise<Sandbox> {
-  const dir = join(root, msg.jobId, String(msg.attempt));
+  const dir = join(root, `${msg.jobId}-${msg.attempt}`);
   const box: Sandbox = {
     root: dir,
     workDir: join(dir, 'work'),
@@ -29,15 +28,25 @@ export async function prepareSandbox(root: string, msg: RunAttempt, blobs: BlobS
     logFile: join(dir, 'attempt.log'),
   };
   await rm(dir, { recursive: true, force: true });
+  try {
+    await fill(box, msg, blobs);
+    return box;
+  } catch (err) {
+    await rm(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+async function fill(box: Sandbox, msg: RunAttempt, blobs: BlobStore): Promise<void> {
   await mkdir(box.workDir, { recursive: true });
   await mkdir(box.outputDir, { recursive: true });
   const source = msg.artifact
     ? { key: msg.artifact.key, format: 'tar.gz' as const }
     : msg.code && { key: msg.code.key, format: msg.code.format };
-  if (!source) return box;
+  if (!source) return;
   const blob = await blobs.get(source.key);
   if (!blob) throw new SandboxError(failure('artifactUnavailable', `blob ${source.key} is missing`));
-  const archive = join(dir, `code.${source.format}`);
+  const archive = join(box.root, `code.${source.format}`);
   await streamToFile(blob, archive);
   try {
     await unpackArchive(archive, source.format, box.workDir);
@@ -47,5 +56,9 @@ export async function prepareSandbox(root: string, msg: RunAttempt, blobs: BlobS
   } finally {
     await rm(archive, { force: true });
   }
-  return box;
+}
+
+/** Removes an attempt's directory once its outputs and log are kept elsewhere. */
+export async function removeSandbox(box: Sandbox | null): Promise<void> {
+  if (box) await rm(box.root, { recursive: true, force: true });
 }

@@ -1,16 +1,7 @@
 import { hostname } from 'node:os';
 import { AckPolicy, DeliverPolicy, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
-import {
-  ConcurrencyError,
-  DispatchMessageSchema,
-  Streams,
-  Subjects,
-  type Gpu,
-  type Heartbeat,
-  type RunAttempt,
-  type WorkerEvent,
-} from '@trainyard/events';
-import type { ServiceContext } from '@trainyard/platform';
+import { ConcurrencyError, Streams, Subjects, type Gpu, type Heartbeat, type WorkerEvent } from '@trainyard/events';
+import { DispatchMessageSchema, type RunAttempt, type ServiceContext } from '@trainyard/platform';
 import { AttemptRun } from './attempt.ts';
 import type { WorkerOptions } from './options.ts';
 

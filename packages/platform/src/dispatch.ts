@@ -1,11 +1,16 @@
 /**
- * Messages on the dispatch stream. They are derived from committed events (never the truth):
+ * Messages on the dispatch stream. They are derived from committed events, never the truth:
  * the scheduler turns `JobAssigned` into a `RunAttempt` for the worker's slot, and
  * `JobCancelRequested` into a `StopAttempt` on the worker's control subject.
  */
 import { z } from 'zod';
-import { BlobRefSchema } from './common.ts';
-import { CodeArchiveSchema } from './job.ts';
+import type { JobState } from '@trainyard/domain';
+import { BlobRefSchema, CodeArchiveSchema } from '@trainyard/events';
+
+const JobStateSchema = z.custom<JobState>(
+  (v) => typeof v === 'object' && v !== null && typeof (v as JobState).id === 'string' && Array.isArray((v as JobState).attempts),
+  'a job state',
+);
 
 export const RunAttemptSchema = z.object({
   kind: z.literal('run'),
@@ -17,7 +22,12 @@ export const RunAttemptSchema = z.object({
   env: z.record(z.string(), z.string()),
   artifact: BlobRefSchema.nullable(),
   code: CodeArchiveSchema.nullable(),
-  /** The job's head right after `JobAssigned`: the worker's `JobStarted` must land on it. */
+  /**
+   * The job as the log had it right after `JobAssigned`, and the head it was folded to. The
+   * worker decides on this snapshot; the head guard on its first append proves it current, and
+   * a conflict sends it back to the log.
+   */
+  job: JobStateSchema,
   head: z.object({ seq: z.number().int(), hash: z.string() }),
 });
 export type RunAttempt = z.infer<typeof RunAttemptSchema>;
@@ -31,10 +41,3 @@ export type StopAttempt = z.infer<typeof StopAttemptSchema>;
 
 export const DispatchMessageSchema = z.discriminatedUnion('kind', [RunAttemptSchema, StopAttemptSchema]);
 export type DispatchMessage = z.infer<typeof DispatchMessageSchema>;
-
-/** Headers on log messages (`ty.log.<jobId>.<attempt>`); attempt 0 holds the build's output. */
-export const LogHeaders = {
-  stream: 'Ty-Stream',
-  /** Marks the last message of an attempt's log. */
-  eof: 'Ty-Eof',
-} as const;

@@ -1,0 +1,48 @@
+import { readFileSync, readdirSync } from 'node:fs';
+
+const TICKS_PER_SECOND = 100;
+
+/** CPU time (user + system, ms) of a process and all its descendants, from /proc. */
+function cpuMsOf(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const [utime, stime, cutime, cstime] = [11, 12, 13, 14].map((i) => Number(fields[i]));
+    return ((utime! + stime! + cutime! + cstime!) * 1000) / TICKS_PER_SECOND;
+  } catch {
+    return 0;
+  }
+}
+
+/** Pids of every process whose command line contains `needle`. */
+export function pidsMatching(needle: string): number[] {
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map(Number)
+    .filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(needle);
+      } catch {
+        return false;
+      }
+    });
+}
+
+/** Samples CPU time of named groups of processes; `since` gives the ms each spent since `mark`. */
+export class CpuMeter {
+  #start = new Map<string, number>();
+  constructor(private readonly groups: Record<string, () => number[]>) {}
+
+  #now(): Map<string, number> {
+    return new Map(Object.entries(this.groups).map(([name, pids]) => [name, pids().reduce((s, p) => s + cpuMsOf(p), 0)]));
+  }
+
+  mark(): void {
+    this.#start = this.#now();
+  }
+
+  since(): Record<string, number> {
+    const now = this.#now();
+    return Object.fromEntries([...now].map(([name, ms]) => [name, Math.round(ms - (this.#start.get(name) ?? 0))]));
+  }
+}
