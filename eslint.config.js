@@ -32,14 +32,20 @@ export default tseslint.config(
   {
     languageOptions: { globals: { process: 'readonly', console: 'readonly', Buffer: 'readonly' } },
     rules: {
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', destructuredArrayIgnorePattern: '^_' }],
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_', destructuredArrayIgnorePattern: '^_' },
+      ],
       '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
       'no-console': 'off',
     },
   },
   restrict(
     ['packages/events/src/**'],
-    banned(['@trainyard/domain', '@trainyard/projections', '@trainyard/platform', ...servicePackages], 'events is the bottom layer'),
+    banned(
+      ['@trainyard/domain', '@trainyard/projections', '@trainyard/platform', ...servicePackages],
+      'events is the bottom layer',
+    ),
   ),
   {
     files: ['packages/domain/src/**'],
@@ -48,21 +54,44 @@ export default tseslint.config(
         'error',
         {
           paths: [
-            { name: '@trainyard/events', message: 'the domain takes types only from events', allowTypeImports: true },
-            ...banned(['@trainyard/projections', '@trainyard/platform', ...servicePackages], 'the domain imports nothing but event types'),
+            {
+              name: '@trainyard/events',
+              message: 'the domain takes types only from events',
+              allowTypeImports: true,
+            },
+            ...banned(
+              ['@trainyard/projections', '@trainyard/platform', ...servicePackages],
+              'the domain imports nothing but event types',
+            ),
           ],
           patterns: [
             noDeepImports,
-            { group: ['node:*', '@nats-io/*', 'kysely', 'postgres', 'fastify', 'zod'], message: 'the domain is pure: no IO, no libraries' },
+            {
+              group: ['node:*', '@nats-io/*', 'kysely', 'postgres', 'fastify', 'zod'],
+              message: 'the domain is pure: no IO, no libraries',
+            },
           ],
         },
       ],
-      'no-restricted-globals': ['error', { name: 'fetch', message: 'the domain is pure' }, { name: 'setTimeout', message: 'the domain has no clock' }],
+      'no-restricted-globals': [
+        'error',
+        { name: 'fetch', message: 'the domain is pure' },
+        { name: 'setTimeout', message: 'the domain has no clock' },
+      ],
       'no-restricted-syntax': [
         'error',
-        { selector: "CallExpression[callee.object.name='Date'][callee.property.name='now']", message: 'time arrives in the command' },
-        { selector: "CallExpression[callee.object.name='Math'][callee.property.name='random']", message: 'randomness arrives in the command' },
-        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: 'time arrives in the command' },
+        {
+          selector: "CallExpression[callee.object.name='Date'][callee.property.name='now']",
+          message: 'time arrives in the command',
+        },
+        {
+          selector: "CallExpression[callee.object.name='Math'][callee.property.name='random']",
+          message: 'randomness arrives in the command',
+        },
+        {
+          selector: "NewExpression[callee.name='Date'][arguments.length=0]",
+          message: 'time arrives in the command',
+        },
       ],
     },
   },
@@ -75,7 +104,10 @@ export default tseslint.config(
     .map((s) =>
       restrict(
         [`services/${s}/src/**`],
-        banned(servicePackages.filter((p) => p !== `@trainyard/${s}`), 'services never import each other; they share events'),
+        banned(
+          servicePackages.filter((p) => p !== `@trainyard/${s}`),
+          'services never import each other; they share events',
+        ),
       ),
     ),
   {

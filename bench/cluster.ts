@@ -38,7 +38,11 @@ export class BenchCluster {
       worker: null,
       fastPostgres: true,
     });
-    const cluster = new BenchCluster(stack, home, await stack.api.issueToken({ username: 'admin', role: 'admin' }));
+    const cluster = new BenchCluster(
+      stack,
+      home,
+      await stack.api.issueToken({ username: 'admin', role: 'admin' }),
+    );
     await cluster.#track();
     return cluster;
   }
@@ -48,15 +52,35 @@ export class BenchCluster {
     for (let i = 0; i < count; i++) {
       const child = spawn(
         process.execPath,
-        [BIN, 'worker', '--name', `${prefix}${i}`, '--simulate-gpus', shape, '--cpu-slots', '0', '--sandbox', join(this.home.path, 'sandboxes', `${prefix}${i}`)],
-        { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, TRAINYARD_NATS_URL: this.stack.natsUrl, TRAINYARD_LOG_LEVEL: 'warn' } },
+        [
+          BIN,
+          'worker',
+          '--name',
+          `${prefix}${i}`,
+          '--simulate-gpus',
+          shape,
+          '--cpu-slots',
+          '0',
+          '--sandbox',
+          join(this.home.path, 'sandboxes', `${prefix}${i}`),
+        ],
+        {
+          stdio: ['ignore', 'ignore', 'inherit'],
+          env: {
+            ...process.env,
+            TRAINYARD_NATS_URL: this.stack.natsUrl,
+            TRAINYARD_LOG_LEVEL: 'warn',
+          },
+        },
       );
       this.#workers.push(child);
     }
     await waitFor(
       `${count} workers`,
       async () => {
-        const res = await fetch(`${this.stack.api.url}/v1/workers`, { headers: { authorization: `Bearer ${this.token}` } });
+        const res = await fetch(`${this.stack.api.url}/v1/workers`, {
+          headers: { authorization: `Bearer ${this.token}` },
+        });
         const list = (await res.json()) as { id: string; status: string }[];
         return list.filter((w) => w.id.startsWith(prefix) && w.status === 'online').length >= count;
       },
@@ -96,7 +120,11 @@ export class BenchCluster {
         if (e.type === 'JobSubmitted') t.submittedMs = at;
         else if (e.type === 'JobAssigned') t.assignedMs = at;
         else if (e.type === 'JobStarted') t.startedMs = at;
-        else if (e.type === 'JobSucceeded' || e.type === 'JobAttemptFailed' || e.type === 'JobCancelled') {
+        else if (
+          e.type === 'JobSucceeded' ||
+          e.type === 'JobAttemptFailed' ||
+          e.type === 'JobCancelled'
+        ) {
           t.finishedMs = at;
           t.status = e.type;
         }
@@ -110,7 +138,12 @@ export class BenchCluster {
     const res = await fetch(`${this.stack.api.url}/v1/jobs`, {
       method: 'POST',
       headers: { authorization: `Bearer ${this.token}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ name: 'bench', command, resources: { gpus: 1, vramGb: 20 }, maxRetries: 0 }),
+      body: JSON.stringify({
+        name: 'bench',
+        command,
+        resources: { gpus: 1, vramGb: 20 },
+        maxRetries: 0,
+      }),
     });
     if (res.status !== 202) throw new Error(`submit answered ${res.status}: ${await res.text()}`);
     return ((await res.json()) as { id: string }).id;

@@ -34,7 +34,12 @@ export class CpuMeter {
   constructor(private readonly groups: Record<string, () => number[]>) {}
 
   #now(): Map<string, number> {
-    return new Map(Object.entries(this.groups).map(([name, pids]) => [name, pids().reduce((s, p) => s + cpuMsOf(p), 0)]));
+    return new Map(
+      Object.entries(this.groups).map(([name, pids]) => [
+        name,
+        pids().reduce((s, p) => s + cpuMsOf(p), 0),
+      ]),
+    );
   }
 
   mark(): void {
@@ -43,6 +48,8 @@ export class CpuMeter {
 
   since(): Record<string, number> {
     const now = this.#now();
-    return Object.fromEntries([...now].map(([name, ms]) => [name, Math.round(ms - (this.#start.get(name) ?? 0))]));
+    return Object.fromEntries(
+      [...now].map(([name, ms]) => [name, Math.round(ms - (this.#start.get(name) ?? 0))]),
+    );
   }
 }

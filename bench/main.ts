@@ -28,7 +28,12 @@ function throughput(cluster: BenchCluster, ids: string[]) {
   const first = Math.min(...times.map((t) => t.submittedMs!));
   const last = Math.max(...times.map((t) => t.finishedMs!));
   const failed = times.filter((t) => t.status !== 'JobSucceeded').length;
-  return { jobs: ids.length, failed, makespanMs: last - first, jobsPerSecond: Math.round((ids.length / (last - first)) * 1000 * 10) / 10 };
+  return {
+    jobs: ids.length,
+    failed,
+    makespanMs: last - first,
+    jobsPerSecond: Math.round((ids.length / (last - first)) * 1000 * 10) / 10,
+  };
 }
 
 /** CPU ms per job spent by each part of the system during a run. */
@@ -44,7 +49,9 @@ function cpuMeter(cluster: BenchCluster) {
 }
 
 function perJob(cpu: Record<string, number>, jobs: number) {
-  return Object.fromEntries(Object.entries(cpu).map(([k, ms]) => [k, Math.round((ms / jobs) * 100) / 100]));
+  return Object.fromEntries(
+    Object.entries(cpu).map(([k, ms]) => [k, Math.round((ms / jobs) * 100) / 100]),
+  );
 }
 
 async function smallCluster(cluster: BenchCluster) {
@@ -72,7 +79,12 @@ async function smallCluster(cluster: BenchCluster) {
     gpusPerWorker: 2,
     simulatedGpus: true,
     burst,
-    idleProbe: { jobs: 20, spacingMs: 1500, submitToStartMs: latencies(cluster, probe), phases: phases(cluster, probe) },
+    idleProbe: {
+      jobs: 20,
+      spacingMs: 1500,
+      submitToStartMs: latencies(cluster, probe),
+      phases: phases(cluster, probe),
+    },
   };
 }
 

@@ -8,6 +8,7 @@ export TRAINYARD_LOG_LEVEL="${TRAINYARD_LOG_LEVEL:-warn}"
 
 echo "== lint"
 npx eslint .
+npx prettier --check "**/*.{ts,js,json}" --log-level warn
 echo "== typecheck"
 npx tsc -p tsconfig.json
 echo "== tests"

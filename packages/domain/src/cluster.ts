@@ -33,7 +33,11 @@ export interface ClusterState {
   lastSeq: number;
 }
 
-export const emptyCluster = (): ClusterState => ({ workers: new Map(), jobs: new Map(), lastSeq: 0 });
+export const emptyCluster = (): ClusterState => ({
+  workers: new Map(),
+  jobs: new Map(),
+  lastSeq: 0,
+});
 
 function reserve(cluster: ClusterState, job: JobState, sign: 1 | -1): void {
   const attempt = job.attempts[job.attempts.length - 1];

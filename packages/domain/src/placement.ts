@@ -37,7 +37,8 @@ function placeable(cluster: ClusterState, now: Date): { ready: TrackedJob[]; wak
     }
   }
   ready.sort(
-    (a, b) => (b.state.spec?.priority ?? 0) - (a.state.spec?.priority ?? 0) || a.queuedSeq - b.queuedSeq,
+    (a, b) =>
+      (b.state.spec?.priority ?? 0) - (a.state.spec?.priority ?? 0) || a.queuedSeq - b.queuedSeq,
   );
   return { ready, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
 }
@@ -67,7 +68,10 @@ function fitOnWorker(
   }
   const fitting = worker.gpus
     .filter((g) => gpuFits(job, g, policy))
-    .sort((a, b) => a.vramBytes - a.reservedBytes - (b.vramBytes - b.reservedBytes) || a.index - b.index);
+    .sort(
+      (a, b) =>
+        a.vramBytes - a.reservedBytes - (b.vramBytes - b.reservedBytes) || a.index - b.index,
+    );
   if (fitting.length < resources.gpus) return null;
   const chosen = fitting.slice(0, resources.gpus);
   const vramBytes = Math.max(...chosen.map((g) => vramNeed(job, g)));

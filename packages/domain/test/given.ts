@@ -1,5 +1,11 @@
 import type { JobEvent, JobSpec, StoredEvent } from '@trainyard/events';
-import { decideJob, evolveJob, initialJobState, type JobCommand, type JobState } from '../src/index.ts';
+import {
+  decideJob,
+  evolveJob,
+  initialJobState,
+  type JobCommand,
+  type JobState,
+} from '../src/index.ts';
 
 export const T0 = new Date('2026-01-01T00:00:00.000Z');
 
@@ -48,9 +54,15 @@ export function stored<E extends { type: string; data: unknown }>(
   } as unknown as StoredEvent;
 }
 
-export const submitted = (s: JobSpec = spec()): JobEvent => ({ type: 'JobSubmitted', data: { owner: 'alice', spec: s } });
+export const submitted = (s: JobSpec = spec()): JobEvent => ({
+  type: 'JobSubmitted',
+  data: { owner: 'alice', spec: s },
+});
 export const assigned = (attemptId = 'a1', attempt = 1, gpus = [0]): JobEvent => ({
   type: 'JobAssigned',
   data: { attemptId, attempt, workerId: 'w1', gpus, vramBytes: 8 * 1024 ** 3, cpus: 0 },
 });
-export const started = (attemptId = 'a1'): JobEvent => ({ type: 'JobStarted', data: { attemptId } });
+export const started = (attemptId = 'a1'): JobEvent => ({
+  type: 'JobStarted',
+  data: { attemptId },
+});

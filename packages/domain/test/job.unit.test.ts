@@ -28,24 +28,50 @@ describe('job decider', () => {
 
   it('skips the build when the job names a ready image', () => {
     const code = { key: 'k', sizeBytes: 1, sha256: 'a'.repeat(64), format: 'zip' as const };
-    const events = when([], { type: 'SubmitJob', owner: 'alice', spec: spec({ image: 'ready:1' }), code });
+    const events = when([], {
+      type: 'SubmitJob',
+      owner: 'alice',
+      spec: spec({ image: 'ready:1' }),
+      code,
+    });
     expect(given(events).status).toBe('queued');
   });
 
   it('refuses to submit the same job twice', () => {
-    expectRejected(() => when([submitted()], { type: 'SubmitJob', owner: 'alice', spec: spec() }), 'JOB_EXISTS');
+    expectRejected(
+      () => when([submitted()], { type: 'SubmitJob', owner: 'alice', spec: spec() }),
+      'JOB_EXISTS',
+    );
   });
 
   it('assigns a queued job as attempt 1 and numbers later attempts', () => {
-    const events = when([submitted()], { type: 'AssignJob', attemptId: 'a1', workerId: 'w1', gpus: [0], vramBytes: 1, cpus: 0 });
+    const events = when([submitted()], {
+      type: 'AssignJob',
+      attemptId: 'a1',
+      workerId: 'w1',
+      gpus: [0],
+      vramBytes: 1,
+      cpus: 0,
+    });
     expect(events).toEqual([
-      { type: 'JobAssigned', data: { attemptId: 'a1', attempt: 1, workerId: 'w1', gpus: [0], vramBytes: 1, cpus: 0 } },
+      {
+        type: 'JobAssigned',
+        data: { attemptId: 'a1', attempt: 1, workerId: 'w1', gpus: [0], vramBytes: 1, cpus: 0 },
+      },
     ]);
   });
 
   it('refuses to assign a job that is already assigned', () => {
     expectRejected(
-      () => when([submitted(), assigned()], { type: 'AssignJob', attemptId: 'a2', workerId: 'w1', gpus: [1], vramBytes: 1, cpus: 0 }),
+      () =>
+        when([submitted(), assigned()], {
+          type: 'AssignJob',
+          attemptId: 'a2',
+          workerId: 'w1',
+          gpus: [1],
+          vramBytes: 1,
+          cpus: 0,
+        }),
       'INVALID_TRANSITION',
     );
   });
@@ -54,7 +80,10 @@ describe('job decider', () => {
     expect(when([submitted(), assigned()], { type: 'StartAttempt', attemptId: 'a1' })).toEqual([
       { type: 'JobStarted', data: { attemptId: 'a1' } },
     ]);
-    expectRejected(() => when([submitted(), assigned()], { type: 'StartAttempt', attemptId: 'other' }), 'STALE_ATTEMPT');
+    expectRejected(
+      () => when([submitted(), assigned()], { type: 'StartAttempt', attemptId: 'other' }),
+      'STALE_ATTEMPT',
+    );
   });
 
   it('records success on exit 0', () => {
@@ -82,7 +111,11 @@ describe('job decider', () => {
     expect(events).toHaveLength(1);
     expect(events[0]).toMatchObject({
       type: 'JobAttemptFailed',
-      data: { exitCode: 3, failure: { kind: 'user', reason: 'nonZeroExit', retryable: false }, retry: null },
+      data: {
+        exitCode: 3,
+        failure: { kind: 'user', reason: 'nonZeroExit', retryable: false },
+        retry: null,
+      },
     });
     const state = given([submitted(), assigned(), started(), ...events]);
     expect(state.status).toBe('failed');
@@ -91,21 +124,43 @@ describe('job decider', () => {
 
   it('retries a platform failure with backoff, then fails after maxRetries', () => {
     const history = [submitted(spec({ maxRetries: 1 })), assigned('a1', 1), started('a1')];
-    const first = when(history, { type: 'FailAttempt', attemptId: 'a1', failure: failure('launchError', 'boom'), now: T0, jitter: 0.5 });
-    expect(first[0]).toMatchObject({ type: 'JobAttemptFailed', data: { retry: { backoffMs: 3750 } } });
+    const first = when(history, {
+      type: 'FailAttempt',
+      attemptId: 'a1',
+      failure: failure('launchError', 'boom'),
+      now: T0,
+      jitter: 0.5,
+    });
+    expect(first[0]).toMatchObject({
+      type: 'JobAttemptFailed',
+      data: { retry: { backoffMs: 3750 } },
+    });
     const afterFirst = [...history, ...first];
     expect(given(afterFirst).status).toBe('retrying');
     const second = [...afterFirst, assigned('a2', 2), started('a2')];
-    const last = when(second, { type: 'FailAttempt', attemptId: 'a2', failure: failure('launchError', 'boom'), now: T0, jitter: 0 });
-    expect(last[0]).toMatchObject({ type: 'JobAttemptFailed', data: { retry: null, failure: { kind: 'system' } } });
+    const last = when(second, {
+      type: 'FailAttempt',
+      attemptId: 'a2',
+      failure: failure('launchError', 'boom'),
+      now: T0,
+      jitter: 0,
+    });
+    expect(last[0]).toMatchObject({
+      type: 'JobAttemptFailed',
+      data: { retry: null, failure: { kind: 'system' } },
+    });
     expect(given([...second, ...last]).status).toBe('failed');
   });
 
   it('cancels a queued job at once and a running one through its worker', () => {
-    expect(when([submitted()], { type: 'CancelJob' })).toEqual([{ type: 'JobCancelled', data: {} }]);
+    expect(when([submitted()], { type: 'CancelJob' })).toEqual([
+      { type: 'JobCancelled', data: {} },
+    ]);
     const running = [submitted(), assigned(), started()];
     const requested = when(running, { type: 'CancelJob' });
-    expect(requested).toEqual([{ type: 'JobCancelRequested', data: { attemptId: 'a1', workerId: 'w1' } }]);
+    expect(requested).toEqual([
+      { type: 'JobCancelRequested', data: { attemptId: 'a1', workerId: 'w1' } },
+    ]);
     const ended = when([...running, ...requested], {
       type: 'FinishAttempt',
       attemptId: 'a1',
@@ -118,17 +173,32 @@ describe('job decider', () => {
   });
 
   it('cancels instead of starting when the cancel came before the start', () => {
-    const events = when([submitted(), assigned(), { type: 'JobCancelRequested', data: { attemptId: 'a1', workerId: 'w1' } }], {
-      type: 'StartAttempt',
-      attemptId: 'a1',
-    });
+    const events = when(
+      [
+        submitted(),
+        assigned(),
+        { type: 'JobCancelRequested', data: { attemptId: 'a1', workerId: 'w1' } },
+      ],
+      {
+        type: 'StartAttempt',
+        attemptId: 'a1',
+      },
+    );
     expect(events).toEqual([{ type: 'JobCancelled', data: { attemptId: 'a1' } }]);
   });
 
   it('refuses to cancel a finished job and fences late reports', () => {
-    const done = [submitted(), assigned(), started(), { type: 'JobSucceeded' as const, data: { attemptId: 'a1', durationMs: 1 } }];
+    const done = [
+      submitted(),
+      assigned(),
+      started(),
+      { type: 'JobSucceeded' as const, data: { attemptId: 'a1', durationMs: 1 } },
+    ];
     expectRejected(() => when(done, { type: 'CancelJob' }), 'JOB_FINISHED');
-    expectRejected(() => when(done, { type: 'SyncOutputs', attemptId: 'a1', files: [] }), 'STALE_ATTEMPT');
+    expectRejected(
+      () => when(done, { type: 'SyncOutputs', attemptId: 'a1', files: [] }),
+      'STALE_ATTEMPT',
+    );
   });
 
   it('refuses commands on a job that does not exist', () => {

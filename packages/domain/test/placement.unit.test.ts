@@ -14,14 +14,23 @@ function worker(cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0
         cpuSlots,
         runtime: 'process',
         version: 't',
-        gpus: gpuGb.map((gb, index) => ({ index, name: 'sim', uuid: `${id}-${index}`, vramBytes: gb * GiB, simulated: true })),
+        gpus: gpuGb.map((gb, index) => ({
+          index,
+          name: 'sim',
+          uuid: `${id}-${index}`,
+          vramBytes: gb * GiB,
+          simulated: true,
+        })),
       },
     }),
   );
 }
 
 function submit(cluster: ClusterState, id: string, s: Partial<JobSpec>, at = T0) {
-  evolveCluster(cluster, stored('job', id, { type: 'JobSubmitted', data: { owner: 'u', spec: spec(s) } }, at));
+  evolveCluster(
+    cluster,
+    stored('job', id, { type: 'JobSubmitted', data: { owner: 'u', spec: spec(s) } }, at),
+  );
 }
 
 function commit(cluster: ClusterState, now = T0) {
@@ -31,7 +40,14 @@ function commit(cluster: ClusterState, now = T0) {
       cluster,
       stored('job', a.jobId, {
         type: 'JobAssigned',
-        data: { attemptId: `att-${a.jobId}-${i}`, attempt: 1, workerId: a.workerId, gpus: a.gpus, vramBytes: a.vramBytes, cpus: a.cpus },
+        data: {
+          attemptId: `att-${a.jobId}-${i}`,
+          attempt: 1,
+          workerId: a.workerId,
+          gpus: a.gpus,
+          vramBytes: a.vramBytes,
+          cpus: a.cpus,
+        },
       }),
     ),
   );
@@ -98,7 +114,9 @@ describe('placement policy v1', () => {
     worker(c, 'w1', [24]);
     worker(c, 'w2', [24, 24]);
     submit(c, 'pair', { resources: { gpus: 2 } });
-    expect(plan(c, T0).assignments).toEqual([{ jobId: 'pair', workerId: 'w2', gpus: [0, 1], vramBytes: 24 * GiB, cpus: 0 }]);
+    expect(plan(c, T0).assignments).toEqual([
+      { jobId: 'pair', workerId: 'w2', gpus: [0, 1], vramBytes: 24 * GiB, cpus: 0 },
+    ]);
   });
 
   it('runs CPU jobs in CPU slots only', () => {
@@ -115,7 +133,10 @@ describe('placement policy v1', () => {
     submit(c, 'a', { resources: { gpus: 1 } });
     submit(c, 'b', { resources: { gpus: 1 } });
     const [a] = commit(c);
-    evolveCluster(c, stored('job', 'a', { type: 'JobSucceeded', data: { attemptId: `att-a-0`, durationMs: 1 } }));
+    evolveCluster(
+      c,
+      stored('job', 'a', { type: 'JobSucceeded', data: { attemptId: `att-a-0`, durationMs: 1 } }),
+    );
     expect(a!.jobId).toBe('a');
     expect(c.jobs.has('a')).toBe(false);
     expect(plan(c, T0).assignments.map((x) => x.jobId)).toEqual(['b']);

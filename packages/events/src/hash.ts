@@ -42,7 +42,8 @@ export class ChainVerifier {
       eventId: event.id,
       seq: event.seq,
     };
-    if (event.prevHash !== expectedPrev) this.breaks.push({ ...where, problem: 'prev-hash-mismatch' });
+    if (event.prevHash !== expectedPrev)
+      this.breaks.push({ ...where, problem: 'prev-hash-mismatch' });
     if (hashEvent(event) !== event.hash) this.breaks.push({ ...where, problem: 'hash-mismatch' });
     this.#heads.set(key, event.hash);
   }

@@ -1,5 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import type { JetStreamApiError, JetStreamClient, JetStreamManager, JsMsg } from '@nats-io/jetstream';
+import type {
+  JetStreamApiError,
+  JetStreamClient,
+  JetStreamManager,
+  JsMsg,
+} from '@nats-io/jetstream';
 import { DeliverPolicy } from '@nats-io/jetstream';
 import { isKnownEventType, parseEvent, type Aggregate, type AggregateEvents } from './catalog.ts';
 import type { AggregateHead, AppendMeta, Envelope, StoredEvent } from './envelope.ts';
@@ -138,13 +143,15 @@ export class EventStore {
    * Reads the log in order from `fromSeq`, stopping after `untilSeq` (default: the newest event
    * when the call starts). Use `follow` for a tail that never ends until `signal` aborts.
    */
-  async *replay(opts: {
-    fromSeq?: number;
-    untilSeq?: number;
-    filter?: string;
-    follow?: boolean;
-    signal?: AbortSignal;
-  } = {}): AsyncGenerator<StoredEvent> {
+  async *replay(
+    opts: {
+      fromSeq?: number;
+      untilSeq?: number;
+      filter?: string;
+      follow?: boolean;
+      signal?: AbortSignal;
+    } = {},
+  ): AsyncGenerator<StoredEvent> {
     const until = opts.follow ? Infinity : (opts.untilSeq ?? (await this.lastSeq()));
     const from = opts.fromSeq ?? 1;
     if (from > until) return;

@@ -26,7 +26,9 @@ export const DEFAULT_STREAM_OPTIONS: StreamOptions = {
 };
 
 /** The configuration of every Trainyard stream. */
-export function streamConfigs(opts: StreamOptions = DEFAULT_STREAM_OPTIONS): (Partial<StreamConfig> & { name: string })[] {
+export function streamConfigs(
+  opts: StreamOptions = DEFAULT_STREAM_OPTIONS,
+): (Partial<StreamConfig> & { name: string })[] {
   return [
     {
       name: Streams.events,

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalJson, ChainVerifier, GENESIS_HASH, hashEvent, type StoredEvent } from '../src/index.ts';
+import {
+  canonicalJson,
+  ChainVerifier,
+  GENESIS_HASH,
+  hashEvent,
+  type StoredEvent,
+} from '../src/index.ts';
 
 function chain(n: number): StoredEvent[] {
   const events: StoredEvent[] = [];
@@ -27,7 +33,9 @@ function chain(n: number): StoredEvent[] {
 
 describe('hash chain', () => {
   it('serialises keys in a fixed order', () => {
-    expect(canonicalJson({ b: 1, a: { d: [2, { f: 1, e: 0 }], c: null } })).toBe('{"a":{"c":null,"d":[2,{"e":0,"f":1}]},"b":1}');
+    expect(canonicalJson({ b: 1, a: { d: [2, { f: 1, e: 0 }], c: null } })).toBe(
+      '{"a":{"c":null,"d":[2,{"e":0,"f":1}]},"b":1}',
+    );
   });
 
   it('verifies an intact chain', () => {
@@ -43,7 +51,9 @@ describe('hash chain', () => {
     (tampered[1]!.data as { role: string }).role = 'admin';
     const v = new ChainVerifier();
     tampered.forEach((e) => v.add(e));
-    expect(v.breaks).toEqual([{ aggregate: 'user', aggregateId: 'alice', eventId: 'e2', seq: 2, problem: 'hash-mismatch' }]);
+    expect(v.breaks).toEqual([
+      { aggregate: 'user', aggregateId: 'alice', eventId: 'e2', seq: 2, problem: 'hash-mismatch' },
+    ]);
 
     const gap = chain(4).filter((e) => e.seq !== 2);
     const v2 = new ChainVerifier();

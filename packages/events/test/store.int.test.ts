@@ -1,16 +1,32 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectBus, type Bus } from '@trainyard/platform';
 import { startTestNats } from '@trainyard/testkit';
-import { ChainVerifier, ConcurrencyError, EMPTY_HEAD, Streams, type JobEvent } from '../src/index.ts';
+import {
+  ChainVerifier,
+  ConcurrencyError,
+  EMPTY_HEAD,
+  Streams,
+  type JobEvent,
+} from '../src/index.ts';
 
 let nats: Awaited<ReturnType<typeof startTestNats>>;
 let bus: Bus;
-const meta = () => ({ actor: { kind: 'service' as const, id: 'test' }, now: new Date('2026-01-01T00:00:00Z') });
+const meta = () => ({
+  actor: { kind: 'service' as const, id: 'test' },
+  now: new Date('2026-01-01T00:00:00Z'),
+});
 const submitted: JobEvent = {
   type: 'JobSubmitted',
   data: {
     owner: 'alice',
-    spec: { name: 'n', command: 'true', resources: { gpus: 0 }, priority: 0, maxRetries: 3, env: {} },
+    spec: {
+      name: 'n',
+      command: 'true',
+      resources: { gpus: 0 },
+      priority: 0,
+      maxRetries: 3,
+      env: {},
+    },
   },
 };
 
@@ -34,10 +50,22 @@ describe('event store on a real nats-server', () => {
   });
 
   it('appends at the head and refuses a stale head', async () => {
-    const first = await bus.store.append({ aggregate: 'job', aggregateId: 'j1', head: EMPTY_HEAD, events: [submitted], meta: meta() });
+    const first = await bus.store.append({
+      aggregate: 'job',
+      aggregateId: 'j1',
+      head: EMPTY_HEAD,
+      events: [submitted],
+      meta: meta(),
+    });
     expect(first.head.seq).toBeGreaterThan(0);
     await expect(
-      bus.store.append({ aggregate: 'job', aggregateId: 'j1', head: EMPTY_HEAD, events: [submitted], meta: meta() }),
+      bus.store.append({
+        aggregate: 'job',
+        aggregateId: 'j1',
+        head: EMPTY_HEAD,
+        events: [submitted],
+        meta: meta(),
+      }),
     ).rejects.toBeInstanceOf(ConcurrencyError);
     const loaded = await bus.store.load('job', 'j1');
     expect(loaded.events.map((e) => e.type)).toEqual(['JobSubmitted']);
@@ -45,7 +73,14 @@ describe('event store on a real nats-server', () => {
   });
 
   it('de-duplicates a retried append by its event id', async () => {
-    const input = { aggregate: 'job' as const, aggregateId: 'j2', head: EMPTY_HEAD, events: [submitted], meta: meta(), ids: ['fixed-id-1'] };
+    const input = {
+      aggregate: 'job' as const,
+      aggregateId: 'j2',
+      head: EMPTY_HEAD,
+      events: [submitted],
+      meta: meta(),
+      ids: ['fixed-id-1'],
+    };
     const a = await bus.store.append(input);
     const b = await bus.store.append(input);
     expect(b.head.seq).toBe(a.head.seq);
@@ -53,9 +88,18 @@ describe('event store on a real nats-server', () => {
   });
 
   it('rejects an event that does not match its schema, naming the field', async () => {
-    const bad = { type: 'JobSubmitted', data: { owner: 'a', spec: { name: '', command: 'x', resources: { gpus: -1 } } } };
+    const bad = {
+      type: 'JobSubmitted',
+      data: { owner: 'a', spec: { name: '', command: 'x', resources: { gpus: -1 } } },
+    };
     await expect(
-      bus.store.append({ aggregate: 'job', aggregateId: 'j3', head: EMPTY_HEAD, events: [bad as JobEvent], meta: meta() }),
+      bus.store.append({
+        aggregate: 'job',
+        aggregateId: 'j3',
+        head: EMPTY_HEAD,
+        events: [bad as JobEvent],
+        meta: meta(),
+      }),
     ).rejects.toThrow(/gpus/);
     expect((await bus.store.load('job', 'j3')).events).toEqual([]);
   });

@@ -13,7 +13,10 @@ export interface ArchiveLimits {
   maxEntries: number;
 }
 
-export const DEFAULT_ARCHIVE_LIMITS: ArchiveLimits = { maxBytes: 4 * 1024 ** 3, maxEntries: 100_000 };
+export const DEFAULT_ARCHIVE_LIMITS: ArchiveLimits = {
+  maxBytes: 4 * 1024 ** 3,
+  maxEntries: 100_000,
+};
 
 /** The archive is malformed or unsafe; the user's fault, never retried. */
 export class ArchiveError extends Error {
@@ -75,12 +78,16 @@ async function checkTar(file: string, limits: ArchiveLimits): Promise<void> {
           entries++;
           bytes += entry.size ?? 0;
           if (!TAR_TYPES.has(entry.type)) {
-            throw new ArchiveError(`entry "${entry.path}" is a ${entry.type}, which is not allowed`);
+            throw new ArchiveError(
+              `entry "${entry.path}" is a ${entry.type}, which is not allowed`,
+            );
           }
           safeRelative(entry.path);
           if (entry.type === 'SymbolicLink') checkLink(entry.path, entry.linkpath ?? '');
-          if (entries > limits.maxEntries) throw new ArchiveError(`more than ${limits.maxEntries} entries`);
-          if (bytes > limits.maxBytes) throw new ArchiveError(`unpacks to more than ${limits.maxBytes} bytes`);
+          if (entries > limits.maxEntries)
+            throw new ArchiveError(`more than ${limits.maxEntries} entries`);
+          if (bytes > limits.maxBytes)
+            throw new ArchiveError(`unpacks to more than ${limits.maxBytes} bytes`);
         } catch (err) {
           problem = err as ArchiveError;
         }
@@ -94,8 +101,13 @@ async function checkTar(file: string, limits: ArchiveLimits): Promise<void> {
 
 function openZip(file: string): Promise<yauzl.ZipFile> {
   return new Promise((res, rej) =>
-    yauzl.open(file, { lazyEntries: true, strictFileNames: true, validateEntrySizes: true }, (err, zip) =>
-      err ? rej(new ArchiveError(`not a valid .zip archive: ${err.message}`, { cause: err })) : res(zip),
+    yauzl.open(
+      file,
+      { lazyEntries: true, strictFileNames: true, validateEntrySizes: true },
+      (err, zip) =>
+        err
+          ? rej(new ArchiveError(`not a valid .zip archive: ${err.message}`, { cause: err }))
+          : res(zip),
     ),
   );
 }
@@ -112,8 +124,10 @@ async function unpackZip(file: string, dest: string, limits: ArchiveLimits): Pro
         const handle = async () => {
           entries++;
           bytes += entry.uncompressedSize;
-          if (entries > limits.maxEntries) throw new ArchiveError(`more than ${limits.maxEntries} entries`);
-          if (bytes > limits.maxBytes) throw new ArchiveError(`unpacks to more than ${limits.maxBytes} bytes`);
+          if (entries > limits.maxEntries)
+            throw new ArchiveError(`more than ${limits.maxEntries} entries`);
+          if (bytes > limits.maxBytes)
+            throw new ArchiveError(`unpacks to more than ${limits.maxBytes} bytes`);
           const rel = safeRelative(entry.fileName);
           const mode = (entry.externalFileAttributes >>> 16) & 0o170000;
           const target = join(dest, rel);

@@ -6,7 +6,13 @@ import {
   type JobEvent,
   type StoredEvent,
 } from '@trainyard/events';
-import { decideJob, evolveJob, initialJobState, type JobCommand, type JobState } from '@trainyard/domain';
+import {
+  decideJob,
+  evolveJob,
+  initialJobState,
+  type JobCommand,
+  type JobState,
+} from '@trainyard/domain';
 
 /** A job's state together with the head it was folded up to. */
 export interface JobSnapshot {
@@ -21,7 +27,10 @@ export interface CommandResult extends JobSnapshot {
 const MAX_CONFLICT_RETRIES = 8;
 
 /** Folds stored events onto a snapshot. */
-export function foldJob(snapshot: JobSnapshot, events: readonly StoredEvent<JobEvent>[]): JobSnapshot {
+export function foldJob(
+  snapshot: JobSnapshot,
+  events: readonly StoredEvent<JobEvent>[],
+): JobSnapshot {
   let state = snapshot.state;
   for (const e of events) state = evolveJob(state, e, e.occurredAt);
   const last = events[events.length - 1];

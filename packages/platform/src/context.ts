@@ -16,10 +16,15 @@ export interface ServiceContext {
 }
 
 /** Connects to NATS and the blob store as the configuration says. */
-export async function openContext(service: string, config: BaseConfig = parseEnv(BaseConfigSchema)): Promise<ServiceContext> {
+export async function openContext(
+  service: string,
+  config: BaseConfig = parseEnv(BaseConfigSchema),
+): Promise<ServiceContext> {
   const log = createLogger(service);
   const instanceId = `${service}@${hostname()}:${process.pid}`;
-  const bus = await connectBus(config.TRAINYARD_NATS_URL, instanceId, { replicas: config.TRAINYARD_STREAM_REPLICAS });
+  const bus = await connectBus(config.TRAINYARD_NATS_URL, instanceId, {
+    replicas: config.TRAINYARD_STREAM_REPLICAS,
+  });
   const blobs = await openBlobStore(config, bus.js);
   return { bus, blobs, log, config, instanceId };
 }

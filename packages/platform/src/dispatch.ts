@@ -8,7 +8,11 @@ import type { JobState } from '@trainyard/domain';
 import { BlobRefSchema, CodeArchiveSchema } from '@trainyard/events';
 
 const JobStateSchema = z.custom<JobState>(
-  (v) => typeof v === 'object' && v !== null && typeof (v as JobState).id === 'string' && Array.isArray((v as JobState).attempts),
+  (v) =>
+    typeof v === 'object' &&
+    v !== null &&
+    typeof (v as JobState).id === 'string' &&
+    Array.isArray((v as JobState).attempts),
   'a job state',
 );
 
@@ -39,5 +43,8 @@ export const StopAttemptSchema = z.object({
 });
 export type StopAttempt = z.infer<typeof StopAttemptSchema>;
 
-export const DispatchMessageSchema = z.discriminatedUnion('kind', [RunAttemptSchema, StopAttemptSchema]);
+export const DispatchMessageSchema = z.discriminatedUnion('kind', [
+  RunAttemptSchema,
+  StopAttemptSchema,
+]);
 export type DispatchMessage = z.infer<typeof DispatchMessageSchema>;

@@ -36,9 +36,13 @@ export class NvidiaSmiInventory implements GpuInventory {
   constructor(private readonly binary = 'nvidia-smi') {}
 
   async #query(): Promise<string[][]> {
-    const { stdout } = await run(this.binary, [`--query-gpu=${QUERY}`, '--format=csv,noheader,nounits'], {
-      timeout: 10_000,
-    });
+    const { stdout } = await run(
+      this.binary,
+      [`--query-gpu=${QUERY}`, '--format=csv,noheader,nounits'],
+      {
+        timeout: 10_000,
+      },
+    );
     return parseCsv(stdout);
   }
 

@@ -20,6 +20,9 @@ export const REDACT_PATHS = [
 ];
 
 /** The shared logger: JSON lines, secrets redacted, level from `TRAINYARD_LOG_LEVEL`. */
-export function createLogger(name: string, level = process.env.TRAINYARD_LOG_LEVEL ?? 'info'): Logger {
+export function createLogger(
+  name: string,
+  level = process.env.TRAINYARD_LOG_LEVEL ?? 'info',
+): Logger {
   return pino({ name, level, redact: { paths: REDACT_PATHS, censor: '[redacted]' } });
 }

@@ -56,7 +56,9 @@ export class LogShipper {
     for (let offset = 0; offset < data.length || (eof && offset === 0); offset += MAX_CHUNK) {
       const h = headers();
       if (eof) h.set(LogHeaders.eof, '1');
-      await this.js.publish(this.#subject, data.subarray(offset, offset + MAX_CHUNK), { headers: h }).catch(() => undefined);
+      await this.js
+        .publish(this.#subject, data.subarray(offset, offset + MAX_CHUNK), { headers: h })
+        .catch(() => undefined);
       if (eof) break;
     }
   }

@@ -1,7 +1,17 @@
-import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
+import {
+  jetstream,
+  jetstreamManager,
+  type JetStreamClient,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
 import type { NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
-import { ensureStreams, EventStore, DEFAULT_STREAM_OPTIONS, type StreamOptions } from '@trainyard/events';
+import {
+  ensureStreams,
+  EventStore,
+  DEFAULT_STREAM_OPTIONS,
+  type StreamOptions,
+} from '@trainyard/events';
 
 /** One NATS connection and the JetStream handles built on it. */
 export interface Bus {

@@ -11,7 +11,11 @@ import { ArchiveError, packDirectory, unpackArchive } from '../src/index.ts';
 let dir: Awaited<ReturnType<typeof tempDir>>;
 
 /** Writes an archive with Python's tarfile/zipfile, which let us build hostile entries. */
-function pyArchive(kind: 'tar.gz' | 'zip', out: string, entries: { name: string; data?: string; link?: string }[]) {
+function pyArchive(
+  kind: 'tar.gz' | 'zip',
+  out: string,
+  entries: { name: string; data?: string; link?: string }[],
+) {
   const script =
     kind === 'tar.gz'
       ? `
@@ -70,7 +74,11 @@ describe('code archives', () => {
 
   const hostile: [string, 'tar.gz' | 'zip', { name: string; data?: string; link?: string }[]][] = [
     ['a tar entry climbing out with ..', 'tar.gz', [{ name: '../escaped.txt', data: 'x' }]],
-    ['a tar entry with an absolute path', 'tar.gz', [{ name: '/tmp/trainyard-abs.txt', data: 'x' }]],
+    [
+      'a tar entry with an absolute path',
+      'tar.gz',
+      [{ name: '/tmp/trainyard-abs.txt', data: 'x' }],
+    ],
     ['a tar symlink pointing outside', 'tar.gz', [{ name: 'link', link: '../../etc/passwd' }]],
     ['a zip entry climbing out with ..', 'zip', [{ name: '../escaped.txt', data: 'x' }]],
   ];
@@ -88,14 +96,19 @@ describe('code archives', () => {
   it('refuses a file that is not the archive it claims to be', async () => {
     const file = join(dir.path, 'fake.zip');
     await writeFile(file, 'not an archive');
-    await expect(unpackArchive(file, 'zip', join(dir.path, 'fake-out'))).rejects.toThrow(/not a zip/);
+    await expect(unpackArchive(file, 'zip', join(dir.path, 'fake-out'))).rejects.toThrow(
+      /not a zip/,
+    );
   });
 
   it('refuses an archive over the size limit', async () => {
     const file = join(dir.path, 'large.tar.gz');
     pyArchive('tar.gz', file, [{ name: 'big.txt', data: 'y'.repeat(5000) }]);
-    await expect(unpackArchive(file, 'tar.gz', join(dir.path, 'large-out'), { maxBytes: 1000, maxEntries: 10 })).rejects.toThrow(
-      /more than 1000 bytes/,
-    );
+    await expect(
+      unpackArchive(file, 'tar.gz', join(dir.path, 'large-out'), {
+        maxBytes: 1000,
+        maxEntries: 10,
+      }),
+    ).rejects.toThrow(/more than 1000 bytes/);
   });
 });

@@ -3,7 +3,14 @@ import { Readable } from 'node:stream';
 import S3rver from 's3rver';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestNats, tempDir } from '@trainyard/testkit';
-import { connectBus, freePort, JetStreamBlobStore, S3BlobStore, type BlobStore, type Bus } from '../src/index.ts';
+import {
+  connectBus,
+  freePort,
+  JetStreamBlobStore,
+  S3BlobStore,
+  type BlobStore,
+  type Bus,
+} from '../src/index.ts';
 
 async function readAll(stream: Readable): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -17,11 +24,21 @@ function contract(name: string, open: () => BlobStore) {
       const store = open();
       const small = Buffer.from('hello trainyard');
       const ref = await store.put('jobs/a/small.txt', small);
-      expect(ref).toEqual({ key: 'jobs/a/small.txt', sizeBytes: small.length, sha256: createHash('sha256').update(small).digest('hex') });
-      expect((await readAll((await store.get('jobs/a/small.txt'))!)).toString()).toBe('hello trainyard');
+      expect(ref).toEqual({
+        key: 'jobs/a/small.txt',
+        sizeBytes: small.length,
+        sha256: createHash('sha256').update(small).digest('hex'),
+      });
+      expect((await readAll((await store.get('jobs/a/small.txt'))!)).toString()).toBe(
+        'hello trainyard',
+      );
 
       const big = randomBytes(3 * 1024 * 1024 + 17);
-      const bigRef = await store.put('jobs/a/big.bin', Readable.from([big.subarray(0, 1000), big.subarray(1000)]), big.length);
+      const bigRef = await store.put(
+        'jobs/a/big.bin',
+        Readable.from([big.subarray(0, 1000), big.subarray(1000)]),
+        big.length,
+      );
       expect(bigRef.sizeBytes).toBe(big.length);
       expect(bigRef.sha256).toBe(createHash('sha256').update(big).digest('hex'));
       expect((await readAll((await store.get('jobs/a/big.bin'))!)).equals(big)).toBe(true);

@@ -2,7 +2,12 @@ import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive as alive, tempDir, waitFor } from '@trainyard/testkit';
-import { NvidiaSmiInventory, ProcessRuntime, SimulatedInventory, type RunSpec } from '../src/index.ts';
+import {
+  NvidiaSmiInventory,
+  ProcessRuntime,
+  SimulatedInventory,
+  type RunSpec,
+} from '../src/index.ts';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 beforeAll(async () => {
@@ -24,12 +29,13 @@ function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
   };
 }
 
-
 describe('process runtime', () => {
   it('runs the command in the sandbox with the job environment and captures output', async () => {
     const out: string[] = [];
     const run = new ProcessRuntime().start(
-      spec('echo "$GREETING $CUDA_VISIBLE_DEVICES $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo oops >&2; exit 3'),
+      spec(
+        'echo "$GREETING $CUDA_VISIBLE_DEVICES $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo oops >&2; exit 3',
+      ),
       (_s, c) => out.push(c.toString()),
     );
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 3 });
@@ -40,7 +46,9 @@ describe('process runtime', () => {
 
   it('kills the whole process group, children included', async () => {
     const out: string[] = [];
-    const run = new ProcessRuntime().start(spec('sleep 300 & echo child=$!; wait'), (_s, c) => out.push(c.toString()));
+    const run = new ProcessRuntime().start(spec('sleep 300 & echo child=$!; wait'), (_s, c) =>
+      out.push(c.toString()),
+    );
     const childPid = await new Promise<number>((resolve) => {
       const timer = setInterval(() => {
         const m = /child=(\d+)/.exec(out.join(''));
@@ -57,7 +65,10 @@ describe('process runtime', () => {
   });
 
   it('reports a command that cannot start as a launch error', async () => {
-    const run = new ProcessRuntime().start(spec('true', { workDir: join(dir.path, 'missing') }), () => undefined);
+    const run = new ProcessRuntime().start(
+      spec('true', { workDir: join(dir.path, 'missing') }),
+      () => undefined,
+    );
     expect((await run.exited).kind).toBe('launch-error');
   });
 });
@@ -73,8 +84,20 @@ describe('GPU inventory', () => {
     await chmod(fake, 0o755);
     const inv = new NvidiaSmiInventory(fake);
     expect(await inv.list()).toEqual([
-      { index: 0, name: 'NVIDIA H100 80GB HBM3', uuid: 'GPU-aaa', vramBytes: 81559 * 1024 ** 2, simulated: false },
-      { index: 1, name: 'NVIDIA H100 80GB HBM3', uuid: 'GPU-bbb', vramBytes: 81559 * 1024 ** 2, simulated: false },
+      {
+        index: 0,
+        name: 'NVIDIA H100 80GB HBM3',
+        uuid: 'GPU-aaa',
+        vramBytes: 81559 * 1024 ** 2,
+        simulated: false,
+      },
+      {
+        index: 1,
+        name: 'NVIDIA H100 80GB HBM3',
+        uuid: 'GPU-bbb',
+        vramBytes: 81559 * 1024 ** 2,
+        simulated: false,
+      },
     ]);
     expect(await inv.read()).toEqual([
       { index: 0, usedBytes: 1024 * 1024 ** 2, utilPct: 7 },

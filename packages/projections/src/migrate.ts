@@ -25,6 +25,8 @@ export async function migrate<DB>(db: Kysely<DB>): Promise<void> {
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === 'Error')?.migrationName ?? 'unknown';
-    throw new MigrationError(`migration ${failed} failed: ${(error as Error).message}`, { cause: error });
+    throw new MigrationError(`migration ${failed} failed: ${(error as Error).message}`, {
+      cause: error,
+    });
   }
 }

@@ -35,7 +35,12 @@ export function listJobs(db: Kysely<Database>, q: JobListQuery): Promise<JobRow[
 
 /** A job's attempts, first to last. */
 export function listAttempts(db: Kysely<Database>, jobId: string): Promise<AttemptRow[]> {
-  return db.selectFrom('attempts').selectAll().where('job_id', '=', jobId).orderBy('number').execute();
+  return db
+    .selectFrom('attempts')
+    .selectAll()
+    .where('job_id', '=', jobId)
+    .orderBy('number')
+    .execute();
 }
 
 export function listWorkers(db: Kysely<Database>) {

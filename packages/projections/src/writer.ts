@@ -55,17 +55,21 @@ async function applyTable<T extends ProjectedTable>(
   const json = new Set<string>(projector.jsonColumns);
   const columns = Object.keys(upserts[0]!);
   const values = upserts.map((r) =>
-    Object.fromEntries(columns.map((c) => [c, toDbValue((r as Record<string, unknown>)[c], json.has(c))])),
+    Object.fromEntries(
+      columns.map((c) => [c, toDbValue((r as Record<string, unknown>)[c], json.has(c))]),
+    ),
   );
   await anyTrx
     .insertInto(table)
     .values(values as never)
     .onConflict((oc) =>
-      oc.column(pk).doUpdateSet(
-        Object.fromEntries(
-          columns.filter((c) => c !== pk).map((c) => [c, sql.ref(`excluded.${c}`)]),
-        ) as never,
-      ),
+      oc
+        .column(pk)
+        .doUpdateSet(
+          Object.fromEntries(
+            columns.filter((c) => c !== pk).map((c) => [c, sql.ref(`excluded.${c}`)]),
+          ) as never,
+        ),
     )
     .execute();
 }
@@ -112,7 +116,10 @@ export async function applyEvents(
 }
 
 /** Applies one batch in its own transaction, under the projection lock. */
-export async function applyBatch(db: Kysely<Database>, events: readonly StoredEvent[]): Promise<number> {
+export async function applyBatch(
+  db: Kysely<Database>,
+  events: readonly StoredEvent[],
+): Promise<number> {
   return db.transaction().execute(async (trx) => {
     await lockProjections(trx);
     return applyEvents(trx, events);

@@ -20,7 +20,14 @@ let bus: Bus;
 let db: Kysely<Database>;
 let other: Kysely<Database>;
 const meta = () => ({ actor: { kind: 'service' as const, id: 'test' }, now: new Date() });
-const spec = { name: 'n', command: 'true', resources: { gpus: 1, vramGb: 4 }, priority: 0, maxRetries: 3, env: { SECRET_TOKEN: 'x' } };
+const spec = {
+  name: 'n',
+  command: 'true',
+  resources: { gpus: 1, vramGb: 4 },
+  priority: 0,
+  maxRetries: 3,
+  env: { SECRET_TOKEN: 'x' },
+};
 
 async function history(): Promise<StoredEvent[]> {
   const all: StoredEvent[] = [];
@@ -39,18 +46,42 @@ beforeAll(async () => {
     aggregate: 'worker',
     aggregateId: 'w1',
     head: { seq: 0, hash: '0'.repeat(64) },
-    events: [{ type: 'WorkerRegistered', data: { name: 'w1', hostname: 'h', gpus: [], cpuSlots: 2, runtime: 'process', version: 't' } }],
+    events: [
+      {
+        type: 'WorkerRegistered',
+        data: {
+          name: 'w1',
+          hostname: 'h',
+          gpus: [],
+          cpuSlots: 2,
+          runtime: 'process',
+          version: 't',
+        },
+      },
+    ],
     meta: meta(),
   });
   for (const id of ['job_a', 'job_b']) {
     await runJobCommand(bus.store, id, { type: 'SubmitJob', owner: 'alice', spec }, meta());
-    await runJobCommand(bus.store, id, { type: 'AssignJob', attemptId: `${id}_1`, workerId: 'w1', gpus: [0], vramBytes: 4, cpus: 0 }, meta());
+    await runJobCommand(
+      bus.store,
+      id,
+      { type: 'AssignJob', attemptId: `${id}_1`, workerId: 'w1', gpus: [0], vramBytes: 4, cpus: 0 },
+      meta(),
+    );
     await runJobCommand(bus.store, id, { type: 'StartAttempt', attemptId: `${id}_1` }, meta());
   }
   await runJobCommand(
     bus.store,
     'job_a',
-    { type: 'FinishAttempt', attemptId: 'job_a_1', exit: { kind: 'exited', exitCode: 3 }, durationMs: 5, now: new Date(), jitter: 0 },
+    {
+      type: 'FinishAttempt',
+      attemptId: 'job_a_1',
+      exit: { kind: 'exited', exitCode: 3 },
+      durationMs: 5,
+      now: new Date(),
+      jitter: 0,
+    },
     meta(),
   );
 });
@@ -75,11 +106,18 @@ describe('projections', () => {
 
   it('projects status, exit code, failure and attempts, and keeps env values out', async () => {
     const a = await findJob(db, 'job_a');
-    expect(a).toMatchObject({ status: 'failed', exit_code: 3, owner: 'alice', env_names: ['SECRET_TOKEN'] });
+    expect(a).toMatchObject({
+      status: 'failed',
+      exit_code: 3,
+      owner: 'alice',
+      env_names: ['SECRET_TOKEN'],
+    });
     expect(a!.failure).toMatchObject({ kind: 'user', reason: 'nonZeroExit' });
     expect(JSON.stringify(a)).not.toContain('"x"');
     const attempts = await listAttempts(db, 'job_a');
-    expect(attempts).toMatchObject([{ number: 1, status: 'failed', exit_code: 3, worker_id: 'w1', gpus: [0] }]);
+    expect(attempts).toMatchObject([
+      { number: 1, status: 'failed', exit_code: 3, worker_id: 'w1', gpus: [0] },
+    ]);
     expect((await findJob(db, 'job_b'))!.status).toBe('running');
   });
 
@@ -99,7 +137,14 @@ describe('projections', () => {
     const done = await runJobCommand(
       bus.store,
       'job_b',
-      { type: 'FinishAttempt', attemptId: 'job_b_1', exit: { kind: 'exited', exitCode: 0 }, durationMs: 5, now: new Date(), jitter: 0 },
+      {
+        type: 'FinishAttempt',
+        attemptId: 'job_b_1',
+        exit: { kind: 'exited', exitCode: 0 },
+        durationMs: 5,
+        now: new Date(),
+        jitter: 0,
+      },
       meta(),
       { snapshot },
     );

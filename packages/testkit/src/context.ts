@@ -1,4 +1,10 @@
-import { BaseConfigSchema, createLogger, openContext, parseEnv, type ServiceContext } from '@trainyard/platform';
+import {
+  BaseConfigSchema,
+  createLogger,
+  openContext,
+  parseEnv,
+  type ServiceContext,
+} from '@trainyard/platform';
 
 /** A service context against a test NATS, logging only warnings and errors. */
 export async function testContext(natsUrl: string, name = 'test'): Promise<ServiceContext> {

@@ -37,7 +37,9 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     return reply.code(status).send(body);
   });
   app.setNotFoundHandler((req, reply) =>
-    reply.code(404).send({ error: { code: 'NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}` } }),
+    reply.code(404).send({
+      error: { code: 'NOT_FOUND', message: `no route ${req.method} ${req.url.split('?')[0]}` },
+    }),
   );
 
   userRoutes(app, deps);

@@ -32,7 +32,9 @@ export class CredentialStore {
   private constructor(private readonly kv: KV) {}
 
   static async open(js: JetStreamClient, replicas = 1): Promise<CredentialStore> {
-    return new CredentialStore(await new Kvm(js).create('ty_credentials', { history: 1, replicas }));
+    return new CredentialStore(
+      await new Kvm(js).create('ty_credentials', { history: 1, replicas }),
+    );
   }
 
   async exists(username: string): Promise<boolean> {
@@ -55,7 +57,9 @@ export class CredentialStore {
     const actual = await hashPassword(password, salt);
     if (!cred) return null;
     const expected = Buffer.from(cred.hash, 'hex');
-    return expected.length === actual.length && timingSafeEqual(expected, actual) ? cred.role : null;
+    return expected.length === actual.length && timingSafeEqual(expected, actual)
+      ? cred.role
+      : null;
   }
 }
 
@@ -83,7 +87,10 @@ export class TokenIssuer {
     const token = header?.startsWith('Bearer ') ? header.slice(7) : null;
     if (!token) throw new ApiError('UNAUTHENTICATED', 'missing bearer token');
     try {
-      const { payload } = await jwtVerify(token, this.#key, { issuer: 'trainyard', algorithms: ['HS256'] });
+      const { payload } = await jwtVerify(token, this.#key, {
+        issuer: 'trainyard',
+        algorithms: ['HS256'],
+      });
       const role = payload.role === 'admin' ? 'admin' : 'user';
       if (!payload.sub) throw new Error('no subject');
       return { username: payload.sub, role };

@@ -53,9 +53,14 @@ export function toErrorResponse(err: unknown): { status: number; body: ErrorBody
   else if (err instanceof ZodError) {
     const details = zodDetails(err);
     const first = details[0];
-    e = new ApiError('VALIDATION_FAILED', first ? `${first.field || 'body'}: ${first.message}` : 'invalid input', details);
+    e = new ApiError(
+      'VALIDATION_FAILED',
+      first ? `${first.field || 'body'}: ${first.message}` : 'invalid input',
+      details,
+    );
   } else if (err instanceof DomainError) e = new ApiError(err.code, err.message);
-  else if (err instanceof ConcurrencyError) e = new ApiError('CONCURRENCY_CONFLICT', 'the job changed; try again');
+  else if (err instanceof ConcurrencyError)
+    e = new ApiError('CONCURRENCY_CONFLICT', 'the job changed; try again');
   else if (err instanceof ArchiveError) e = new ApiError('BAD_ARCHIVE', err.message);
   else {
     const fastifyErr = err as { statusCode?: number; code?: string; message?: string };
@@ -63,7 +68,11 @@ export function toErrorResponse(err: unknown): { status: number; body: ErrorBody
       e = new ApiError('PAYLOAD_TOO_LARGE', 'the upload is too large');
     } else if (fastifyErr.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
       e = new ApiError('UNSUPPORTED_MEDIA_TYPE', fastifyErr.message ?? 'unsupported content type');
-    } else if (fastifyErr.statusCode && fastifyErr.statusCode >= 400 && fastifyErr.statusCode < 500) {
+    } else if (
+      fastifyErr.statusCode &&
+      fastifyErr.statusCode >= 400 &&
+      fastifyErr.statusCode < 500
+    ) {
       e = new ApiError('VALIDATION_FAILED', fastifyErr.message ?? 'bad request');
     } else {
       e = new ApiError('INTERNAL', 'internal error');

@@ -52,7 +52,11 @@ export async function ensureAdmin(
 }
 
 /** Builds the API's dependencies from a service context and a database. */
-export async function apiDeps(ctx: ServiceContext, db: Kysely<Database>, opts: ApiOptions): Promise<ApiDeps> {
+export async function apiDeps(
+  ctx: ServiceContext,
+  db: Kysely<Database>,
+  opts: ApiOptions,
+): Promise<ApiDeps> {
   const replicas = ctx.config.TRAINYARD_STREAM_REPLICAS;
   return {
     bus: ctx.bus,
@@ -68,7 +72,11 @@ export async function apiDeps(ctx: ServiceContext, db: Kysely<Database>, opts: A
 }
 
 /** Starts the HTTP API. */
-export async function startApi(ctx: ServiceContext, db: Kysely<Database>, opts: ApiOptions): Promise<RunningApi> {
+export async function startApi(
+  ctx: ServiceContext,
+  db: Kysely<Database>,
+  opts: ApiOptions,
+): Promise<RunningApi> {
   const deps = await apiDeps(ctx, db, opts);
   const generatedAdminPassword = await ensureAdmin(deps, opts.adminPassword);
   const app = await buildApp(deps);

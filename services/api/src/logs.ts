@@ -40,7 +40,10 @@ async function copyLive(
     ? setInterval(() => {
         if (!caughtUp) return;
         void jobEnded(bus, jobId)
-          .then(async (ended) => ended && (await consumer.info()).num_pending === 0 && caughtUp && stop())
+          .then(
+            async (ended) =>
+              ended && (await consumer.info()).num_pending === 0 && caughtUp && stop(),
+          )
           .catch(stop);
       }, CHECK_MS)
     : undefined;

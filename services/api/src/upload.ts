@@ -5,7 +5,14 @@ import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Readable } from 'node:stream';
 import type { CodeArchive } from '@trainyard/events';
-import { ArchiveError, BlobKeys, newId, putFile, sniffFile, type BlobStore } from '@trainyard/platform';
+import {
+  ArchiveError,
+  BlobKeys,
+  newId,
+  putFile,
+  sniffFile,
+  type BlobStore,
+} from '@trainyard/platform';
 import { ApiError } from './errors.ts';
 
 /** An uploaded code archive parked on local disk until the spec has been accepted. */
@@ -16,7 +23,9 @@ export interface StagedUpload {
 }
 
 /** Writes the upload to a temporary file and checks it is a zip or a gzipped tarball. */
-export async function stageUpload(stream: Readable & { truncated?: boolean }): Promise<StagedUpload> {
+export async function stageUpload(
+  stream: Readable & { truncated?: boolean },
+): Promise<StagedUpload> {
   const file = join(tmpdir(), newId('upload'));
   const discard = () => rm(file, { force: true });
   try {
@@ -32,7 +41,11 @@ export async function stageUpload(stream: Readable & { truncated?: boolean }): P
 }
 
 /** Moves a staged upload into the blob store as the job's code. */
-export async function keepUpload(blobs: BlobStore, jobId: string, staged: StagedUpload): Promise<CodeArchive> {
+export async function keepUpload(
+  blobs: BlobStore,
+  jobId: string,
+  staged: StagedUpload,
+): Promise<CodeArchive> {
   try {
     const ref = await putFile(blobs, BlobKeys.code(jobId), staged.file);
     return { ...ref, format: staged.format };

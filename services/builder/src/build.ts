@@ -20,22 +20,46 @@ import {
 export type BuildOutcome = { ok: true; artifact: BlobRef } | { ok: false; failure: Failure };
 
 /** Runs the setup command in the unpacked tree, its output going to the build log. */
-function runSetup(setup: string, dir: string, jobId: string, env: Record<string, string>, timeoutMs: number, shipper: LogShipper) {
+function runSetup(
+  setup: string,
+  dir: string,
+  jobId: string,
+  env: Record<string, string>,
+  timeoutMs: number,
+  shipper: LogShipper,
+) {
   return new Promise<Failure | null>((resolve) => {
     const child = spawn('/bin/sh', ['-c', setup], {
       cwd: dir,
-      env: attemptEnv({ jobId, attemptId: 'build', attempt: 0, command: setup, env, workDir: dir, outputDir: dir, gpus: [] }),
+      env: attemptEnv({
+        jobId,
+        attemptId: 'build',
+        attempt: 0,
+        command: setup,
+        env,
+        workDir: dir,
+        outputDir: dir,
+        gpus: [],
+      }),
       detached: true,
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const timer = setTimeout(() => child.pid && process.kill(-child.pid, 'SIGKILL'), timeoutMs);
     child.stdout.on('data', (c: Buffer) => shipper.write(c));
     child.stderr.on('data', (c: Buffer) => shipper.write(c));
-    child.once('error', (err) => resolve(failure('buildInfrastructure', `setup could not start: ${err.message}`)));
+    child.once('error', (err) =>
+      resolve(failure('buildInfrastructure', `setup could not start: ${err.message}`)),
+    );
     child.once('close', (code, signal) => {
       clearTimeout(timer);
       if (code === 0) resolve(null);
-      else resolve(failure('setupFailed', signal ? `setup was killed by ${signal}` : `setup exited with code ${code}`));
+      else
+        resolve(
+          failure(
+            'setupFailed',
+            signal ? `setup was killed by ${signal}` : `setup exited with code ${code}`,
+          ),
+        );
     });
   });
 }
@@ -58,7 +82,11 @@ export async function buildArtifact(
   try {
     if (code) {
       const blob = await blobs.get(code.key);
-      if (!blob) return { ok: false, failure: failure('buildInfrastructure', `code blob ${code.key} is missing`) };
+      if (!blob)
+        return {
+          ok: false,
+          failure: failure('buildInfrastructure', `code blob ${code.key} is missing`),
+        };
       const archive = join(dir, `code.${code.format}`);
       await streamToFile(blob, archive);
       await unpackArchive(archive, code.format, src);
@@ -68,7 +96,14 @@ export async function buildArtifact(
     }
     if (spec.setup) {
       shipper.write(Buffer.from(`[trainyard] running setup: ${spec.setup}\n`));
-      const setupFailure = await runSetup(spec.setup, src, jobId, spec.env, setupTimeoutMs, shipper);
+      const setupFailure = await runSetup(
+        spec.setup,
+        src,
+        jobId,
+        spec.env,
+        setupTimeoutMs,
+        shipper,
+      );
       if (setupFailure) return { ok: false, failure: setupFailure };
     }
     const packed = join(dir, 'artifact.tar.gz');
@@ -77,7 +112,8 @@ export async function buildArtifact(
     shipper.write(Buffer.from(`[trainyard] artifact ready (${artifact.sizeBytes} bytes)\n`));
     return { ok: true, artifact };
   } catch (err) {
-    if (err instanceof ArchiveError) return { ok: false, failure: failure('badArchive', err.message) };
+    if (err instanceof ArchiveError)
+      return { ok: false, failure: failure('badArchive', err.message) };
     return { ok: false, failure: failure('buildInfrastructure', (err as Error).message) };
   } finally {
     await shipper.end();

@@ -1,7 +1,14 @@
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import { DomainError, needsBuild } from '@trainyard/domain';
 import { decodeEvent, Streams, Subjects } from '@trainyard/events';
-import { loadJob, LogPosition, runJobCommand, sleep, supervise, type ServiceContext } from '@trainyard/platform';
+import {
+  loadJob,
+  LogPosition,
+  runJobCommand,
+  sleep,
+  supervise,
+  type ServiceContext,
+} from '@trainyard/platform';
 import { buildArtifact } from './build.ts';
 
 export interface BuilderOptions {
@@ -11,7 +18,11 @@ export interface BuilderOptions {
   saveEveryMs: number;
 }
 
-export const DEFAULT_BUILDER_OPTIONS: BuilderOptions = { concurrency: 2, setupTimeoutMs: 30 * 60_000, saveEveryMs: 1_000 };
+export const DEFAULT_BUILDER_OPTIONS: BuilderOptions = {
+  concurrency: 2,
+  setupTimeoutMs: 30 * 60_000,
+  saveEveryMs: 1_000,
+};
 
 export interface RunningBuilder {
   stop(): Promise<void>;
@@ -30,7 +41,11 @@ export async function startBuilder(
   opts: BuilderOptions = DEFAULT_BUILDER_OPTIONS,
 ): Promise<RunningBuilder> {
   const log = ctx.log.child({ component: 'builder' });
-  const position = await LogPosition.open(ctx.bus.js, 'builder', ctx.config.TRAINYARD_STREAM_REPLICAS);
+  const position = await LogPosition.open(
+    ctx.bus.js,
+    'builder',
+    ctx.config.TRAINYARD_STREAM_REPLICAS,
+  );
   const stopping = new AbortController();
   const inflight = new Set<Promise<void>>();
   const meta = () => ({ actor: { kind: 'service' as const, id: ctx.instanceId }, now: new Date() });
@@ -39,9 +54,15 @@ export async function startBuilder(
     const current = await loadJob(ctx.bus.store, jobId);
     if (current.state.status !== 'submitted') return;
     const started = Date.now();
-    const claimed = await runJobCommand(ctx.bus.store, jobId, { type: 'StartBuild', builderId: ctx.instanceId }, meta(), {
-      snapshot: current,
-    });
+    const claimed = await runJobCommand(
+      ctx.bus.store,
+      jobId,
+      { type: 'StartBuild', builderId: ctx.instanceId },
+      meta(),
+      {
+        snapshot: current,
+      },
+    );
     const { spec, code } = claimed.state;
     if (!spec) return;
     log.info({ jobId }, 'building');
@@ -98,7 +119,9 @@ export async function startBuilder(
   }
 
   const saver = setInterval(() => {
-    position.save().catch((err: unknown) => log.warn({ err }, 'could not save the builder position'));
+    position
+      .save()
+      .catch((err: unknown) => log.warn({ err }, 'could not save the builder position'));
   }, opts.saveEveryMs);
   const done = supervise('builder', follow, stopping.signal, log);
   log.info({ from: position.resumeAt }, 'builder started');

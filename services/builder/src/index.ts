@@ -1,1 +1,6 @@
-export { DEFAULT_BUILDER_OPTIONS, startBuilder, type BuilderOptions, type RunningBuilder } from './builder.ts';
+export {
+  DEFAULT_BUILDER_OPTIONS,
+  startBuilder,
+  type BuilderOptions,
+  type RunningBuilder,
+} from './builder.ts';

@@ -36,10 +36,15 @@ export class ApiClient {
         headers: this.headers((init.headers as Record<string, string>) ?? {}),
       });
     } catch (err) {
-      throw new CliError(`cannot reach the API at ${this.baseUrl}: ${(err as Error).message}`, 'UNREACHABLE');
+      throw new CliError(
+        `cannot reach the API at ${this.baseUrl}: ${(err as Error).message}`,
+        'UNREACHABLE',
+      );
     }
     if (res.ok) return res;
-    const body = (await res.json().catch(() => null)) as { error?: { code: string; message: string } } | null;
+    const body = (await res.json().catch(() => null)) as {
+      error?: { code: string; message: string };
+    } | null;
     const code = body?.error?.code ?? `HTTP_${res.status}`;
     const hint = res.status === 401 ? ' (run `trainyard login`)' : '';
     throw new CliError(`${body?.error?.message ?? res.statusText}${hint}`, code);

@@ -1,4 +1,10 @@
-import { BaseConfigSchema, openContext, parseEnv, type BaseConfig, type ServiceContext } from '@trainyard/platform';
+import {
+  BaseConfigSchema,
+  openContext,
+  parseEnv,
+  type BaseConfig,
+  type ServiceContext,
+} from '@trainyard/platform';
 import { connectDb, migrate } from '@trainyard/projections';
 import { CliError } from './client.ts';
 import { readStack } from './config.ts';
@@ -22,7 +28,8 @@ export async function serviceContext(name: string): Promise<ServiceContext> {
 
 /** The read database, migrated; the commands that need one fail clearly without it. */
 export async function database(config: BaseConfig) {
-  if (!config.DATABASE_URL) throw new CliError('DATABASE_URL is not set (and no local `trainyard up` is running)');
+  if (!config.DATABASE_URL)
+    throw new CliError('DATABASE_URL is not set (and no local `trainyard up` is running)');
   const db = connectDb(config.DATABASE_URL);
   await migrate(db);
   return db;

@@ -18,7 +18,11 @@ import {
 } from '@trainyard/platform';
 import { connectDb, migrate, type Database } from '@trainyard/projections';
 import { startProjector } from '@trainyard/projector';
-import { DEFAULT_SCHEDULER_OPTIONS, startScheduler, type SchedulerOptions } from '@trainyard/scheduler';
+import {
+  DEFAULT_SCHEDULER_OPTIONS,
+  startScheduler,
+  type SchedulerOptions,
+} from '@trainyard/scheduler';
 import { DEFAULT_WATCHDOG_OPTIONS, startWatchdog, type WatchdogOptions } from '@trainyard/watchdog';
 import { startWorker, type RunningWorker, type WorkerOptions } from '@trainyard/worker';
 import { ApiClient } from './client.ts';
@@ -26,7 +30,9 @@ import { submitDirectory, streamLogs } from './commands/jobs.ts';
 import { homeDirOf, stackFile, type StackInfo } from './config.ts';
 import { workerOptions } from './worker-options.ts';
 
-export const EXAMPLE_DIR = resolve(fileURLToPath(new URL('../../../examples/hello', import.meta.url)));
+export const EXAMPLE_DIR = resolve(
+  fileURLToPath(new URL('../../../examples/hello', import.meta.url)),
+);
 const DEFAULT_NATS_PORT = 4223;
 
 export interface StackOptions {
@@ -76,11 +82,18 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   }
   let databaseUrl = opts.databaseUrl;
   if (!databaseUrl) {
-    const pg = await startPostgres({ dir: join(opts.home, 'postgres'), fast: opts.fastPostgres ?? false });
+    const pg = await startPostgres({
+      dir: join(opts.home, 'postgres'),
+      fast: opts.fastPostgres ?? false,
+    });
     children.push(pg);
     databaseUrl = pg.url;
   }
-  const config = parseEnv(BaseConfigSchema, { ...process.env, TRAINYARD_NATS_URL: natsUrl, DATABASE_URL: databaseUrl });
+  const config = parseEnv(BaseConfigSchema, {
+    ...process.env,
+    TRAINYARD_NATS_URL: natsUrl,
+    DATABASE_URL: databaseUrl,
+  });
   const ctx = await openContext('trainyard', config);
   const db = connectDb(databaseUrl);
   await migrate(db);
@@ -133,9 +146,14 @@ function banner(api: RunningApi, natsUrl: string, worker: boolean) {
     `  worker     ${worker ? 'local (this process)' : 'none (--no-worker)'}`,
   ];
   if (api.generatedAdminPassword) {
-    lines.push(`  admin      password ${api.generatedAdminPassword}  (shown once; set TRAINYARD_ADMIN_PASSWORD to choose it)`);
+    lines.push(
+      `  admin      password ${api.generatedAdminPassword}  (shown once; set TRAINYARD_ADMIN_PASSWORD to choose it)`,
+    );
   }
-  lines.push(`  next       npx trainyard login -u admin && npx trainyard submit examples/hello --command "python3 train.py" -f`, '');
+  lines.push(
+    `  next       npx trainyard login -u admin && npx trainyard submit examples/hello --command "python3 train.py" -f`,
+    '',
+  );
   console.log(lines.join('\n'));
 }
 
@@ -152,10 +170,18 @@ export async function up(opts: UpOptions): Promise<void> {
     ...(env.TRAINYARD_ADMIN_PASSWORD && { adminPassword: env.TRAINYARD_ADMIN_PASSWORD }),
     ...(env.TRAINYARD_JWT_SECRET && { jwtSecret: env.TRAINYARD_JWT_SECRET }),
     worker: opts.worker
-      ? await workerOptions({ name: 'local', ...(opts.simulateGpus && { simulateGpus: opts.simulateGpus }) })
+      ? await workerOptions({
+          name: 'local',
+          ...(opts.simulateGpus && { simulateGpus: opts.simulateGpus }),
+        })
       : null,
   });
-  const info: StackInfo = { apiUrl: stack.api.url, natsUrl: stack.natsUrl, databaseUrl: stack.databaseUrl, pid: process.pid };
+  const info: StackInfo = {
+    apiUrl: stack.api.url,
+    natsUrl: stack.natsUrl,
+    databaseUrl: stack.databaseUrl,
+    pid: process.pid,
+  };
   await writeFile(stackFile(), JSON.stringify(info, null, 2));
   banner(stack.api, stack.natsUrl, opts.worker);
   stopOnSignals(
@@ -172,7 +198,10 @@ export async function up(opts: UpOptions): Promise<void> {
 
 async function demo(api: RunningApi): Promise<void> {
   const client = new ApiClient(api.url, await api.issueToken({ username: 'admin', role: 'admin' }));
-  const id = await submitDirectory(client, EXAMPLE_DIR, { command: 'python3 train.py', name: 'hello-demo' });
+  const id = await submitDirectory(client, EXAMPLE_DIR, {
+    command: 'python3 train.py',
+    name: 'hello-demo',
+  });
   console.log(`demo job ${id} submitted; following its log (Ctrl-C stops Trainyard)`);
   await streamLogs(client, id, true);
   const job = await client.json<{ status: string }>(`/v1/jobs/${id}`);

@@ -30,7 +30,8 @@ async function inventoryFor(flags: WorkerFlags): Promise<GpuInventory> {
 /** Worker options from command-line flags, with defaults for this host. */
 export async function workerOptions(flags: WorkerFlags): Promise<WorkerOptions> {
   const name = flags.name ?? 'local';
-  if (!/^[A-Za-z0-9_-]{1,64}$/.test(name)) throw new CliError('--name may hold letters, digits, _ and - only');
+  if (!/^[A-Za-z0-9_-]{1,64}$/.test(name))
+    throw new CliError('--name may hold letters, digits, _ and - only');
   return {
     name,
     inventory: await inventoryFor(flags),
@@ -43,4 +44,3 @@ export async function workerOptions(flags: WorkerFlags): Promise<WorkerOptions> 
     version: VERSION,
   };
 }
-

@@ -10,7 +10,10 @@ const BIN = resolve(fileURLToPath(new URL('../bin/trainyard.js', import.meta.url
 let t: TestStack;
 let work: Awaited<ReturnType<typeof tempDir>>;
 
-function cli(args: string[], timeoutMs = 30_000): Promise<{ code: number; stdout: string; stderr: string }> {
+function cli(
+  args: string[],
+  timeoutMs = 30_000,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((done) => {
     execFile(
       process.execPath,
@@ -26,7 +29,8 @@ function cli(args: string[], timeoutMs = 30_000): Promise<{ code: number; stdout
           TRAINYARD_HOME: join(work.path, 'home'),
         },
       },
-      (err, stdout, stderr) => done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      (err, stdout, stderr) =>
+        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
     );
   });
 }
@@ -56,12 +60,22 @@ describe('the trainyard CLI against a running stack', () => {
     expect(bad.stderr).toContain('wrong username or password');
     const ok = await cli(['login', '-u', 'admin', '-p', ADMIN_PASSWORD]);
     expect(ok.stdout).toContain('logged in');
-    const saved = JSON.parse(await readFile(join(work.path, 'credentials.json'), 'utf8')) as { token: string };
+    const saved = JSON.parse(await readFile(join(work.path, 'credentials.json'), 'utf8')) as {
+      token: string;
+    };
     expect(saved.token.split('.')).toHaveLength(3);
   });
 
   it('submits a directory, shows upload progress, follows the log to the end', async () => {
-    const r = await cli(['submit', join(work.path, 'project'), '--command', 'python3 train.py', '--name', 'cli-job', '--follow']);
+    const r = await cli([
+      'submit',
+      join(work.path, 'project'),
+      '--command',
+      'python3 train.py',
+      '--name',
+      'cli-job',
+      '--follow',
+    ]);
     expect(r.code).toBe(0);
     jobId = r.stdout.split('\n')[0]!.trim();
     expect(jobId).toMatch(/^job_/);
@@ -110,7 +124,9 @@ describe('the trainyard CLI against a running stack', () => {
       const res = await t.http(`/v1/jobs/${jobId}`, { token: await t.token() });
       return res.ok ? ((await res.json()) as object) : undefined;
     });
-    expect(await (await t.http(`/v1/jobs/${jobId}`, { token: await t.token() })).json()).toEqual(before);
+    expect(await (await t.http(`/v1/jobs/${jobId}`, { token: await t.token() })).json()).toEqual(
+      before,
+    );
   });
 
   it('explains a missing job', async () => {

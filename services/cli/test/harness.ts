@@ -18,7 +18,12 @@ export interface TestStack {
   token(username?: string, password?: string): Promise<string>;
   http(path: string, init?: RequestInit & { token?: string | null }): Promise<Response>;
   /** Polls a job until `done(job)` holds. */
-  waitForJob(id: string, token: string, done: (job: Job) => boolean, timeoutMs?: number): Promise<Job>;
+  waitForJob(
+    id: string,
+    token: string,
+    done: (job: Job) => boolean,
+    timeoutMs?: number,
+  ): Promise<Job>;
   stop(): Promise<void>;
 }
 
@@ -31,7 +36,15 @@ export interface Job {
   startedAt: string | null;
   finishedAt: string | null;
   createdAt: string;
-  attempts: { number: number; workerId: string; gpus: number[]; status: string; exitCode: number | null; startedAt: string | null; finishedAt: string | null }[];
+  attempts: {
+    number: number;
+    workerId: string;
+    gpus: number[];
+    status: string;
+    exitCode: number | null;
+    startedAt: string | null;
+    finishedAt: string | null;
+  }[];
 }
 
 /** The whole stack in this process, on a NATS and a database of its own. */
@@ -117,7 +130,12 @@ export async function codeArchive(files: Record<string, string>): Promise<Buffer
 }
 
 /** Submits a job as multipart (spec + code) and returns the API's answer. */
-export async function submit(t: TestStack, token: string, spec: object, code?: Buffer): Promise<Response> {
+export async function submit(
+  t: TestStack,
+  token: string,
+  spec: object,
+  code?: Buffer,
+): Promise<Response> {
   const form = new FormData();
   form.set('spec', JSON.stringify(spec));
   if (code) form.set('code', new Blob([new Uint8Array(code)]), 'code.tar.gz');

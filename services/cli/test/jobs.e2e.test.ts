@@ -1,7 +1,12 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ChainVerifier, type StoredEvent } from '@trainyard/events';
-import { connectDb, migrate, rebuildProjections, snapshotProjections } from '@trainyard/projections';
+import {
+  connectDb,
+  migrate,
+  rebuildProjections,
+  snapshotProjections,
+} from '@trainyard/projections';
 import { createTestDatabase, processAlive, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
 
@@ -20,7 +25,12 @@ cat prepared.txt > "$TRAINYARD_OUTPUT_DIR/setup-said.txt"
 echo done
 `;
 
-const cpuSpec = (over: object = {}) => ({ name: 'e2e', command: 'true', resources: { gpus: 0 }, ...over });
+const cpuSpec = (over: object = {}) => ({
+  name: 'e2e',
+  command: 'true',
+  resources: { gpus: 0 },
+  ...over,
+});
 
 beforeAll(async () => {
   t = await startTestStack();
@@ -45,7 +55,12 @@ describe('a training job end to end over HTTP', () => {
 
   it('builds, runs, logs and keeps the outputs of a job that succeeds', async () => {
     const code = await codeArchive({ 'train.sh': TRAIN });
-    const res = await submit(t, alice, cpuSpec({ command: 'sh train.sh', setup: 'echo setup ran > prepared.txt' }), code);
+    const res = await submit(
+      t,
+      alice,
+      cpuSpec({ command: 'sh train.sh', setup: 'echo setup ran > prepared.txt' }),
+      code,
+    );
     expect(res.status).toBe(202);
     const accepted = (await res.json()) as { id: string; status: string; seq: number };
     expect(accepted.status).toBe('submitted');
@@ -59,7 +74,9 @@ describe('a training job end to end over HTTP', () => {
     expect(job).toMatchObject({ owner: 'alice', exitCode: 0, failure: null });
     expect(job.startedAt).not.toBeNull();
     expect(job.finishedAt).not.toBeNull();
-    expect(job.attempts).toMatchObject([{ number: 1, workerId: 'local', gpus: [], status: 'succeeded', exitCode: 0 }]);
+    expect(job.attempts).toMatchObject([
+      { number: 1, workerId: 'local', gpus: [], status: 'succeeded', exitCode: 0 },
+    ]);
 
     const logs = await (await t.http(`/v1/jobs/${jobId}/logs`, { token: alice })).text();
     expect(logs).toContain('running setup');
@@ -67,10 +84,20 @@ describe('a training job end to end over HTTP', () => {
     expect(logs).toContain('epoch 3 loss 0.1');
     expect(logs).toContain('error-stream line');
 
-    const outputs = (await (await t.http(`/v1/jobs/${jobId}/outputs`, { token: alice })).json()) as { path: string; size: number; sha256: string }[];
+    const outputs = (await (
+      await t.http(`/v1/jobs/${jobId}/outputs`, { token: alice })
+    ).json()) as { path: string; size: number; sha256: string }[];
     expect(outputs).toEqual([
-      { path: 'ckpt/model.bin', size: 7, sha256: createHash('sha256').update('weights').digest('hex') },
-      { path: 'setup-said.txt', size: 10, sha256: createHash('sha256').update('setup ran\n').digest('hex') },
+      {
+        path: 'ckpt/model.bin',
+        size: 7,
+        sha256: createHash('sha256').update('weights').digest('hex'),
+      },
+      {
+        path: 'setup-said.txt',
+        size: 10,
+        sha256: createHash('sha256').update('setup ran\n').digest('hex'),
+      },
     ]);
     const file = await t.http(`/v1/jobs/${jobId}/outputs/ckpt/model.bin`, { token: alice });
     expect(file.status).toBe(200);
@@ -78,7 +105,11 @@ describe('a training job end to end over HTTP', () => {
   });
 
   it('streams the log live with follow=true until the job ends', async () => {
-    const res = await submit(t, alice, cpuSpec({ command: 'for i in 1 2 3 4 5; do echo tick $i; sleep 0.2; done' }));
+    const res = await submit(
+      t,
+      alice,
+      cpuSpec({ command: 'for i in 1 2 3 4 5; do echo tick $i; sleep 0.2; done' }),
+    );
     const { id } = (await res.json()) as { id: string };
     const started = Date.now();
     const text = await (await t.http(`/v1/jobs/${id}/logs?follow=true`, { token: alice })).text();
@@ -90,7 +121,13 @@ describe('a training job end to end over HTTP', () => {
 
   it('lists the events of the job in order, hash-chained', async () => {
     const res = await t.http(`/v1/jobs/${jobId}/events`, { token: alice });
-    const events = (await res.json()) as { type: string; seq: number; hash: string; prevHash: string; occurredAt: string }[];
+    const events = (await res.json()) as {
+      type: string;
+      seq: number;
+      hash: string;
+      prevHash: string;
+      occurredAt: string;
+    }[];
     expect([...new Set(events.map((e) => e.type))]).toEqual([
       'JobSubmitted',
       'JobBuildStarted',
@@ -107,7 +144,7 @@ describe('a training job end to end over HTTP', () => {
     }
   });
 
-  it('fails a job whose command exits 3, as the user\'s failure, without retrying', async () => {
+  it("fails a job whose command exits 3, as the user's failure, without retrying", async () => {
     const res = await submit(t, alice, cpuSpec({ command: 'echo about to fail; exit 3' }));
     const { id } = (await res.json()) as { id: string };
     const job = await t.waitForJob(id, alice, (j) => j.status === 'failed');
@@ -137,7 +174,11 @@ describe('a training job end to end over HTTP', () => {
   });
 
   it('cancels a queued job that never ran', async () => {
-    const res = await submit(t, alice, { name: 'needs-gpu', command: 'true', resources: { gpus: 1 } });
+    const res = await submit(t, alice, {
+      name: 'needs-gpu',
+      command: 'true',
+      resources: { gpus: 1 },
+    });
     const { id } = (await res.json()) as { id: string };
     await t.waitForJob(id, alice, (j) => j.status === 'queued');
     await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: alice });
@@ -164,7 +205,9 @@ describe('the API guards its input and its users', () => {
   it('answers 401 without a token or with a bad password', async () => {
     const res = await t.http('/v1/jobs');
     expect(res.status).toBe(401);
-    expect(await res.json()).toEqual({ error: { code: 'UNAUTHENTICATED', message: 'missing bearer token' } });
+    expect(await res.json()).toEqual({
+      error: { code: 'UNAUTHENTICATED', message: 'missing bearer token' },
+    });
     const login = await t.http('/v1/auth/login', {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -193,14 +236,23 @@ describe('the API guards its input and its users', () => {
   it("hides another user's job (404) and shows an admin everything", async () => {
     const res = await submit(t, alice, cpuSpec());
     const { id, seq } = (await res.json()) as { id: string; seq: number };
-    for (const path of [`/v1/jobs/${id}`, `/v1/jobs/${id}/events`, `/v1/jobs/${id}/logs`, `/v1/jobs/${id}/outputs`]) {
+    for (const path of [
+      `/v1/jobs/${id}`,
+      `/v1/jobs/${id}/events`,
+      `/v1/jobs/${id}/logs`,
+      `/v1/jobs/${id}/outputs`,
+    ]) {
       expect((await t.http(path, { token: bob })).status).toBe(404);
     }
-    expect((await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: bob })).status).toBe(404);
+    expect((await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: bob })).status).toBe(
+      404,
+    );
     expect((await t.http(`/v1/jobs/${id}`, { token: admin })).status).toBe(200);
     const bobs = (await (await t.http(`/v1/jobs?after=${seq}`, { token: bob })).json()) as Job[];
     expect(bobs.some((j) => j.id === id)).toBe(false);
-    const all = (await (await t.http(`/v1/jobs?after=${seq}&limit=500`, { token: admin })).json()) as Job[];
+    const all = (await (
+      await t.http(`/v1/jobs?after=${seq}&limit=500`, { token: admin })
+    ).json()) as Job[];
     expect(all.some((j) => j.id === id)).toBe(true);
   });
 
@@ -219,14 +271,26 @@ describe('the API guards its input and its users', () => {
 
 describe('the system around the jobs', () => {
   it('lists the worker, and answers health, metrics and the OpenAPI document', async () => {
-    const workers = (await (await t.http('/v1/workers', { token: alice })).json()) as { id: string; status: string; cpuSlots: number; lastHeartbeatAt: string }[];
+    const workers = (await (await t.http('/v1/workers', { token: alice })).json()) as {
+      id: string;
+      status: string;
+      cpuSlots: number;
+      lastHeartbeatAt: string;
+    }[];
     expect(workers).toMatchObject([{ id: 'local', status: 'online', cpuSlots: 2 }]);
     expect(workers[0]!.lastHeartbeatAt).not.toBeNull();
-    expect(await (await t.http('/healthz')).json()).toEqual({ status: 'ok', nats: true, postgres: true });
+    expect(await (await t.http('/healthz')).json()).toEqual({
+      status: 'ok',
+      nats: true,
+      postgres: true,
+    });
     const metrics = await (await t.http('/metrics')).text();
     expect(metrics).toMatch(/trainyard_jobs_submitted_total \d+/);
     expect(metrics).toMatch(/trainyard_jobs\{status="succeeded"\} \d+/);
-    const docs = (await (await t.http('/docs')).json()) as { openapi: string; paths: Record<string, unknown> };
+    const docs = (await (await t.http('/docs')).json()) as {
+      openapi: string;
+      paths: Record<string, unknown>;
+    };
     expect(docs.openapi).toBe('3.1.0');
     expect(Object.keys(docs.paths)).toContain('/v1/jobs/{id}/logs');
   });

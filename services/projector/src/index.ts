@@ -1,1 +1,6 @@
-export { DEFAULT_PROJECTOR_OPTIONS, startProjector, type ProjectorOptions, type RunningProjector } from './projector.ts';
+export {
+  DEFAULT_PROJECTOR_OPTIONS,
+  startProjector,
+  type ProjectorOptions,
+  type RunningProjector,
+} from './projector.ts';

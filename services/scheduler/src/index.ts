@@ -1,1 +1,6 @@
-export { DEFAULT_SCHEDULER_OPTIONS, startScheduler, type RunningScheduler, type SchedulerOptions } from './scheduler.ts';
+export {
+  DEFAULT_SCHEDULER_OPTIONS,
+  startScheduler,
+  type RunningScheduler,
+  type SchedulerOptions,
+} from './scheduler.ts';

@@ -18,7 +18,10 @@ export interface SchedulerOptions {
   policy: PlacementPolicy;
 }
 
-export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = { leaseTtlMs: 10_000, policy: DEFAULT_POLICY };
+export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
+  leaseTtlMs: 10_000,
+  policy: DEFAULT_POLICY,
+};
 
 /**
  * One term as leader: folds the whole log into the cluster state, then places jobs whenever it
@@ -67,9 +70,13 @@ class Term {
 
   #onCaughtUp(): void {
     this.#caughtUp = true;
-    this.ctx.log.info({ seq: this.cluster.lastSeq, jobs: this.cluster.jobs.size }, 'scheduler caught up');
+    this.ctx.log.info(
+      { seq: this.cluster.lastSeq, jobs: this.cluster.jobs.size },
+      'scheduler caught up',
+    );
     for (const job of this.cluster.jobs.values()) {
-      if (job.state.status === 'assigned' && !job.state.cancelRequested) this.#send(dispatchRun(this.ctx.bus.js, job));
+      if (job.state.status === 'assigned' && !job.state.cancelRequested)
+        this.#send(dispatchRun(this.ctx.bus.js, job));
       if (job.state.cancelRequested) this.#send(dispatchStop(this.ctx.bus.js, job));
     }
     this.schedule();
@@ -129,7 +136,14 @@ class Term {
       const result = await runJobCommand(
         this.ctx.bus.store,
         a.jobId,
-        { type: 'AssignJob', attemptId: newId('att'), workerId: a.workerId, gpus: a.gpus, vramBytes: a.vramBytes, cpus: a.cpus },
+        {
+          type: 'AssignJob',
+          attemptId: newId('att'),
+          workerId: a.workerId,
+          gpus: a.gpus,
+          vramBytes: a.vramBytes,
+          cpus: a.cpus,
+        },
         { actor: { kind: 'service', id: this.ctx.instanceId }, now },
         { snapshot: { state: tracked.state, head: tracked.head } },
       );
@@ -146,7 +160,10 @@ class Term {
   #armWake(wakeAt: Date | null, now: Date): void {
     clearTimeout(this.#wakeTimer);
     if (!wakeAt) return;
-    this.#wakeTimer = setTimeout(() => this.schedule(), Math.max(0, wakeAt.getTime() - now.getTime()) + 5);
+    this.#wakeTimer = setTimeout(
+      () => this.schedule(),
+      Math.max(0, wakeAt.getTime() - now.getTime()) + 5,
+    );
   }
 }
 
@@ -160,7 +177,13 @@ export async function startScheduler(
   ctx: ServiceContext,
   opts: SchedulerOptions = DEFAULT_SCHEDULER_OPTIONS,
 ): Promise<RunningScheduler> {
-  const lease = await KvLease.open(ctx.bus.js, 'scheduler', ctx.instanceId, opts.leaseTtlMs, ctx.config.TRAINYARD_STREAM_REPLICAS);
+  const lease = await KvLease.open(
+    ctx.bus.js,
+    'scheduler',
+    ctx.instanceId,
+    opts.leaseTtlMs,
+    ctx.config.TRAINYARD_STREAM_REPLICAS,
+  );
   const stopping = new AbortController();
   const renewMs = Math.max(100, Math.floor(opts.leaseTtlMs / 3));
   const log = ctx.log.child({ component: 'scheduler' });

@@ -1,1 +1,6 @@
-export { DEFAULT_WATCHDOG_OPTIONS, startWatchdog, type RunningWatchdog, type WatchdogOptions } from './watchdog.ts';
+export {
+  DEFAULT_WATCHDOG_OPTIONS,
+  startWatchdog,
+  type RunningWatchdog,
+  type WatchdogOptions,
+} from './watchdog.ts';

@@ -1,5 +1,11 @@
 import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
-import { ConcurrencyError, decodeEvent, HeartbeatSchema, Streams, Subjects } from '@trainyard/events';
+import {
+  ConcurrencyError,
+  decodeEvent,
+  HeartbeatSchema,
+  Streams,
+  Subjects,
+} from '@trainyard/events';
 import type { ServiceContext } from '@trainyard/platform';
 
 export interface WatchdogOptions {
@@ -7,7 +13,10 @@ export interface WatchdogOptions {
   checkEveryMs: number;
 }
 
-export const DEFAULT_WATCHDOG_OPTIONS: WatchdogOptions = { heartbeatTimeoutMs: 30_000, checkEveryMs: 2_000 };
+export const DEFAULT_WATCHDOG_OPTIONS: WatchdogOptions = {
+  heartbeatTimeoutMs: 30_000,
+  checkEveryMs: 2_000,
+};
 
 export interface RunningWatchdog {
   stop(): Promise<void>;
@@ -46,7 +55,10 @@ export async function startWatchdog(
         online: e.type === 'WorkerRegistered',
         seq: e.seq,
         hash: e.hash,
-        lastSeenMs: Math.max(known?.lastSeenMs ?? startedMs, e.type === 'WorkerRegistered' ? Date.parse(e.occurredAt) : 0),
+        lastSeenMs: Math.max(
+          known?.lastSeenMs ?? startedMs,
+          e.type === 'WorkerRegistered' ? Date.parse(e.occurredAt) : 0,
+        ),
       });
     }
   })();
@@ -80,13 +92,22 @@ export async function startWatchdog(
           aggregate: 'worker',
           aggregateId: id,
           head: { seq: w.seq, hash: w.hash },
-          events: [{ type: 'WorkerLost', data: { lastSeenAt: new Date(w.lastSeenMs).toISOString(), timeoutMs: opts.heartbeatTimeoutMs } }],
+          events: [
+            {
+              type: 'WorkerLost',
+              data: {
+                lastSeenAt: new Date(w.lastSeenMs).toISOString(),
+                timeoutMs: opts.heartbeatTimeoutMs,
+              },
+            },
+          ],
           meta: { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
         });
         w.online = false;
         log.warn({ workerId: id, silentMs: now - w.lastSeenMs }, 'worker lost');
       } catch (err) {
-        if (!(err instanceof ConcurrencyError)) log.error({ err, workerId: id }, 'could not mark worker lost');
+        if (!(err instanceof ConcurrencyError))
+          log.error({ err, workerId: id }, 'could not mark worker lost');
       }
     }
   }

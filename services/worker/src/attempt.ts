@@ -41,21 +41,34 @@ export class AttemptRun {
   }
 
   #meta(): AppendMeta {
-    return { actor: { kind: 'service', id: this.ctx.instanceId }, now: new Date(), causationId: this.msg.attemptId };
+    return {
+      actor: { kind: 'service', id: this.ctx.instanceId },
+      now: new Date(),
+      causationId: this.msg.attemptId,
+    };
   }
 
   /** Runs a command in order with this attempt's others; false when the domain refused it. */
   #command(command: JobCommand | (() => JobCommand)): Promise<boolean> {
     const next = this.#queue.then(async () => {
       try {
-        const result = await runJobCommand(this.ctx.bus.store, this.msg.jobId, command, this.#meta(), {
-          snapshot: this.#snapshot,
-        });
+        const result = await runJobCommand(
+          this.ctx.bus.store,
+          this.msg.jobId,
+          command,
+          this.#meta(),
+          {
+            snapshot: this.#snapshot,
+          },
+        );
         this.#snapshot = result;
         return result.events;
       } catch (err) {
         if (err instanceof DomainError) {
-          this.ctx.log.info({ jobId: this.msg.jobId, attemptId: this.attemptId, code: err.code }, err.message);
+          this.ctx.log.info(
+            { jobId: this.msg.jobId, attemptId: this.attemptId, code: err.code },
+            err.message,
+          );
           return null;
         }
         throw err;
@@ -75,7 +88,8 @@ export class AttemptRun {
       box = await prepareSandbox(this.opts.sandboxRoot, this.msg, this.ctx.blobs);
       this.#box = box;
     } catch (err) {
-      const why = err instanceof SandboxError ? err.failure : failure('launchError', (err as Error).message);
+      const why =
+        err instanceof SandboxError ? err.failure : failure('launchError', (err as Error).message);
       await this.#fail(why);
       this.#resolveDone();
       return;
@@ -106,7 +120,11 @@ export class AttemptRun {
     void this.#supervise(this.#process, shipper, outputs);
   }
 
-  async #supervise(proc: RunningAttempt, shipper: LogShipper, outputs: OutputMirror): Promise<void> {
+  async #supervise(
+    proc: RunningAttempt,
+    shipper: LogShipper,
+    outputs: OutputMirror,
+  ): Promise<void> {
     const sync = async () => {
       const files = await outputs.scan().catch((err: unknown) => {
         this.ctx.log.warn({ err, jobId: this.msg.jobId }, 'output upload failed');
@@ -125,9 +143,11 @@ export class AttemptRun {
       await sync();
       await shipper.end();
       await this.#finish(exit);
-      await shipper.archive(this.ctx.blobs).catch((err: unknown) =>
-        this.ctx.log.warn({ err, jobId: this.msg.jobId }, 'log archive failed'),
-      );
+      await shipper
+        .archive(this.ctx.blobs)
+        .catch((err: unknown) =>
+          this.ctx.log.warn({ err, jobId: this.msg.jobId }, 'log archive failed'),
+        );
       await removeSandbox(this.#box);
     } catch (err) {
       this.ctx.log.error({ err, jobId: this.msg.jobId }, 'attempt supervision failed');

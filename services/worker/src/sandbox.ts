@@ -2,7 +2,13 @@ import { mkdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { failure } from '@trainyard/domain';
 import type { Failure } from '@trainyard/events';
-import { ArchiveError, streamToFile, unpackArchive, type BlobStore, type RunAttempt } from '@trainyard/platform';
+import {
+  ArchiveError,
+  streamToFile,
+  unpackArchive,
+  type BlobStore,
+  type RunAttempt,
+} from '@trainyard/platform';
 
 export interface Sandbox {
   root: string;
@@ -19,7 +25,11 @@ export class SandboxError extends Error {
 }
 
 /** Lays out an attempt's directory and unpacks its code (the build's artifact, or the upload). */
-export async function prepareSandbox(root: string, msg: RunAttempt, blobs: BlobStore): Promise<Sandbox> {
+export async function prepareSandbox(
+  root: string,
+  msg: RunAttempt,
+  blobs: BlobStore,
+): Promise<Sandbox> {
   const dir = join(root, `${msg.jobId}-${msg.attempt}`);
   const box: Sandbox = {
     root: dir,
@@ -45,7 +55,8 @@ async function fill(box: Sandbox, msg: RunAttempt, blobs: BlobStore): Promise<vo
     : msg.code && { key: msg.code.key, format: msg.code.format };
   if (!source) return;
   const blob = await blobs.get(source.key);
-  if (!blob) throw new SandboxError(failure('artifactUnavailable', `blob ${source.key} is missing`));
+  if (!blob)
+    throw new SandboxError(failure('artifactUnavailable', `blob ${source.key} is missing`));
   const archive = join(box.root, `code.${source.format}`);
   await streamToFile(blob, archive);
   try {

@@ -1,6 +1,13 @@
 import { hostname } from 'node:os';
 import { AckPolicy, DeliverPolicy, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
-import { ConcurrencyError, Streams, Subjects, type Gpu, type Heartbeat, type WorkerEvent } from '@trainyard/events';
+import {
+  ConcurrencyError,
+  Streams,
+  Subjects,
+  type Gpu,
+  type Heartbeat,
+  type WorkerEvent,
+} from '@trainyard/events';
 import { DispatchMessageSchema, type RunAttempt, type ServiceContext } from '@trainyard/platform';
 import { AttemptRun } from './attempt.ts';
 import type { WorkerOptions } from './options.ts';
@@ -14,7 +21,11 @@ export interface RunningWorker {
   stop(): Promise<void>;
 }
 
-async function appendWorkerEvent(ctx: ServiceContext, id: string, event: WorkerEvent): Promise<void> {
+async function appendWorkerEvent(
+  ctx: ServiceContext,
+  id: string,
+  event: WorkerEvent,
+): Promise<void> {
   for (let tries = 0; ; tries++) {
     const head = await ctx.bus.store.head('worker', id);
     try {
@@ -33,7 +44,11 @@ async function appendWorkerEvent(ctx: ServiceContext, id: string, event: WorkerE
 }
 
 /** The subjects this worker takes work from: one per GPU, the CPU pool, and control. */
-function slotSubjects(id: string, gpus: Gpu[], cpuSlots: number): { name: string; subject: string }[] {
+function slotSubjects(
+  id: string,
+  gpus: Gpu[],
+  cpuSlots: number,
+): { name: string; subject: string }[] {
   return [
     ...gpus.map((g) => ({ name: `gpu${g.index}`, subject: Subjects.dispatchGpu(id, g.index) })),
     ...(cpuSlots > 0 ? [{ name: 'cpu', subject: Subjects.dispatchCpu(id) }] : []),
@@ -45,7 +60,10 @@ function slotSubjects(id: string, gpus: Gpu[], cpuSlots: number): { name: string
  * Starts a worker daemon: registers its inventory, heartbeats, and runs what is dispatched to
  * its slots. Each slot has a durable consumer of its own on the dispatch stream.
  */
-export async function startWorker(ctx: ServiceContext, opts: WorkerOptions): Promise<RunningWorker> {
+export async function startWorker(
+  ctx: ServiceContext,
+  opts: WorkerOptions,
+): Promise<RunningWorker> {
   const id = opts.name;
   const log = ctx.log.child({ component: 'worker', workerId: id });
   const gpus = await opts.inventory.list();
@@ -55,12 +73,24 @@ export async function startWorker(ctx: ServiceContext, opts: WorkerOptions): Pro
 
   await appendWorkerEvent(ctx, id, {
     type: 'WorkerRegistered',
-    data: { name: id, hostname: hostname(), gpus, cpuSlots: opts.cpuSlots, runtime: opts.runtime.kind, version: opts.version },
+    data: {
+      name: id,
+      hostname: hostname(),
+      gpus,
+      cpuSlots: opts.cpuSlots,
+      runtime: opts.runtime.kind,
+      version: opts.version,
+    },
   });
 
   const beat = async () => {
     const readings = await opts.inventory.read().catch(() => []);
-    const hb: Heartbeat = { workerId: id, at: new Date().toISOString(), gpus: readings, runningAttempts: [...attempts.keys()] };
+    const hb: Heartbeat = {
+      workerId: id,
+      at: new Date().toISOString(),
+      gpus: readings,
+      runningAttempts: [...attempts.keys()],
+    };
     ctx.bus.nc.publish(Subjects.heartbeat(id), JSON.stringify(hb));
   };
   await beat();
@@ -120,7 +150,10 @@ export async function startWorker(ctx: ServiceContext, opts: WorkerOptions): Pro
       }
     })();
   }
-  log.info({ gpus: gpus.length, cpuSlots: opts.cpuSlots, simulated: gpus.some((g) => g.simulated) }, 'worker ready');
+  log.info(
+    { gpus: gpus.length, cpuSlots: opts.cpuSlots, simulated: gpus.some((g) => g.simulated) },
+    'worker ready',
+  );
 
   return {
     id,
@@ -131,8 +164,8 @@ export async function startWorker(ctx: ServiceContext, opts: WorkerOptions): Pro
       for (const s of streams) s.stop();
       clearInterval(heartbeat);
       await Promise.all([...attempts.values()].map((a) => a.abandon()));
-      await appendWorkerEvent(ctx, id, { type: 'WorkerLeft', data: { reason: 'stopped' } }).catch((err: unknown) =>
-        log.warn({ err }, 'could not record leaving'),
+      await appendWorkerEvent(ctx, id, { type: 'WorkerLeft', data: { reason: 'stopped' } }).catch(
+        (err: unknown) => log.warn({ err }, 'could not record leaving'),
       );
     },
   };

@@ -1,4 +1,11 @@
-import type { BlobRef, CodeArchive, Failure, JobEvent, JobSpec, OutputFile } from '@trainyard/events';
+import type {
+  BlobRef,
+  CodeArchive,
+  Failure,
+  JobEvent,
+  JobSpec,
+  OutputFile,
+} from '@trainyard/events';
 import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
 import { classifyExit, exitCodeOf, type ProcessExit } from '../failures.ts';
@@ -38,7 +45,12 @@ const reject = (code: DomainError['code'], message: string): never => {
 
 function liveAttempt(state: JobState, attemptId: string) {
   const attempt = currentAttempt(state);
-  if (!attempt || attempt.id !== attemptId || attempt.finishedAt !== null || isTerminal(state.status)) {
+  if (
+    !attempt ||
+    attempt.id !== attemptId ||
+    attempt.finishedAt !== null ||
+    isTerminal(state.status)
+  ) {
     return reject('STALE_ATTEMPT', `attempt ${attemptId} no longer holds job ${state.id}`);
   }
   return attempt;
@@ -78,7 +90,11 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       return [
         {
           type: 'JobSubmitted',
-          data: { owner: command.owner, spec: command.spec, ...(command.code && { code: command.code }) },
+          data: {
+            owner: command.owner,
+            spec: command.spec,
+            ...(command.code && { code: command.code }),
+          },
         },
       ];
     case 'StartBuild':
@@ -92,7 +108,12 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         return reject('INVALID_TRANSITION', `job ${state.id} is ${state.status}, not building`);
       }
       return command.type === 'CompleteBuild'
-        ? [{ type: 'JobBuilt', data: { artifact: command.artifact, durationMs: command.durationMs } }]
+        ? [
+            {
+              type: 'JobBuilt',
+              data: { artifact: command.artifact, durationMs: command.durationMs },
+            },
+          ]
         : [{ type: 'JobBuildFailed', data: { failure: command.failure } }];
     case 'AssignJob': {
       if (state.status !== 'queued' && state.status !== 'retrying') {
@@ -110,13 +131,18 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       return [
         {
           type: 'JobStarted',
-          data: { attemptId: command.attemptId, ...(command.pid !== undefined && { pid: command.pid }) },
+          data: {
+            attemptId: command.attemptId,
+            ...(command.pid !== undefined && { pid: command.pid }),
+          },
         },
       ];
     }
     case 'SyncOutputs':
       liveAttempt(state, command.attemptId);
-      return [{ type: 'JobOutputsSynced', data: { attemptId: command.attemptId, files: command.files } }];
+      return [
+        { type: 'JobOutputsSynced', data: { attemptId: command.attemptId, files: command.files } },
+      ];
     case 'FinishAttempt':
       return endAttempt(
         state,

@@ -6,7 +6,11 @@ export class HashingStream extends Transform {
   readonly #hash = createHash('sha256');
   sizeBytes = 0;
 
-  override _transform(chunk: Buffer, _enc: BufferEncoding, done: (e?: Error | null, d?: Buffer) => void) {
+  override _transform(
+    chunk: Buffer,
+    _enc: BufferEncoding,
+    done: (e?: Error | null, d?: Buffer) => void,
+  ) {
     this.#hash.update(chunk);
     this.sizeBytes += chunk.length;
     done(null, chunk);

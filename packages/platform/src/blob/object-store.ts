@@ -11,7 +11,11 @@ export class JetStreamBlobStore implements BlobStore {
   readonly kind = 'nats';
   private constructor(private readonly os: ObjectStore) {}
 
-  static async open(js: JetStreamClient, bucket = 'trainyard', replicas = 1): Promise<JetStreamBlobStore> {
+  static async open(
+    js: JetStreamClient,
+    bucket = 'trainyard',
+    replicas = 1,
+  ): Promise<JetStreamBlobStore> {
     const os = await new Objm(js).create(bucket, { replicas });
     return new JetStreamBlobStore(os);
   }

@@ -5,7 +5,10 @@ import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts
 const PASSED_THROUGH = ['PATH', 'LANG', 'LC_ALL', 'TZ', 'TMPDIR'];
 
 /** The environment an attempt sees: a few host variables, the job's env, and Trainyard's. */
-export function attemptEnv(spec: RunSpec, host: NodeJS.ProcessEnv = process.env): Record<string, string> {
+export function attemptEnv(
+  spec: RunSpec,
+  host: NodeJS.ProcessEnv = process.env,
+): Record<string, string> {
   const env: Record<string, string> = {};
   for (const name of PASSED_THROUGH) {
     const value = host[name];
@@ -48,9 +51,7 @@ export class ProcessRuntime implements Runtime {
       child.once('error', (err) => resolve({ kind: 'launch-error', message: err.message }));
       child.once('close', (code, signal) => {
         if (child.pid !== undefined) signalGroup(child.pid, 'SIGKILL');
-        resolve(
-          signal ? { kind: 'signalled', signal } : { kind: 'exited', exitCode: code ?? -1 },
-        );
+        resolve(signal ? { kind: 'signalled', signal } : { kind: 'exited', exitCode: code ?? -1 });
       });
     });
     return {

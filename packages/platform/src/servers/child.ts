@@ -37,7 +37,8 @@ export async function waitUntil(
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
-    if (child && child.exitCode !== null) throw new Error(`${what} exited with code ${child.exitCode}`);
+    if (child && child.exitCode !== null)
+      throw new Error(`${what} exited with code ${child.exitCode}`);
     if (await check().catch(() => false)) return;
     await new Promise((r) => setTimeout(r, 25));
   }

@@ -15,7 +15,11 @@ export interface NatsServerOptions {
 
 /** Where `nats-server` is, or null when it is not installed. */
 export function findNatsServer(): string | null {
-  for (const candidate of [process.env.TRAINYARD_NATS_SERVER, 'nats-server', '/usr/sbin/nats-server']) {
+  for (const candidate of [
+    process.env.TRAINYARD_NATS_SERVER,
+    'nats-server',
+    '/usr/sbin/nats-server',
+  ]) {
     if (!candidate) continue;
     try {
       execFileSync(candidate, ['--version'], { stdio: 'ignore' });
@@ -46,7 +50,16 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<ChildSer
   const port = opts.port ?? (await freePort());
   const child = spawnLogged(
     binary,
-    ['-js', '-sd', join(opts.dir, 'jetstream'), '-a', '127.0.0.1', '-p', String(port), ...(opts.args ?? [])],
+    [
+      '-js',
+      '-sd',
+      join(opts.dir, 'jetstream'),
+      '-a',
+      '127.0.0.1',
+      '-p',
+      String(port),
+      ...(opts.args ?? []),
+    ],
     join(opts.dir, 'nats-server.log'),
   );
   await waitUntil('nats-server', () => tcpOpen(port), 15_000, child);

@@ -58,7 +58,17 @@ export async function startPostgres(opts: PostgresOptions): Promise<ChildServer>
     try {
       execFileSync(
         join(bin, 'initdb'),
-        ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C.UTF-8', '--no-sync'],
+        [
+          '-D',
+          data,
+          '-U',
+          'postgres',
+          '--auth=trust',
+          '-E',
+          'UTF8',
+          '--locale=C.UTF-8',
+          '--no-sync',
+        ],
         { stdio: 'pipe', ...owner(), env: { ...process.env, HOME: opts.dir } },
       );
     } catch (err) {
@@ -69,10 +79,24 @@ export async function startPostgres(opts: PostgresOptions): Promise<ChildServer>
   await ownDir(sockets);
   const port = opts.port ?? (await freePort());
   const settings = [
-    '-D', data, '-p', String(port), '-k', sockets, '-c', 'listen_addresses=127.0.0.1',
-    ...(opts.fast ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'] : []),
+    '-D',
+    data,
+    '-p',
+    String(port),
+    '-k',
+    sockets,
+    '-c',
+    'listen_addresses=127.0.0.1',
+    ...(opts.fast
+      ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off']
+      : []),
   ];
-  const child = spawnLogged(join(bin, 'postgres'), settings, join(opts.dir, 'postgres.log'), owner());
+  const child = spawnLogged(
+    join(bin, 'postgres'),
+    settings,
+    join(opts.dir, 'postgres.log'),
+    owner(),
+  );
   const ready = () => {
     try {
       execFileSync(join(bin, 'pg_isready'), ['-h', '127.0.0.1', '-p', String(port), '-q']);

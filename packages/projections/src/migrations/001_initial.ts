@@ -23,7 +23,11 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn('outputs', 'jsonb', (c) => c.notNull())
     .addColumn('last_seq', 'bigint', (c) => c.notNull())
     .execute();
-  await db.schema.createIndex('jobs_owner_created').on('jobs').columns(['owner', 'created_at']).execute();
+  await db.schema
+    .createIndex('jobs_owner_created')
+    .on('jobs')
+    .columns(['owner', 'created_at'])
+    .execute();
   await db.schema.createIndex('jobs_status').on('jobs').column('status').execute();
 
   await db.schema
@@ -41,7 +45,11 @@ export async function up(db: Kysely<unknown>): Promise<void> {
     .addColumn('started_at', 'timestamptz')
     .addColumn('finished_at', 'timestamptz')
     .execute();
-  await db.schema.createIndex('attempts_job').on('attempts').columns(['job_id', 'number']).execute();
+  await db.schema
+    .createIndex('attempts_job')
+    .on('attempts')
+    .columns(['job_id', 'number'])
+    .execute();
 
   await db.schema
     .createTable('workers')

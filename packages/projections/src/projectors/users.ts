@@ -6,7 +6,11 @@ function step(row: UserRow | undefined, event: StoredEvent): UserRow | undefined
   if (!ofAggregate(event, 'user')) return undefined;
   switch (event.type) {
     case 'UserCreated':
-      return { username: event.data.username, role: event.data.role, created_at: new Date(event.occurredAt) };
+      return {
+        username: event.data.username,
+        role: event.data.role,
+        created_at: new Date(event.occurredAt),
+      };
     default:
       return row;
   }

@@ -31,9 +31,14 @@ export async function readModel<T>(query: () => Promise<T>): Promise<T> {
   try {
     return await query();
   } catch (cause) {
-    throw new ApiError('PROJECTIONS_UNAVAILABLE', 'the read database is unavailable; commands still work', undefined, {
-      cause,
-    });
+    throw new ApiError(
+      'PROJECTIONS_UNAVAILABLE',
+      'the read database is unavailable; commands still work',
+      undefined,
+      {
+        cause,
+      },
+    );
   }
 }
 
@@ -62,7 +67,10 @@ export function jobIdParam(req: FastifyRequest): string {
 /** Loads a job from the log if the caller may see it; otherwise it does not exist. */
 export async function visibleJob(deps: ApiDeps, caller: Caller, id: string): Promise<JobSnapshot> {
   const snapshot = await loadJob(deps.bus.store, id);
-  if (snapshot.state.status === 'none' || (caller.role !== 'admin' && snapshot.state.owner !== caller.username)) {
+  if (
+    snapshot.state.status === 'none' ||
+    (caller.role !== 'admin' && snapshot.state.owner !== caller.username)
+  ) {
     throw new ApiError('NOT_FOUND', `job ${id} not found`);
   }
   return snapshot;

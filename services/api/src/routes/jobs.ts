@@ -20,20 +20,30 @@ function parseSpec(raw: unknown): JobSpec {
   }
   const result = JobSpecSchema.safeParse(value);
   if (!result.success) {
-    const details = result.error.issues.map((i) => ({ field: `spec.${i.path.join('.')}`, message: i.message }));
-    throw new ApiError('VALIDATION_FAILED', `${details[0]!.field}: ${details[0]!.message}`, details);
+    const details = result.error.issues.map((i) => ({
+      field: `spec.${i.path.join('.')}`,
+      message: i.message,
+    }));
+    throw new ApiError(
+      'VALIDATION_FAILED',
+      `${details[0]!.field}: ${details[0]!.message}`,
+      details,
+    );
   }
   return result.data;
 }
 
-async function readSubmission(req: FastifyRequest): Promise<{ spec: JobSpec; staged?: StagedUpload }> {
+async function readSubmission(
+  req: FastifyRequest,
+): Promise<{ spec: JobSpec; staged?: StagedUpload }> {
   if (!req.isMultipart()) return { spec: parseSpec(req.body) };
   let spec: JobSpec | undefined;
   let staged: StagedUpload | undefined;
   try {
     for await (const part of req.parts()) {
       if (part.type === 'field' && part.fieldname === 'spec') spec = parseSpec(part.value);
-      else if (part.type === 'file' && part.fieldname === 'code' && !staged) staged = await stageUpload(part.file);
+      else if (part.type === 'file' && part.fieldname === 'code' && !staged)
+        staged = await stageUpload(part.file);
       else {
         if (part.type === 'file') part.file.resume();
         throw new ApiError('VALIDATION_FAILED', `${part.fieldname}: unexpected field`);
@@ -79,7 +89,11 @@ export function jobRoutes(app: FastifyInstance, deps: ApiDeps): void {
     if (q.after !== undefined) await waitForSeq(deps, q.after);
     const owner = caller.role === 'admin' ? q.owner : caller.username;
     const rows = await readModel(() =>
-      listJobs(deps.db, { limit: q.limit, ...(owner && { owner }), ...(q.status && { status: q.status }) }),
+      listJobs(deps.db, {
+        limit: q.limit,
+        ...(owner && { owner }),
+        ...(q.status && { status: q.status }),
+      }),
     );
     return rows.map((r) => jobView(r));
   });

@@ -23,8 +23,16 @@ export function systemRoutes(app: FastifyInstance, deps: ApiDeps): void {
   });
 
   app.get('/healthz', async (_req, reply) => {
-    const nats = !deps.bus.nc.isClosed() && (await deps.bus.nc.flush().then(() => true, () => false));
-    const postgres = await sql`select 1`.execute(deps.db).then(() => true, () => false);
+    const nats =
+      !deps.bus.nc.isClosed() &&
+      (await deps.bus.nc.flush().then(
+        () => true,
+        () => false,
+      ));
+    const postgres = await sql`select 1`.execute(deps.db).then(
+      () => true,
+      () => false,
+    );
     const status = nats && postgres ? 'ok' : nats ? 'degraded' : 'down';
     return reply.code(nats ? 200 : 503).send({ status, nats, postgres });
   });
@@ -44,7 +52,9 @@ export function systemRoutes(app: FastifyInstance, deps: ApiDeps): void {
       for (const w of workers) counts.set(w.status, (counts.get(w.status) ?? 0) + 1);
       for (const [status, n] of counts) deps.metrics.workersByStatus.set({ status }, n);
     }
-    return reply.type(deps.metrics.registry.contentType).send(await deps.metrics.registry.metrics());
+    return reply
+      .type(deps.metrics.registry.contentType)
+      .send(await deps.metrics.registry.metrics());
   });
 
   app.get('/docs', async () => openApiDocument());

@@ -8,14 +8,20 @@ import { actorOf, readModel, requireAdmin } from './common.ts';
 import type { Caller } from '../auth.ts';
 
 export const NewUserSchema = z.object({
-  username: z.string().regex(USERNAME, 'lowercase letters, digits, _ or -, 2 to 32 long, starting with a letter'),
+  username: z
+    .string()
+    .regex(USERNAME, 'lowercase letters, digits, _ or -, 2 to 32 long, starting with a letter'),
   password: z.string().min(8, 'at least 8 characters').max(256),
   role: z.enum(['admin', 'user']).default('user'),
 });
 export type NewUser = z.infer<typeof NewUserSchema>;
 
 /** Records the user in the log, then keeps the password hash in the credentials bucket. */
-export async function createUser(deps: Pick<ApiDeps, 'bus' | 'credentials'>, user: NewUser, by: Caller | null) {
+export async function createUser(
+  deps: Pick<ApiDeps, 'bus' | 'credentials'>,
+  user: NewUser,
+  by: Caller | null,
+) {
   try {
     await deps.bus.store.append({
       aggregate: 'user',
@@ -25,7 +31,8 @@ export async function createUser(deps: Pick<ApiDeps, 'bus' | 'credentials'>, use
       meta: { actor: by ? actorOf(by) : { kind: 'service', id: 'bootstrap' }, now: new Date() },
     });
   } catch (err) {
-    if (err instanceof ConcurrencyError) throw new ApiError('USER_EXISTS', `user ${user.username} already exists`);
+    if (err instanceof ConcurrencyError)
+      throw new ApiError('USER_EXISTS', `user ${user.username} already exists`);
     throw err;
   }
   await deps.credentials.set(user.username, user.password, user.role);
@@ -52,6 +59,10 @@ export function userRoutes(app: FastifyInstance, deps: ApiDeps): void {
   app.get('/v1/users', async (req) => {
     requireAdmin(req);
     const rows = await readModel(() => listUsers(deps.db));
-    return rows.map((u) => ({ username: u.username, role: u.role, createdAt: u.created_at.toISOString() }));
+    return rows.map((u) => ({
+      username: u.username,
+      role: u.role,
+      createdAt: u.created_at.toISOString(),
+    }));
   });
 }

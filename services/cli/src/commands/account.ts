@@ -5,7 +5,8 @@ import { apiUrl, writeCredentials } from '../config.ts';
 import { printTable } from './table.ts';
 
 async function prompt(question: string, hidden = false): Promise<string> {
-  if (!process.stdin.isTTY) throw new CliError(`${question.trim()} is required (pass it as an option)`);
+  if (!process.stdin.isTTY)
+    throw new CliError(`${question.trim()} is required (pass it as an option)`);
   const rl = createInterface({ input: process.stdin, output: process.stderr, terminal: true });
   if (hidden) {
     const out = rl as unknown as { _writeToOutput: (s: string) => void };
@@ -32,9 +33,13 @@ export function registerAccountCommands(program: Command): void {
     .action(async (o: { api?: string; username?: string; password?: string }) => {
       const url = apiUrl(o.api);
       const username = o.username ?? (await prompt('username: '));
-      const password = o.password ?? process.env.TRAINYARD_PASSWORD ?? (await prompt('password: ', true));
+      const password =
+        o.password ?? process.env.TRAINYARD_PASSWORD ?? (await prompt('password: ', true));
       const client = new ApiClient(url, null);
-      const { token } = await client.post<{ token: string }>('/v1/auth/login', { username, password });
+      const { token } = await client.post<{ token: string }>('/v1/auth/login', {
+        username,
+        password,
+      });
       await writeCredentials({ apiUrl: url, token, username });
       console.log(`logged in to ${url} as ${username}`);
     });
@@ -47,7 +52,11 @@ export function registerAccountCommands(program: Command): void {
     .option('-p, --password <password>', 'password (default: prompt)')
     .action(async (username: string, o: { role: string; password?: string }) => {
       const password = o.password ?? (await prompt('password for the new user: ', true));
-      const r = await ApiClient.fromEnv().post<{ username: string; role: string }>('/v1/users', { username, password, role: o.role });
+      const r = await ApiClient.fromEnv().post<{ username: string; role: string }>('/v1/users', {
+        username,
+        password,
+        role: o.role,
+      });
       console.log(`created ${r.username} (${r.role})`);
     });
 

@@ -18,9 +18,9 @@ export function registerAdminCommands(program: Command): void {
         events.help();
         return;
       }
-      const list = await ApiClient.fromEnv().json<{ seq: number; type: string; occurredAt: string; hash: string; actor: { id: string } }[]>(
-        `/v1/jobs/${encodeURIComponent(id)}/events`,
-      );
+      const list = await ApiClient.fromEnv().json<
+        { seq: number; type: string; occurredAt: string; hash: string; actor: { id: string } }[]
+      >(`/v1/jobs/${encodeURIComponent(id)}/events`);
       if (o.json) return console.log(JSON.stringify(list, null, 2));
       printTable(
         ['SEQ', 'TIME', 'TYPE', 'BY', 'HASH'],
@@ -37,8 +37,11 @@ export function registerAdminCommands(program: Command): void {
       try {
         const verifier = new ChainVerifier();
         for await (const event of bus.store.replay()) verifier.add(event);
-        for (const b of verifier.breaks) console.error(`BROKEN ${b.aggregate}/${b.aggregateId} at seq ${b.seq}: ${b.problem}`);
-        console.log(`${verifier.count} events, ${verifier.aggregates} chains, ${verifier.breaks.length} broken`);
+        for (const b of verifier.breaks)
+          console.error(`BROKEN ${b.aggregate}/${b.aggregateId} at seq ${b.seq}: ${b.problem}`);
+        console.log(
+          `${verifier.count} events, ${verifier.aggregates} chains, ${verifier.breaks.length} broken`,
+        );
         if (verifier.breaks.length > 0) process.exitCode = 2;
       } finally {
         await bus.close();
@@ -59,7 +62,9 @@ export function registerAdminCommands(program: Command): void {
           onProgress: (n, last) => process.stderr.write(`\rreplayed ${n} events (log at ${last})`),
         });
         process.stderr.write('\n');
-        console.log(`rebuilt from ${result.events} events up to sequence ${result.lastSeq} in ${result.ms} ms`);
+        console.log(
+          `rebuilt from ${result.events} events up to sequence ${result.lastSeq} in ${result.ms} ms`,
+        );
       } finally {
         await db.destroy();
         await bus.close();

@@ -49,15 +49,22 @@ const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 
 /** Streams a job's log to stdout; with `follow`, until the job ends. */
 export async function streamLogs(client: ApiClient, id: string, follow: boolean): Promise<void> {
-  const res = await client.request(`/v1/jobs/${encodeURIComponent(id)}/logs${follow ? '?follow=true' : ''}`);
+  const res = await client.request(
+    `/v1/jobs/${encodeURIComponent(id)}/logs${follow ? '?follow=true' : ''}`,
+  );
   if (!res.body) return;
-  for await (const chunk of Readable.fromWeb(res.body as never)) process.stdout.write(chunk as Buffer);
+  for await (const chunk of Readable.fromWeb(res.body as never))
+    process.stdout.write(chunk as Buffer);
 }
 
 export type SubmitFlags = Record<string, string | string[] | boolean | undefined>;
 
 /** Packs a directory, uploads it with a spec built from `o`, and returns the job id. */
-export async function submitDirectory(client: ApiClient, dir: string, o: SubmitFlags): Promise<string> {
+export async function submitDirectory(
+  client: ApiClient,
+  dir: string,
+  o: SubmitFlags,
+): Promise<string> {
   const root = resolve(dir);
   const info = await stat(root).catch(() => null);
   if (!info?.isDirectory()) throw new CliError(`${dir} is not a directory`);
@@ -95,7 +102,9 @@ async function submit(dir: string, o: SubmitFlags, client: ApiClient): Promise<v
   if (!o.follow) return;
   await streamLogs(client, id, true);
   const final = await client.json<JobView>(`/v1/jobs/${id}`);
-  console.error(`job ${final.id} ${final.status}${final.exitCode !== null ? ` (exit ${final.exitCode})` : ''}`);
+  console.error(
+    `job ${final.id} ${final.status}${final.exitCode !== null ? ` (exit ${final.exitCode})` : ''}`,
+  );
   if (final.status !== 'succeeded') process.exitCode = 1;
 }
 
@@ -131,26 +140,43 @@ export function registerJobCommands(program: Command): void {
       if (o.json) return console.log(JSON.stringify(jobs, null, 2));
       printTable(
         ['ID', 'NAME', 'STATUS', 'GPUS', 'CREATED', 'EXIT'],
-        jobs.map((j) => [j.id, j.name, j.status, String(j.resources.gpus), j.createdAt, j.exitCode === null ? '' : String(j.exitCode)]),
+        jobs.map((j) => [
+          j.id,
+          j.name,
+          j.status,
+          String(j.resources.gpus),
+          j.createdAt,
+          j.exitCode === null ? '' : String(j.exitCode),
+        ]),
       );
     });
 
   program
     .command('status')
-    .description("show a job and its attempts")
+    .description('show a job and its attempts')
     .argument('<id>')
     .option('--json', 'print JSON')
     .action(async (id: string, o: { json?: boolean }) => {
       const job = await ApiClient.fromEnv().json<JobView>(`/v1/jobs/${encodeURIComponent(id)}`);
       if (o.json) return console.log(JSON.stringify(job, null, 2));
-      console.log(`${job.id}  ${job.name}  ${job.status}${TERMINAL.has(job.status) && job.exitCode !== null ? ` (exit ${job.exitCode})` : ''}`);
-      console.log(`owner ${job.owner}  created ${job.createdAt}  started ${job.startedAt ?? '-'}  finished ${job.finishedAt ?? '-'}`);
-      if (job.failure) console.log(`failure: ${job.failure.kind} ${job.failure.reason}: ${job.failure.message}`);
+      console.log(
+        `${job.id}  ${job.name}  ${job.status}${TERMINAL.has(job.status) && job.exitCode !== null ? ` (exit ${job.exitCode})` : ''}`,
+      );
+      console.log(
+        `owner ${job.owner}  created ${job.createdAt}  started ${job.startedAt ?? '-'}  finished ${job.finishedAt ?? '-'}`,
+      );
+      if (job.failure)
+        console.log(`failure: ${job.failure.kind} ${job.failure.reason}: ${job.failure.message}`);
       printTable(
         ['ATTEMPT', 'WORKER', 'GPUS', 'STATUS', 'EXIT', 'STARTED', 'FINISHED'],
         (job.attempts ?? []).map((a) => [
-          String(a.number), a.workerId, a.gpus.join(',') || 'cpu', a.status,
-          a.exitCode === null ? '' : String(a.exitCode), a.startedAt ?? '', a.finishedAt ?? '',
+          String(a.number),
+          a.workerId,
+          a.gpus.join(',') || 'cpu',
+          a.status,
+          a.exitCode === null ? '' : String(a.exitCode),
+          a.startedAt ?? '',
+          a.finishedAt ?? '',
         ]),
       );
     });
@@ -160,7 +186,9 @@ export function registerJobCommands(program: Command): void {
     .description("print a job's log")
     .argument('<id>')
     .option('-f, --follow', 'stream until the job ends')
-    .action(async (id: string, o: { follow?: boolean }) => streamLogs(ApiClient.fromEnv(), id, Boolean(o.follow)));
+    .action(async (id: string, o: { follow?: boolean }) =>
+      streamLogs(ApiClient.fromEnv(), id, Boolean(o.follow)),
+    );
 
   program
     .command('outputs')
@@ -169,16 +197,24 @@ export function registerJobCommands(program: Command): void {
     .option('--download <dir>', 'download every file into DIR')
     .action(async (id: string, o: { download?: string }) => {
       const client = ApiClient.fromEnv();
-      const files = await client.json<{ path: string; size: number; sha256: string }[]>(`/v1/jobs/${encodeURIComponent(id)}/outputs`);
+      const files = await client.json<{ path: string; size: number; sha256: string }[]>(
+        `/v1/jobs/${encodeURIComponent(id)}/outputs`,
+      );
       if (!o.download) {
-        printTable(['PATH', 'SIZE', 'SHA256'], files.map((f) => [f.path, String(f.size), f.sha256]));
+        printTable(
+          ['PATH', 'SIZE', 'SHA256'],
+          files.map((f) => [f.path, String(f.size), f.sha256]),
+        );
         return;
       }
       for (const f of files) {
         const target = resolve(o.download, f.path);
-        if (!target.startsWith(resolve(o.download))) throw new CliError(`refusing to write outside ${o.download}: ${f.path}`);
+        if (!target.startsWith(resolve(o.download)))
+          throw new CliError(`refusing to write outside ${o.download}: ${f.path}`);
         await mkdir(dirname(target), { recursive: true });
-        const res = await client.request(`/v1/jobs/${encodeURIComponent(id)}/outputs/${f.path.split('/').map(encodeURIComponent).join('/')}`);
+        const res = await client.request(
+          `/v1/jobs/${encodeURIComponent(id)}/outputs/${f.path.split('/').map(encodeURIComponent).join('/')}`,
+        );
         await pipeline(Readable.fromWeb(res.body as never), createWriteStream(target));
         console.log(`${f.path} (${f.size} bytes)`);
       }
@@ -189,10 +225,11 @@ export function registerJobCommands(program: Command): void {
     .description('cancel a job')
     .argument('<id>')
     .action(async (id: string) => {
-      const r = await ApiClient.fromEnv().post<{ id: string; status: string; cancelRequested: boolean }>(
-        `/v1/jobs/${encodeURIComponent(id)}/cancel`,
-        {},
-      );
+      const r = await ApiClient.fromEnv().post<{
+        id: string;
+        status: string;
+        cancelRequested: boolean;
+      }>(`/v1/jobs/${encodeURIComponent(id)}/cancel`, {});
       console.log(`${r.id} ${r.status === 'cancelled' ? 'cancelled' : 'cancelling'}`);
     });
 }

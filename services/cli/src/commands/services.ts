@@ -11,7 +11,10 @@ import { up } from '../stack.ts';
 import { workerOptions, type WorkerFlags } from '../worker-options.ts';
 
 /** Runs one service in this process until a signal stops it. */
-async function runAlone(name: string, start: (ctx: ServiceContext) => Promise<Stoppable>): Promise<void> {
+async function runAlone(
+  name: string,
+  start: (ctx: ServiceContext) => Promise<Stoppable>,
+): Promise<void> {
   const ctx = await serviceContext(name);
   const service = await start(ctx);
   stopOnSignals(
@@ -31,12 +34,18 @@ const ms = (v: string | undefined, fallback: number) => (v ? Number(v) : fallbac
 export function registerServiceCommands(program: Command): void {
   program
     .command('up')
-    .description('run the whole stack on this machine: NATS, Postgres, every service and a local worker')
+    .description(
+      'run the whole stack on this machine: NATS, Postgres, every service and a local worker',
+    )
     .option('--demo', 'submit the example job and follow its logs')
     .option('--no-worker', 'run the control plane only; workers join with `trainyard worker`')
     .option('--simulate-gpus <shape>', 'give the local worker simulated GPUs, e.g. 2x24GiB')
     .action(async (o: { demo?: boolean; worker: boolean; simulateGpus?: string }) =>
-      up({ demo: Boolean(o.demo), worker: o.worker, ...(o.simulateGpus && { simulateGpus: o.simulateGpus }) }),
+      up({
+        demo: Boolean(o.demo),
+        worker: o.worker,
+        ...(o.simulateGpus && { simulateGpus: o.simulateGpus }),
+      }),
     );
 
   program
@@ -49,9 +58,12 @@ export function registerServiceCommands(program: Command): void {
           port: Number(process.env.TRAINYARD_PORT ?? 8080),
           host: process.env.TRAINYARD_HOST ?? '0.0.0.0',
           ...(process.env.TRAINYARD_JWT_SECRET && { jwtSecret: process.env.TRAINYARD_JWT_SECRET }),
-          ...(process.env.TRAINYARD_ADMIN_PASSWORD && { adminPassword: process.env.TRAINYARD_ADMIN_PASSWORD }),
+          ...(process.env.TRAINYARD_ADMIN_PASSWORD && {
+            adminPassword: process.env.TRAINYARD_ADMIN_PASSWORD,
+          }),
         });
-        if (api.generatedAdminPassword) console.log(`admin password (shown once): ${api.generatedAdminPassword}`);
+        if (api.generatedAdminPassword)
+          console.log(`admin password (shown once): ${api.generatedAdminPassword}`);
         return { stop: async () => (await api.stop(), await db.destroy()) };
       }),
     );
@@ -61,7 +73,10 @@ export function registerServiceCommands(program: Command): void {
     .description('run the scheduler (leader-elected; run several for standby)')
     .action(() =>
       runAlone('scheduler', (ctx) =>
-        startScheduler(ctx, { ...DEFAULT_SCHEDULER_OPTIONS, leaseTtlMs: ms(process.env.TRAINYARD_LEASE_TTL_MS, 10_000) }),
+        startScheduler(ctx, {
+          ...DEFAULT_SCHEDULER_OPTIONS,
+          leaseTtlMs: ms(process.env.TRAINYARD_LEASE_TTL_MS, 10_000),
+        }),
       ),
     );
 
@@ -88,7 +103,10 @@ export function registerServiceCommands(program: Command): void {
       runAlone('watchdog', (ctx) =>
         startWatchdog(ctx, {
           ...DEFAULT_WATCHDOG_OPTIONS,
-          heartbeatTimeoutMs: ms(process.env.TRAINYARD_HEARTBEAT_TIMEOUT_MS, DEFAULT_WATCHDOG_OPTIONS.heartbeatTimeoutMs),
+          heartbeatTimeoutMs: ms(
+            process.env.TRAINYARD_HEARTBEAT_TIMEOUT_MS,
+            DEFAULT_WATCHDOG_OPTIONS.heartbeatTimeoutMs,
+          ),
         }),
       ),
     );
