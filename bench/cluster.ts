@@ -1,12 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import { decodeEvent, Streams, Subjects } from '@trainyard/events';
 import { startStack, type Stack } from '@trainyard/cli';
 import { tempDir, waitFor } from '@trainyard/testkit';
 
-const BIN = resolve(fileURLToPath(new URL('../services/cli/bin/trainyard.js', import.meta.url)));
+const HOST = resolve(fileURLToPath(new URL('./worker-host.ts', import.meta.url)));
 
 export interface JobTimes {
   submittedMs?: number;
@@ -47,22 +47,31 @@ export class BenchCluster {
     return cluster;
   }
 
-  /** Starts `count` worker processes, each with simulated GPUs of `shape`, and waits for them. */
-  async addWorkers(prefix: string, count: number, shape: string): Promise<void> {
-    for (let i = 0; i < count; i++) {
+  /**
+   * Starts `count` workers with simulated GPUs of `shape`, spread over `processes` worker
+   * processes (one worker per process by default), and waits until all are online.
+   */
+  async addWorkers(
+    prefix: string,
+    count: number,
+    shape: string,
+    opts: { processes?: number; simulateRuntime?: boolean } = {},
+  ): Promise<void> {
+    const processes = opts.processes ?? count;
+    const perProcess = Math.ceil(count / processes);
+    for (let p = 0; p < processes; p++) {
+      const n = Math.min(perProcess, count - p * perProcess);
+      if (n <= 0) break;
       const child = spawn(
         process.execPath,
         [
-          BIN,
-          'worker',
-          '--name',
-          `${prefix}${i}`,
-          '--simulate-gpus',
+          '--import',
+          'tsx',
+          HOST,
+          `${prefix}${p}x`,
+          String(n),
           shape,
-          '--cpu-slots',
-          '0',
-          '--sandbox',
-          join(this.home.path, 'sandboxes', `${prefix}${i}`),
+          ...(opts.simulateRuntime ? ['--simulate-runtime'] : []),
         ],
         {
           stdio: ['ignore', 'ignore', 'inherit'],

@@ -55,7 +55,7 @@ function perJob(cpu: Record<string, number>, jobs: number) {
 }
 
 async function smallCluster(cluster: BenchCluster) {
-  await cluster.addWorkers('small', 4, '2x24GiB');
+  await cluster.addWorkers('small', 4, '2x24GiB', { processes: 2 });
   const n = quick ? 200 : 1000;
   const meter = cpuMeter(cluster);
   meter.mark();
@@ -76,6 +76,7 @@ async function smallCluster(cluster: BenchCluster) {
   await cluster.stopWorkers();
   return {
     workers: 4,
+    workerProcesses: 2,
     gpusPerWorker: 2,
     simulatedGpus: true,
     burst,
@@ -90,9 +91,12 @@ async function smallCluster(cluster: BenchCluster) {
 
 async function ceiling(cluster: BenchCluster) {
   const raw = await appendCeiling(cluster.stack.ctx.bus, quick ? 5_000 : 20_000);
-  const workers = 8;
+  const workers = 16;
   const gpus = 8;
-  await cluster.addWorkers('ceil', workers, `${gpus}x80GiB`);
+  await cluster.addWorkers('ceil', workers, `${gpus}x80GiB`, {
+    processes: 2,
+    simulateRuntime: true,
+  });
   const n = quick ? 500 : 3000;
   const meter = cpuMeter(cluster);
   meter.mark();
@@ -105,6 +109,8 @@ async function ceiling(cluster: BenchCluster) {
     workers,
     gpusPerWorker: gpus,
     simulatedGpus: true,
+    simulatedRuntime: true,
+    workerProcesses: 2,
     endToEnd: { ...e2e, submitToRunningMs: latencies(cluster, ids), phases: phases(cluster, ids) },
     rawAppendCeilingPerSecond: raw.perSecond,
     appendsPerJob,
@@ -130,12 +136,12 @@ try {
   console.log(`
 Trainyard benchmark (simulated GPUs; jobs skip build and estimation)
 
-small cluster: ${s.workers} workers x ${s.gpusPerWorker} simulated GPUs, ${s.burst.jobs} jobs running \`true\`
+small cluster: ${s.workers} workers x ${s.gpusPerWorker} simulated GPUs in ${s.workerProcesses} processes, ${s.burst.jobs} jobs running \`true\`
   completed        ${s.burst.jobsPerSecond} jobs/s (target >= 200), makespan ${s.burst.makespanMs} ms, failed ${s.burst.failed}
   submit->start    p50 ${s.burst.submitToStartMs.p50} ms  p90 ${s.burst.submitToStartMs.p90} ms  p99 ${s.burst.submitToStartMs.p99} ms
   idle probe       p50 ${s.idleProbe.submitToStartMs.p50} ms  p90 ${s.idleProbe.submitToStartMs.p90} ms  p99 ${s.idleProbe.submitToStartMs.p99} ms (target p50 < 20 ms)
 
-ceiling: ${c.workers} workers x ${c.gpusPerWorker} simulated GPUs, ${c.endToEnd.jobs} jobs
+ceiling: ${c.workers} workers x ${c.gpusPerWorker} simulated GPUs in ${c.workerProcesses} processes, simulated runtime (no processes spawned), ${c.endToEnd.jobs} jobs
   end to end       ${c.endToEnd.jobsPerSecond} jobs/s (target >= 500), failed ${c.endToEnd.failed}
   submit->running  p50 ${c.endToEnd.submitToRunningMs.p50} ms  p99 ${c.endToEnd.submitToRunningMs.p99} ms
   raw append       ${c.rawAppendCeilingPerSecond} events/s (pipelined, msg id + expected sequence)

@@ -9,4 +9,3 @@ export * from './streams.ts';
 export * from './subjects.ts';
 export * from './user.ts';
 export * from './worker.ts';
-export * from './logs.ts';

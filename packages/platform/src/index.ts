@@ -12,6 +12,7 @@ export * from './lifecycle.ts';
 export * from './logger.ts';
 export * from './nats.ts';
 export * from './runtime/process.ts';
+export * from './runtime/simulated.ts';
 export * from './runtime/types.ts';
 export * from './servers/child.ts';
 export * from './servers/nats-server.ts';

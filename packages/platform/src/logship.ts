@@ -1,11 +1,11 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
-import { headers } from '@nats-io/nats-core';
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { LogHeaders, Subjects } from '@trainyard/events';
+import { Subjects } from '@trainyard/events';
 import { BlobKeys, putFile, type BlobStore } from './blob/types.ts';
 
 const FLUSH_MS = 100;
 const MAX_CHUNK = 64 * 1024;
+const PUBLISH_TRIES = 3;
 
 /**
  * Ships one attempt's output to the live log stream in small batches, and keeps a copy on
@@ -15,9 +15,11 @@ export class LogShipper {
   #buffer: Buffer[] = [];
   #bytes = 0;
   #written = 0;
+  /** Bytes the live stream never took (the archived copy still has them). */
+  droppedBytes = 0;
   #timer: NodeJS.Timeout | undefined;
   #inflight: Promise<unknown> = Promise.resolve();
-  readonly #file: WriteStream;
+  #file: WriteStream | null = null;
   readonly #subject: string;
 
   constructor(
@@ -27,10 +29,10 @@ export class LogShipper {
     private readonly localPath: string,
   ) {
     this.#subject = Subjects.attemptLogs(jobId, attempt);
-    this.#file = createWriteStream(localPath, { flags: 'a' });
   }
 
   write(chunk: Buffer): void {
+    this.#file ??= createWriteStream(this.localPath, { flags: 'a' });
     this.#file.write(chunk);
     this.#written += chunk.length;
     this.#buffer.push(chunk);
@@ -52,22 +54,29 @@ export class LogShipper {
     return this.#inflight;
   }
 
-  async #publish(data: Uint8Array, eof = false): Promise<void> {
-    for (let offset = 0; offset < data.length || (eof && offset === 0); offset += MAX_CHUNK) {
-      const h = headers();
-      if (eof) h.set(LogHeaders.eof, '1');
-      await this.js
-        .publish(this.#subject, data.subarray(offset, offset + MAX_CHUNK), { headers: h })
-        .catch(() => undefined);
-      if (eof) break;
+  async #publish(data: Uint8Array): Promise<void> {
+    for (let offset = 0; offset < data.length; offset += MAX_CHUNK) {
+      const chunk = data.subarray(offset, offset + MAX_CHUNK);
+      for (let tries = 1; ; tries++) {
+        try {
+          await this.js.publish(this.#subject, chunk);
+          break;
+        } catch {
+          if (tries >= PUBLISH_TRIES) {
+            this.droppedBytes += chunk.length;
+            break;
+          }
+          await new Promise((r) => setTimeout(r, 200 * tries));
+        }
+      }
     }
   }
 
-  /** Flushes what is buffered and marks the end of the live log. */
+  /** Publishes what is buffered and closes the local copy. Call it before the attempt's last event. */
   async end(): Promise<void> {
     await this.flush();
-    await this.#publish(new Uint8Array(), true);
-    await new Promise<void>((resolve) => this.#file.end(resolve));
+    const file = this.#file;
+    if (file) await new Promise<void>((resolve) => file.end(resolve));
   }
 
   /** Keeps the local copy in the blob store, for when the live log has aged out. */

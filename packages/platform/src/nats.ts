@@ -34,6 +34,7 @@ export async function connectBus(
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
     pingInterval: 5_000,
+    noAsyncTraces: true,
   });
   const jsm = await jetstreamManager(nc);
   await ensureStreams(jsm, { ...DEFAULT_STREAM_OPTIONS, ...streams });

@@ -113,3 +113,15 @@ describe('GPU inventory', () => {
     expect(() => SimulatedInventory.parse('lots')).toThrow(/2x24GiB/);
   });
 });
+
+describe('simulated runtime', () => {
+  it('runs nothing: an attempt exits 0 after its time, or is killed', async () => {
+    const { SimulatedRuntime } = await import('../src/index.ts');
+    const quick = new SimulatedRuntime(5).start(spec('python train.py'), () => undefined);
+    expect(quick.pid).toBeUndefined();
+    expect(await quick.exited).toEqual({ kind: 'exited', exitCode: 0 });
+    const slow = new SimulatedRuntime(60_000).start(spec('python train.py'), () => undefined);
+    await slow.kill();
+    expect(await slow.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+  });
+});

@@ -7,6 +7,7 @@ import type { Database } from './database.ts';
 export function connectDb(url: string, opts: { max?: number } = {}): Kysely<Database> {
   const sql = postgres(url, {
     max: opts.max ?? 10,
+    prepare: false,
     onnotice: () => undefined,
     connect_timeout: 5,
     types: {

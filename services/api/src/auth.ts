@@ -6,6 +6,7 @@ import { jwtVerify, SignJWT } from 'jose';
 import type { Role } from '@trainyard/events';
 import { ApiError } from './errors.ts';
 
+const VERIFIED_CACHE_SIZE = 10_000;
 const scrypt = promisify(scryptCb) as (pw: string, salt: Buffer, len: number) => Promise<Buffer>;
 
 /** Who is calling, from a verified token. */
@@ -65,6 +66,8 @@ export class CredentialStore {
 
 /** Issues and checks the API's bearer tokens (HS256). */
 export class TokenIssuer {
+  /** Tokens already checked, until they expire: verifying costs more than most requests. */
+  readonly #verified = new Map<string, { caller: Caller; expiresMs: number }>();
   readonly #key: Uint8Array;
   constructor(
     secret: string,
@@ -86,14 +89,19 @@ export class TokenIssuer {
   async verify(header: string | undefined): Promise<Caller> {
     const token = header?.startsWith('Bearer ') ? header.slice(7) : null;
     if (!token) throw new ApiError('UNAUTHENTICATED', 'missing bearer token');
+    const cached = this.#verified.get(token);
+    if (cached && cached.expiresMs > Date.now()) return cached.caller;
     try {
       const { payload } = await jwtVerify(token, this.#key, {
         issuer: 'trainyard',
         algorithms: ['HS256'],
       });
       const role = payload.role === 'admin' ? 'admin' : 'user';
-      if (!payload.sub) throw new Error('no subject');
-      return { username: payload.sub, role };
+      if (!payload.sub || !payload.exp) throw new Error('no subject or expiry');
+      const caller: Caller = { username: payload.sub, role };
+      if (this.#verified.size >= VERIFIED_CACHE_SIZE) this.#verified.clear();
+      this.#verified.set(token, { caller, expiresMs: payload.exp * 1000 });
+      return caller;
     } catch (cause) {
       throw new ApiError('UNAUTHENTICATED', 'invalid or expired token', undefined, { cause });
     }

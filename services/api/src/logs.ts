@@ -1,7 +1,7 @@
 import { PassThrough, type Readable } from 'node:stream';
 import { DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
 import { isTerminal } from '@trainyard/domain';
-import { LogHeaders, Streams, Subjects } from '@trainyard/events';
+import { Streams, Subjects } from '@trainyard/events';
 import { BlobKeys, loadJob, type BlobStore, type Bus } from '@trainyard/platform';
 
 const CHECK_MS = 500;
@@ -51,7 +51,7 @@ async function copyLive(
     for await (const msg of messages as AsyncIterable<JsMsg>) {
       read++;
       caughtUp = msg.info.pending === 0;
-      if (!msg.headers?.has(LogHeaders.eof)) out.write(msg.data);
+      out.write(msg.data);
       if (!follow && read >= pending) break;
     }
   } finally {

@@ -5,6 +5,7 @@ import {
   NvidiaSmiInventory,
   ProcessRuntime,
   SimulatedInventory,
+  SimulatedRuntime,
   type GpuInventory,
 } from '@trainyard/platform';
 import type { WorkerOptions } from '@trainyard/worker';
@@ -19,6 +20,7 @@ export interface WorkerFlags {
   cpuSlots?: string;
   sandbox?: string;
   heartbeatMs?: string;
+  simulateRuntime?: boolean;
 }
 
 async function inventoryFor(flags: WorkerFlags): Promise<GpuInventory> {
@@ -35,7 +37,7 @@ export async function workerOptions(flags: WorkerFlags): Promise<WorkerOptions> 
   return {
     name,
     inventory: await inventoryFor(flags),
-    runtime: new ProcessRuntime(),
+    runtime: flags.simulateRuntime ? new SimulatedRuntime() : new ProcessRuntime(),
     cpuSlots: flags.cpuSlots !== undefined ? Number(flags.cpuSlots) : availableParallelism(),
     sandboxRoot: flags.sandbox ?? join(homeDirOf(), 'sandboxes', name),
     heartbeatMs: Number(flags.heartbeatMs ?? 2_000),

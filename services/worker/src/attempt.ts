@@ -142,6 +142,12 @@ export class AttemptRun {
       await syncing;
       await sync();
       await shipper.end();
+      if (shipper.droppedBytes > 0) {
+        this.ctx.log.warn(
+          { jobId: this.msg.jobId, bytes: shipper.droppedBytes },
+          'live log incomplete; the archive has it all',
+        );
+      }
       await this.#finish(exit);
       await shipper
         .archive(this.ctx.blobs)

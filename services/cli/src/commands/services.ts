@@ -116,6 +116,10 @@ export function registerServiceCommands(program: Command): void {
     .description('run a worker daemon on this host')
     .option('--name <name>', 'worker id (default: local)')
     .option('--simulate-gpus <shape>', 'simulated GPUs for tests and benchmarks, e.g. 2x24GiB')
+    .option(
+      '--simulate-runtime',
+      'run nothing: every attempt exits 0 at once (control-plane benchmarks)',
+    )
     .option('--cpu-slots <n>', 'CPU-only job slots (default: CPU count)')
     .option('--sandbox <dir>', 'where attempts run')
     .option('--heartbeat-ms <ms>', 'heartbeat interval', '2000')

@@ -1,0 +1,34 @@
+/**
+ * Runs several simulated workers in one process, sharing one NATS connection, for benchmarks
+ * that need many workers on a 2-core machine: `worker-host.ts PREFIX COUNT SHAPE [--simulate-runtime]`.
+ * Each is a full worker (its own registration, heartbeats and per-GPU consumers).
+ */
+import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { workerOptions } from '@trainyard/cli';
+import { BaseConfigSchema, openContext, parseEnv, stopOnSignals } from '@trainyard/platform';
+import { startWorker, type RunningWorker } from '@trainyard/worker';
+
+const [prefix = 'host', count = '1', shape = '8x80GiB', ...flags] = process.argv.slice(2);
+const ctx = await openContext('worker-host', parseEnv(BaseConfigSchema));
+const workers: RunningWorker[] = [];
+for (let i = 0; i < Number(count); i++) {
+  const name = `${prefix}${i}`;
+  const opts = await workerOptions({
+    name,
+    simulateGpus: shape,
+    cpuSlots: '0',
+    sandbox: join(tmpdir(), 'trainyard-bench-sandboxes', name),
+    simulateRuntime: flags.includes('--simulate-runtime'),
+  });
+  workers.push(await startWorker(ctx, opts));
+}
+stopOnSignals(
+  {
+    stop: async () => {
+      await Promise.all(workers.map((w) => w.stop()));
+      await ctx.bus.close();
+    },
+  },
+  ctx.log,
+);
