@@ -136,3 +136,30 @@ export function evolveCluster(cluster: ClusterState, event: StoredEvent): void {
       return assertNever(event.aggregate);
   }
 }
+
+/** A live attempt (assigned or running) held by a worker. */
+export interface HeldAttempt {
+  jobId: string;
+  attemptId: string;
+}
+
+/**
+ * The live attempts a worker holds according to the log, less those in `stillRunning`: after a
+ * worker is lost, leaves or comes back, these are gone and must be failed.
+ */
+export function orphanedAttempts(
+  cluster: ClusterState,
+  workerId: string,
+  stillRunning: readonly string[] = [],
+): HeldAttempt[] {
+  const keep = new Set(stillRunning);
+  const orphans: HeldAttempt[] = [];
+  for (const job of cluster.jobs.values()) {
+    if (!HOLDS_SLOT.has(job.state.status)) continue;
+    const attempt = job.state.attempts[job.state.attempts.length - 1];
+    if (attempt?.workerId === workerId && !keep.has(attempt.id)) {
+      orphans.push({ jobId: job.state.id, attemptId: attempt.id });
+    }
+  }
+  return orphans;
+}

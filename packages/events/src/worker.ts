@@ -23,6 +23,8 @@ export const WorkerRegistered = z.object({
     cpuSlots: z.number().int().min(0),
     runtime: z.string(),
     version: z.string(),
+    /** Attempts the worker still runs as it (re)registers; any other attempt on it is gone. */
+    runningAttempts: z.array(z.string()).default([]),
   }),
 });
 

@@ -56,6 +56,7 @@ beforeAll(async () => {
           cpuSlots: 2,
           runtime: 'process',
           version: 't',
+          runningAttempts: [],
         },
       },
     ],

@@ -52,6 +52,8 @@ export interface StackOptions {
   watchdog?: WatchdogOptions;
   /** Postgres without fsync, for tests and benchmarks. */
   fastPostgres?: boolean;
+  /** Services to leave out, to run them in processes of their own. */
+  without?: readonly ('scheduler' | 'projector')[];
 }
 
 /** Everything `trainyard up` runs, in one process. */
@@ -98,8 +100,11 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const db = connectDb(databaseUrl);
   await migrate(db);
 
-  services.push(await startProjector(ctx, db));
-  services.push(await startScheduler(ctx, opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS));
+  const without = new Set(opts.without ?? []);
+  if (!without.has('projector')) services.push(await startProjector(ctx, db));
+  if (!without.has('scheduler')) {
+    services.push(await startScheduler(ctx, opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS));
+  }
   services.push(await startBuilder(ctx, DEFAULT_BUILDER_OPTIONS));
   services.push(await startWatchdog(ctx, opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS));
   const api = await startApi(ctx, db, {

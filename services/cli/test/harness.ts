@@ -3,9 +3,14 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { inject } from 'vitest';
-import { packDirectory, ProcessRuntime, NoGpuInventory } from '@trainyard/platform';
+import {
+  packDirectory,
+  ProcessRuntime,
+  NoGpuInventory,
+  type GpuInventory,
+} from '@trainyard/platform';
 import { createTestDatabase, startTestNats, tempDir, waitFor } from '@trainyard/testkit';
-import { startStack, type Stack } from '../src/index.ts';
+import { startStack, type Stack, type StackOptions } from '../src/index.ts';
 
 export const ADMIN_PASSWORD = 'admin-password-1';
 
@@ -37,6 +42,7 @@ export interface Job {
   finishedAt: string | null;
   createdAt: string;
   attempts: {
+    id: string;
     number: number;
     workerId: string;
     gpus: number[];
@@ -48,28 +54,45 @@ export interface Job {
 }
 
 /** The whole stack in this process, on a NATS and a database of its own. */
-export async function startTestStack(): Promise<TestStack> {
+export async function startTestStack(
+  opts: {
+    localWorker?: boolean;
+    heartbeatTimeoutMs?: number;
+    without?: StackOptions['without'];
+    /** Start a PostgreSQL of this stack's own, to stop and start it. */
+    ownPostgres?: boolean;
+    inventory?: GpuInventory;
+  } = {},
+): Promise<TestStack> {
   const nats = await startTestNats();
-  const databaseUrl = await createTestDatabase(inject('pgUrl'));
+  const databaseUrl = opts.ownPostgres ? undefined : await createTestDatabase(inject('pgUrl'));
   const home = await tempDir('trainyard-home-');
   const stack = await startStack({
     home: home.path,
     natsUrl: nats.url,
-    databaseUrl,
+    ...(databaseUrl && { databaseUrl }),
+    ...(opts.without && { without: opts.without }),
+    fastPostgres: true,
     apiPort: 0,
     apiHost: '127.0.0.1',
     adminPassword: ADMIN_PASSWORD,
-    worker: {
-      name: 'local',
-      inventory: new NoGpuInventory(),
-      runtime: new ProcessRuntime(),
-      cpuSlots: 2,
-      sandboxRoot: join(home.path, 'sandboxes'),
-      heartbeatMs: 500,
-      outputSyncMs: 300,
-      killGraceMs: 2_000,
-      version: 'test',
-    },
+    ...(opts.heartbeatTimeoutMs && {
+      watchdog: { heartbeatTimeoutMs: opts.heartbeatTimeoutMs, checkEveryMs: 200 },
+    }),
+    worker:
+      opts.localWorker === false
+        ? null
+        : {
+            name: 'local',
+            inventory: opts.inventory ?? new NoGpuInventory(),
+            runtime: new ProcessRuntime(),
+            cpuSlots: 2,
+            sandboxRoot: join(home.path, 'sandboxes'),
+            heartbeatMs: 500,
+            outputSyncMs: 300,
+            killGraceMs: 2_000,
+            version: 'test',
+          },
   });
   const url = stack.api.url;
   const http = (path: string, init: RequestInit & { token?: string | null } = {}) => {
@@ -91,7 +114,7 @@ export async function startTestStack(): Promise<TestStack> {
     stack,
     url,
     natsUrl: nats.url,
-    databaseUrl,
+    databaseUrl: stack.databaseUrl,
     home: home.path,
     token,
     http,

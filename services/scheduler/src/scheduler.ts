@@ -12,6 +12,7 @@ import {
 import { decodeEvent, Streams, Subjects, type StoredEvent } from '@trainyard/events';
 import { KvLease, newId, runJobCommand, sleep, type ServiceContext } from '@trainyard/platform';
 import { dispatchRun, dispatchStop } from './dispatch.ts';
+import { react, recover } from './reactions.ts';
 
 export interface SchedulerOptions {
   leaseTtlMs: number;
@@ -79,18 +80,17 @@ class Term {
         this.#send(dispatchRun(this.ctx.bus.js, job));
       if (job.state.cancelRequested) this.#send(dispatchStop(this.ctx.bus.js, job));
     }
+    for (const p of recover(this.ctx, this.cluster)) this.#send(p);
     this.schedule();
   }
 
-  /** Side effects of live events: a cancel on a running job goes to its worker. */
   #react(event: StoredEvent): void {
-    if (event.type !== 'JobCancelRequested') return;
-    const job = this.cluster.jobs.get(event.aggregateId);
-    if (job) this.#send(dispatchStop(this.ctx.bus.js, job));
+    const effect = react(this.ctx, this.cluster, event);
+    if (effect) this.#send(effect);
   }
 
   #send(p: Promise<void>): void {
-    p.catch((err: unknown) => this.ctx.log.warn({ err }, 'dispatch failed'));
+    p.catch((err: unknown) => this.ctx.log.warn({ err }, 'scheduler side effect failed'));
   }
 
   #soon: NodeJS.Immediate | undefined;

@@ -9,7 +9,13 @@ import {
   type ServiceContext,
 } from '@trainyard/platform';
 import { OutputMirror } from './outputs.ts';
-import { prepareSandbox, removeSandbox, SandboxError, type Sandbox } from './sandbox.ts';
+import {
+  markSandbox,
+  prepareSandbox,
+  removeSandbox,
+  SandboxError,
+  type Sandbox,
+} from './sandbox.ts';
 import type { WorkerOptions } from './options.ts';
 
 /**
@@ -117,6 +123,7 @@ export class AttemptRun {
       },
       (_stream, chunk) => shipper.write(chunk),
     );
+    await markSandbox(box, this.attemptId, this.#process.pid);
     void this.#supervise(this.#process, shipper, outputs);
   }
 

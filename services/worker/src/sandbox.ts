@@ -1,4 +1,4 @@
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { failure } from '@trainyard/domain';
 import type { Failure } from '@trainyard/events';
@@ -72,4 +72,42 @@ async function fill(box: Sandbox, msg: RunAttempt, blobs: BlobStore): Promise<vo
 /** Removes an attempt's directory once its outputs and log are kept elsewhere. */
 export async function removeSandbox(box: Sandbox | null): Promise<void> {
   if (box) await rm(box.root, { recursive: true, force: true });
+}
+
+const MARKER = 'attempt.json';
+
+/** Records which process runs in a sandbox, so that a restarted worker can find it. */
+export async function markSandbox(
+  box: Sandbox,
+  attemptId: string,
+  pid: number | undefined,
+): Promise<void> {
+  await writeFile(join(box.root, MARKER), JSON.stringify({ attemptId, pid: pid ?? null }));
+}
+
+/**
+ * Kills what an earlier run of this worker left behind (each attempt's whole process group) and
+ * removes its sandboxes. A worker that starts owns no attempt yet: the scheduler fails those
+ * the log still gives it, and they are retried.
+ */
+export async function reapOrphans(root: string): Promise<{ killed: number; removed: number }> {
+  let killed = 0;
+  let removed = 0;
+  for (const entry of await readdir(root, { withFileTypes: true }).catch(() => [])) {
+    if (!entry.isDirectory()) continue;
+    const dir = join(root, entry.name);
+    const marker = await readFile(join(dir, MARKER), 'utf8').catch(() => null);
+    const pid = marker ? (JSON.parse(marker) as { pid: number | null }).pid : null;
+    if (pid) {
+      try {
+        process.kill(-pid, 'SIGKILL');
+        killed++;
+      } catch {
+        /* the process group is already gone */
+      }
+    }
+    await rm(dir, { recursive: true, force: true });
+    removed++;
+  }
+  return { killed, removed };
 }

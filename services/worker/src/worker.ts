@@ -10,6 +10,7 @@ import {
 } from '@trainyard/events';
 import { DispatchMessageSchema, type RunAttempt, type ServiceContext } from '@trainyard/platform';
 import { AttemptRun } from './attempt.ts';
+import { reapOrphans } from './sandbox.ts';
 import type { WorkerOptions } from './options.ts';
 
 const ACK_WAIT_NS = 60_000 * 1_000_000;
@@ -71,6 +72,9 @@ export async function startWorker(
   const streams: ConsumerMessages[] = [];
   let stopping = false;
 
+  const reaped = await reapOrphans(opts.sandboxRoot);
+  if (reaped.removed > 0) log.warn(reaped, 'cleaned up after an earlier run of this worker');
+
   await appendWorkerEvent(ctx, id, {
     type: 'WorkerRegistered',
     data: {
@@ -80,6 +84,7 @@ export async function startWorker(
       cpuSlots: opts.cpuSlots,
       runtime: opts.runtime.kind,
       version: opts.version,
+      runningAttempts: [],
     },
   });
 

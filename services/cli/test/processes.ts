@@ -1,0 +1,27 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const BIN = resolve(fileURLToPath(new URL('../bin/trainyard.js', import.meta.url)));
+
+/** A Trainyard service in a process of its own, to kill -9 like a crash would. */
+export interface ServiceProcess {
+  child: ChildProcess;
+  /** SIGKILL, and wait for it to be gone. */
+  kill9(): Promise<void>;
+  /** SIGTERM, and wait for a clean exit. */
+  stop(): Promise<void>;
+}
+
+export function startService(args: string[], env: NodeJS.ProcessEnv): ServiceProcess {
+  const child = spawn(process.execPath, [BIN, ...args], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+    env: { ...process.env, TRAINYARD_LOG_LEVEL: 'error', ...env },
+  });
+  const exited = new Promise<void>((r) => child.once('exit', () => r()));
+  const signal = async (s: NodeJS.Signals) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill(s);
+    await exited;
+  };
+  return { child, kill9: () => signal('SIGKILL'), stop: () => signal('SIGTERM') };
+}

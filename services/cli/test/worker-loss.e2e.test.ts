@@ -1,0 +1,133 @@
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runJobCommand, loadJob } from '@trainyard/platform';
+import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
+import { startTestStack, submit, type TestStack } from './harness.ts';
+import { startService, type ServiceProcess } from './processes.ts';
+
+let t: TestStack;
+let token: string;
+let dir: Awaited<ReturnType<typeof tempDir>>;
+const workers: ServiceProcess[] = [];
+
+function worker(name: string): ServiceProcess {
+  const w = startService(
+    [
+      'worker',
+      '--name',
+      name,
+      '--cpu-slots',
+      '1',
+      '--heartbeat-ms',
+      '200',
+      '--sandbox',
+      join(dir.path, name),
+    ],
+    { TRAINYARD_NATS_URL: t.natsUrl },
+  );
+  workers.push(w);
+  return w;
+}
+
+async function online(name: string) {
+  await waitFor(`worker ${name} online`, async () => {
+    const list = (await (await t.http('/v1/workers', { token })).json()) as {
+      id: string;
+      status: string;
+    }[];
+    return list.some((w) => w.id === name && w.status === 'online');
+  });
+}
+
+beforeAll(async () => {
+  t = await startTestStack({ localWorker: false, heartbeatTimeoutMs: 1_500 });
+  token = await t.token();
+  dir = await tempDir('trainyard-workers-');
+});
+
+afterAll(async () => {
+  for (const w of workers) await w.kill9();
+  await t?.stop();
+  await dir?.remove();
+});
+
+describe('a worker that dies mid-run', () => {
+  it('is marked lost; its attempt fails as a platform failure, is fenced, and the job runs again elsewhere', async () => {
+    const first = worker('w-first');
+    await online('w-first');
+    const res = await submit(t, token, {
+      name: 'survivor',
+      command:
+        'echo "attempt $TRAINYARD_ATTEMPT pid=$$"; if [ "$TRAINYARD_ATTEMPT" = 1 ]; then exec sleep 300; fi',
+      resources: { gpus: 0 },
+      maxRetries: 2,
+    });
+    const { id } = (await res.json()) as { id: string };
+    await t.waitForJob(id, token, (j) => j.status === 'running');
+    const pid = await waitFor('the first attempt pid', async () => {
+      const m = /attempt 1 pid=(\d+)/.exec(
+        await (await t.http(`/v1/jobs/${id}/logs`, { token })).text(),
+      );
+      return m ? Number(m[1]) : undefined;
+    });
+
+    await first.kill9();
+    const retrying = await t.waitForJob(id, token, (j) => j.status === 'retrying', 15_000);
+    expect(retrying.attempts[0]).toMatchObject({ status: 'failed', workerId: 'w-first' });
+    expect(retrying.failure).toMatchObject({ kind: 'system', reason: 'workerLost' });
+    const workersNow = (await (await t.http('/v1/workers', { token })).json()) as {
+      id: string;
+      status: string;
+    }[];
+    expect(workersNow.find((w) => w.id === 'w-first')?.status).toBe('lost');
+
+    const snapshot = await loadJob(t.stack.ctx.bus.store, id);
+    await expect(
+      runJobCommand(
+        t.stack.ctx.bus.store,
+        id,
+        {
+          type: 'FinishAttempt',
+          attemptId: retrying.attempts[0]!.id,
+          exit: { kind: 'exited', exitCode: 0 },
+          durationMs: 1,
+          now: new Date(),
+          jitter: 0,
+        },
+        { actor: { kind: 'service', id: 'late-worker' }, now: new Date() },
+        { snapshot },
+      ),
+    ).rejects.toMatchObject({ code: 'STALE_ATTEMPT' });
+
+    worker('w-second');
+    const done = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 30_000);
+    expect(done.attempts.map((a) => [a.number, a.workerId, a.status])).toEqual([
+      [1, 'w-first', 'failed'],
+      [2, 'w-second', 'succeeded'],
+    ]);
+
+    expect(processAlive(pid)).toBe(true);
+    worker('w-first');
+    await online('w-first');
+    await waitFor('the orphaned process to be killed', () => !processAlive(pid), {
+      timeoutMs: 5_000,
+    });
+  });
+
+  it('fails the job as a system failure once retries run out', async () => {
+    const res = await submit(t, token, {
+      name: 'doomed',
+      command: 'echo started; exec sleep 300',
+      resources: { gpus: 0 },
+      maxRetries: 0,
+    });
+    const { id } = (await res.json()) as { id: string };
+    const running = await t.waitForJob(id, token, (j) => j.status === 'running');
+    const holder = running.attempts[0]!.workerId;
+    const proc = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
+    for (const w of proc) await w.kill9();
+    const failed = await t.waitForJob(id, token, (j) => j.status === 'failed', 15_000);
+    expect(failed.failure).toMatchObject({ kind: 'system', reason: 'workerLost' });
+    expect(failed.attempts).toMatchObject([{ workerId: holder, status: 'failed' }]);
+  });
+});
