@@ -9,11 +9,26 @@ import { DeliverPolicy } from '@nats-io/jetstream';
 import { isKnownEventType, parseEvent, type Aggregate, type AggregateEvents } from './catalog.ts';
 import type { AggregateHead, AppendMeta, Envelope, StoredEvent } from './envelope.ts';
 import { EMPTY_HEAD, SCHEMA_VERSION } from './envelope.ts';
-import { ConcurrencyError, CorruptEventError } from './errors.ts';
+import { ConcurrencyError, CorruptEventError, EventStoreError } from './errors.ts';
 import { hashEvent } from './hash.ts';
 import { Streams, Subjects } from './subjects.ts';
 
 const WRONG_LAST_SEQUENCE = 10071;
+const PUBLISH_TIMEOUT_MS = 5_000;
+const PUBLISH_ATTEMPTS = 10;
+const TRANSIENT = new Set([
+  'TimeoutError',
+  'NoRespondersError',
+  'RequestError',
+  'JetStreamNotEnabled',
+  'ClosedConnectionError',
+]);
+
+/** Errors after which the same publish may succeed: no answer, no responder, a leader change. */
+function isTransient(err: unknown): boolean {
+  const e = err as { name?: string; code?: number; status?: number };
+  return TRANSIENT.has(e.name ?? '') || e.status === 503 || e.code === 10008;
+}
 
 export interface AppendInput<A extends Aggregate> {
   aggregate: A;
@@ -34,6 +49,18 @@ export interface AppendResult<A extends Aggregate> {
 export interface LoadedAggregate<A extends Aggregate> {
   events: StoredEvent<AggregateEvents[A]>[];
   head: AggregateHead;
+}
+
+/** Runs a read again after a transient error, a bounded number of times. */
+async function retryTransient<T>(read: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await read();
+    } catch (err) {
+      if (!isTransient(err) || attempt >= PUBLISH_ATTEMPTS) throw err;
+      await new Promise((r) => setTimeout(r, Math.min(2_000, 100 * 2 ** attempt)));
+    }
+  }
 }
 
 /** Decodes one message of the event stream. */
@@ -89,18 +116,32 @@ export class EventStore {
     return { events: stored, head };
   }
 
+  /**
+   * Publishes one event. A publish whose answer is lost (a timeout, a cluster electing a new
+   * leader) is sent again with the same msg id, so it lands at most once; the retries are
+   * bounded and then the error is the caller's.
+   */
   async #publish(subject: string, envelope: Envelope, expectedSeq: number): Promise<number> {
-    try {
-      const ack = await this.js.publish(subject, JSON.stringify(envelope), {
-        msgID: envelope.id,
-        expect: { lastSubjectSequence: expectedSeq },
-      });
-      return ack.seq;
-    } catch (err) {
-      if ((err as JetStreamApiError).code === WRONG_LAST_SEQUENCE) {
-        throw new ConcurrencyError(subject, expectedSeq, { cause: err });
+    const payload = JSON.stringify(envelope);
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const ack = await this.js.publish(subject, payload, {
+          msgID: envelope.id,
+          expect: { lastSubjectSequence: expectedSeq },
+          timeout: PUBLISH_TIMEOUT_MS,
+        });
+        return ack.seq;
+      } catch (err) {
+        if ((err as JetStreamApiError).code === WRONG_LAST_SEQUENCE) {
+          throw new ConcurrencyError(subject, expectedSeq, { cause: err });
+        }
+        if (!isTransient(err) || attempt >= PUBLISH_ATTEMPTS) {
+          throw new EventStoreError('EVENT_LOG_UNAVAILABLE', `could not append to ${subject}`, {
+            cause: err,
+          });
+        }
+        await new Promise((r) => setTimeout(r, Math.min(2_000, 100 * 2 ** attempt)));
       }
-      throw err;
     }
   }
 
@@ -111,12 +152,14 @@ export class EventStore {
   }
 
   async #last(subject: string): Promise<StoredEvent | null> {
-    const msg = await this.jsm.streams
-      .getMessage(Streams.events, { last_by_subj: subject })
-      .catch((err: JetStreamApiError) => {
-        if (err.code === 10037 || err.status === 404) return null;
-        throw err;
-      });
+    const msg = await retryTransient(() =>
+      this.jsm.streams
+        .getMessage(Streams.events, { last_by_subj: subject })
+        .catch((err: JetStreamApiError) => {
+          if (err.code === 10037 || err.status === 404) return null;
+          throw err;
+        }),
+    );
     if (!msg) return null;
     return decodeEvent({ seq: msg.seq, string: () => new TextDecoder().decode(msg.data) });
   }
@@ -135,7 +178,7 @@ export class EventStore {
 
   /** The sequence of the newest event in the log (0 when it is empty). */
   async lastSeq(): Promise<number> {
-    const info = await this.jsm.streams.info(Streams.events);
+    const info = await retryTransient(() => this.jsm.streams.info(Streams.events));
     return info.state.last_seq;
   }
 
@@ -160,7 +203,7 @@ export class EventStore {
       deliver_policy: DeliverPolicy.StartSequence,
       opt_start_seq: from,
     });
-    const messages = await consumer.consume({ max_messages: 2048 });
+    const messages = await retryTransient(() => consumer.consume({ max_messages: 2048 }));
     const stop = () => messages.stop();
     opts.signal?.addEventListener('abort', stop, { once: true });
     try {

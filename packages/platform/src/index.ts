@@ -23,3 +23,4 @@ export * from './context.ts';
 export * from './dispatch.ts';
 export * from './logship.ts';
 export * from './position.ts';
+export * from './publish.ts';

@@ -3,6 +3,12 @@ import { PostgresJSDialect } from 'kysely-postgres-js';
 import postgres from 'postgres';
 import type { Database } from './database.ts';
 
+/**
+ * How long closing waits for queries in flight. Without a bound, closing while PostgreSQL is
+ * away waits forever for connections that never come.
+ */
+const END_TIMEOUT_SECONDS = 5;
+
 /** A Kysely handle over postgres.js; int8 comes back as a JS number. */
 export function connectDb(url: string, opts: { max?: number } = {}): Kysely<Database> {
   const sql = postgres(url, {
@@ -19,5 +25,7 @@ export function connectDb(url: string, opts: { max?: number } = {}): Kysely<Data
       },
     },
   });
+  const end = sql.end.bind(sql);
+  sql.end = ({ timeout = END_TIMEOUT_SECONDS } = {}) => end({ timeout });
   return new Kysely<Database>({ dialect: new PostgresJSDialect({ postgres: sql }) });
 }

@@ -33,7 +33,8 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
 
   app.setErrorHandler((err, req, reply) => {
     const { status, body } = toErrorResponse(err);
-    if (status >= 500) req.log.error({ err, url: req.url }, 'request failed');
+    if (status === 503) req.log.warn({ code: body.error.code, url: req.url }, body.error.message);
+    else if (status >= 500) req.log.error({ err, url: req.url }, 'request failed');
     return reply.code(status).send(body);
   });
   app.setNotFoundHandler((req, reply) =>

@@ -109,9 +109,13 @@ export class TokenIssuer {
 }
 
 /** The token secret: from the environment, else one shared through KV by every API replica. */
-export async function loadTokenSecret(js: JetStreamClient, fromEnv?: string): Promise<string> {
+export async function loadTokenSecret(
+  js: JetStreamClient,
+  fromEnv: string | undefined,
+  replicas = 1,
+): Promise<string> {
   if (fromEnv) return fromEnv;
-  const kv = await new Kvm(js).create('ty_config', { history: 1 });
+  const kv = await new Kvm(js).create('ty_config', { history: 1, replicas });
   const candidate = randomBytes(32).toString('hex');
   await kv.create('jwt-secret', candidate).catch(() => undefined);
   const entry = await kv.get('jwt-secret');

@@ -1,5 +1,5 @@
 import { DomainError } from '@trainyard/domain';
-import { ConcurrencyError } from '@trainyard/events';
+import { ConcurrencyError, EventStoreError } from '@trainyard/events';
 import { ArchiveError } from '@trainyard/platform';
 import { ZodError } from 'zod';
 
@@ -34,6 +34,7 @@ export const STATUS_BY_CODE = {
   UNSUPPORTED_MEDIA_TYPE: 415,
   INTERNAL: 500,
   PROJECTIONS_UNAVAILABLE: 503,
+  EVENT_LOG_UNAVAILABLE: 503,
   PROJECTION_TIMEOUT: 504,
 } as const;
 export type ApiErrorCode = keyof typeof STATUS_BY_CODE;
@@ -62,7 +63,9 @@ export function toErrorResponse(err: unknown): { status: number; body: ErrorBody
   else if (err instanceof ConcurrencyError)
     e = new ApiError('CONCURRENCY_CONFLICT', 'the job changed; try again');
   else if (err instanceof ArchiveError) e = new ApiError('BAD_ARCHIVE', err.message);
-  else {
+  else if (err instanceof EventStoreError && err.code === 'EVENT_LOG_UNAVAILABLE') {
+    e = new ApiError('EVENT_LOG_UNAVAILABLE', 'the event log is unavailable; try again shortly');
+  } else {
     const fastifyErr = err as { statusCode?: number; code?: string; message?: string };
     if (fastifyErr.code === 'FST_REQ_FILE_TOO_LARGE' || fastifyErr.statusCode === 413) {
       e = new ApiError('PAYLOAD_TOO_LARGE', 'the upload is too large');

@@ -64,7 +64,7 @@ export async function apiDeps(
     blobs: ctx.blobs,
     log: ctx.log,
     credentials: await CredentialStore.open(ctx.bus.js, replicas),
-    tokens: new TokenIssuer(await loadTokenSecret(ctx.bus.js, opts.jwtSecret)),
+    tokens: new TokenIssuer(await loadTokenSecret(ctx.bus.js, opts.jwtSecret, replicas)),
     metrics: createMetrics(),
     maxUploadBytes: opts.maxUploadBytes ?? 2 * 1024 ** 3,
     readYourWritesTimeoutMs: 10_000,

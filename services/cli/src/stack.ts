@@ -52,6 +52,8 @@ export interface StackOptions {
   watchdog?: WatchdogOptions;
   /** Postgres without fsync, for tests and benchmarks. */
   fastPostgres?: boolean;
+  /** Stream replicas: 3 on a NATS cluster. */
+  streamReplicas?: number;
   /** Services to leave out, to run them in processes of their own. */
   without?: readonly ('scheduler' | 'projector')[];
 }
@@ -95,6 +97,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     ...process.env,
     TRAINYARD_NATS_URL: natsUrl,
     DATABASE_URL: databaseUrl,
+    ...(opts.streamReplicas && { TRAINYARD_STREAM_REPLICAS: String(opts.streamReplicas) }),
   });
   const ctx = await openContext('trainyard', config);
   const db = connectDb(databaseUrl);

@@ -62,14 +62,19 @@ export async function startTestStack(
     /** Start a PostgreSQL of this stack's own, to stop and start it. */
     ownPostgres?: boolean;
     inventory?: GpuInventory;
+    /** Use this NATS (a cluster, or a server the test restarts) instead of one of its own. */
+    natsUrl?: string;
+    streamReplicas?: number;
   } = {},
 ): Promise<TestStack> {
-  const nats = await startTestNats();
+  const nats = opts.natsUrl ? null : await startTestNats();
+  const natsUrl = opts.natsUrl ?? nats!.url;
   const databaseUrl = opts.ownPostgres ? undefined : await createTestDatabase(inject('pgUrl'));
   const home = await tempDir('trainyard-home-');
   const stack = await startStack({
     home: home.path,
-    natsUrl: nats.url,
+    natsUrl,
+    ...(opts.streamReplicas && { streamReplicas: opts.streamReplicas }),
     ...(databaseUrl && { databaseUrl }),
     ...(opts.without && { without: opts.without }),
     fastPostgres: true,
@@ -113,7 +118,7 @@ export async function startTestStack(
   return {
     stack,
     url,
-    natsUrl: nats.url,
+    natsUrl,
     databaseUrl: stack.databaseUrl,
     home: home.path,
     token,
@@ -131,7 +136,7 @@ export async function startTestStack(
       ),
     stop: async () => {
       await stack.stop();
-      await nats.stop();
+      await nats?.stop();
       await home.remove();
     },
   };

@@ -1,7 +1,7 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { TrackedJob } from '@trainyard/domain';
 import { Subjects } from '@trainyard/events';
-import type { DispatchMessage } from '@trainyard/platform';
+import { publishReliably, type DispatchMessage } from '@trainyard/platform';
 
 /** Sends a worker the attempt it was assigned; the message id makes resends harmless. */
 export async function dispatchRun(js: JetStreamClient, job: TrackedJob): Promise<void> {
@@ -25,7 +25,7 @@ export async function dispatchRun(js: JetStreamClient, job: TrackedJob): Promise
     attempt.gpus.length > 0
       ? Subjects.dispatchGpu(attempt.workerId, attempt.gpus[0]!)
       : Subjects.dispatchCpu(attempt.workerId);
-  await js.publish(subject, JSON.stringify(message), { msgID: `run-${attempt.id}` });
+  await publishReliably(js, subject, JSON.stringify(message), `run-${attempt.id}`);
 }
 
 /** Tells a worker to stop an attempt whose job is being cancelled. */
@@ -33,7 +33,10 @@ export async function dispatchStop(js: JetStreamClient, job: TrackedJob): Promis
   const attempt = job.state.attempts[job.state.attempts.length - 1];
   if (!attempt) return;
   const message: DispatchMessage = { kind: 'stop', jobId: job.state.id, attemptId: attempt.id };
-  await js.publish(Subjects.dispatchControl(attempt.workerId), JSON.stringify(message), {
-    msgID: `stop-${attempt.id}`,
-  });
+  await publishReliably(
+    js,
+    Subjects.dispatchControl(attempt.workerId),
+    JSON.stringify(message),
+    `stop-${attempt.id}`,
+  );
 }

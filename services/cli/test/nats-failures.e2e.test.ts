@@ -1,0 +1,68 @@
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ChainVerifier } from '@trainyard/events';
+import { freePort, startNatsServer, type ChildServer } from '@trainyard/platform';
+import { tempDir, waitFor } from '@trainyard/testkit';
+import { startTestStack, submit, type TestStack } from './harness.ts';
+
+const cleanup: (() => Promise<void>)[] = [];
+afterAll(async () => {
+  for (const c of cleanup.reverse()) await c();
+});
+
+const cpuJob = (i: number) => ({ name: `n${i}`, command: `echo job ${i}`, resources: { gpus: 0 } });
+
+async function runJobs(
+  t: TestStack,
+  token: string,
+  from: number,
+  count: number,
+): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = from; i < from + count; i++) {
+    const res = await waitFor(
+      'the API to accept the job (a 503 during a failover is retried, as a client would)',
+      async () => {
+        const r = await submit(t, token, cpuJob(i));
+        if (r.status === 503) return undefined;
+        return r;
+      },
+      { timeoutMs: 30_000, intervalMs: 500 },
+    );
+    expect(res.status).toBe(202);
+    ids.push(((await res.json()) as { id: string }).id);
+  }
+  for (const id of ids) await t.waitForJob(id, token, (j) => j.status === 'succeeded', 30_000);
+  return ids;
+}
+
+async function verifiedEvents(t: TestStack): Promise<number> {
+  const v = new ChainVerifier();
+  for await (const e of t.stack.ctx.bus.store.replay()) v.add(e);
+  expect(v.breaks).toEqual([]);
+  return v.count;
+}
+
+describe('a single NATS server restarted', () => {
+  it('is survived: services reconnect by themselves and the log is intact', async () => {
+    const dir = await tempDir('trainyard-nats-restart-');
+    cleanup.push(() => dir.remove());
+    const port = await freePort();
+    let nats: ChildServer = await startNatsServer({ dir: join(dir.path, 'nats'), port });
+    cleanup.push(() => nats.stop());
+    const t = await startTestStack({ natsUrl: nats.url });
+    cleanup.push(() => t.stop());
+    const token = await t.token();
+    await runJobs(t, token, 0, 3);
+    const acknowledged = await t.stack.ctx.bus.store.lastSeq();
+
+    await nats.kill();
+    nats = await startNatsServer({ dir: join(dir.path, 'nats'), port });
+
+    await waitFor('the API to reach NATS again', async () => (await t.http('/healthz')).ok, {
+      timeoutMs: 20_000,
+    });
+    await runJobs(t, token, 3, 3);
+    expect(await verifiedEvents(t)).toBeGreaterThan(acknowledged);
+  });
+});
