@@ -17,6 +17,10 @@ export interface WorkerState {
   cpuSlots: number;
   cpusUsed: number;
   attempts: Set<string>;
+  /** Stream sequence of the worker's latest `WorkerRegistered`. */
+  registeredSeq: number;
+  /** The attempts it said it still ran when it registered. */
+  reportedRunning: Set<string>;
 }
 
 export interface TrackedJob {
@@ -24,6 +28,8 @@ export interface TrackedJob {
   head: AggregateHead;
   /** Stream sequence of the event that made the job placeable: orders jobs of equal priority. */
   queuedSeq: number;
+  /** Stream sequence of the `JobAssigned` of the current attempt (0 before the first). */
+  attemptSeq: number;
 }
 
 /** What the scheduler knows: live workers and every job that has not finished. */
@@ -79,6 +85,7 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
     state: after,
     head: { seq: event.seq, hash: event.hash },
     queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
+    attemptSeq: event.type === 'JobAssigned' ? event.seq : (tracked?.attemptSeq ?? 0),
   });
 }
 
@@ -99,6 +106,8 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
         cpuSlots: ev.data.cpuSlots,
         cpusUsed: 0,
         attempts: new Set(),
+        registeredSeq: ev.seq,
+        reportedRunning: new Set(ev.data.runningAttempts),
       };
       cluster.workers.set(ev.aggregateId, worker);
       if (existing) {
@@ -141,25 +150,28 @@ export function evolveCluster(cluster: ClusterState, event: StoredEvent): void {
 export interface HeldAttempt {
   jobId: string;
   attemptId: string;
+  workerId: string;
 }
 
 /**
- * The live attempts a worker holds according to the log, less those in `stillRunning`: after a
- * worker is lost, leaves or comes back, these are gone and must be failed.
+ * Attempts the log still gives to a worker that no longer runs them: every live attempt of a
+ * worker that is lost or left, and, for a worker that registered again, every live attempt
+ * assigned before that registration that it did not report as still running. Pass `workerId`
+ * to look at one worker only. The scheduler fails them as platform failures.
  */
-export function orphanedAttempts(
-  cluster: ClusterState,
-  workerId: string,
-  stillRunning: readonly string[] = [],
-): HeldAttempt[] {
-  const keep = new Set(stillRunning);
-  const orphans: HeldAttempt[] = [];
+export function staleAttempts(cluster: ClusterState, workerId?: string): HeldAttempt[] {
+  const stale: HeldAttempt[] = [];
   for (const job of cluster.jobs.values()) {
     if (!HOLDS_SLOT.has(job.state.status)) continue;
     const attempt = job.state.attempts[job.state.attempts.length - 1];
-    if (attempt?.workerId === workerId && !keep.has(attempt.id)) {
-      orphans.push({ jobId: job.state.id, attemptId: attempt.id });
-    }
+    if (!attempt || (workerId !== undefined && attempt.workerId !== workerId)) continue;
+    const worker = cluster.workers.get(attempt.workerId);
+    const gone =
+      !worker ||
+      !worker.online ||
+      (job.attemptSeq < worker.registeredSeq && !worker.reportedRunning.has(attempt.id));
+    if (gone)
+      stale.push({ jobId: job.state.id, attemptId: attempt.id, workerId: attempt.workerId });
   }
-  return orphans;
+  return stale;
 }

@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import type { JobSpec } from '@trainyard/events';
-import { emptyCluster, evolveCluster, GiB, plan, type ClusterState } from '../src/index.ts';
+import {
+  emptyCluster,
+  evolveCluster,
+  GiB,
+  plan,
+  staleAttempts,
+  type ClusterState,
+} from '../src/index.ts';
 import { spec, stored, T0 } from './given.ts';
 
 function worker(cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0) {
@@ -165,5 +172,51 @@ describe('placement policy v1', () => {
     );
     expect(plan(c, T0)).toEqual({ assignments: [], wakeAt: retryAt });
     expect(plan(c, retryAt).assignments.map((a) => a.jobId)).toEqual(['r']);
+  });
+});
+
+describe('stale attempts', () => {
+  it('finds the attempts of lost workers and of workers that came back without them', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    worker(c, 'w2', [24]);
+    submit(c, 'a', { resources: { gpus: 1 } });
+    submit(c, 'b', { resources: { gpus: 1 } });
+    const placed = commit(c);
+    expect(placed.map((p) => p.workerId)).toEqual(['w1', 'w2']);
+    expect(staleAttempts(c)).toEqual([]);
+
+    evolveCluster(
+      c,
+      stored('worker', 'w1', { type: 'WorkerLost', data: { lastSeenAt: null, timeoutMs: 1 } }),
+    );
+    expect(staleAttempts(c)).toEqual([{ jobId: 'a', attemptId: 'att-a-0', workerId: 'w1' }]);
+
+    worker(c, 'w2', [24]);
+    expect(staleAttempts(c, 'w2')).toEqual([{ jobId: 'b', attemptId: 'att-b-1', workerId: 'w2' }]);
+  });
+
+  it('keeps an attempt that a re-registering worker reports as still running', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    submit(c, 'a', { resources: { gpus: 1 } });
+    commit(c);
+    evolveCluster(
+      c,
+      stored('worker', 'w1', {
+        type: 'WorkerRegistered',
+        data: {
+          name: 'w1',
+          hostname: 'h',
+          cpuSlots: 0,
+          runtime: 'process',
+          version: 't',
+          runningAttempts: ['att-a-0'],
+          gpus: [{ index: 0, name: 'sim', uuid: 'u', vramBytes: 24 * GiB, simulated: true }],
+        },
+      }),
+    );
+    expect(staleAttempts(c)).toEqual([]);
+    expect(c.workers.get('w1')!.gpus[0]!.attempts).toBe(1);
   });
 });

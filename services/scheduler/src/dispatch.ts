@@ -1,10 +1,9 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
-import type { TrackedJob } from '@trainyard/domain';
 import { Subjects } from '@trainyard/events';
-import { publishReliably, type DispatchMessage } from '@trainyard/platform';
+import { publishReliably, type DispatchMessage, type JobSnapshot } from '@trainyard/platform';
 
 /** Sends a worker the attempt it was assigned; the message id makes resends harmless. */
-export async function dispatchRun(js: JetStreamClient, job: TrackedJob): Promise<void> {
+export async function dispatchRun(js: JetStreamClient, job: JobSnapshot): Promise<void> {
   const { state, head } = job;
   const attempt = state.attempts[state.attempts.length - 1];
   if (!attempt || !state.spec) return;
@@ -29,7 +28,7 @@ export async function dispatchRun(js: JetStreamClient, job: TrackedJob): Promise
 }
 
 /** Tells a worker to stop an attempt whose job is being cancelled. */
-export async function dispatchStop(js: JetStreamClient, job: TrackedJob): Promise<void> {
+export async function dispatchStop(js: JetStreamClient, job: JobSnapshot): Promise<void> {
   const attempt = job.state.attempts[job.state.attempts.length - 1];
   if (!attempt) return;
   const message: DispatchMessage = { kind: 'stop', jobId: job.state.id, attemptId: attempt.id };

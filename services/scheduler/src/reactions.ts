@@ -1,20 +1,18 @@
-import { DomainError, failure, orphanedAttempts, type ClusterState } from '@trainyard/domain';
+import { DomainError, failure, staleAttempts, type ClusterState } from '@trainyard/domain';
 import type { StoredEvent } from '@trainyard/events';
 import { runJobCommand, type ServiceContext } from '@trainyard/platform';
 import { dispatchStop } from './dispatch.ts';
 
 /**
- * Fails the attempts a worker no longer runs (it was lost, it left, or it came back without
- * them) as a platform failure: the decider retries them with backoff or ends the job.
+ * Fails the attempts that workers no longer run (lost, left, or registered again without them)
+ * as platform failures: the decider retries them with backoff or ends the job.
  */
-export async function failOrphans(
+export async function failStale(
   ctx: ServiceContext,
   cluster: ClusterState,
-  workerId: string,
-  stillRunning: readonly string[],
-  why: string,
+  workerId?: string,
 ): Promise<void> {
-  for (const { jobId, attemptId } of orphanedAttempts(cluster, workerId, stillRunning)) {
+  for (const { jobId, attemptId, workerId: holder } of staleAttempts(cluster, workerId)) {
     const tracked = cluster.jobs.get(jobId);
     if (!tracked) continue;
     try {
@@ -24,14 +22,14 @@ export async function failOrphans(
         () => ({
           type: 'FailAttempt',
           attemptId,
-          failure: failure('workerLost', `worker ${workerId} ${why}`),
+          failure: failure('workerLost', `worker ${holder} no longer runs it`),
           now: new Date(),
           jitter: Math.random(),
         }),
         { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
         { snapshot: { state: tracked.state, head: tracked.head } },
       );
-      ctx.log.warn({ jobId, attemptId, workerId }, `attempt lost: worker ${why}`);
+      ctx.log.warn({ jobId, attemptId, workerId: holder }, 'attempt lost with its worker');
     } catch (err) {
       if (!(err instanceof DomainError)) throw err;
     }
@@ -50,27 +48,15 @@ export function react(
       return job ? dispatchStop(ctx.bus.js, job) : null;
     }
     case 'WorkerLost':
-      return failOrphans(ctx, cluster, event.aggregateId, [], 'was lost');
     case 'WorkerLeft':
-      return failOrphans(ctx, cluster, event.aggregateId, [], 'left');
     case 'WorkerRegistered':
-      return failOrphans(
-        ctx,
-        cluster,
-        event.aggregateId,
-        event.data.runningAttempts,
-        'restarted without it',
-      );
+      return failStale(ctx, cluster, event.aggregateId);
     default:
       return null;
   }
 }
 
-/** After a takeover: attempts on workers that are gone are failed, pending dispatches re-sent. */
-export function recover(ctx: ServiceContext, cluster: ClusterState): Promise<void>[] {
-  const work: Promise<void>[] = [];
-  for (const worker of cluster.workers.values()) {
-    if (!worker.online) work.push(failOrphans(ctx, cluster, worker.id, [], 'is gone'));
-  }
-  return work;
+/** After a takeover: whatever the previous leader had not yet failed. */
+export function recover(ctx: ServiceContext, cluster: ClusterState): Promise<void> {
+  return failStale(ctx, cluster);
 }

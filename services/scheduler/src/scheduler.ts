@@ -80,7 +80,7 @@ class Term {
         this.#send(dispatchRun(this.ctx.bus.js, job));
       if (job.state.cancelRequested) this.#send(dispatchStop(this.ctx.bus.js, job));
     }
-    for (const p of recover(this.ctx, this.cluster)) this.#send(p);
+    this.#send(recover(this.ctx, this.cluster));
     this.schedule();
   }
 
@@ -147,8 +147,7 @@ class Term {
         { actor: { kind: 'service', id: this.ctx.instanceId }, now },
         { snapshot: { state: tracked.state, head: tracked.head } },
       );
-      const assigned = { state: result.state, head: result.head, queuedSeq: tracked.queuedSeq };
-      if (result.state.status === 'assigned') this.#send(dispatchRun(this.ctx.bus.js, assigned));
+      if (result.state.status === 'assigned') this.#send(dispatchRun(this.ctx.bus.js, result));
       return result.head.seq;
     } catch (err) {
       if (!(err instanceof DomainError)) throw err;

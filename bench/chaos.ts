@@ -1,0 +1,267 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Kvm } from '@nats-io/kv';
+import { startStack, type Stack } from '@trainyard/cli';
+import { ChainVerifier, type StoredEvent } from '@trainyard/events';
+import {
+  connectDb,
+  migrate,
+  rebuildProjections,
+  snapshotProjections,
+} from '@trainyard/projections';
+import { createTestDatabase, tempDir, waitFor } from '@trainyard/testkit';
+
+const BIN = resolve(fileURLToPath(new URL('../services/cli/bin/trainyard.js', import.meta.url)));
+
+export interface ChaosOptions {
+  jobs: number;
+  workers: number;
+  /** Pause between two kills. */
+  killEveryMs: number;
+  /** How many kills to make; then the jobs are left to finish. */
+  kills: number;
+  timeoutMs: number;
+  log?: (line: string) => void;
+}
+
+export interface ChaosReport {
+  jobs: number;
+  succeeded: number;
+  failed: number;
+  notTerminal: number;
+  /** For jobs that did not end: the type of their last event, and how many. */
+  stuckAt: Record<string, number>;
+  kills: Record<string, number>;
+  overlappingAttempts: number;
+  events: number;
+  brokenChains: number;
+  projectionsEqualRebuild: boolean;
+  durationMs: number;
+  ok: boolean;
+}
+
+interface Proc {
+  name: string;
+  args: string[];
+  child: ChildProcess | null;
+}
+
+const TERMINAL = new Set(['JobSucceeded', 'JobCancelled', 'JobBuildFailed']);
+
+/** Jobs whose attempts ran at the same time: an attempt started before the previous one ended. */
+function overlapping(events: StoredEvent[]): number {
+  const running = new Map<string, string>();
+  let bad = 0;
+  for (const e of events) {
+    if (e.aggregate !== 'job') continue;
+    if (e.type === 'JobStarted') {
+      if (running.has(e.aggregateId)) bad++;
+      running.set(e.aggregateId, e.data.attemptId);
+    } else if (
+      e.type === 'JobSucceeded' ||
+      e.type === 'JobAttemptFailed' ||
+      e.type === 'JobCancelled'
+    ) {
+      running.delete(e.aggregateId);
+    }
+  }
+  return bad;
+}
+
+/**
+ * Runs short jobs on several worker processes while killing, at random and repeatedly, workers,
+ * the scheduler leader and the projector (kill -9, then a restart), and checks the outcome.
+ */
+export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
+  const log = opts.log ?? (() => undefined);
+  const home = await tempDir('trainyard-chaos-');
+  const stack: Stack = await startStack({
+    home: home.path,
+    natsPort: 0,
+    apiPort: 0,
+    apiHost: '127.0.0.1',
+    adminPassword: 'chaos-admin-pass',
+    worker: null,
+    fastPostgres: true,
+    without: ['scheduler', 'projector'],
+    watchdog: { heartbeatTimeoutMs: 2_000, checkEveryMs: 250 },
+  });
+  const env = {
+    ...process.env,
+    TRAINYARD_NATS_URL: stack.natsUrl,
+    DATABASE_URL: stack.databaseUrl,
+    TRAINYARD_LEASE_TTL_MS: '1500',
+    TRAINYARD_LOG_LEVEL: 'error',
+  };
+  const procs: Proc[] = [
+    { name: 'scheduler-a', args: ['scheduler'], child: null },
+    { name: 'scheduler-b', args: ['scheduler'], child: null },
+    { name: 'projector', args: ['projector'], child: null },
+    ...Array.from({ length: opts.workers }, (_, i) => ({
+      name: `worker-${i}`,
+      args: [
+        'worker',
+        '--name',
+        `chaos-${i}`,
+        '--cpu-slots',
+        '2',
+        '--heartbeat-ms',
+        '300',
+        '--sandbox',
+        join(home.path, 'sandboxes', `chaos-${i}`),
+      ],
+      child: null,
+    })),
+  ];
+  const start = (p: Proc) => {
+    p.child = spawn(process.execPath, [BIN, ...p.args], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+      env,
+    });
+  };
+  const kill9 = async (p: Proc) => {
+    const child = p.child;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const gone = new Promise((r) => child.once('exit', r));
+    child.kill('SIGKILL');
+    await gone;
+  };
+  procs.forEach(start);
+  const kills: Record<string, number> = { worker: 0, scheduler: 0, projector: 0 };
+  const token = await stack.api.issueToken({ username: 'admin', role: 'admin' });
+  const api = (path: string, init: RequestInit = {}) =>
+    fetch(`${stack.api.url}${path}`, {
+      ...init,
+      headers: {
+        ...init.headers,
+        authorization: `Bearer ${token}`,
+        'content-type': 'application/json',
+      },
+    });
+
+  try {
+    const ids: string[] = [];
+    for (let i = 0; i < opts.jobs; i++) {
+      const res = await api('/v1/jobs', {
+        method: 'POST',
+        body: JSON.stringify({
+          name: `chaos-${i}`,
+          command: `sleep 0.${i % 4}`,
+          resources: { gpus: 0 },
+          maxRetries: 20,
+        }),
+      });
+      ids.push(((await res.json()) as { id: string }).id);
+    }
+    log(`submitted ${ids.length} jobs`);
+
+    const leases = await new Kvm(stack.ctx.bus.js).create('ty_leases', { ttl: 1500, history: 1 });
+    const terminal = new Set<string>();
+    const follow = async () => {
+      for await (const e of stack.ctx.bus.store.replay({
+        follow: true,
+        filter: 'ty.ev.job.*',
+        signal: done.signal,
+      })) {
+        const retriesLeft = e.type === 'JobAttemptFailed' && e.data.retry !== null;
+        if (TERMINAL.has(e.type) || (e.type === 'JobAttemptFailed' && !retriesLeft))
+          terminal.add(e.aggregateId);
+      }
+    };
+    const done = new AbortController();
+    const following = follow().catch(() => undefined);
+    const started = Date.now();
+    const deadline = started + opts.timeoutMs;
+    let killed = 0;
+    while ((terminal.size < ids.length || killed < opts.kills) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, opts.killEveryMs));
+      if (killed >= opts.kills) continue;
+      const roll = Math.random();
+      let victim: Proc | undefined;
+      if (roll < 0.5)
+        victim = procs.filter((p) => p.name.startsWith('worker'))[
+          Math.floor(Math.random() * opts.workers)
+        ];
+      else if (roll < 0.8) {
+        const holder = await leases.get('scheduler').catch(() => null);
+        const pid = holder?.operation === 'PUT' ? Number(holder.string().split(':').pop()) : null;
+        victim = procs.find((p) => p.name.startsWith('scheduler') && p.child?.pid === pid);
+      } else victim = procs.find((p) => p.name === 'projector');
+      if (!victim) continue;
+      await kill9(victim);
+      kills[victim.name.split('-')[0]!]! += 1;
+      killed++;
+      log(`killed ${victim.name} (${terminal.size}/${ids.length} jobs done)`);
+      await new Promise((r) => setTimeout(r, 300));
+      start(victim);
+    }
+    done.abort();
+    await following;
+
+    const lastSeq = await stack.ctx.bus.store.lastSeq();
+    await waitFor(
+      'the projector to catch up',
+      async () => (await api(`/v1/jobs?after=${lastSeq}&limit=1`)).ok,
+      { timeoutMs: 30_000 },
+    );
+    const all: StoredEvent[] = [];
+    const verifier = new ChainVerifier();
+    for await (const e of stack.ctx.bus.store.replay()) {
+      all.push(e);
+      verifier.add(e);
+    }
+    const outcome = new Map<string, string>();
+    const lastType = new Map<string, string>();
+    for (const e of all) {
+      if (e.aggregate !== 'job') continue;
+      lastType.set(e.aggregateId, e.type);
+      if (e.type === 'JobSucceeded') outcome.set(e.aggregateId, 'succeeded');
+      if (e.type === 'JobAttemptFailed' && e.data.retry === null)
+        outcome.set(e.aggregateId, 'failed');
+      if (e.type === 'JobCancelled' || e.type === 'JobBuildFailed')
+        outcome.set(e.aggregateId, 'other');
+    }
+    const fresh = connectDb(await createTestDatabase(stack.databaseUrl));
+    let equal = false;
+    try {
+      await migrate(fresh);
+      await rebuildProjections(fresh, stack.ctx.bus.store);
+      equal =
+        JSON.stringify(await snapshotProjections(fresh)) ===
+        JSON.stringify(await snapshotProjections(stack.db));
+    } finally {
+      await fresh.destroy();
+    }
+    const report: ChaosReport = {
+      jobs: ids.length,
+      succeeded: ids.filter((id) => outcome.get(id) === 'succeeded').length,
+      failed: ids.filter((id) => outcome.get(id) === 'failed').length,
+      notTerminal: ids.filter((id) => !outcome.has(id)).length,
+      stuckAt: ids
+        .filter((id) => !outcome.has(id))
+        .reduce<Record<string, number>>((acc, id) => {
+          const type = lastType.get(id) ?? 'none';
+          acc[type] = (acc[type] ?? 0) + 1;
+          return acc;
+        }, {}),
+      kills,
+      overlappingAttempts: overlapping(all),
+      events: verifier.count,
+      brokenChains: verifier.breaks.length,
+      projectionsEqualRebuild: equal,
+      durationMs: Date.now() - started,
+      ok: false,
+    };
+    report.ok =
+      report.notTerminal === 0 &&
+      report.overlappingAttempts === 0 &&
+      report.brokenChains === 0 &&
+      equal;
+    return report;
+  } finally {
+    for (const p of procs) await kill9(p);
+    await stack.stop();
+    await home.remove();
+  }
+}
