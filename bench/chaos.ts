@@ -1,15 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { isDeepStrictEqual } from 'node:util';
 import { Kvm } from '@nats-io/kv';
 import { startStack, type Stack } from '@trainyard/cli';
 import { ChainVerifier, type StoredEvent } from '@trainyard/events';
-import {
-  connectDb,
-  migrate,
-  rebuildProjections,
-  snapshotProjections,
-} from '@trainyard/projections';
+import { compareWithRebuild } from '@trainyard/projections';
 import { createTestDatabase, tempDir, waitFor } from '@trainyard/testkit';
 
 const BIN = resolve(fileURLToPath(new URL('../services/cli/bin/trainyard.js', import.meta.url)));
@@ -222,17 +218,12 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
       if (e.type === 'JobCancelled' || e.type === 'JobBuildFailed')
         outcome.set(e.aggregateId, 'other');
     }
-    const fresh = connectDb(await createTestDatabase(stack.databaseUrl));
-    let equal = false;
-    try {
-      await migrate(fresh);
-      await rebuildProjections(fresh, stack.ctx.bus.store);
-      equal =
-        JSON.stringify(await snapshotProjections(fresh)) ===
-        JSON.stringify(await snapshotProjections(stack.db));
-    } finally {
-      await fresh.destroy();
-    }
+    const compared = await compareWithRebuild(
+      stack.db,
+      await createTestDatabase(stack.databaseUrl),
+      stack.ctx.bus.store,
+    );
+    const equal = isDeepStrictEqual(compared.live, compared.rebuilt);
     const report: ChaosReport = {
       jobs: ids.length,
       succeeded: ids.filter((id) => outcome.get(id) === 'succeeded').length,

@@ -1,6 +1,9 @@
 import type { Kysely } from 'kysely';
 import type { EventStore, StoredEvent } from '@trainyard/events';
 import { PROJECTED_TABLES, type Database } from './database.ts';
+import { connectDb } from './connect.ts';
+import { migrate } from './migrate.ts';
+import { snapshotProjections } from './queries.ts';
 import { applyEvents, LIVE_CHECKPOINT, lockProjections } from './writer.ts';
 
 export interface RebuildResult {
@@ -39,4 +42,23 @@ export async function rebuildProjections(
     if (batch.length) applied += await applyEvents(trx, batch);
     return { events: applied, lastSeq, ms: Date.now() - started };
   });
+}
+
+/**
+ * Rebuilds the whole log into `scratchUrl` (an empty database) and returns both that and the live
+ * tables, for checking that the live projections are exactly what the log says.
+ */
+export async function compareWithRebuild(
+  live: Kysely<Database>,
+  scratchUrl: string,
+  store: EventStore,
+) {
+  const scratch = connectDb(scratchUrl, { max: 2 });
+  try {
+    await migrate(scratch);
+    await rebuildProjections(scratch, store);
+    return { live: await snapshotProjections(live), rebuilt: await snapshotProjections(scratch) };
+  } finally {
+    await scratch.destroy();
+  }
 }

@@ -14,6 +14,7 @@ export { CredentialStore, TokenIssuer } from './auth.ts';
 export type { ApiDeps } from './deps.ts';
 export { createMetrics } from './metrics.ts';
 export { STATUS_BY_CODE } from './errors.ts';
+export type { JobView, WorkerView } from './views.ts';
 
 export interface ApiOptions {
   port: number;

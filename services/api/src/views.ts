@@ -15,7 +15,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     resources: job.resources,
     maxRetries: job.max_retries,
     envNames: job.env_names,
-    createdAt: iso(job.created_at),
+    createdAt: job.created_at.toISOString(),
     startedAt: iso(job.started_at),
     finishedAt: iso(job.finished_at),
     exitCode: job.exit_code,
@@ -32,7 +32,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
         status: a.status,
         exitCode: a.exit_code,
         failure: a.failure,
-        assignedAt: iso(a.assigned_at),
+        assignedAt: a.assigned_at.toISOString(),
         startedAt: iso(a.started_at),
         finishedAt: iso(a.finished_at),
       })),
@@ -51,7 +51,10 @@ export function workerView(w: WorkerRow, lastHeartbeatAt: string | null) {
     cpuSlots: w.cpu_slots,
     runtime: w.runtime,
     version: w.version,
-    registeredAt: iso(w.registered_at),
+    registeredAt: w.registered_at.toISOString(),
     lastHeartbeatAt,
   };
 }
+
+export type JobView = ReturnType<typeof jobView>;
+export type WorkerView = ReturnType<typeof workerView>;

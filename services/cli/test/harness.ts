@@ -3,6 +3,7 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { inject } from 'vitest';
+import type { JobView } from '@trainyard/api';
 import {
   packDirectory,
   ProcessRuntime,
@@ -32,26 +33,8 @@ export interface TestStack {
   stop(): Promise<void>;
 }
 
-export interface Job {
-  id: string;
-  status: string;
-  owner: string;
-  exitCode: number | null;
-  failure: { kind: string; reason: string; message: string } | null;
-  startedAt: string | null;
-  finishedAt: string | null;
-  createdAt: string;
-  attempts: {
-    id: string;
-    number: number;
-    workerId: string;
-    gpus: number[];
-    status: string;
-    exitCode: number | null;
-    startedAt: string | null;
-    finishedAt: string | null;
-  }[];
-}
+/** A job as `GET /v1/jobs/:id` answers it, attempts included. */
+export type Job = JobView & { attempts: NonNullable<JobView['attempts']> };
 
 /** The whole stack in this process, on a NATS and a database of its own. */
 export async function startTestStack(

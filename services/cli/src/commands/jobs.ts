@@ -5,33 +5,11 @@ import { dirname, join, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
+import type { JobView } from '@trainyard/api';
 import { newId, packDirectory } from '@trainyard/platform';
 import { ApiClient, CliError } from '../client.ts';
 import { multipartBody } from '../upload.ts';
 import { printTable } from './table.ts';
-
-interface JobView {
-  id: string;
-  name: string;
-  owner: string;
-  status: string;
-  createdAt: string;
-  startedAt: string | null;
-  finishedAt: string | null;
-  exitCode: number | null;
-  failure: { kind: string; reason: string; message: string } | null;
-  resources: { gpus: number; vramGb?: number };
-  attempts?: {
-    number: number;
-    workerId: string;
-    gpus: number[];
-    status: string;
-    exitCode: number | null;
-    startedAt: string | null;
-    finishedAt: string | null;
-    failure: { message: string } | null;
-  }[];
-}
 
 const collect = (value: string, previous: string[]) => [...previous, value];
 
