@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { appendCeiling } from './append.ts';
 import { BenchCluster } from './cluster.ts';
 import { CpuMeter, pidsMatching } from './cpu.ts';
+import { startupBench } from './startup.ts';
 import { summary } from './stats.ts';
 
 process.env.TRAINYARD_LOG_LEVEL ??= 'warn';
@@ -126,6 +127,7 @@ try {
     quick,
     smallCluster: await smallCluster(cluster),
     ceiling: await ceiling(cluster),
+    schedulerStartup: await startupBench(quick ? 10_000 : 100_000),
   };
   const dir = 'bench-results';
   await mkdir(dir, { recursive: true });
@@ -146,6 +148,10 @@ ceiling: ${c.workers} workers x ${c.gpusPerWorker} simulated GPUs in ${c.workerP
   submit->running  p50 ${c.endToEnd.submitToRunningMs.p50} ms  p99 ${c.endToEnd.submitToRunningMs.p99} ms
   raw append       ${c.rawAppendCeilingPerSecond} events/s (pipelined, msg id + expected sequence)
   ratio            ${c.appendsPerJob} appends/job x jobs/s / ceiling = ${c.ratioOfCeiling}
+
+scheduler start-up with ${result.schedulerStartup.jobs} jobs (${result.schedulerStartup.events} events) in the log
+  full replay      ${result.schedulerStartup.fullReplayMs} ms
+  from snapshot    ${result.schedulerStartup.fromSnapshotMs} ms (target < 2000 ms)
 
 written to ${file}`);
 } finally {

@@ -175,3 +175,47 @@ export function staleAttempts(cluster: ClusterState, workerId?: string): HeldAtt
   }
   return stale;
 }
+
+/** The cluster state in plain JSON, for scheduler snapshots. */
+export interface ClusterSnapshot {
+  version: 1;
+  lastSeq: number;
+  workers: (Omit<WorkerState, 'attempts' | 'reportedRunning'> & {
+    attempts: string[];
+    reportedRunning: string[];
+  })[];
+  jobs: TrackedJob[];
+}
+
+export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
+  return {
+    version: 1,
+    lastSeq: cluster.lastSeq,
+    workers: [...cluster.workers.values()].map((w) => ({
+      ...w,
+      gpus: w.gpus.map((g) => ({ ...g })),
+      attempts: [...w.attempts],
+      reportedRunning: [...w.reportedRunning],
+    })),
+    jobs: [...cluster.jobs.values()],
+  };
+}
+
+/** The cluster state a snapshot describes; fold the events after `lastSeq` onto it. */
+export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
+  return {
+    lastSeq: snapshot.lastSeq,
+    workers: new Map(
+      snapshot.workers.map((w) => [
+        w.id,
+        {
+          ...w,
+          gpus: w.gpus.map((g) => ({ ...g })),
+          attempts: new Set(w.attempts),
+          reportedRunning: new Set(w.reportedRunning),
+        },
+      ]),
+    ),
+    jobs: new Map(snapshot.jobs.map((j) => [j.state.id, j])),
+  };
+}

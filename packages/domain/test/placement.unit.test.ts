@@ -5,7 +5,10 @@ import {
   evolveCluster,
   GiB,
   plan,
+  restoreCluster,
+  snapshotCluster,
   staleAttempts,
+  type ClusterSnapshot,
   type ClusterState,
 } from '../src/index.ts';
 import { spec, stored, T0 } from './given.ts';
@@ -218,5 +221,21 @@ describe('stale attempts', () => {
     );
     expect(staleAttempts(c)).toEqual([]);
     expect(c.workers.get('w1')!.gpus[0]!.attempts).toBe(1);
+  });
+});
+
+describe('cluster snapshots', () => {
+  it('restore to a state that plans exactly like the original', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24], 2);
+    for (const id of ['a', 'b', 'c', 'd']) submit(c, id, { resources: { gpus: 1, vramGb: 10 } });
+    submit(c, 'cpu', { resources: { gpus: 0 } });
+    commit(c);
+    submit(c, 'late', { resources: { gpus: 1, vramGb: 10 } });
+    const restored = restoreCluster(
+      JSON.parse(JSON.stringify(snapshotCluster(c))) as ClusterSnapshot,
+    );
+    expect(restored).toEqual(c);
+    expect(plan(restored, T0)).toEqual(plan(c, T0));
   });
 });

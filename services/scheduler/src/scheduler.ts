@@ -13,24 +13,35 @@ import { decodeEvent, Streams, Subjects, type StoredEvent } from '@trainyard/eve
 import { KvLease, newId, runJobCommand, sleep, type ServiceContext } from '@trainyard/platform';
 import { dispatchRun, dispatchStop } from './dispatch.ts';
 import { react, recover } from './reactions.ts';
+import { loadSnapshot, saveSnapshot } from './snapshot.ts';
 
 export interface SchedulerOptions {
   leaseTtlMs: number;
   policy: PlacementPolicy;
+  /** A snapshot of the cluster state is written after this many events. */
+  snapshotEveryEvents: number;
 }
 
 export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
   leaseTtlMs: 10_000,
   policy: DEFAULT_POLICY,
+  snapshotEveryEvents: 10_000,
 };
 
 /**
- * One term as leader: folds the whole log into the cluster state, then places jobs whenever it
- * has caught up. It waits for its own assignments to come back through the log before planning
- * again, so the state it plans on always includes them.
+ * One term as leader: starts from the latest snapshot, folds the rest of the log into the
+ * cluster state, then places jobs whenever it has caught up. It waits for its own assignments
+ * to come back through the log before planning again, so the state it plans on always includes
+ * them.
  */
 class Term {
-  readonly cluster: ClusterState = emptyCluster();
+  cluster: ClusterState = emptyCluster();
+  startSeq = 0;
+  #markCaughtUp!: () => void;
+  /** Settles when the term has folded the log up to its end and starts placing jobs. */
+  readonly caughtUp = new Promise<void>((resolve) => (this.#markCaughtUp = resolve));
+  #snapshotSeq = 0;
+  #snapshotting = false;
   #caughtUp = false;
   #planning = false;
   #again = false;
@@ -44,9 +55,18 @@ class Term {
   ) {}
 
   async run(): Promise<void> {
+    const started = Date.now();
+    this.cluster = (await loadSnapshot(this.ctx)) ?? emptyCluster();
+    this.#snapshotSeq = this.cluster.lastSeq;
+    this.startSeq = this.cluster.lastSeq + 1;
+    this.ctx.log.info(
+      { fromSeq: this.cluster.lastSeq + 1, ms: Date.now() - started },
+      'scheduler state loaded',
+    );
     const consumer = await this.ctx.bus.js.consumers.get(Streams.events, {
       filter_subjects: Subjects.allEvents,
-      deliver_policy: DeliverPolicy.All,
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: this.cluster.lastSeq + 1,
     });
     const messages = await consumer.consume({ max_messages: 4096 });
     const stop = () => messages.stop();
@@ -61,16 +81,34 @@ class Term {
           if (!this.#caughtUp) this.#onCaughtUp();
           else this.#scheduleSoon();
         }
+        if (this.cluster.lastSeq - this.#snapshotSeq >= this.opts.snapshotEveryEvents)
+          this.#snapshot();
       }
     } finally {
       clearTimeout(this.#wakeTimer);
       clearImmediate(this.#soon);
       this.signal.removeEventListener('abort', stop);
     }
+    if (this.#caughtUp && this.cluster.lastSeq > this.#snapshotSeq && !this.#snapshotting) {
+      await saveSnapshot(this.ctx, this.cluster).catch((err: unknown) =>
+        this.ctx.log.warn({ err }, 'final scheduler snapshot failed'),
+      );
+    }
+  }
+
+  #snapshot(): void {
+    if (this.#snapshotting) return;
+    this.#snapshotting = true;
+    const seq = this.cluster.lastSeq;
+    saveSnapshot(this.ctx, this.cluster)
+      .then(() => (this.#snapshotSeq = seq))
+      .catch((err: unknown) => this.ctx.log.warn({ err }, 'scheduler snapshot failed'))
+      .finally(() => (this.#snapshotting = false));
   }
 
   #onCaughtUp(): void {
     this.#caughtUp = true;
+    this.#markCaughtUp();
     this.ctx.log.info(
       { seq: this.cluster.lastSeq, jobs: this.cluster.jobs.size },
       'scheduler caught up',
@@ -168,6 +206,10 @@ class Term {
 
 export interface RunningScheduler {
   isLeader(): boolean;
+  /** The sequence the current (or last) term started folding from: 1 without a snapshot. */
+  termStartSeq(): number;
+  /** Resolves once this scheduler leads and has caught up with the log. */
+  ready(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -187,6 +229,8 @@ export async function startScheduler(
   const renewMs = Math.max(100, Math.floor(opts.leaseTtlMs / 3));
   const log = ctx.log.child({ component: 'scheduler' });
 
+  let current: Term | null = null;
+
   async function lead(): Promise<void> {
     const term = new AbortController();
     const onStop = () => term.abort();
@@ -200,7 +244,8 @@ export async function startScheduler(
       });
     }, renewMs);
     try {
-      await new Term(ctx, opts, term.signal).run();
+      current = new Term(ctx, opts, term.signal);
+      await current.run();
     } finally {
       clearInterval(renew);
       stopping.signal.removeEventListener('abort', onStop);
@@ -221,6 +266,11 @@ export async function startScheduler(
   const done = campaign();
   return {
     isLeader: () => lease.held,
+    termStartSeq: () => current?.startSeq ?? 0,
+    ready: async () => {
+      while (!current && !stopping.signal.aborted) await sleep(20, stopping.signal);
+      await current?.caughtUp;
+    },
     stop: async () => {
       stopping.abort();
       await done;
