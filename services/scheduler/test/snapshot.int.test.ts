@@ -68,20 +68,23 @@ describe('scheduler snapshots', () => {
     for (const id of ['j1', 'j2', 'j3'])
       await waitFor(`${id} assigned`, async () => (await status(id)) === 'assigned');
     expect(first.termStartSeq()).toBe(1);
-    const snapshotSeq = await waitFor('a snapshot', async () => {
+    await first.stop();
+    const logEndAtStop = await ctx.bus.store.lastSeq();
+    const snapshotSeq = await waitFor('the snapshot left by the first leader', async () => {
       const blob = await ctx.blobs.get('scheduler/cluster-snapshot.json');
       if (!blob) return undefined;
       const chunks: Buffer[] = [];
       for await (const c of blob) chunks.push(c as Buffer);
       return (JSON.parse(Buffer.concat(chunks).toString()) as { lastSeq: number }).lastSeq;
     });
-    await first.stop();
 
     for (const id of ['j4', 'j5']) await submit(id);
     const second = await startScheduler(ctx, opts);
     await waitFor('the new leader', () => second.isLeader());
     for (const id of ['j4', 'j5'])
       await waitFor(`${id} assigned`, async () => (await status(id)) === 'assigned');
+    expect(snapshotSeq).toBeGreaterThan(3);
+    expect(snapshotSeq).toBeLessThanOrEqual(logEndAtStop);
     expect(second.termStartSeq()).toBe(snapshotSeq + 1);
     expect(second.termStartSeq()).toBeGreaterThan(1);
     const w = await Promise.all(
