@@ -205,3 +205,34 @@ describe('job decider', () => {
     expectRejected(() => when([], { type: 'CancelJob' }), 'JOB_NOT_FOUND');
   });
 });
+
+describe('build claims', () => {
+  const code = { key: 'k', sizeBytes: 1, sha256: 'a'.repeat(64), format: 'zip' as const };
+  const building = [
+    { type: 'JobSubmitted' as const, data: { owner: 'alice', spec: spec(), code } },
+    { type: 'JobBuildStarted' as const, data: { builderId: 'builder-1' } },
+  ];
+
+  it('lets only one builder claim a build', () => {
+    expect(given(building)).toMatchObject({ status: 'building', builderId: 'builder-1' });
+    expectRejected(
+      () => when(building, { type: 'StartBuild', builderId: 'builder-2' }),
+      'INVALID_TRANSITION',
+    );
+  });
+
+  it('hands a build over from a builder that is gone, and only from that one', () => {
+    expect(
+      when(building, { type: 'ReclaimBuild', builderId: 'builder-2', goneBuilderId: 'builder-1' }),
+    ).toEqual([{ type: 'JobBuildStarted', data: { builderId: 'builder-2' } }]);
+    expectRejected(
+      () =>
+        when(building, {
+          type: 'ReclaimBuild',
+          builderId: 'builder-3',
+          goneBuilderId: 'builder-9',
+        }),
+      'INVALID_TRANSITION',
+    );
+  });
+});

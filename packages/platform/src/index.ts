@@ -24,3 +24,4 @@ export * from './dispatch.ts';
 export * from './logship.ts';
 export * from './position.ts';
 export * from './publish.ts';
+export * from './liveness.ts';

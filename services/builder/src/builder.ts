@@ -2,8 +2,10 @@ import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import { DomainError, needsBuild } from '@trainyard/domain';
 import { decodeEvent, Streams, Subjects } from '@trainyard/events';
 import {
+  Liveness,
   loadJob,
   LogPosition,
+  type JobSnapshot,
   runJobCommand,
   sleep,
   supervise,
@@ -12,16 +14,22 @@ import {
 import { buildArtifact } from './build.ts';
 
 export interface BuilderOptions {
+  /** Names the builder's saved position: builders that run side by side need names of their own. */
+  name: string;
   concurrency: number;
   setupTimeoutMs: number;
   /** How often the builder's position in the log is saved. */
   saveEveryMs: number;
+  /** A builder silent this long is gone, and its builds are taken over. */
+  livenessTtlMs: number;
 }
 
 export const DEFAULT_BUILDER_OPTIONS: BuilderOptions = {
+  name: 'builder',
   concurrency: 2,
   setupTimeoutMs: 30 * 60_000,
   saveEveryMs: 1_000,
+  livenessTtlMs: 15_000,
 };
 
 export interface RunningBuilder {
@@ -41,28 +49,42 @@ export async function startBuilder(
   opts: BuilderOptions = DEFAULT_BUILDER_OPTIONS,
 ): Promise<RunningBuilder> {
   const log = ctx.log.child({ component: 'builder' });
-  const position = await LogPosition.open(
-    ctx.bus.js,
-    'builder',
-    ctx.config.TRAINYARD_STREAM_REPLICAS,
-  );
+  const replicas = ctx.config.TRAINYARD_STREAM_REPLICAS;
+  const position = await LogPosition.open(ctx.bus.js, opts.name, replicas);
+  const liveness = await Liveness.open(ctx.bus.js, opts.livenessTtlMs, replicas);
+  await liveness.announce(ctx.instanceId);
   const stopping = new AbortController();
   const inflight = new Set<Promise<void>>();
   const meta = () => ({ actor: { kind: 'service' as const, id: ctx.instanceId }, now: new Date() });
 
-  async function build(jobId: string): Promise<void> {
+  /**
+   * Claims a job's build: a new one, or one whose builder is gone. `held` when a live builder
+   * has it; null when there is nothing to build.
+   */
+  async function claim(jobId: string): Promise<JobSnapshot | 'held' | null> {
     const current = await loadJob(ctx.bus.store, jobId);
-    if (current.state.status !== 'submitted') return;
-    const started = Date.now();
-    const claimed = await runJobCommand(
-      ctx.bus.store,
-      jobId,
-      { type: 'StartBuild', builderId: ctx.instanceId },
-      meta(),
-      {
-        snapshot: current,
-      },
+    const { status, builderId } = current.state;
+    if (status === 'submitted') {
+      const command = { type: 'StartBuild' as const, builderId: ctx.instanceId };
+      return runJobCommand(ctx.bus.store, jobId, command, meta(), { snapshot: current });
+    }
+    if (status !== 'building' || !builderId || builderId === ctx.instanceId) return null;
+    if (await liveness.isAlive(builderId)) return 'held';
+    log.warn(
+      { jobId, goneBuilderId: builderId },
+      'taking over the build of a builder that is gone',
     );
+    const command = {
+      type: 'ReclaimBuild' as const,
+      builderId: ctx.instanceId,
+      goneBuilderId: builderId,
+    };
+    return runJobCommand(ctx.bus.store, jobId, command, meta(), { snapshot: current });
+  }
+
+  async function build(claimed: JobSnapshot): Promise<void> {
+    const jobId = claimed.state.id;
+    const started = Date.now();
     const { spec, code } = claimed.state;
     if (!spec) return;
     log.info({ jobId }, 'building');
@@ -79,11 +101,20 @@ export async function startBuilder(
     log.info({ jobId, ok: outcome.ok, ms: Date.now() - started }, 'build finished');
   }
 
-  /** Builds with bounded retries for infrastructure errors; the domain's refusals end it. */
+  /**
+   * Builds with bounded retries for infrastructure errors; the domain's refusals end it. While a
+   * live builder holds the build it waits, and takes it over if that builder goes.
+   */
   async function buildWithRetries(jobId: string): Promise<void> {
-    for (let tries = 1; ; tries++) {
+    for (let tries = 1; !stopping.signal.aborted;) {
       try {
-        return await build(jobId);
+        const claimed = await claim(jobId);
+        if (claimed === null) return;
+        if (claimed === 'held') {
+          await sleep(opts.livenessTtlMs / 3, stopping.signal);
+          continue;
+        }
+        return await build(claimed);
       } catch (err) {
         if (err instanceof DomainError) return;
         if (tries >= MAX_TRIES || stopping.signal.aborted) {
@@ -92,6 +123,7 @@ export async function startBuilder(
         }
         log.warn({ err, jobId, tries }, 'build handling failed; retrying');
         await sleep(RETRY_MS * tries, stopping.signal);
+        tries++;
       }
     }
   }
@@ -123,6 +155,11 @@ export async function startBuilder(
       .save()
       .catch((err: unknown) => log.warn({ err }, 'could not save the builder position'));
   }, opts.saveEveryMs);
+  const announcer = setInterval(() => {
+    liveness
+      .announce(ctx.instanceId)
+      .catch((err: unknown) => log.warn({ err }, 'could not announce the builder'));
+  }, opts.livenessTtlMs / 3);
   const done = supervise('builder', follow, stopping.signal, log);
   log.info({ from: position.resumeAt }, 'builder started');
   return {
@@ -131,6 +168,8 @@ export async function startBuilder(
       await done;
       await Promise.all(inflight);
       clearInterval(saver);
+      clearInterval(announcer);
+      await liveness.withdraw(ctx.instanceId);
       await position.save().catch(() => undefined);
     },
   };

@@ -55,7 +55,7 @@ export interface StackOptions {
   /** Stream replicas: 3 on a NATS cluster. */
   streamReplicas?: number;
   /** Services to leave out, to run them in processes of their own. */
-  without?: readonly ('scheduler' | 'projector')[];
+  without?: readonly ('scheduler' | 'projector' | 'builder')[];
 }
 
 /** Everything `trainyard up` runs, in one process. */
@@ -108,7 +108,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   if (!without.has('scheduler')) {
     services.push(await startScheduler(ctx, opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS));
   }
-  services.push(await startBuilder(ctx, DEFAULT_BUILDER_OPTIONS));
+  if (!without.has('builder')) services.push(await startBuilder(ctx, DEFAULT_BUILDER_OPTIONS));
   services.push(await startWatchdog(ctx, opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS));
   const api = await startApi(ctx, db, {
     port: opts.apiPort,

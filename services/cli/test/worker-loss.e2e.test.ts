@@ -117,17 +117,26 @@ describe('a worker that dies mid-run', () => {
   it('fails the job as a system failure once retries run out', async () => {
     const res = await submit(t, token, {
       name: 'doomed',
-      command: 'echo started; exec sleep 300',
+      command: 'echo pid=$$; exec sleep 300',
       resources: { gpus: 0 },
       maxRetries: 0,
     });
     const { id } = (await res.json()) as { id: string };
     const running = await t.waitForJob(id, token, (j) => j.status === 'running');
     const holder = running.attempts[0]!.workerId;
+    const pid = await waitFor('the attempt pid', async () => {
+      const m = /pid=(\d+)/.exec(await (await t.http(`/v1/jobs/${id}/logs`, { token })).text());
+      return m ? Number(m[1]) : undefined;
+    });
     const proc = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
     for (const w of proc) await w.kill9();
     const failed = await t.waitForJob(id, token, (j) => j.status === 'failed', 15_000);
     expect(failed.failure).toMatchObject({ kind: 'system', reason: 'workerLost' });
     expect(failed.attempts).toMatchObject([{ workerId: holder, status: 'failed' }]);
+
+    worker(holder);
+    await waitFor('the orphan to be killed by the restarted worker', () => !processAlive(pid), {
+      timeoutMs: 10_000,
+    });
   });
 });

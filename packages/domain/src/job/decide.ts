@@ -15,6 +15,8 @@ import { currentAttempt, isTerminal, type JobState } from './state.ts';
 export type JobCommand =
   | { type: 'SubmitJob'; owner: string; spec: JobSpec; code?: CodeArchive }
   | { type: 'StartBuild'; builderId: string }
+  /** Takes over a build whose builder is gone. */
+  | { type: 'ReclaimBuild'; builderId: string; goneBuilderId: string }
   | { type: 'CompleteBuild'; artifact: BlobRef; durationMs: number }
   | { type: 'FailBuild'; failure: Failure }
   | {
@@ -100,6 +102,14 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
     case 'StartBuild':
       if (state.status !== 'submitted') {
         return reject('INVALID_TRANSITION', `job ${state.id} is ${state.status}, not submitted`);
+      }
+      return [{ type: 'JobBuildStarted', data: { builderId: command.builderId } }];
+    case 'ReclaimBuild':
+      if (state.status !== 'building' || state.builderId !== command.goneBuilderId) {
+        return reject(
+          'INVALID_TRANSITION',
+          `job ${state.id} is not being built by ${command.goneBuilderId}`,
+        );
       }
       return [{ type: 'JobBuildStarted', data: { builderId: command.builderId } }];
     case 'CompleteBuild':

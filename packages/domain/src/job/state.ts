@@ -32,6 +32,8 @@ export interface JobState {
   spec: JobSpec | null;
   code: CodeArchive | null;
   artifact: BlobRef | null;
+  /** The builder that holds the build, while the job is `building`. */
+  builderId: string | null;
   attempts: AttemptState[];
   cancelRequested: boolean;
   retryAt: string | null;
@@ -47,6 +49,7 @@ export const initialJobState = (id: string): JobState => ({
   spec: null,
   code: null,
   artifact: null,
+  builderId: null,
   attempts: [],
   cancelRequested: false,
   retryAt: null,
@@ -92,7 +95,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         status: needsBuild(event.data.spec, event.data.code) ? 'submitted' : 'queued',
       };
     case 'JobBuildStarted':
-      return { ...state, status: 'building' };
+      return { ...state, status: 'building', builderId: event.data.builderId };
     case 'JobBuilt':
       return { ...state, status: 'queued', artifact: event.data.artifact };
     case 'JobBuildFailed':

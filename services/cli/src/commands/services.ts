@@ -83,7 +83,18 @@ export function registerServiceCommands(program: Command): void {
   program
     .command('builder')
     .description('run the builder')
-    .action(() => runAlone('builder', (ctx) => startBuilder(ctx, DEFAULT_BUILDER_OPTIONS)));
+    .action(() =>
+      runAlone('builder', (ctx) =>
+        startBuilder(ctx, {
+          ...DEFAULT_BUILDER_OPTIONS,
+          name: process.env.TRAINYARD_BUILDER_NAME ?? DEFAULT_BUILDER_OPTIONS.name,
+          livenessTtlMs: ms(
+            process.env.TRAINYARD_LIVENESS_TTL_MS,
+            DEFAULT_BUILDER_OPTIONS.livenessTtlMs,
+          ),
+        }),
+      ),
+    );
 
   program
     .command('projector')
