@@ -5,11 +5,14 @@ import { BlobKeys, putFile, type BlobStore } from './blob/types.ts';
 
 const FLUSH_MS = 100;
 const MAX_CHUNK = 64 * 1024;
-const PUBLISH_TRIES = 3;
+/** Output held back while NATS is away; beyond it the oldest leaves the live log (not the archive). */
+const MAX_PENDING_BYTES = 64 * 1024 ** 2;
+const MAX_BACKOFF_MS = 5_000;
 
 /**
  * Ships one attempt's output to the live log stream in small batches, and keeps a copy on
- * local disk that is archived to the blob store when the attempt ends.
+ * local disk that is archived to the blob store when the attempt ends. While NATS is away it
+ * holds the output back (bounded) and sends it, in order, once NATS is back.
  */
 export class LogShipper {
   #buffer: Buffer[] = [];
@@ -19,6 +22,7 @@ export class LogShipper {
   droppedBytes = 0;
   #timer: NodeJS.Timeout | undefined;
   #inflight: Promise<unknown> = Promise.resolve();
+  #publishing = false;
   #file: WriteStream | null = null;
   readonly #subject: string;
 
@@ -37,36 +41,44 @@ export class LogShipper {
     this.#written += chunk.length;
     this.#buffer.push(chunk);
     this.#bytes += chunk.length;
-    if (this.#bytes >= MAX_CHUNK) this.flush();
+    while (this.#bytes > MAX_PENDING_BYTES && this.#buffer.length > 1) {
+      const oldest = this.#buffer.shift()!;
+      this.#bytes -= oldest.length;
+      this.droppedBytes += oldest.length;
+    }
+    if (this.#bytes >= MAX_CHUNK && !this.#publishing) this.flush();
     else this.#timer ??= setTimeout(() => this.flush(), FLUSH_MS);
   }
 
-  /** Publishes what is buffered; publishes stay in order. */
+  /** Publishes what is buffered, in order; while a publish runs, the running drain takes it. */
   flush(): Promise<unknown> {
     clearTimeout(this.#timer);
     this.#timer = undefined;
-    if (this.#bytes === 0) return this.#inflight;
-    const data = Buffer.concat(this.#buffer);
-    this.#buffer = [];
-    this.#bytes = 0;
-    const previous = this.#inflight;
-    this.#inflight = previous.then(() => this.#publish(data));
+    if (this.#publishing || this.#bytes === 0) return this.#inflight;
+    this.#publishing = true;
+    this.#inflight = this.#drain().finally(() => (this.#publishing = false));
     return this.#inflight;
   }
 
+  async #drain(): Promise<void> {
+    while (this.#bytes > 0) {
+      const data = Buffer.concat(this.#buffer);
+      this.#buffer = [];
+      this.#bytes = 0;
+      await this.#publish(data);
+    }
+  }
+
+  /** Publishes one batch, trying again until NATS takes it. */
   async #publish(data: Uint8Array): Promise<void> {
     for (let offset = 0; offset < data.length; offset += MAX_CHUNK) {
       const chunk = data.subarray(offset, offset + MAX_CHUNK);
-      for (let tries = 1; ; tries++) {
+      for (let wait = 100; ; wait = Math.min(wait * 2, MAX_BACKOFF_MS)) {
         try {
-          await this.js.publish(this.#subject, chunk);
+          await this.js.publish(this.#subject, chunk, { timeout: 5_000 });
           break;
         } catch {
-          if (tries >= PUBLISH_TRIES) {
-            this.droppedBytes += chunk.length;
-            break;
-          }
-          await new Promise((r) => setTimeout(r, 200 * tries));
+          await new Promise((r) => setTimeout(r, wait));
         }
       }
     }
@@ -74,7 +86,7 @@ export class LogShipper {
 
   /** Publishes what is buffered and closes the local copy. Call it before the attempt's last event. */
   async end(): Promise<void> {
-    await this.flush();
+    while (this.#bytes > 0 || this.#publishing) await this.flush();
     const file = this.#file;
     if (file) await new Promise<void>((resolve) => file.end(resolve));
   }

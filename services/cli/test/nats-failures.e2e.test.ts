@@ -66,3 +66,38 @@ describe('a single NATS server restarted', () => {
     expect(await verifiedEvents(t)).toBeGreaterThan(acknowledged);
   });
 });
+
+describe('a running job while NATS is away', () => {
+  it('keeps running; its log and outputs wait on the worker and arrive when NATS is back', async () => {
+    const dir = await tempDir('trainyard-nats-away-');
+    cleanup.push(() => dir.remove());
+    const port = await freePort();
+    let nats: ChildServer = await startNatsServer({ dir: join(dir.path, 'nats'), port });
+    cleanup.push(() => nats.stop());
+    const t = await startTestStack({ natsUrl: nats.url });
+    cleanup.push(() => t.stop());
+    const token = await t.token();
+    const res = await submit(t, token, {
+      name: 'through-the-outage',
+      command:
+        'for i in $(seq 1 30); do echo "line $i"; echo $i > "$TRAINYARD_OUTPUT_DIR/progress"; sleep 0.1; done; echo done > "$TRAINYARD_OUTPUT_DIR/result"',
+      resources: { gpus: 0 },
+    });
+    const { id } = (await res.json()) as { id: string };
+    await t.waitForJob(id, token, (j) => j.status === 'running');
+
+    await nats.kill();
+    await new Promise((r) => setTimeout(r, 2_000));
+    nats = await startNatsServer({ dir: join(dir.path, 'nats'), port });
+
+    const job = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 60_000);
+    expect(job.attempts).toHaveLength(1);
+    const log = await (await t.http(`/v1/jobs/${id}/logs`, { token })).text();
+    for (let i = 1; i <= 30; i++) expect(log).toContain(`line ${i}\n`);
+    const outputs = (await (await t.http(`/v1/jobs/${id}/outputs`, { token })).json()) as {
+      path: string;
+    }[];
+    expect(outputs.map((o) => o.path)).toEqual(['progress', 'result']);
+    expect(await (await t.http(`/v1/jobs/${id}/outputs/result`, { token })).text()).toBe('done\n');
+  });
+});

@@ -3,6 +3,7 @@ import type { AppendMeta, Failure } from '@trainyard/events';
 import {
   LogShipper,
   runJobCommand,
+  sleep,
   type JobSnapshot,
   type RunAttempt,
   type RunningAttempt,
@@ -37,6 +38,8 @@ export class AttemptRun {
     private readonly ctx: ServiceContext,
     private readonly opts: WorkerOptions,
     readonly msg: RunAttempt,
+    /** Aborts when the worker stops: work that waits for NATS gives up then. */
+    private readonly stopping: AbortSignal,
   ) {
     this.done = new Promise((resolve) => (this.#resolveDone = resolve));
     this.#snapshot = { state: msg.job, head: msg.head };
@@ -133,40 +136,62 @@ export class AttemptRun {
     outputs: OutputMirror,
   ): Promise<void> {
     const sync = async () => {
-      const files = await outputs.scan().catch((err: unknown) => {
-        this.ctx.log.warn({ err, jobId: this.msg.jobId }, 'output upload failed');
-        return null;
-      });
+      const files = await outputs.scan();
       if (files) await this.#command({ type: 'SyncOutputs', attemptId: this.attemptId, files });
     };
     let syncing: Promise<void> = Promise.resolve();
     const timer = setInterval(() => {
-      syncing = syncing.then(sync);
+      syncing = syncing.then(sync).catch((err: unknown) => {
+        this.ctx.log.warn(
+          { err, jobId: this.msg.jobId },
+          'output sync failed; the next one tries again',
+        );
+      });
     }, this.opts.outputSyncMs);
     try {
       const exit = await proc.exited;
       clearInterval(timer);
       await syncing;
-      await sync();
-      await shipper.end();
+      const reported = await this.#untilDone('report the end of the attempt', async () => {
+        await sync();
+        await shipper.end();
+        await this.#finish(exit);
+      });
       if (shipper.droppedBytes > 0) {
         this.ctx.log.warn(
           { jobId: this.msg.jobId, bytes: shipper.droppedBytes },
           'live log incomplete; the archive has it all',
         );
       }
-      await this.#finish(exit);
-      await shipper
-        .archive(this.ctx.blobs)
-        .catch((err: unknown) =>
-          this.ctx.log.warn({ err, jobId: this.msg.jobId }, 'log archive failed'),
-        );
+      if (!reported) return;
+      await this.#untilDone('archive the log', () => shipper.archive(this.ctx.blobs));
       await removeSandbox(this.#box);
-    } catch (err) {
-      this.ctx.log.error({ err, jobId: this.msg.jobId }, 'attempt supervision failed');
     } finally {
       clearInterval(timer);
       this.#resolveDone();
+    }
+  }
+
+  /**
+   * Runs `step` until it succeeds: while NATS or the blob store is away the attempt's outputs
+   * and log wait on disk in its sandbox. Gives up only when the worker stops; false then.
+   */
+  async #untilDone(what: string, step: () => Promise<void>): Promise<boolean> {
+    for (let wait = 500; ; wait = Math.min(wait * 2, 30_000)) {
+      try {
+        await step();
+        return true;
+      } catch (err) {
+        if (this.stopping.aborted) {
+          this.ctx.log.error(
+            { err, jobId: this.msg.jobId },
+            `could not ${what} before the worker stopped`,
+          );
+          return false;
+        }
+        this.ctx.log.warn({ err, jobId: this.msg.jobId, wait }, `could not ${what}; trying again`);
+        await sleep(wait, this.stopping);
+      }
     }
   }
 

@@ -71,6 +71,7 @@ export async function startWorker(
   const attempts = new Map<string, AttemptRun>();
   const streams: ConsumerMessages[] = [];
   let stopping = false;
+  const stopped = new AbortController();
 
   const reaped = await reapOrphans(opts.sandboxRoot);
   if (reaped.removed > 0) log.warn(reaped, 'cleaned up after an earlier run of this worker');
@@ -107,7 +108,7 @@ export async function startWorker(
       else msg.ack();
       return;
     }
-    const attempt = new AttemptRun(ctx, opts, run);
+    const attempt = new AttemptRun(ctx, opts, run, stopped.signal);
     attempts.set(run.attemptId, attempt);
     void attempt.done.then(() => attempts.delete(run.attemptId));
     const working = setInterval(() => msg.working(), 10_000);
@@ -166,6 +167,7 @@ export async function startWorker(
     running: () => [...attempts.keys()],
     stop: async () => {
       stopping = true;
+      stopped.abort();
       for (const s of streams) s.stop();
       clearInterval(heartbeat);
       await Promise.all([...attempts.values()].map((a) => a.abandon()));
