@@ -160,8 +160,6 @@ export const JobStatus = {
 } as const;
 export type JobStatus = (typeof JobStatus)[keyof typeof JobStatus];
 
-export const TERMINAL_JOB_STATUSES: readonly JobStatus[] = ['succeeded', 'failed', 'cancelled'];
-
 /** Attempt statuses. */
 export const AttemptStatus = {
   assigned: 'assigned',

@@ -35,10 +35,3 @@ export const Subjects = {
   attemptLogs: (jobId: string, attempt: number) =>
     `ty.log.${assertSubjectToken(jobId, 'job')}.${attempt}`,
 } as const;
-
-/** Splits `ty.ev.<aggregate>.<id>` into its parts. */
-export function parseEventSubject(subject: string): { aggregate: string; id: string } | null {
-  const parts = subject.split('.');
-  if (parts.length !== 4 || parts[0] !== 'ty' || parts[1] !== 'ev') return null;
-  return { aggregate: parts[2]!, id: parts[3]! };
-}

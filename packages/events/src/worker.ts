@@ -45,9 +45,6 @@ export const WorkerEventSchema = z.discriminatedUnion('type', [
 ]);
 export type WorkerEvent = z.infer<typeof WorkerEventSchema>;
 
-export const WorkerStatus = { online: 'online', offline: 'offline', lost: 'lost' } as const;
-export type WorkerStatus = (typeof WorkerStatus)[keyof typeof WorkerStatus];
-
 /** What a worker reports on every heartbeat: not an event, the latest one is all that matters. */
 export const HeartbeatSchema = z.object({
   workerId: z.string(),

@@ -1,4 +1,3 @@
-import { resolve } from 'node:path';
 import { z } from 'zod';
 
 /** Settings every service reads from the environment. Parsed once, at start-up. */
@@ -32,8 +31,4 @@ export function parseEnv<S extends z.ZodType>(
     throw new ConfigError(`invalid configuration: ${problems}`);
   }
   return result.data;
-}
-
-export function homeDir(config: Pick<BaseConfig, 'TRAINYARD_HOME'>): string {
-  return resolve(config.TRAINYARD_HOME);
 }

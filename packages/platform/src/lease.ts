@@ -34,12 +34,6 @@ export class KvLease {
     return this.held;
   }
 
-  /** The current holder, if any. */
-  async holderNow(): Promise<string | null> {
-    const entry = await this.kv.get(this.key);
-    return entry && entry.operation === 'PUT' ? entry.string() : null;
-  }
-
   async release(): Promise<void> {
     if (!this.held) return;
     await this.kv.delete(this.key, { previousSeq: this.#revision }).catch(() => undefined);

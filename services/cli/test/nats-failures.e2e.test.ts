@@ -43,21 +43,35 @@ async function verifiedEvents(t: TestStack): Promise<number> {
   return v.count;
 }
 
+/** A stack on a nats-server of its own that the test can kill and start again on the same port. */
+async function stackOnRestartableNats() {
+  const dir = await tempDir('trainyard-nats-');
+  cleanup.push(() => dir.remove());
+  const port = await freePort();
+  const start = () => startNatsServer({ dir: join(dir.path, 'nats'), port });
+  let nats: ChildServer = await start();
+  cleanup.push(() => nats.stop());
+  const t = await startTestStack({ natsUrl: nats.url });
+  cleanup.push(() => t.stop());
+  return {
+    t,
+    token: await t.token(),
+    /** kill -9, stay away for `awayMs`, start again with the same store. */
+    restartNats: async (awayMs: number) => {
+      await nats.kill();
+      await new Promise((r) => setTimeout(r, awayMs));
+      nats = await start();
+    },
+  };
+}
+
 describe('a single NATS server restarted', () => {
   it('is survived: services reconnect by themselves and the log is intact', async () => {
-    const dir = await tempDir('trainyard-nats-restart-');
-    cleanup.push(() => dir.remove());
-    const port = await freePort();
-    let nats: ChildServer = await startNatsServer({ dir: join(dir.path, 'nats'), port });
-    cleanup.push(() => nats.stop());
-    const t = await startTestStack({ natsUrl: nats.url });
-    cleanup.push(() => t.stop());
-    const token = await t.token();
+    const { t, token, restartNats } = await stackOnRestartableNats();
     await runJobs(t, token, 0, 3);
     const acknowledged = await t.stack.ctx.bus.store.lastSeq();
 
-    await nats.kill();
-    nats = await startNatsServer({ dir: join(dir.path, 'nats'), port });
+    await restartNats(0);
 
     await waitFor('the API to reach NATS again', async () => (await t.http('/healthz')).ok, {
       timeoutMs: 20_000,
@@ -69,14 +83,7 @@ describe('a single NATS server restarted', () => {
 
 describe('a running job while NATS is away', () => {
   it('keeps running; its log and outputs wait on the worker and arrive when NATS is back', async () => {
-    const dir = await tempDir('trainyard-nats-away-');
-    cleanup.push(() => dir.remove());
-    const port = await freePort();
-    let nats: ChildServer = await startNatsServer({ dir: join(dir.path, 'nats'), port });
-    cleanup.push(() => nats.stop());
-    const t = await startTestStack({ natsUrl: nats.url });
-    cleanup.push(() => t.stop());
-    const token = await t.token();
+    const { t, token, restartNats } = await stackOnRestartableNats();
     const res = await submit(t, token, {
       name: 'through-the-outage',
       command:
@@ -86,9 +93,7 @@ describe('a running job while NATS is away', () => {
     const { id } = (await res.json()) as { id: string };
     await t.waitForJob(id, token, (j) => j.status === 'running');
 
-    await nats.kill();
-    await new Promise((r) => setTimeout(r, 2_000));
-    nats = await startNatsServer({ dir: join(dir.path, 'nats'), port });
+    await restartNats(2_000);
 
     const job = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 60_000);
     expect(job.attempts).toHaveLength(1);
