@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DomainError, failure } from '../src/index.ts';
+import { DomainError, endsJob, failure } from '../src/index.ts';
 import { assigned, given, spec, started, submitted, T0, when } from './given.ts';
 
 const expectRejected = (fn: () => unknown, code: string) => {
@@ -234,5 +234,26 @@ describe('build claims', () => {
         }),
       'INVALID_TRANSITION',
     );
+  });
+});
+
+describe('the end of a job', () => {
+  it('is its success, cancel, failed build, or a failed attempt with no retry', () => {
+    const failure = {
+      kind: 'user' as const,
+      reason: 'nonZeroExit',
+      message: 'x',
+      retryable: false,
+    };
+    const failed = (retry: { retryAt: string; backoffMs: number } | null) => ({
+      type: 'JobAttemptFailed' as const,
+      data: { attemptId: 'a1', exitCode: 1, failure, durationMs: 1, retry },
+    });
+    expect(endsJob({ type: 'JobSucceeded', data: { attemptId: 'a1', durationMs: 1 } })).toBe(true);
+    expect(endsJob({ type: 'JobCancelled', data: {} })).toBe(true);
+    expect(endsJob({ type: 'JobBuildFailed', data: { failure } })).toBe(true);
+    expect(endsJob(failed(null))).toBe(true);
+    expect(endsJob(failed({ retryAt: T0.toISOString(), backoffMs: 5 }))).toBe(false);
+    expect(endsJob(started())).toBe(false);
   });
 });

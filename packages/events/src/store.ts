@@ -147,8 +147,13 @@ export class EventStore {
 
   /** The last sequence and hash of an aggregate, without reading its history. */
   async head(aggregate: Aggregate, id: string): Promise<AggregateHead> {
-    const last = await this.#last(Subjects.event(aggregate, id));
+    const last = await this.last(aggregate, id);
     return last ? { seq: last.seq, hash: last.hash } : EMPTY_HEAD;
+  }
+
+  /** An aggregate's newest event (one direct read), or null when it has none. */
+  last(aggregate: Aggregate, id: string): Promise<StoredEvent | null> {
+    return this.#last(Subjects.event(aggregate, id));
   }
 
   async #last(subject: string): Promise<StoredEvent | null> {

@@ -40,8 +40,19 @@ export function foldJob(
 
 /** Reads a job from the log. */
 export async function loadJob(store: EventStore, jobId: string): Promise<JobSnapshot> {
+  return (await loadJobHistory(store, jobId)).snapshot;
+}
+
+/** Reads a job from the log, keeping its events too. */
+export async function loadJobHistory(
+  store: EventStore,
+  jobId: string,
+): Promise<{ snapshot: JobSnapshot; events: StoredEvent<JobEvent>[] }> {
   const { events, head } = await store.load('job', jobId);
-  return { ...foldJob({ state: initialJobState(jobId), head }, events), head };
+  return {
+    snapshot: { ...foldJob({ state: initialJobState(jobId), head }, events), head },
+    events,
+  };
 }
 
 /**

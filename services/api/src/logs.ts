@@ -1,7 +1,7 @@
 import { PassThrough, type Readable } from 'node:stream';
 import { DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
-import { isTerminal } from '@trainyard/domain';
-import { Streams, Subjects } from '@trainyard/events';
+import { endsJob } from '@trainyard/domain';
+import { ofAggregate, Streams, Subjects } from '@trainyard/events';
 import { BlobKeys, loadJob, type BlobStore, type Bus } from '@trainyard/platform';
 
 const CHECK_MS = 500;
@@ -14,8 +14,10 @@ async function writeArchived(blobs: BlobStore, jobId: string, attempts: number, 
   }
 }
 
+/** Whether the job has ended, from its newest event alone. */
 async function jobEnded(bus: Bus, jobId: string): Promise<boolean> {
-  return isTerminal((await loadJob(bus.store, jobId)).state.status);
+  const last = await bus.store.last('job', jobId);
+  return last !== null && ofAggregate(last, 'job') && endsJob(last);
 }
 
 /**

@@ -70,6 +70,20 @@ export function currentAttempt(state: JobState): AttemptState | undefined {
 
 const TERMINAL = new Set<string>(['succeeded', 'failed', 'cancelled']);
 
+/** Whether this event ends its job: nothing can follow it. */
+export function endsJob(event: JobEvent): boolean {
+  switch (event.type) {
+    case 'JobSucceeded':
+    case 'JobCancelled':
+    case 'JobBuildFailed':
+      return true;
+    case 'JobAttemptFailed':
+      return event.data.retry === null;
+    default:
+      return false;
+  }
+}
+
 export function isTerminal(status: JobState['status']): boolean {
   return TERMINAL.has(status);
 }

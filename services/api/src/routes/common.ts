@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import type { Actor } from '@trainyard/events';
-import { loadJob, sleep, type JobSnapshot } from '@trainyard/platform';
+import { loadJobHistory, sleep, type JobSnapshot } from '@trainyard/platform';
 import { readCheckpoint } from '@trainyard/projections';
 import type { Caller } from '../auth.ts';
 import type { ApiDeps } from '../deps.ts';
@@ -66,12 +66,15 @@ export function jobIdParam(req: FastifyRequest): string {
 
 /** Loads a job from the log if the caller may see it; otherwise it does not exist. */
 export async function visibleJob(deps: ApiDeps, caller: Caller, id: string): Promise<JobSnapshot> {
-  const snapshot = await loadJob(deps.bus.store, id);
-  if (
-    snapshot.state.status === 'none' ||
-    (caller.role !== 'admin' && snapshot.state.owner !== caller.username)
-  ) {
+  return (await visibleJobHistory(deps, caller, id)).snapshot;
+}
+
+/** The same, with the job's events. */
+export async function visibleJobHistory(deps: ApiDeps, caller: Caller, id: string) {
+  const history = await loadJobHistory(deps.bus.store, id);
+  const { state } = history.snapshot;
+  if (state.status === 'none' || (caller.role !== 'admin' && state.owner !== caller.username)) {
     throw new ApiError('NOT_FOUND', `job ${id} not found`);
   }
-  return snapshot;
+  return history;
 }

@@ -4,7 +4,7 @@ import { BlobKeys } from '@trainyard/platform';
 import type { ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { openLog } from '../logs.ts';
-import { callerOf, jobIdParam, visibleJob } from './common.ts';
+import { callerOf, jobIdParam, visibleJob, visibleJobHistory } from './common.ts';
 
 const LogQuery = z.object({
   follow: z
@@ -17,8 +17,7 @@ const LogQuery = z.object({
 export function jobDataRoutes(app: FastifyInstance, deps: ApiDeps): void {
   app.get('/v1/jobs/:id/events', async (req) => {
     const id = jobIdParam(req);
-    await visibleJob(deps, callerOf(req), id);
-    const { events } = await deps.bus.store.load('job', id);
+    const { events } = await visibleJobHistory(deps, callerOf(req), id);
     return events.map((e) => ({
       id: e.id,
       type: e.type,
