@@ -25,3 +25,4 @@ export * from './logship.ts';
 export * from './position.ts';
 export * from './publish.ts';
 export * from './liveness.ts';
+export * from './stall.ts';

@@ -1,7 +1,7 @@
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
 import { decodeEvent, Streams, Subjects, type StoredEvent } from '@trainyard/events';
-import { sleep, supervise, type ServiceContext } from '@trainyard/platform';
+import { sleep, supervise, watchForStall, type ServiceContext } from '@trainyard/platform';
 import { applyBatch, migrate, readCheckpoint, type Database } from '@trainyard/projections';
 
 export interface ProjectorOptions {
@@ -18,6 +18,8 @@ export interface RunningProjector {
 
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 5_000;
+/** A reader that got nothing for this long while the log moved on is started again. */
+const STALL_MS = 10_000;
 
 /**
  * Keeps the read models in step with the log. Its position is the checkpoint row written in the
@@ -65,7 +67,16 @@ export async function startProjector(
       opt_start_seq: from,
     });
     const messages = await consumer.consume({ max_messages: opts.batchSize * 2 });
-    abort.signal.addEventListener('abort', () => messages.stop(), { once: true });
+    const stop = () => messages.stop();
+    abort.signal.addEventListener('abort', stop, { once: true });
+    const stall = watchForStall({
+      readUpTo: from - 1,
+      stallMs: STALL_MS,
+      lastSeq: () => ctx.bus.store.lastSeq(),
+      stop,
+      onStall: (read, last) =>
+        log.warn({ read, last }, 'projector reader stalled; starting it again'),
+    });
     let batch: StoredEvent[] = [];
     let lingering: NodeJS.Timeout | undefined;
     let writing: Promise<void> = Promise.resolve();
@@ -78,12 +89,19 @@ export async function startProjector(
       writing = writing.then(() => untilApplied(full));
       return writing;
     };
-    for await (const msg of messages as AsyncIterable<JsMsg>) {
-      batch.push(decodeEvent(msg));
-      if (batch.length >= opts.batchSize) await flush();
-      else if (msg.info.pending === 0) lingering ??= setTimeout(() => void flush(), opts.lingerMs);
+    try {
+      for await (const msg of messages as AsyncIterable<JsMsg>) {
+        stall.touch(msg.seq);
+        batch.push(decodeEvent(msg));
+        if (batch.length >= opts.batchSize) await flush();
+        else if (msg.info.pending === 0)
+          lingering ??= setTimeout(() => void flush(), opts.lingerMs);
+      }
+      await flush();
+    } finally {
+      stall.dispose();
+      abort.signal.removeEventListener('abort', stop);
     }
-    await flush();
   }
 
   const done = supervise('projector', run, abort.signal, log);

@@ -10,10 +10,20 @@ import {
   type PlacementPolicy,
 } from '@trainyard/domain';
 import { decodeEvent, Streams, Subjects, type StoredEvent } from '@trainyard/events';
-import { KvLease, newId, runJobCommand, sleep, type ServiceContext } from '@trainyard/platform';
+import {
+  KvLease,
+  newId,
+  runJobCommand,
+  sleep,
+  watchForStall,
+  type ServiceContext,
+} from '@trainyard/platform';
 import { dispatchRun, dispatchStop } from './dispatch.ts';
 import { react, recover } from './reactions.ts';
 import { loadSnapshot, saveSnapshot } from './snapshot.ts';
+
+/** A reader that got nothing for this long while the log moved on is started again. */
+const STALL_MS = 10_000;
 
 export interface SchedulerOptions {
   leaseTtlMs: number;
@@ -71,9 +81,21 @@ class Term {
     const messages = await consumer.consume({ max_messages: 4096 });
     const stop = () => messages.stop();
     this.signal.addEventListener('abort', stop, { once: true });
+    const stall = watchForStall({
+      readUpTo: this.cluster.lastSeq,
+      stallMs: STALL_MS,
+      lastSeq: () => this.ctx.bus.store.lastSeq(),
+      stop,
+      onStall: (read, last) =>
+        this.ctx.log.warn(
+          { read, last },
+          'scheduler reader stalled; ending the term to start afresh',
+        ),
+    });
     if ((await consumer.info()).num_pending === 0) this.#onCaughtUp();
     try {
       for await (const msg of messages as AsyncIterable<JsMsg>) {
+        stall.touch(msg.seq);
         const event = decodeEvent(msg);
         evolveCluster(this.cluster, event);
         if (this.#caughtUp) this.#react(event);
@@ -87,6 +109,7 @@ class Term {
     } finally {
       clearTimeout(this.#wakeTimer);
       clearImmediate(this.#soon);
+      stall.dispose();
       this.signal.removeEventListener('abort', stop);
     }
     if (this.#caughtUp && this.cluster.lastSeq > this.#snapshotSeq && !this.#snapshotting) {
