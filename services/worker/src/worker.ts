@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { AckPolicy, DeliverPolicy, type ConsumerMessages, type JsMsg } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
 import {
   ConcurrencyError,
   Streams,
@@ -8,7 +8,12 @@ import {
   type Heartbeat,
   type WorkerEvent,
 } from '@trainyard/events';
-import { DispatchMessageSchema, type RunAttempt, type ServiceContext } from '@trainyard/platform';
+import {
+  DispatchMessageSchema,
+  supervise,
+  type RunAttempt,
+  type ServiceContext,
+} from '@trainyard/platform';
 import { AttemptRun } from './attempt.ts';
 import { reapOrphans } from './sandbox.ts';
 import type { WorkerOptions } from './options.ts';
@@ -44,6 +49,40 @@ async function appendWorkerEvent(
   }
 }
 
+const STALL_MS = 10_000;
+
+/**
+ * Takes messages from one durable dispatch consumer until `signal` aborts. If work waits on the
+ * consumer but none has arrived for a while (its server died and the pull was not renewed), it
+ * returns, and the caller starts it again.
+ */
+async function takeWork(
+  consumer: Consumer,
+  handle: (msg: JsMsg) => void,
+  signal: AbortSignal,
+): Promise<void> {
+  const messages = await consumer.consume({ max_messages: 64 });
+  const stop = () => messages.stop();
+  signal.addEventListener('abort', stop, { once: true });
+  let activeAt = Date.now();
+  const watch = setInterval(() => {
+    if (Date.now() - activeAt < STALL_MS) return;
+    consumer
+      .info()
+      .then((info) => info.num_pending > 0 && Date.now() - activeAt >= STALL_MS && stop())
+      .catch(() => undefined);
+  }, STALL_MS / 4);
+  try {
+    for await (const msg of messages) {
+      activeAt = Date.now();
+      handle(msg);
+    }
+  } finally {
+    clearInterval(watch);
+    signal.removeEventListener('abort', stop);
+  }
+}
+
 /** The subjects this worker takes work from: one per GPU, the CPU pool, and control. */
 function slotSubjects(
   id: string,
@@ -69,7 +108,7 @@ export async function startWorker(
   const log = ctx.log.child({ component: 'worker', workerId: id });
   const gpus = await opts.inventory.list();
   const attempts = new Map<string, AttemptRun>();
-  const streams: ConsumerMessages[] = [];
+  const loops: Promise<void>[] = [];
   let stopping = false;
   const stopped = new AbortController();
 
@@ -148,13 +187,22 @@ export async function startWorker(
       max_deliver: 20,
     });
     const consumer = await ctx.bus.js.consumers.get(Streams.dispatch, durable);
-    const messages = await consumer.consume({ max_messages: 64 });
-    streams.push(messages);
-    void (async () => {
-      for await (const msg of messages) {
-        void onMessage(msg).catch((err: unknown) => log.error({ err }, 'dispatch handling failed'));
-      }
-    })();
+    loops.push(
+      supervise(
+        durable,
+        () =>
+          takeWork(
+            consumer,
+            (msg) =>
+              void onMessage(msg).catch((err: unknown) =>
+                log.error({ err }, 'dispatch handling failed'),
+              ),
+            stopped.signal,
+          ),
+        stopped.signal,
+        log,
+      ),
+    );
   }
   log.info(
     { gpus: gpus.length, cpuSlots: opts.cpuSlots, simulated: gpus.some((g) => g.simulated) },
@@ -168,7 +216,7 @@ export async function startWorker(
     stop: async () => {
       stopping = true;
       stopped.abort();
-      for (const s of streams) s.stop();
+      await Promise.all(loops);
       clearInterval(heartbeat);
       await Promise.all([...attempts.values()].map((a) => a.abandon()));
       await appendWorkerEvent(ctx, id, { type: 'WorkerLeft', data: { reason: 'stopped' } }).catch(
