@@ -1,6 +1,5 @@
 import {
   ConcurrencyError,
-  EMPTY_HEAD,
   type AggregateHead,
   type AppendMeta,
   type EventStore,
@@ -66,11 +65,7 @@ export async function runJobCommand(
   meta: AppendMeta,
   opts: { snapshot?: JobSnapshot; ids?: string[] } = {},
 ): Promise<CommandResult> {
-  let snapshot =
-    opts.snapshot ??
-    (typeof command !== 'function' && command.type === 'SubmitJob'
-      ? { state: initialJobState(jobId), head: EMPTY_HEAD }
-      : await loadJob(store, jobId));
+  let snapshot = opts.snapshot ?? (await loadJob(store, jobId));
   for (let attempt = 0; ; attempt++) {
     const cmd = typeof command === 'function' ? command(snapshot.state) : command;
     const decided = decideJob(cmd, snapshot.state);

@@ -1,50 +1,36 @@
 import { describe, expect, it } from 'vitest';
+import { waitFor } from '@trainyard/testkit';
 import { watchForStall } from '../src/index.ts';
 
 const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+function watch(behind: boolean, stallMs = 100) {
+  const seen = { stopped: 0 };
+  const w = watchForStall({ stallMs, isBehind: async () => behind, stop: () => seen.stopped++ });
+  return { w, seen };
+}
+
 describe('stall watch', () => {
-  it('stops a reader that got nothing while the log moved on', async () => {
-    let stopped = 0;
-    const watch = watchForStall({
-      readUpTo: 5,
-      stallMs: 100,
-      lastSeq: async () => 9,
-      stop: () => stopped++,
-    });
-    watch.touch(6);
-    await wait(350);
-    watch.dispose();
-    expect(stopped).toBeGreaterThanOrEqual(1);
+  it('stops a reader that got nothing while work waits for it', async () => {
+    const { w, seen } = watch(true);
+    await waitFor('the stop', () => seen.stopped > 0, { timeoutMs: 2_000 });
+    w.dispose();
   });
 
-  it('leaves alone a reader that is idle because the log is idle', async () => {
-    let stopped = 0;
-    const watch = watchForStall({
-      readUpTo: 5,
-      stallMs: 100,
-      lastSeq: async () => 7,
-      stop: () => stopped++,
-    });
-    watch.touch(7);
-    await wait(350);
-    watch.dispose();
-    expect(stopped).toBe(0);
+  it('leaves alone an idle reader when nothing waits for it', async () => {
+    const { w, seen } = watch(false);
+    await wait(400);
+    w.dispose();
+    expect(seen.stopped).toBe(0);
   });
 
   it('leaves alone a reader that keeps receiving', async () => {
-    let stopped = 0;
-    const watch = watchForStall({
-      readUpTo: 0,
-      stallMs: 150,
-      lastSeq: async () => 1_000,
-      stop: () => stopped++,
-    });
-    for (let seq = 1; seq <= 10; seq++) {
-      watch.touch(seq);
+    const { w, seen } = watch(true, 200);
+    for (let i = 0; i < 10; i++) {
+      w.touch();
       await wait(40);
     }
-    watch.dispose();
-    expect(stopped).toBe(0);
+    w.dispose();
+    expect(seen.stopped).toBe(0);
   });
 });

@@ -69,13 +69,12 @@ export async function startProjector(
     const messages = await consumer.consume({ max_messages: opts.batchSize * 2 });
     const stop = () => messages.stop();
     abort.signal.addEventListener('abort', stop, { once: true });
+    let read = from - 1;
     const stall = watchForStall({
-      readUpTo: from - 1,
       stallMs: STALL_MS,
-      lastSeq: () => ctx.bus.store.lastSeq(),
+      isBehind: async () => (await ctx.bus.store.lastSeq()) > read,
       stop,
-      onStall: (read, last) =>
-        log.warn({ read, last }, 'projector reader stalled; starting it again'),
+      onStall: () => log.warn({ read }, 'projector reader stalled; starting it again'),
     });
     let batch: StoredEvent[] = [];
     let lingering: NodeJS.Timeout | undefined;
@@ -91,7 +90,8 @@ export async function startProjector(
     };
     try {
       for await (const msg of messages as AsyncIterable<JsMsg>) {
-        stall.touch(msg.seq);
+        stall.touch();
+        read = msg.seq;
         batch.push(decodeEvent(msg));
         if (batch.length >= opts.batchSize) await flush();
         else if (msg.info.pending === 0)

@@ -82,20 +82,19 @@ class Term {
     const stop = () => messages.stop();
     this.signal.addEventListener('abort', stop, { once: true });
     const stall = watchForStall({
-      readUpTo: this.cluster.lastSeq,
       stallMs: STALL_MS,
-      lastSeq: () => this.ctx.bus.store.lastSeq(),
+      isBehind: async () => (await this.ctx.bus.store.lastSeq()) > this.cluster.lastSeq,
       stop,
-      onStall: (read, last) =>
+      onStall: () =>
         this.ctx.log.warn(
-          { read, last },
-          'scheduler reader stalled; ending the term to start afresh',
+          { read: this.cluster.lastSeq },
+          'scheduler reader stalled; ending the term',
         ),
     });
     if ((await consumer.info()).num_pending === 0) this.#onCaughtUp();
     try {
       for await (const msg of messages as AsyncIterable<JsMsg>) {
-        stall.touch(msg.seq);
+        stall.touch();
         const event = decodeEvent(msg);
         evolveCluster(this.cluster, event);
         if (this.#caughtUp) this.#react(event);

@@ -11,6 +11,7 @@ import {
 import {
   DispatchMessageSchema,
   supervise,
+  watchForStall,
   type RunAttempt,
   type ServiceContext,
 } from '@trainyard/platform';
@@ -64,21 +65,18 @@ async function takeWork(
   const messages = await consumer.consume({ max_messages: 64 });
   const stop = () => messages.stop();
   signal.addEventListener('abort', stop, { once: true });
-  let activeAt = Date.now();
-  const watch = setInterval(() => {
-    if (Date.now() - activeAt < STALL_MS) return;
-    consumer
-      .info()
-      .then((info) => info.num_pending > 0 && Date.now() - activeAt >= STALL_MS && stop())
-      .catch(() => undefined);
-  }, STALL_MS / 4);
+  const stall = watchForStall({
+    stallMs: STALL_MS,
+    isBehind: async () => (await consumer.info()).num_pending > 0,
+    stop,
+  });
   try {
     for await (const msg of messages) {
-      activeAt = Date.now();
+      stall.touch();
       handle(msg);
     }
   } finally {
-    clearInterval(watch);
+    stall.dispose();
     signal.removeEventListener('abort', stop);
   }
 }
@@ -109,7 +107,6 @@ export async function startWorker(
   const gpus = await opts.inventory.list();
   const attempts = new Map<string, AttemptRun>();
   const loops: Promise<void>[] = [];
-  let stopping = false;
   const stopped = new AbortController();
 
   const reaped = await reapOrphans(opts.sandboxRoot);
@@ -142,8 +139,8 @@ export async function startWorker(
   const heartbeat = setInterval(() => void beat().catch(() => undefined), opts.heartbeatMs);
 
   async function onRun(msg: JsMsg, run: RunAttempt): Promise<void> {
-    if (attempts.has(run.attemptId) || stopping) {
-      if (stopping) msg.nak(5_000);
+    if (attempts.has(run.attemptId) || stopped.signal.aborted) {
+      if (stopped.signal.aborted) msg.nak(5_000);
       else msg.ack();
       return;
     }
@@ -214,7 +211,6 @@ export async function startWorker(
     gpus,
     running: () => [...attempts.keys()],
     stop: async () => {
-      stopping = true;
       stopped.abort();
       await Promise.all(loops);
       clearInterval(heartbeat);

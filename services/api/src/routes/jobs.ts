@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { JobSpecSchema, type JobSpec } from '@trainyard/events';
+import { initialJobState } from '@trainyard/domain';
+import { EMPTY_HEAD, JobSpecSchema, type JobSpec } from '@trainyard/events';
 import { newId, runJobCommand } from '@trainyard/platform';
 import { findJob, listAttempts, listJobs } from '@trainyard/projections';
 import type { ApiDeps } from '../deps.ts';
@@ -78,6 +79,7 @@ export function jobRoutes(app: FastifyInstance, deps: ApiDeps): void {
       jobId,
       { type: 'SubmitJob', owner: caller.username, spec, ...(code && { code }) },
       { actor: actorOf(caller), now: new Date(), correlationId: req.id },
+      { snapshot: { state: initialJobState(jobId), head: EMPTY_HEAD } },
     );
     deps.metrics.jobsSubmitted.inc();
     return reply.code(202).send({ id: jobId, status: result.state.status, seq: result.head.seq });
