@@ -4,6 +4,7 @@ export * from './envelope.ts';
 export * from './errors.ts';
 export * from './hash.ts';
 export * from './job.ts';
+export * from './retry.ts';
 export * from './store.ts';
 export * from './streams.ts';
 export * from './subjects.ts';

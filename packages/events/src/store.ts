@@ -1,9 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type {
+  ConsumerMessages,
   JetStreamApiError,
   JetStreamClient,
   JetStreamManager,
   JsMsg,
+  MsgRequest,
+  NextMsgRequest,
 } from '@nats-io/jetstream';
 import { DeliverPolicy } from '@nats-io/jetstream';
 import { isKnownEventType, parseEvent, type Aggregate, type AggregateEvents } from './catalog.ts';
@@ -11,24 +14,12 @@ import type { AggregateHead, AppendMeta, Envelope, StoredEvent } from './envelop
 import { EMPTY_HEAD, SCHEMA_VERSION } from './envelope.ts';
 import { ConcurrencyError, CorruptEventError, EventStoreError } from './errors.ts';
 import { hashEvent } from './hash.ts';
+import { isTransient, retryDelayMs, retryTransient } from './retry.ts';
 import { Streams, Subjects } from './subjects.ts';
 
 const WRONG_LAST_SEQUENCE = 10071;
 const PUBLISH_TIMEOUT_MS = 5_000;
 const PUBLISH_ATTEMPTS = 10;
-const TRANSIENT = new Set([
-  'TimeoutError',
-  'NoRespondersError',
-  'RequestError',
-  'JetStreamNotEnabled',
-  'ClosedConnectionError',
-]);
-
-/** Errors after which the same publish may succeed: no answer, no responder, a leader change. */
-function isTransient(err: unknown): boolean {
-  const e = err as { name?: string; code?: number; status?: number };
-  return TRANSIENT.has(e.name ?? '') || e.status === 503 || e.code === 10008;
-}
 
 export interface AppendInput<A extends Aggregate> {
   aggregate: A;
@@ -49,18 +40,6 @@ export interface AppendResult<A extends Aggregate> {
 export interface LoadedAggregate<A extends Aggregate> {
   events: StoredEvent<AggregateEvents[A]>[];
   head: AggregateHead;
-}
-
-/** Runs a read again after a transient error, a bounded number of times. */
-async function retryTransient<T>(read: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await read();
-    } catch (err) {
-      if (!isTransient(err) || attempt >= PUBLISH_ATTEMPTS) throw err;
-      await new Promise((r) => setTimeout(r, Math.min(2_000, 100 * 2 ** attempt)));
-    }
-  }
 }
 
 /** Decodes one message of the event stream. */
@@ -140,7 +119,7 @@ export class EventStore {
             cause: err,
           });
         }
-        await new Promise((r) => setTimeout(r, Math.min(2_000, 100 * 2 ** attempt)));
+        await new Promise((r) => setTimeout(r, retryDelayMs(attempt)));
       }
     }
   }
@@ -157,9 +136,14 @@ export class EventStore {
   }
 
   async #last(subject: string): Promise<StoredEvent | null> {
-    const msg = await retryTransient(() =>
+    return this.#get(`read the last event of ${subject}`, { last_by_subj: subject });
+  }
+
+  /** One message of the event stream, or null when there is none (a direct request). */
+  async #get(what: string, request: MsgRequest | NextMsgRequest): Promise<StoredEvent | null> {
+    const msg = await retryTransient(what, () =>
       this.jsm.streams
-        .getMessage(Streams.events, { last_by_subj: subject })
+        .getMessage(Streams.events, request as MsgRequest)
         .catch((err: JetStreamApiError) => {
           if (err.code === 10037 || err.status === 404) return null;
           throw err;
@@ -169,22 +153,58 @@ export class EventStore {
     return decodeEvent({ seq: msg.seq, string: () => new TextDecoder().decode(msg.data) });
   }
 
-  /** Reads every event of one aggregate, in order. */
+  /**
+   * Reads every event of one aggregate, in order. It walks the subject with direct requests
+   * (`next_by_subj`, which 2.9 answers though its client types name it only for direct get)
+   * instead of creating a consumer: an aggregate holds few events, and a consumer's creation
+   * goes through the cluster's meta leader, which may place it on a server that is down.
+   */
   async load<A extends Aggregate>(aggregate: A, id: string): Promise<LoadedAggregate<A>> {
     const subject = Subjects.event(aggregate, id);
     const last = await this.#last(subject);
     if (!last) return { events: [], head: EMPTY_HEAD };
     const events: StoredEvent<AggregateEvents[A]>[] = [];
-    for await (const event of this.replay({ filter: subject, untilSeq: last.seq })) {
-      events.push(event as StoredEvent<AggregateEvents[A]>);
+    for (let seq = 1; seq < last.seq;) {
+      const next = await this.#get(`read ${subject}`, { seq, next_by_subj: subject });
+      if (!next || next.seq >= last.seq) break;
+      events.push(next as StoredEvent<AggregateEvents[A]>);
+      seq = next.seq + 1;
     }
+    events.push(last as StoredEvent<AggregateEvents[A]>);
     return { events, head: { seq: last.seq, hash: last.hash } };
+  }
+
+  /** Whether the log holds an event after `seq` (matching `filter`, default every event). */
+  async hasAfter(seq: number, filter: string = Subjects.allEvents): Promise<boolean> {
+    return (await this.#get('read the event log', { seq: seq + 1, next_by_subj: filter })) !== null;
   }
 
   /** The sequence of the newest event in the log (0 when it is empty). */
   async lastSeq(): Promise<number> {
-    const info = await retryTransient(() => this.jsm.streams.info(Streams.events));
+    const info = await retryTransient("read the event log's state", () =>
+      this.jsm.streams.info(Streams.events),
+    );
     return info.state.last_seq;
+  }
+
+  /**
+   * An ordered reader of the log (or of `filter`) from `fromSeq` on. Its creation is tried again
+   * after a transient error: on a 2.9 cluster with a server down, about one creation in three
+   * is placed on that server and never answers.
+   */
+  reader(opts: {
+    fromSeq: number;
+    filter?: string;
+    maxMessages?: number;
+  }): Promise<ConsumerMessages> {
+    return retryTransient('read the event log', async () => {
+      const consumer = await this.js.consumers.get(Streams.events, {
+        filter_subjects: opts.filter ?? Subjects.allEvents,
+        deliver_policy: DeliverPolicy.StartSequence,
+        opt_start_seq: opts.fromSeq,
+      });
+      return consumer.consume({ max_messages: opts.maxMessages ?? 1024 });
+    });
   }
 
   /**
@@ -203,12 +223,11 @@ export class EventStore {
     const until = opts.follow ? Infinity : (opts.untilSeq ?? (await this.lastSeq()));
     const from = opts.fromSeq ?? 1;
     if (from > until) return;
-    const consumer = await this.js.consumers.get(Streams.events, {
-      filter_subjects: opts.filter ?? Subjects.allEvents,
-      deliver_policy: DeliverPolicy.StartSequence,
-      opt_start_seq: from,
+    const messages = await this.reader({
+      fromSeq: from,
+      ...(opts.filter && { filter: opts.filter }),
+      maxMessages: 2048,
     });
-    const messages = await retryTransient(() => consumer.consume({ max_messages: 2048 }));
     const stop = () => messages.stop();
     opts.signal?.addEventListener('abort', stop, { once: true });
     try {

@@ -25,4 +25,5 @@ export * from './logship.ts';
 export * from './position.ts';
 export * from './publish.ts';
 export * from './liveness.ts';
+export * from './follow.ts';
 export * from './stall.ts';

@@ -1,5 +1,6 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
+import { retryTransient } from '@trainyard/events';
 
 /**
  * Where a reader of the log has got to: the highest sequence below which every event's effect
@@ -19,15 +20,18 @@ export class LogPosition {
   static async open(js: JetStreamClient, name: string, replicas = 1): Promise<LogPosition> {
     const kv = await new Kvm(js).create('ty_positions', { history: 1, replicas });
     const position = new LogPosition(kv, name);
-    const entry = await kv.get(name);
+    const entry = await retryTransient(`read the position of ${name}`, () => kv.get(name));
     position.#saved = entry?.operation === 'PUT' ? Number(entry.string()) : 0;
     position.#seen = position.#saved;
     return position;
   }
 
-  /** The first sequence to read after a restart. */
+  /**
+   * The first sequence to read: after the saved position when the process starts, after the
+   * last event read when its reader is started again within the process.
+   */
   get resumeAt(): number {
-    return this.#saved + 1;
+    return this.#seen + 1;
   }
 
   /** Records an event as read; `pending` marks one whose effect is still being made. */
@@ -49,7 +53,9 @@ export class LogPosition {
   async save(): Promise<void> {
     const safe = this.safe;
     if (safe <= this.#saved) return;
-    await this.kv.put(this.name, String(safe));
+    await retryTransient(`save the position of ${this.name}`, () =>
+      this.kv.put(this.name, String(safe)),
+    );
     this.#saved = safe;
   }
 }

@@ -3,3 +3,4 @@ export * from './servers.ts';
 export * from './tmp.ts';
 export * from './wait.ts';
 export * from './process.ts';
+export * from './cluster.ts';

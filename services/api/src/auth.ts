@@ -3,7 +3,7 @@ import { promisify } from 'node:util';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import { jwtVerify, SignJWT } from 'jose';
-import type { Role } from '@trainyard/events';
+import { EventStoreError, retryTransient, type Role } from '@trainyard/events';
 import { ApiError } from './errors.ts';
 
 const VERIFIED_CACHE_SIZE = 10_000;
@@ -39,7 +39,7 @@ export class CredentialStore {
   }
 
   async exists(username: string): Promise<boolean> {
-    const entry = await this.kv.get(username);
+    const entry = await retryTransient('read the credentials', () => this.kv.get(username));
     return entry !== null && entry.operation === 'PUT';
   }
 
@@ -47,12 +47,19 @@ export class CredentialStore {
     const salt = randomBytes(16);
     const hash = await hashPassword(password, salt);
     const cred: StoredCredential = { salt: salt.toString('hex'), hash: hash.toString('hex'), role };
-    await this.kv.put(username, JSON.stringify(cred));
+    await retryTransient('store the credentials', () =>
+      this.kv.put(username, JSON.stringify(cred)),
+    );
   }
 
   /** The user's role when the password matches, else null. Takes the same time either way. */
   async verify(username: string, password: string): Promise<Role | null> {
-    const entry = await this.kv.get(username).catch(() => null);
+    const entry = await retryTransient('read the credentials', () => this.kv.get(username)).catch(
+      (err: unknown) => {
+        if (err instanceof EventStoreError) throw err;
+        return null;
+      },
+    );
     const cred = entry?.operation === 'PUT' ? (entry.json() as StoredCredential) : null;
     const salt = cred ? Buffer.from(cred.salt, 'hex') : randomBytes(16);
     const actual = await hashPassword(password, salt);

@@ -1,7 +1,7 @@
 import { PassThrough, type Readable } from 'node:stream';
 import { DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
 import { endsJob } from '@trainyard/domain';
-import { ofAggregate, Streams, Subjects } from '@trainyard/events';
+import { ofAggregate, retryTransient, Streams, Subjects } from '@trainyard/events';
 import { BlobKeys, loadJob, type BlobStore, type Bus } from '@trainyard/platform';
 
 const CHECK_MS = 500;
@@ -46,7 +46,7 @@ async function copyLive(
             async (ended) =>
               ended && (await consumer.info()).num_pending === 0 && caughtUp && stop(),
           )
-          .catch(stop);
+          .catch(() => undefined);
       }, CHECK_MS)
     : undefined;
   try {
@@ -74,11 +74,13 @@ export async function openLog(
   opts: { follow: boolean; signal: AbortSignal },
 ): Promise<Readable> {
   const out = new PassThrough();
-  const consumer = await bus.js.consumers.get(Streams.logs, {
-    filter_subjects: Subjects.jobLogs(jobId),
-    deliver_policy: DeliverPolicy.All,
+  const { consumer, pending } = await retryTransient(`read the log of ${jobId}`, async () => {
+    const consumer = await bus.js.consumers.get(Streams.logs, {
+      filter_subjects: Subjects.jobLogs(jobId),
+      deliver_policy: DeliverPolicy.All,
+    });
+    return { consumer, pending: (await consumer.info()).num_pending };
   });
-  const pending = (await consumer.info()).num_pending;
   const pump = async () => {
     if (pending === 0 && (!opts.follow || (await jobEnded(bus, jobId)))) {
       const { state } = await loadJob(bus.store, jobId);

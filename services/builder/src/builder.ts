@@ -1,7 +1,7 @@
-import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import { DomainError, needsBuild } from '@trainyard/domain';
-import { decodeEvent, Streams, Subjects } from '@trainyard/events';
+import { Subjects } from '@trainyard/events';
 import {
+  followLog,
   Liveness,
   loadJob,
   LogPosition,
@@ -129,25 +129,27 @@ export async function startBuilder(
   }
 
   async function follow(): Promise<void> {
-    const consumer = await ctx.bus.js.consumers.get(Streams.events, {
-      filter_subjects: Subjects.aggregateEvents('job'),
-      deliver_policy: DeliverPolicy.StartSequence,
-      opt_start_seq: position.resumeAt,
-    });
-    const messages = await consumer.consume({ max_messages: 1024 });
-    stopping.signal.addEventListener('abort', () => messages.stop(), { once: true });
-    for await (const msg of messages as AsyncIterable<JsMsg>) {
-      const event = decodeEvent(msg);
-      const wanted = event.type === 'JobSubmitted' && needsBuild(event.data.spec, event.data.code);
-      position.read(event.seq, wanted);
-      if (!wanted) continue;
-      while (inflight.size >= opts.concurrency) await Promise.race(inflight);
-      const p = buildWithRetries(event.aggregateId).finally(() => {
-        position.done(event.seq);
-        inflight.delete(p);
-      });
-      inflight.add(p);
-    }
+    await followLog(
+      ctx.bus.store,
+      {
+        fromSeq: position.resumeAt,
+        filter: Subjects.aggregateEvents('job'),
+        signal: stopping.signal,
+        onStall: (read) => log.warn({ read }, 'builder reader stalled; starting it again'),
+      },
+      async (event) => {
+        const wanted =
+          event.type === 'JobSubmitted' && needsBuild(event.data.spec, event.data.code);
+        position.read(event.seq, wanted);
+        if (!wanted) return;
+        while (inflight.size >= opts.concurrency) await Promise.race(inflight);
+        const p = buildWithRetries(event.aggregateId).finally(() => {
+          position.done(event.seq);
+          inflight.delete(p);
+        });
+        inflight.add(p);
+      },
+    );
   }
 
   const saver = setInterval(() => {

@@ -1,7 +1,6 @@
-import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import type { Kysely } from 'kysely';
-import { decodeEvent, Streams, Subjects, type StoredEvent } from '@trainyard/events';
-import { sleep, supervise, watchForStall, type ServiceContext } from '@trainyard/platform';
+import type { StoredEvent } from '@trainyard/events';
+import { followLog, sleep, supervise, type ServiceContext } from '@trainyard/platform';
 import { applyBatch, migrate, readCheckpoint, type Database } from '@trainyard/projections';
 
 export interface ProjectorOptions {
@@ -18,8 +17,6 @@ export interface RunningProjector {
 
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 5_000;
-/** A reader that got nothing for this long while the log moved on is started again. */
-const STALL_MS = 10_000;
 
 /**
  * Keeps the read models in step with the log. Its position is the checkpoint row written in the
@@ -60,22 +57,6 @@ export async function startProjector(
   }
 
   async function run(): Promise<void> {
-    const from = await startSeq();
-    const consumer = await ctx.bus.js.consumers.get(Streams.events, {
-      filter_subjects: Subjects.allEvents,
-      deliver_policy: DeliverPolicy.StartSequence,
-      opt_start_seq: from,
-    });
-    const messages = await consumer.consume({ max_messages: opts.batchSize * 2 });
-    const stop = () => messages.stop();
-    abort.signal.addEventListener('abort', stop, { once: true });
-    let read = from - 1;
-    const stall = watchForStall({
-      stallMs: STALL_MS,
-      isBehind: async () => (await ctx.bus.store.lastSeq()) > read,
-      stop,
-      onStall: () => log.warn({ read }, 'projector reader stalled; starting it again'),
-    });
     let batch: StoredEvent[] = [];
     let lingering: NodeJS.Timeout | undefined;
     let writing: Promise<void> = Promise.resolve();
@@ -89,18 +70,22 @@ export async function startProjector(
       return writing;
     };
     try {
-      for await (const msg of messages as AsyncIterable<JsMsg>) {
-        stall.touch();
-        read = msg.seq;
-        batch.push(decodeEvent(msg));
-        if (batch.length >= opts.batchSize) await flush();
-        else if (msg.info.pending === 0)
-          lingering ??= setTimeout(() => void flush(), opts.lingerMs);
-      }
-      await flush();
+      await followLog(
+        ctx.bus.store,
+        {
+          fromSeq: await startSeq(),
+          maxMessages: opts.batchSize * 2,
+          signal: abort.signal,
+          onStall: (read) => log.warn({ read }, 'projector reader stalled; starting it again'),
+        },
+        (event, pending) => {
+          batch.push(event);
+          if (batch.length >= opts.batchSize) return flush();
+          if (pending === 0) lingering ??= setTimeout(() => void flush(), opts.lingerMs);
+        },
+      );
     } finally {
-      stall.dispose();
-      abort.signal.removeEventListener('abort', stop);
+      await flush();
     }
   }
 

@@ -1,4 +1,3 @@
-import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import {
   DEFAULT_POLICY,
   DomainError,
@@ -9,21 +8,18 @@ import {
   type ClusterState,
   type PlacementPolicy,
 } from '@trainyard/domain';
-import { decodeEvent, Streams, Subjects, type StoredEvent } from '@trainyard/events';
+import type { StoredEvent } from '@trainyard/events';
 import {
   KvLease,
   newId,
   runJobCommand,
   sleep,
-  watchForStall,
+  followLog,
   type ServiceContext,
 } from '@trainyard/platform';
 import { dispatchRun, dispatchStop } from './dispatch.ts';
 import { react, recover } from './reactions.ts';
 import { loadSnapshot, saveSnapshot } from './snapshot.ts';
-
-/** A reader that got nothing for this long while the log moved on is started again. */
-const STALL_MS = 10_000;
 
 export interface SchedulerOptions {
   leaseTtlMs: number;
@@ -73,49 +69,42 @@ class Term {
       { fromSeq: this.cluster.lastSeq + 1, ms: Date.now() - started },
       'scheduler state loaded',
     );
-    const consumer = await this.ctx.bus.js.consumers.get(Streams.events, {
-      filter_subjects: Subjects.allEvents,
-      deliver_policy: DeliverPolicy.StartSequence,
-      opt_start_seq: this.cluster.lastSeq + 1,
-    });
-    const messages = await consumer.consume({ max_messages: 4096 });
-    const stop = () => messages.stop();
-    this.signal.addEventListener('abort', stop, { once: true });
-    const stall = watchForStall({
-      stallMs: STALL_MS,
-      isBehind: async () => (await this.ctx.bus.store.lastSeq()) > this.cluster.lastSeq,
-      stop,
-      onStall: () =>
-        this.ctx.log.warn(
-          { read: this.cluster.lastSeq },
-          'scheduler reader stalled; ending the term',
-        ),
-    });
-    if ((await consumer.info()).num_pending === 0) this.#onCaughtUp();
+    if (!(await this.ctx.bus.store.hasAfter(this.cluster.lastSeq))) this.#onCaughtUp();
     try {
-      for await (const msg of messages as AsyncIterable<JsMsg>) {
-        stall.touch();
-        const event = decodeEvent(msg);
-        evolveCluster(this.cluster, event);
-        if (this.#caughtUp) this.#react(event);
-        if (msg.info.pending === 0) {
-          if (!this.#caughtUp) this.#onCaughtUp();
-          else this.#scheduleSoon();
-        }
-        if (this.cluster.lastSeq - this.#snapshotSeq >= this.opts.snapshotEveryEvents)
-          this.#snapshot();
-      }
+      while (!this.signal.aborted) await this.#follow();
     } finally {
       clearTimeout(this.#wakeTimer);
       clearImmediate(this.#soon);
-      stall.dispose();
-      this.signal.removeEventListener('abort', stop);
     }
     if (this.#caughtUp && this.cluster.lastSeq > this.#snapshotSeq && !this.#snapshotting) {
       await saveSnapshot(this.ctx, this.cluster).catch((err: unknown) =>
         this.ctx.log.warn({ err }, 'final scheduler snapshot failed'),
       );
     }
+  }
+
+  /** Reads the log into the cluster state until the term ends or the reader stalls. */
+  async #follow(): Promise<void> {
+    await followLog(
+      this.ctx.bus.store,
+      {
+        fromSeq: this.cluster.lastSeq + 1,
+        maxMessages: 4096,
+        signal: this.signal,
+        onStall: (read) =>
+          this.ctx.log.warn({ read }, 'scheduler reader stalled; starting it again'),
+      },
+      (event, pending) => {
+        evolveCluster(this.cluster, event);
+        if (this.#caughtUp) this.#react(event);
+        if (pending === 0) {
+          if (!this.#caughtUp) this.#onCaughtUp();
+          else this.#scheduleSoon();
+        }
+        if (this.cluster.lastSeq - this.#snapshotSeq >= this.opts.snapshotEveryEvents)
+          this.#snapshot();
+      },
+    );
   }
 
   #snapshot(): void {

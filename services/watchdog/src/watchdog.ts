@@ -1,12 +1,12 @@
-import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
 import {
   ConcurrencyError,
-  decodeEvent,
   HeartbeatSchema,
+  retryTransient,
   Streams,
   Subjects,
 } from '@trainyard/events';
-import type { ServiceContext } from '@trainyard/platform';
+import { followLog, supervise, takeFromDurable, type ServiceContext } from '@trainyard/platform';
 
 export interface WatchdogOptions {
   heartbeatTimeoutMs: number;
@@ -42,46 +42,73 @@ export async function startWatchdog(
   const workers = new Map<string, Watched>();
   const startedMs = Date.now();
 
-  const events = await ctx.bus.js.consumers.get(Streams.events, {
-    filter_subjects: Subjects.aggregateEvents('worker'),
-    deliver_policy: DeliverPolicy.All,
-  });
-  const eventMessages = await events.consume();
-  const followEvents = (async () => {
-    for await (const msg of eventMessages) {
-      const e = decodeEvent(msg);
-      const known = workers.get(e.aggregateId);
-      workers.set(e.aggregateId, {
-        online: e.type === 'WorkerRegistered',
-        seq: e.seq,
-        hash: e.hash,
-        lastSeenMs: Math.max(
-          known?.lastSeenMs ?? startedMs,
-          e.type === 'WorkerRegistered' ? Date.parse(e.occurredAt) : 0,
-        ),
-      });
-    }
-  })();
+  const stopping = new AbortController();
+  let eventsRead = 0;
+  const followEvents = supervise(
+    'watchdog-events',
+    () =>
+      followLog(
+        ctx.bus.store,
+        {
+          fromSeq: eventsRead + 1,
+          filter: Subjects.aggregateEvents('worker'),
+          signal: stopping.signal,
+          onStall: (read) => log.warn({ read }, 'watchdog reader stalled; starting it again'),
+        },
+        (e) => {
+          eventsRead = e.seq;
+          const known = workers.get(e.aggregateId);
+          workers.set(e.aggregateId, {
+            online: e.type === 'WorkerRegistered',
+            seq: e.seq,
+            hash: e.hash,
+            lastSeenMs: Math.max(
+              known?.lastSeenMs ?? startedMs,
+              e.type === 'WorkerRegistered' ? Date.parse(e.occurredAt) : 0,
+            ),
+          });
+        },
+      ),
+    stopping.signal,
+    log,
+  );
 
-  await ctx.bus.jsm.consumers.add(Streams.heartbeats, {
-    durable_name: 'watchdog',
-    filter_subject: Subjects.allHeartbeats,
-    ack_policy: AckPolicy.Explicit,
-    deliver_policy: DeliverPolicy.LastPerSubject,
+  const beats = await retryTransient('open the heartbeat consumer', async () => {
+    await ctx.bus.jsm.consumers.add(Streams.heartbeats, {
+      durable_name: 'watchdog',
+      filter_subject: Subjects.allHeartbeats,
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.LastPerSubject,
+    });
+    return ctx.bus.js.consumers.get(Streams.heartbeats, 'watchdog');
   });
-  const beats = await (await ctx.bus.js.consumers.get(Streams.heartbeats, 'watchdog')).consume();
-  const followBeats = (async () => {
-    for await (const msg of beats as AsyncIterable<JsMsg>) {
-      const hb = HeartbeatSchema.safeParse(msg.json());
-      if (hb.success) {
-        const w = workers.get(hb.data.workerId);
-        const seenMs = Math.min(Date.now(), msg.info.timestampNanos / 1e6);
-        if (w) w.lastSeenMs = Math.max(w.lastSeenMs, seenMs);
-        else workers.set(hb.data.workerId, { online: false, seq: 0, hash: '', lastSeenMs: seenMs });
-      }
-      msg.ack();
-    }
-  })();
+  const followBeats = supervise(
+    'watchdog-heartbeats',
+    () =>
+      takeFromDurable(
+        beats,
+        (msg) => {
+          const hb = HeartbeatSchema.safeParse(msg.json());
+          if (hb.success) {
+            const w = workers.get(hb.data.workerId);
+            const seenMs = Math.min(Date.now(), msg.info.timestampNanos / 1e6);
+            if (w) w.lastSeenMs = Math.max(w.lastSeenMs, seenMs);
+            else
+              workers.set(hb.data.workerId, {
+                online: false,
+                seq: 0,
+                hash: '',
+                lastSeenMs: seenMs,
+              });
+          }
+          msg.ack();
+        },
+        stopping.signal,
+        { maxMessages: 256 },
+      ),
+    stopping.signal,
+    log,
+  );
 
   async function check(): Promise<void> {
     const now = Date.now();
@@ -120,8 +147,7 @@ export async function startWatchdog(
   return {
     stop: async () => {
       clearInterval(timer);
-      eventMessages.stop();
-      beats.stop();
+      stopping.abort();
       await Promise.all([followEvents, followBeats, checking]);
     },
   };

@@ -1,7 +1,8 @@
 import { hostname } from 'node:os';
-import { AckPolicy, DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
+import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import {
   ConcurrencyError,
+  retryTransient,
   Streams,
   Subjects,
   type Gpu,
@@ -11,7 +12,7 @@ import {
 import {
   DispatchMessageSchema,
   supervise,
-  watchForStall,
+  takeFromDurable,
   type RunAttempt,
   type ServiceContext,
 } from '@trainyard/platform';
@@ -47,37 +48,6 @@ async function appendWorkerEvent(
     } catch (err) {
       if (!(err instanceof ConcurrencyError) || tries >= 5) throw err;
     }
-  }
-}
-
-const STALL_MS = 10_000;
-
-/**
- * Takes messages from one durable dispatch consumer until `signal` aborts. If work waits on the
- * consumer but none has arrived for a while (its server died and the pull was not renewed), it
- * returns, and the caller starts it again.
- */
-async function takeWork(
-  consumer: Consumer,
-  handle: (msg: JsMsg) => void,
-  signal: AbortSignal,
-): Promise<void> {
-  const messages = await consumer.consume({ max_messages: 64 });
-  const stop = () => messages.stop();
-  signal.addEventListener('abort', stop, { once: true });
-  const stall = watchForStall({
-    stallMs: STALL_MS,
-    isBehind: async () => (await consumer.info()).num_pending > 0,
-    stop,
-  });
-  try {
-    for await (const msg of messages) {
-      stall.touch();
-      handle(msg);
-    }
-  } finally {
-    stall.dispose();
-    signal.removeEventListener('abort', stop);
   }
 }
 
@@ -175,20 +145,22 @@ export async function startWorker(
 
   for (const slot of slotSubjects(id, gpus, opts.cpuSlots)) {
     const durable = `worker_${id}_${slot.name}`;
-    await ctx.bus.jsm.consumers.add(Streams.dispatch, {
-      durable_name: durable,
-      filter_subject: slot.subject,
-      ack_policy: AckPolicy.Explicit,
-      deliver_policy: DeliverPolicy.All,
-      ack_wait: ACK_WAIT_NS,
-      max_deliver: 20,
+    const consumer = await retryTransient(`open the dispatch consumer ${durable}`, async () => {
+      await ctx.bus.jsm.consumers.add(Streams.dispatch, {
+        durable_name: durable,
+        filter_subject: slot.subject,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        ack_wait: ACK_WAIT_NS,
+        max_deliver: 20,
+      });
+      return ctx.bus.js.consumers.get(Streams.dispatch, durable);
     });
-    const consumer = await ctx.bus.js.consumers.get(Streams.dispatch, durable);
     loops.push(
       supervise(
         durable,
         () =>
-          takeWork(
+          takeFromDurable(
             consumer,
             (msg) =>
               void onMessage(msg).catch((err: unknown) =>

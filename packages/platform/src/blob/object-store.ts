@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { Objm, type ObjectStore } from '@nats-io/obj';
-import type { BlobRef } from '@trainyard/events';
+import { retryTransient, type BlobRef } from '@trainyard/events';
 import { hashing } from './hashing.ts';
 import type { BlobStore } from './types.ts';
 
@@ -20,28 +20,35 @@ export class JetStreamBlobStore implements BlobStore {
     return new JetStreamBlobStore(os);
   }
 
+  /** Bytes are sent again after a transient error; a stream cannot be (`putFile` reopens). */
   async put(key: string, data: Readable | Uint8Array): Promise<BlobRef> {
-    const hashed = hashing(data);
-    const web = Readable.toWeb(hashed) as unknown as ReadableStream<Uint8Array>;
-    await this.os.put({ name: key }, web);
-    return { key, sizeBytes: hashed.sizeBytes, sha256: hashed.digest() };
+    const once = async () => {
+      const hashed = hashing(data);
+      const web = Readable.toWeb(hashed) as unknown as ReadableStream<Uint8Array>;
+      await this.os.put({ name: key }, web);
+      return { key, sizeBytes: hashed.sizeBytes, sha256: hashed.digest() };
+    };
+    return data instanceof Uint8Array ? retryTransient(`store ${key}`, once) : once();
   }
 
   async get(key: string): Promise<Readable | null> {
-    const info = await this.os.info(key);
-    if (!info || info.deleted) return null;
-    const result = await this.os.get(key);
+    const result = await retryTransient(`read ${key}`, async () => {
+      const info = await this.os.info(key);
+      return info && !info.deleted ? this.os.get(key) : null;
+    });
     if (!result) return null;
     return Readable.fromWeb(result.data as unknown as WebReadableStream<Uint8Array>);
   }
 
   async stat(key: string): Promise<{ sizeBytes: number } | null> {
-    const info = await this.os.info(key);
+    const info = await retryTransient(`read ${key}`, () => this.os.info(key));
     return info && !info.deleted ? { sizeBytes: info.size } : null;
   }
 
   async delete(key: string): Promise<void> {
-    const info = await this.os.info(key);
-    if (info && !info.deleted) await this.os.delete(key);
+    await retryTransient(`delete ${key}`, async () => {
+      const info = await this.os.info(key);
+      if (info && !info.deleted) await this.os.delete(key);
+    });
   }
 }

@@ -1,7 +1,7 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { Readable } from 'node:stream';
-import type { BlobRef } from '@trainyard/events';
+import { retryTransient, type BlobRef } from '@trainyard/events';
 
 /** Where code archives, build artifacts, outputs and archived logs are kept. */
 export interface BlobStore {
@@ -26,8 +26,8 @@ export const BlobKeys = {
   log: (jobId: string, attempt: number) => `jobs/${jobId}/logs/${attempt}.log`,
 } as const;
 
-/** Stores a local file under `key`. */
+/** Stores a local file under `key`, reading it afresh for each try after a transient error. */
 export async function putFile(store: BlobStore, key: string, path: string): Promise<BlobRef> {
   const { size } = await stat(path);
-  return store.put(key, createReadStream(path), size);
+  return retryTransient(`store ${key}`, () => store.put(key, createReadStream(path), size));
 }

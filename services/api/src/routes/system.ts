@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
-import { Streams, Subjects } from '@trainyard/events';
+import { retryTransient, Streams, Subjects } from '@trainyard/events';
 import { countJobsByStatus, listWorkers } from '@trainyard/projections';
 import type { ApiDeps } from '../deps.ts';
 import { openApiDocument } from '../openapi.ts';
@@ -8,9 +8,11 @@ import { workerView } from '../views.ts';
 import { callerOf, readModel } from './common.ts';
 
 async function lastHeartbeat(deps: ApiDeps, workerId: string): Promise<string | null> {
-  const msg = await deps.bus.jsm.streams
-    .getMessage(Streams.heartbeats, { last_by_subj: Subjects.heartbeat(workerId) })
-    .catch(() => null);
+  const msg = await retryTransient(`read the last heartbeat of ${workerId}`, () =>
+    deps.bus.jsm.streams.getMessage(Streams.heartbeats, {
+      last_by_subj: Subjects.heartbeat(workerId),
+    }),
+  ).catch(() => null);
   return msg ? msg.time.toISOString() : null;
 }
 

@@ -1,0 +1,111 @@
+import { join } from 'node:path';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { freePort, startNatsServer, type ChildServer } from '@trainyard/platform';
+import { tempDir } from './tmp.ts';
+import { waitFor } from './wait.ts';
+
+/** One server of a test cluster; it can be killed and started again with its own store. */
+export interface ClusterNode {
+  readonly name: string;
+  readonly url: string;
+  running(): boolean;
+  kill(): Promise<void>;
+  start(): Promise<void>;
+}
+
+export interface TestNatsCluster {
+  /** Every node's URL, comma separated, as services take it. */
+  readonly url: string;
+  readonly nodes: readonly ClusterNode[];
+  /** The node whose name is `name`. */
+  node(name: string): ClusterNode;
+  stop(): Promise<void>;
+}
+
+/**
+ * A real JetStream cluster of `size` `nats-server` processes on loopback, each with a store of its
+ * own in a temp dir. It resolves once the cluster has a meta leader and can create an R`size`
+ * stream, so a test may start services on it at once.
+ */
+export async function startTestNatsCluster(size = 3): Promise<TestNatsCluster> {
+  const dir = await tempDir('trainyard-nats-cluster-');
+  const clientPorts = await Promise.all(Array.from({ length: size }, () => freePort()));
+  const routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
+  const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`).join(',');
+  const nodes = clientPorts.map((port, i): ClusterNode & { server: ChildServer | null } => {
+    const name = `n${i + 1}`;
+    const node = {
+      name,
+      url: `nats://127.0.0.1:${port}`,
+      server: null as ChildServer | null,
+      running: () => node.server !== null,
+      kill: async () => {
+        await node.server?.kill();
+        node.server = null;
+      },
+      start: async () => {
+        if (node.server) return;
+        node.server = await startNatsServer({
+          dir: join(dir.path, name),
+          port,
+          args: [
+            '--server_name',
+            name,
+            '--cluster_name',
+            'trainyard-test',
+            '--cluster',
+            `nats://127.0.0.1:${routePorts[i]}`,
+            '--routes',
+            routes,
+          ],
+        });
+      },
+    };
+    return node;
+  });
+  const url = nodes.map((n) => n.url).join(',');
+  const stop = async () => {
+    await Promise.all(nodes.map((n) => n.server?.stop()));
+    await dir.remove();
+  };
+  try {
+    await Promise.all(nodes.map((n) => n.start()));
+    await waitFor('the NATS cluster to elect a meta leader', () => canCreateStream(url, size), {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+    });
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return {
+    url,
+    nodes,
+    node: (name) => {
+      const found = nodes.find((n) => n.name === name);
+      if (!found) throw new Error(`no node ${name} in the cluster`);
+      return found;
+    },
+    stop,
+  };
+}
+
+async function canCreateStream(url: string, replicas: number): Promise<boolean | undefined> {
+  const nc = await connect({ servers: url.split(','), timeout: 1_000 }).catch(() => null);
+  if (!nc) return undefined;
+  try {
+    const jsm = await jetstreamManager(nc, { timeout: 2_000 });
+    await jsm.streams.add({
+      name: 'cluster_ready',
+      subjects: ['cluster.ready'],
+      num_replicas: replicas,
+    });
+    await jsm.streams.delete('cluster_ready');
+    return true;
+  } catch {
+    return undefined;
+  } finally {
+    await nc.close();
+  }
+}
