@@ -21,6 +21,7 @@ Trainyard chaos run
   kills (kill -9)      ${Object.entries(report.kills)
     .map(([k, n]) => `${k} ${n}`)
     .join(', ')}
+  crashes              ${report.crashes}
   overlapping attempts ${report.overlappingAttempts}
   events               ${report.events}, broken hash chains ${report.brokenChains}
   projections          ${report.projectionsEqualRebuild ? 'equal to a rebuild from the log' : 'DIFFER from a rebuild'}

@@ -6,7 +6,8 @@ import { Kvm } from '@nats-io/kv';
 import { startStack, type Stack } from '@trainyard/cli';
 import { ChainVerifier, type StoredEvent } from '@trainyard/events';
 import { compareWithRebuild } from '@trainyard/projections';
-import { createTestDatabase, tempDir, waitFor } from '@trainyard/testkit';
+import { followLog } from '@trainyard/platform';
+import { createTestDatabase, startTestNatsCluster, tempDir, waitFor } from '@trainyard/testkit';
 
 const BIN = resolve(fileURLToPath(new URL('../services/cli/bin/trainyard.js', import.meta.url)));
 
@@ -29,6 +30,8 @@ export interface ChaosReport {
   /** For jobs that did not end: the type of their last event, and how many. */
   stuckAt: Record<string, number>;
   kills: Record<string, number>;
+  /** Service processes that exited without being killed. */
+  crashes: number;
   overlappingAttempts: number;
   events: number;
   brokenChains: number;
@@ -42,6 +45,9 @@ interface Proc {
   args: string[];
   child: ChildProcess | null;
 }
+
+/** What each kill takes, in turn; the victim within a kind is drawn at random. */
+const KILL_ORDER = ['worker', 'scheduler', 'nats', 'worker', 'projector'] as const;
 
 const TERMINAL = new Set(['JobSucceeded', 'JobCancelled', 'JobBuildFailed']);
 
@@ -66,15 +72,18 @@ function overlapping(events: StoredEvent[]): number {
 }
 
 /**
- * Runs short jobs on several worker processes while killing, at random and repeatedly, workers,
- * the scheduler leader and the projector (kill -9, then a restart), and checks the outcome.
+ * Runs short jobs on several worker processes, on a 3-node NATS cluster with every stream R3,
+ * while killing, at random and repeatedly, workers, the scheduler leader, the projector and one
+ * NATS server (kill -9, then a restart), and checks the outcome.
  */
 export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
   const log = opts.log ?? (() => undefined);
   const home = await tempDir('trainyard-chaos-');
+  const nats = await startTestNatsCluster(3);
   const stack: Stack = await startStack({
     home: home.path,
-    natsPort: 0,
+    natsUrl: nats.url,
+    streamReplicas: 3,
     apiPort: 0,
     apiHost: '127.0.0.1',
     adminPassword: 'chaos-admin-pass',
@@ -87,6 +96,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     ...process.env,
     TRAINYARD_NATS_URL: stack.natsUrl,
     DATABASE_URL: stack.databaseUrl,
+    TRAINYARD_STREAM_REPLICAS: '3',
     TRAINYARD_LEASE_TTL_MS: '1500',
     TRAINYARD_LOG_LEVEL: 'error',
   };
@@ -110,10 +120,20 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
       child: null,
     })),
   ];
+  let crashes = 0;
+  let ending = false;
+  /** Starts a process; one that exits by itself is a crash: counted, and started again. */
   const start = (p: Proc) => {
-    p.child = spawn(process.execPath, [BIN, ...p.args], {
+    const child = spawn(process.execPath, [BIN, ...p.args], {
       stdio: ['ignore', 'ignore', 'inherit'],
       env,
+    });
+    p.child = child;
+    child.once('exit', (code, signal) => {
+      if (signal === 'SIGKILL' || ending) return;
+      crashes++;
+      log(`${p.name} exited by itself (code ${code}); starting it again`);
+      setTimeout(() => !ending && p.child === child && start(p), 500);
     });
   };
   const kill9 = async (p: Proc) => {
@@ -124,7 +144,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     await gone;
   };
   procs.forEach(start);
-  const kills: Record<string, number> = { worker: 0, scheduler: 0, projector: 0 };
+  const kills: Record<string, number> = { worker: 0, scheduler: 0, projector: 0, nats: 0 };
   const token = await stack.api.issueToken({ username: 'admin', role: 'admin' });
   const api = (path: string, init: RequestInit = {}) =>
     fetch(`${stack.api.url}${path}`, {
@@ -152,17 +172,21 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     }
     log(`submitted ${ids.length} jobs`);
 
-    const leases = await new Kvm(stack.ctx.bus.js).create('ty_leases', { ttl: 1500, history: 1 });
+    const leases = await new Kvm(stack.ctx.bus.js).open('ty_leases');
     const terminal = new Set<string>();
     const follow = async () => {
-      for await (const e of stack.ctx.bus.store.replay({
-        follow: true,
-        filter: 'ty.ev.job.*',
-        signal: done.signal,
-      })) {
-        const retriesLeft = e.type === 'JobAttemptFailed' && e.data.retry !== null;
-        if (TERMINAL.has(e.type) || (e.type === 'JobAttemptFailed' && !retriesLeft))
-          terminal.add(e.aggregateId);
+      let read = 0;
+      while (!done.signal.aborted) {
+        await followLog(
+          stack.ctx.bus.store,
+          { fromSeq: read + 1, filter: 'ty.ev.job.*', signal: done.signal },
+          (e) => {
+            read = e.seq;
+            const retriesLeft = e.type === 'JobAttemptFailed' && e.data.retry !== null;
+            if (TERMINAL.has(e.type) || (e.type === 'JobAttemptFailed' && !retriesLeft))
+              terminal.add(e.aggregateId);
+          },
+        ).catch(() => undefined);
       }
     };
     const done = new AbortController();
@@ -173,13 +197,23 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     while ((terminal.size < ids.length || killed < opts.kills) && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, opts.killEveryMs));
       if (killed >= opts.kills) continue;
-      const roll = Math.random();
+      const kind = KILL_ORDER[killed % KILL_ORDER.length]!;
+      if (kind === 'nats') {
+        const node = nats.nodes[Math.floor(Math.random() * nats.nodes.length)]!;
+        await node.kill();
+        kills.nats! += 1;
+        killed++;
+        log(`killed nats ${node.name} (${terminal.size}/${ids.length} jobs done)`);
+        await new Promise((r) => setTimeout(r, opts.killEveryMs));
+        await node.start();
+        continue;
+      }
       let victim: Proc | undefined;
-      if (roll < 0.5)
+      if (kind === 'worker')
         victim = procs.filter((p) => p.name.startsWith('worker'))[
           Math.floor(Math.random() * opts.workers)
         ];
-      else if (roll < 0.8) {
+      else if (kind === 'scheduler') {
         const holder = await leases.get('scheduler').catch(() => null);
         const pid = holder?.operation === 'PUT' ? Number(holder.string().split(':').pop()) : null;
         victim = procs.find((p) => p.name.startsWith('scheduler') && p.child?.pid === pid);
@@ -237,6 +271,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
           return acc;
         }, {}),
       kills,
+      crashes,
       overlappingAttempts: overlapping(all),
       events: verifier.count,
       brokenChains: verifier.breaks.length,
@@ -246,13 +281,16 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     };
     report.ok =
       report.notTerminal === 0 &&
+      report.crashes === 0 &&
       report.overlappingAttempts === 0 &&
       report.brokenChains === 0 &&
       equal;
     return report;
   } finally {
+    ending = true;
     for (const p of procs) await kill9(p);
     await stack.stop();
+    await nats.stop();
     await home.remove();
   }
 }

@@ -2,10 +2,14 @@ import {
   DiscardPolicy,
   RetentionPolicy,
   StorageType,
+  type JetStreamApiError,
   type JetStreamManager,
   type StreamConfig,
 } from '@nats-io/jetstream';
+import { retryTransient } from './retry.ts';
 import { Streams, Subjects } from './subjects.ts';
+
+const STREAM_NOT_FOUND = 10059;
 
 const NANOS_PER_MS = 1_000_000;
 const ms = (n: number) => n * NANOS_PER_MS;
@@ -79,12 +83,17 @@ export async function ensureStreams(
 ): Promise<void> {
   for (const config of streamConfigs(opts)) {
     const name = config.name;
-    const existing = await jsm.streams.info(name).catch(() => null);
+    const existing = await retryTransient(`read the stream ${name}`, () =>
+      jsm.streams.info(name).catch((err: JetStreamApiError) => {
+        if (err.code === STREAM_NOT_FOUND) return null;
+        throw err;
+      }),
+    );
     if (!existing) {
-      await jsm.streams.add(config);
+      await retryTransient(`create the stream ${name}`, () => jsm.streams.add(config));
       continue;
     }
     const { name: _n, retention: _r, storage: _s, ...mutable } = config;
-    await jsm.streams.update(name, mutable);
+    await retryTransient(`update the stream ${name}`, () => jsm.streams.update(name, mutable));
   }
 }

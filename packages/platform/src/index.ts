@@ -7,6 +7,7 @@ export * from './blob/types.ts';
 export * from './config.ts';
 export * from './gpu.ts';
 export * from './ids.ts';
+export * from './buckets.ts';
 export * from './lease.ts';
 export * from './lifecycle.ts';
 export * from './logger.ts';

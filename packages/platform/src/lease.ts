@@ -1,6 +1,7 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
+import type { KV } from '@nats-io/kv';
 import { isTransient } from '@trainyard/events';
+import { openBucket } from './buckets.ts';
 
 /** The share of the TTL after the last renewal during which the holder still counts as holding. */
 const HOLD_SHARE = 0.8;
@@ -24,7 +25,7 @@ export class KvLease {
   ) {}
 
   static async open(js: JetStreamClient, key: string, holder: string, ttlMs: number, replicas = 1) {
-    const kv = await new Kvm(js).create('ty_leases', { ttl: ttlMs, history: 1, replicas });
+    const kv = await openBucket(js, 'ty_leases', { ttl: ttlMs, history: 1, replicas });
     return new KvLease(kv, key, holder, ttlMs);
   }
 

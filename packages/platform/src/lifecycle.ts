@@ -30,6 +30,19 @@ export function stopOnSignals(service: Stoppable, log: Logger): void {
   process.on('SIGTERM', onSignal);
 }
 
+/** Settles as `work` does, or fails with a timeout naming `what` once `ms` have passed. */
+export async function withDeadline<T>(what: string, ms: number, work: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([work, deadline]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** Resolves after `ms`, or early when `signal` aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {

@@ -1,5 +1,6 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
+import type { KV } from '@nats-io/kv';
+import { openBucket } from './buckets.ts';
 
 /** Instance ids hold `@` and `:`, which KV keys may not: base64url keeps them apart and valid. */
 const keyOf = (instanceId: string) => Buffer.from(instanceId).toString('base64url');
@@ -13,7 +14,7 @@ export class Liveness {
   private constructor(private readonly kv: KV) {}
 
   static async open(js: JetStreamClient, ttlMs: number, replicas = 1): Promise<Liveness> {
-    return new Liveness(await new Kvm(js).create('ty_alive', { ttl: ttlMs, history: 1, replicas }));
+    return new Liveness(await openBucket(js, 'ty_alive', { ttl: ttlMs, history: 1, replicas }));
   }
 
   async announce(instanceId: string): Promise<void> {

@@ -10,6 +10,7 @@ import {
   ensureStreams,
   EventStore,
   DEFAULT_STREAM_OPTIONS,
+  retryTransient,
   type StreamOptions,
 } from '@trainyard/events';
 
@@ -43,7 +44,9 @@ export async function connectBus(
     pingInterval: 5_000,
     noAsyncTraces: true,
   });
-  const jsm = await jetstreamManager(nc, { timeout: API_TIMEOUT_MS });
+  const jsm = await retryTransient('reach JetStream', () =>
+    jetstreamManager(nc, { timeout: API_TIMEOUT_MS }),
+  );
   await ensureStreams(jsm, { ...DEFAULT_STREAM_OPTIONS, ...streams });
   const js = jetstream(nc, { timeout: API_TIMEOUT_MS });
   return {

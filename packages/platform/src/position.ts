@@ -1,6 +1,7 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
+import type { KV } from '@nats-io/kv';
 import { retryTransient } from '@trainyard/events';
+import { openBucket } from './buckets.ts';
 
 /**
  * Where a reader of the log has got to: the highest sequence below which every event's effect
@@ -18,7 +19,7 @@ export class LogPosition {
   ) {}
 
   static async open(js: JetStreamClient, name: string, replicas = 1): Promise<LogPosition> {
-    const kv = await new Kvm(js).create('ty_positions', { history: 1, replicas });
+    const kv = await openBucket(js, 'ty_positions', { history: 1, replicas });
     const position = new LogPosition(kv, name);
     const entry = await retryTransient(`read the position of ${name}`, () => kv.get(name));
     position.#saved = entry?.operation === 'PUT' ? Number(entry.string()) : 0;

@@ -4,7 +4,7 @@ import { PROJECTED_TABLES, type Database } from './database.ts';
 import { connectDb } from './connect.ts';
 import { migrate } from './migrate.ts';
 import { snapshotProjections } from './queries.ts';
-import { applyEvents, LIVE_CHECKPOINT, lockProjections } from './writer.ts';
+import { applyEvents, LIVE_CHECKPOINT, lockProjections, readCheckpoint } from './writer.ts';
 
 export interface RebuildResult {
   events: number;
@@ -20,7 +20,12 @@ export interface RebuildResult {
 export async function rebuildProjections(
   db: Kysely<Database>,
   store: EventStore,
-  opts: { batchSize?: number; onProgress?: (applied: number, lastSeq: number) => void } = {},
+  opts: {
+    batchSize?: number;
+    /** Replay up to this event (default: the newest when the rebuild starts). */
+    untilSeq?: number;
+    onProgress?: (applied: number, lastSeq: number) => void;
+  } = {},
 ): Promise<RebuildResult> {
   const started = Date.now();
   const batchSize = opts.batchSize ?? 1000;
@@ -28,7 +33,7 @@ export async function rebuildProjections(
     await lockProjections(trx);
     for (const table of PROJECTED_TABLES) await trx.deleteFrom(table).execute();
     await trx.deleteFrom('projection_checkpoints').where('name', '=', LIVE_CHECKPOINT).execute();
-    const lastSeq = await store.lastSeq();
+    const lastSeq = opts.untilSeq ?? (await store.lastSeq());
     let batch: StoredEvent[] = [];
     let applied = 0;
     for await (const event of store.replay({ untilSeq: lastSeq })) {
@@ -45,8 +50,10 @@ export async function rebuildProjections(
 }
 
 /**
- * Rebuilds the whole log into `scratchUrl` (an empty database) and returns both that and the live
- * tables, for checking that the live projections are exactly what the log says.
+ * Rebuilds the log into `scratchUrl` (an empty database) up to the live checkpoint and returns
+ * both that and the live tables, for checking that the live projections are exactly what the log
+ * says. The live tables are read under the projection lock, so the projector cannot move on
+ * between reading them and their checkpoint.
  */
 export async function compareWithRebuild(
   live: Kysely<Database>,
@@ -56,8 +63,12 @@ export async function compareWithRebuild(
   const scratch = connectDb(scratchUrl, { max: 2 });
   try {
     await migrate(scratch);
-    await rebuildProjections(scratch, store);
-    return { live: await snapshotProjections(live), rebuilt: await snapshotProjections(scratch) };
+    const { rows, checkpoint } = await live.transaction().execute(async (trx) => {
+      await lockProjections(trx);
+      return { rows: await snapshotProjections(trx), checkpoint: await readCheckpoint(trx) };
+    });
+    await rebuildProjections(scratch, store, { untilSeq: checkpoint });
+    return { live: rows, rebuilt: await snapshotProjections(scratch) };
   } finally {
     await scratch.destroy();
   }

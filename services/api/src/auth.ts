@@ -1,9 +1,10 @@
 import { randomBytes, scrypt as scryptCb, timingSafeEqual } from 'node:crypto';
 import { promisify } from 'node:util';
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
+import type { KV } from '@nats-io/kv';
 import { jwtVerify, SignJWT } from 'jose';
 import { EventStoreError, retryTransient, type Role } from '@trainyard/events';
+import { openBucket } from '@trainyard/platform';
 import { ApiError } from './errors.ts';
 
 const VERIFIED_CACHE_SIZE = 10_000;
@@ -33,9 +34,7 @@ export class CredentialStore {
   private constructor(private readonly kv: KV) {}
 
   static async open(js: JetStreamClient, replicas = 1): Promise<CredentialStore> {
-    return new CredentialStore(
-      await new Kvm(js).create('ty_credentials', { history: 1, replicas }),
-    );
+    return new CredentialStore(await openBucket(js, 'ty_credentials', { history: 1, replicas }));
   }
 
   async exists(username: string): Promise<boolean> {
@@ -122,7 +121,7 @@ export async function loadTokenSecret(
   replicas = 1,
 ): Promise<string> {
   if (fromEnv) return fromEnv;
-  const kv = await new Kvm(js).create('ty_config', { history: 1, replicas });
+  const kv = await openBucket(js, 'ty_config', { history: 1, replicas });
   const candidate = randomBytes(32).toString('hex');
   await kv.create('jwt-secret', candidate).catch(() => undefined);
   const entry = await kv.get('jwt-secret');

@@ -18,6 +18,10 @@ export function buildProgram(): Command {
   return program;
 }
 
+/**
+ * Runs the command line. An unexpected error ends the process at once: a service that failed to
+ * start must exit (for its process manager to start it again), not linger on an open connection.
+ */
 export async function main(argv: string[]): Promise<void> {
   try {
     await buildProgram().parseAsync(argv);
@@ -32,6 +36,6 @@ export async function main(argv: string[]): Promise<void> {
       return;
     }
     console.error(err);
-    process.exitCode = 1;
+    process.exit(1);
   }
 }

@@ -162,7 +162,10 @@ class Term {
     this.#planning = true;
     this.#again = false;
     this.#round()
-      .catch((err: unknown) => this.ctx.log.error({ err }, 'scheduling round failed'))
+      .catch(async (err: unknown) => {
+        this.ctx.log.error({ err }, 'scheduling round failed; planning again after the log');
+        await this.#resync();
+      })
       .finally(() => {
         this.#planning = false;
         if (this.#again) this.schedule();
@@ -174,8 +177,29 @@ class Term {
     const { assignments, wakeAt } = plan(this.cluster, now, this.opts.policy);
     this.#armWake(wakeAt, now);
     if (assignments.length === 0) return;
-    const seqs = await Promise.all(assignments.map((a) => this.#assign(a, now)));
-    this.#awaitSeq = Math.max(this.#awaitSeq, ...seqs);
+    const results = await Promise.allSettled(assignments.map((a) => this.#assign(a, now)));
+    for (const r of results) {
+      if (r.status === 'fulfilled') this.#awaitSeq = Math.max(this.#awaitSeq, r.value);
+    }
+    const failed = results.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+  }
+
+  /**
+   * After a failed round: an assignment whose append got no answer may still have landed, so
+   * the next round waits until the state holds everything the log held after the failure.
+   */
+  async #resync(): Promise<void> {
+    for (let wait = 500; !this.signal.aborted; wait = Math.min(wait * 2, 5_000)) {
+      await sleep(wait, this.signal);
+      try {
+        this.#awaitSeq = Math.max(this.#awaitSeq, await this.ctx.bus.store.lastSeq());
+        this.#again = true;
+        return;
+      } catch (err) {
+        this.ctx.log.warn({ err }, 'cannot read the log; scheduling waits');
+      }
+    }
   }
 
   async #assign(a: Assignment, now: Date): Promise<number> {

@@ -16,7 +16,9 @@ export class JetStreamBlobStore implements BlobStore {
     bucket = 'trainyard',
     replicas = 1,
   ): Promise<JetStreamBlobStore> {
-    const os = await new Objm(js).create(bucket, { replicas });
+    const os = await retryTransient(`open the object store ${bucket}`, () =>
+      new Objm(js).create(bucket, { replicas }),
+    );
     return new JetStreamBlobStore(os);
   }
 
