@@ -17,6 +17,7 @@ const HOLD_SHARE = 0.8;
 export class KvLease {
   #revision = 0;
   #renewedAt = 0;
+  #renewalFailing = false;
   private constructor(
     private readonly kv: KV,
     readonly key: string,
@@ -30,7 +31,8 @@ export class KvLease {
   }
 
   get held(): boolean {
-    return this.#revision > 0 && Date.now() < this.#renewedAt + this.ttlMs * HOLD_SHARE;
+    if (this.#revision === 0) return false;
+    return !this.#renewalFailing || Date.now() < this.#renewedAt + this.ttlMs * HOLD_SHARE;
   }
 
   /** Takes the lease if nobody holds it; renews it if we do. Returns whether we hold it. */
@@ -42,13 +44,16 @@ export class KvLease {
           ? await this.kv.update(this.key, this.holder, this.#revision)
           : await this.kv.create(this.key, this.holder);
       this.#renewedAt = sentAt;
+      this.#renewalFailing = false;
     } catch (err) {
+      this.#renewalFailing = true;
       if (!isTransient(err) || !this.held) this.#revision = 0;
     }
     return this.held;
   }
 
   async release(): Promise<void> {
+    this.#renewalFailing = false;
     if (this.#revision === 0) return;
     await this.kv.delete(this.key, { previousSeq: this.#revision }).catch(() => undefined);
     this.#revision = 0;

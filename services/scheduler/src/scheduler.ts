@@ -43,12 +43,14 @@ export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
 class Term {
   cluster: ClusterState = emptyCluster();
   startSeq = 0;
-  #markCaughtUp!: () => void;
-  /** Settles when the term has folded the log up to its end and starts placing jobs. */
-  readonly caughtUp = new Promise<void>((resolve) => (this.#markCaughtUp = resolve));
   #snapshotSeq = 0;
   #snapshotting = false;
   #caughtUp = false;
+
+  /** Whether the term has folded the log up to its end and places jobs. */
+  get isCaughtUp(): boolean {
+    return this.#caughtUp && !this.signal.aborted;
+  }
   #planning = false;
   #again = false;
   #awaitSeq = 0;
@@ -119,7 +121,6 @@ class Term {
 
   #onCaughtUp(): void {
     this.#caughtUp = true;
-    this.#markCaughtUp();
     this.ctx.log.info(
       { seq: this.cluster.lastSeq, jobs: this.cluster.jobs.size },
       'scheduler caught up',
@@ -303,8 +304,8 @@ export async function startScheduler(
     isLeader: () => lease.held,
     termStartSeq: () => current?.startSeq ?? 0,
     ready: async () => {
-      while (!current && !stopping.signal.aborted) await sleep(20, stopping.signal);
-      await current?.caughtUp;
+      while (!stopping.signal.aborted && !(lease.held && current?.isCaughtUp))
+        await sleep(20, stopping.signal);
     },
     stop: async () => {
       stopping.abort();
