@@ -17,6 +17,8 @@ const MAX_BACKOFF_MS = 5_000;
 export class LogShipper {
   #buffer: Buffer[] = [];
   #bytes = 0;
+  /** Where the first buffered byte is in the attempt's output: each chunk's msg id. */
+  #bufferStart = 0;
   #written = 0;
   /** Bytes the live stream never took (the archived copy still has them). */
   droppedBytes = 0;
@@ -44,6 +46,7 @@ export class LogShipper {
     while (this.#bytes > MAX_PENDING_BYTES && this.#buffer.length > 1) {
       const oldest = this.#buffer.shift()!;
       this.#bytes -= oldest.length;
+      this.#bufferStart += oldest.length;
       this.droppedBytes += oldest.length;
     }
     if (this.#bytes >= MAX_CHUNK && !this.#publishing) this.flush();
@@ -63,19 +66,25 @@ export class LogShipper {
   async #drain(): Promise<void> {
     while (this.#bytes > 0) {
       const data = Buffer.concat(this.#buffer);
+      const start = this.#bufferStart;
       this.#buffer = [];
       this.#bytes = 0;
-      await this.#publish(data);
+      this.#bufferStart += data.length;
+      await this.#publish(data, start);
     }
   }
 
-  /** Publishes one batch, trying again until NATS takes it. */
-  async #publish(data: Uint8Array): Promise<void> {
+  /**
+   * Publishes one batch, trying again until NATS takes it. Each chunk's msg id is its place in
+   * the output, so a chunk whose answer was lost and is sent again lands once.
+   */
+  async #publish(data: Uint8Array, start: number): Promise<void> {
     for (let offset = 0; offset < data.length; offset += MAX_CHUNK) {
       const chunk = data.subarray(offset, offset + MAX_CHUNK);
+      const msgID = `${this.#subject}@${start + offset}`;
       for (let wait = 100; ; wait = Math.min(wait * 2, MAX_BACKOFF_MS)) {
         try {
-          await this.js.publish(this.#subject, chunk, { timeout: 5_000 });
+          await this.js.publish(this.#subject, chunk, { msgID, timeout: 5_000 });
           break;
         } catch {
           await new Promise((r) => setTimeout(r, wait));

@@ -1,0 +1,53 @@
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DeliverPolicy } from '@nats-io/jetstream';
+import { Streams, Subjects } from '@trainyard/events';
+import { startTestNats, tempDir } from '@trainyard/testkit';
+import { connectBus, LogShipper, type Bus } from '../src/index.ts';
+
+let nats: Awaited<ReturnType<typeof startTestNats>>;
+let bus: Bus;
+let dir: Awaited<ReturnType<typeof tempDir>>;
+beforeAll(async () => {
+  nats = await startTestNats();
+  bus = await connectBus(nats.url, 'logship-test');
+  dir = await tempDir('trainyard-logship-');
+});
+afterAll(async () => {
+  await bus.close();
+  await nats.stop();
+  await dir.remove();
+});
+
+async function liveLog(jobId: string): Promise<{ text: string; ids: string[] }> {
+  const consumer = await bus.js.consumers.get(Streams.logs, {
+    filter_subjects: Subjects.jobLogs(jobId),
+    deliver_policy: DeliverPolicy.All,
+  });
+  const pending = (await consumer.info()).num_pending;
+  const ids: string[] = [];
+  let text = '';
+  if (pending === 0) return { text, ids };
+  for await (const msg of await consumer.consume()) {
+    text += msg.string();
+    ids.push(msg.headers?.get('Nats-Msg-Id') ?? '');
+    if (msg.info.pending === 0) break;
+  }
+  return { text, ids };
+}
+
+describe('log shipper', () => {
+  it('ships output in order, each chunk named by its place, so a repeat lands once', async () => {
+    const output = ['first line\n', 'x'.repeat(100 * 1024), '\nlast line\n'];
+    for (const name of ['a.log', 'b.log']) {
+      const shipper = new LogShipper(bus.js, 'job_ship', 1, join(dir.path, name));
+      for (const part of output) shipper.write(Buffer.from(part));
+      await shipper.end();
+    }
+    const { text, ids } = await liveLog('job_ship');
+    expect(text).toBe(output.join(''));
+    const subject = Subjects.attemptLogs('job_ship', 1);
+    expect(ids[0]).toBe(`${subject}@0`);
+    expect(ids).toContain(`${subject}@${64 * 1024}`);
+  });
+});
