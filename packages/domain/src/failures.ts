@@ -11,6 +11,7 @@ export const FailureReasons = {
   badArchive: { kind: 'user', retryable: false },
   setupFailed: { kind: 'user', retryable: false },
   launchError: { kind: 'system', retryable: true },
+  processLost: { kind: 'system', retryable: true },
   workerLost: { kind: 'system', retryable: true },
   workerStopped: { kind: 'system', retryable: true },
   buildInfrastructure: { kind: 'system', retryable: true },
@@ -29,7 +30,9 @@ export type ProcessExit =
   | { kind: 'exited'; exitCode: number }
   | { kind: 'signalled'; signal: string }
   | { kind: 'oom' }
-  | { kind: 'launch-error'; message: string };
+  | { kind: 'launch-error'; message: string }
+  /** It ended while no worker watched it, without recording how. */
+  | { kind: 'lost'; message: string };
 
 /** Classifies a process exit; `null` means success. */
 export function classifyExit(exit: ProcessExit): Failure | null {
@@ -44,6 +47,8 @@ export function classifyExit(exit: ProcessExit): Failure | null {
       return failure('oomKilled', 'the command ran out of memory');
     case 'launch-error':
       return failure('launchError', exit.message);
+    case 'lost':
+      return failure('processLost', exit.message);
     default: {
       const never: never = exit;
       throw new Error(`unknown exit ${JSON.stringify(never)}`);

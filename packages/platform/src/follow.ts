@@ -41,7 +41,11 @@ export async function followLog(
   let handling = false;
   const stall = watchForStall({
     stallMs: opts.stallMs ?? STALL_MS,
-    isBehind: async () => !handling && (await store.hasAfter(lastRead, opts.filter)),
+    isBehind: async () => {
+      if (handling) return false;
+      if (opts.filter) return store.hasAfter(lastRead, opts.filter);
+      return (await store.lastSeq()) > lastRead;
+    },
     stop,
     onStall: () => opts.onStall?.(lastRead),
   });

@@ -1,6 +1,7 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
-import type { JetStreamClient } from '@nats-io/jetstream';
-import { Subjects } from '@trainyard/events';
+import { stat } from 'node:fs/promises';
+import type { JetStreamApiError, JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
+import { retryTransient, Streams, Subjects } from '@trainyard/events';
 import { BlobKeys, putFile, type BlobStore } from './blob/types.ts';
 
 const FLUSH_MS = 100;
@@ -28,18 +29,30 @@ export class LogShipper {
   #file: WriteStream | null = null;
   readonly #subject: string;
 
+  readonly #keepsCopy: boolean;
+
+  /**
+   * `localPath` is the copy archived at the end: the shipper writes it, unless `writtenBy` is
+   * `'process'` (the process writes its output there itself). `offset` is where in the output
+   * the first chunk written starts: after a worker restart, what the live log already holds.
+   */
   constructor(
     private readonly js: JetStreamClient,
     private readonly jobId: string,
     private readonly attempt: number,
     private readonly localPath: string,
+    opts: { writtenBy?: 'shipper' | 'process'; offset?: number } = {},
   ) {
     this.#subject = Subjects.attemptLogs(jobId, attempt);
+    this.#keepsCopy = (opts.writtenBy ?? 'shipper') === 'shipper';
+    this.#bufferStart = opts.offset ?? 0;
   }
 
   write(chunk: Buffer): void {
-    this.#file ??= createWriteStream(this.localPath, { flags: 'a' });
-    this.#file.write(chunk);
+    if (this.#keepsCopy) {
+      this.#file ??= createWriteStream(this.localPath, { flags: 'a' });
+      this.#file.write(chunk);
+    }
     this.#written += chunk.length;
     this.#buffer.push(chunk);
     this.#bytes += chunk.length;
@@ -102,7 +115,32 @@ export class LogShipper {
 
   /** Keeps the local copy in the blob store, for when the live log has aged out. */
   async archive(blobs: BlobStore): Promise<void> {
-    if (this.#written === 0) return;
+    const size = this.#keepsCopy
+      ? this.#written
+      : ((await stat(this.localPath).catch(() => null))?.size ?? 0);
+    if (size === 0) return;
     await putFile(blobs, BlobKeys.log(this.jobId, this.attempt), this.localPath);
   }
+}
+
+/**
+ * How many bytes of an attempt's output the live log holds: where its newest chunk starts (its
+ * msg id says) plus its length. 0 when it holds none.
+ */
+export async function shippedBytes(
+  bus: { jsm: JetStreamManager },
+  jobId: string,
+  attempt: number,
+): Promise<number> {
+  const subject = Subjects.attemptLogs(jobId, attempt);
+  const last = await retryTransient(`read the log of ${jobId}`, () =>
+    bus.jsm.streams
+      .getMessage(Streams.logs, { last_by_subj: subject })
+      .catch((err: JetStreamApiError) => {
+        if (err.code === 10037 || err.status === 404) return null;
+        throw err;
+      }),
+  );
+  const start = Number(last?.header?.get('Nats-Msg-Id')?.split('@').pop());
+  return last && Number.isInteger(start) ? start + last.data.length : 0;
 }

@@ -8,7 +8,8 @@ export interface StallWatch {
 /**
  * Stops a reader that has stalled: work is waiting for it (`isBehind`), yet nothing arrived for
  * `stallMs`. It happens when the server that held a consumer dies and the consumer or its pull is
- * not re-created; the reader's loop then starts afresh from its own saved position.
+ * not re-created; the reader's loop then starts afresh from its own saved position. A reader
+ * that got nothing for `stallMs` and cannot even ask whether work waits is started again too.
  */
 export function watchForStall(opts: {
   stallMs: number;
@@ -23,15 +24,15 @@ export function watchForStall(opts: {
     () => {
       if (checking || !idle()) return;
       checking = true;
+      const stall = () => {
+        if (!idle()) return;
+        opts.onStall?.();
+        opts.stop();
+      };
       opts
         .isBehind()
-        .then((behind) => {
-          if (behind && idle()) {
-            opts.onStall?.();
-            opts.stop();
-          }
-        })
-        .catch(() => undefined)
+        .then((behind) => behind && stall())
+        .catch(stall)
         .finally(() => (checking = false));
     },
     Math.max(100, opts.stallMs / 4),

@@ -15,8 +15,12 @@ beforeAll(async () => {
 });
 afterAll(async () => dir.remove());
 
+let runs = 0;
 function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
+  runs++;
   return {
+    logFile: join(dir.path, `run-${runs}.log`),
+    exitFile: join(dir.path, `run-${runs}.exit`),
     jobId: 'job_1',
     attemptId: 'att_1',
     attempt: 1,
@@ -123,5 +127,39 @@ describe('simulated runtime', () => {
     const slow = new SimulatedRuntime(60_000).start(spec('python train.py'), () => undefined);
     await slow.kill();
     expect(await slow.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+  });
+});
+
+describe('process runtime, attaching to what an earlier worker started', () => {
+  it('reads the output on from an offset and gets the exit code the command recorded', async () => {
+    const s = spec('for i in 1 2 3 4 5; do echo "line $i"; sleep 0.1; done; exit 4');
+    const first: string[] = [];
+    const run = new ProcessRuntime().start(s, (_s, c) => first.push(c.toString()));
+    await waitFor('the first line', () => first.join('').includes('line 1\n'));
+    const offset = 'line 1\n'.length;
+    const rest: string[] = [];
+    const attached = await new ProcessRuntime().attach(s, run.pid!, offset, (_s, c) =>
+      rest.push(c.toString()),
+    );
+    expect(attached?.pid).toBe(run.pid);
+    expect(await attached!.exited).toEqual({ kind: 'exited', exitCode: 4 });
+    expect(rest.join('')).toBe('line 2\nline 3\nline 4\nline 5\n');
+  });
+
+  it('reports a command killed while no worker watched as lost, and a gone one as nothing', async () => {
+    const s = spec('sleep 300');
+    const run = new ProcessRuntime().start(s, () => undefined);
+    const attached = await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined);
+    process.kill(-run.pid!, 'SIGKILL');
+    expect((await attached!.exited).kind).toBe('lost');
+    expect(await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined)).toBeNull();
+  });
+
+  it('stops an attached command with its whole process group', async () => {
+    const s = spec('sleep 300 & wait');
+    const run = new ProcessRuntime().start(s, () => undefined);
+    const attached = await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined);
+    await attached!.kill(500);
+    expect(alive(run.pid!)).toBe(false);
   });
 });

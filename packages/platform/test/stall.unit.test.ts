@@ -33,4 +33,15 @@ describe('stall watch', () => {
     w.dispose();
     expect(seen.stopped).toBe(0);
   });
+
+  it('stops an idle reader that cannot ask whether work waits', async () => {
+    let stopped = 0;
+    const w = watchForStall({
+      stallMs: 100,
+      isBehind: () => Promise.reject(new Error('timeout')),
+      stop: () => stopped++,
+    });
+    await waitFor('the stop', () => stopped > 0, { timeoutMs: 2_000 });
+    w.dispose();
+  });
 });

@@ -33,9 +33,7 @@ function runSetup(
       cwd: dir,
       env: attemptEnv({
         jobId,
-        attemptId: 'build',
         attempt: 0,
-        command: setup,
         env,
         workDir: dir,
         outputDir: dir,

@@ -3,10 +3,12 @@ import type { AppendMeta, Failure } from '@trainyard/events';
 import {
   LogShipper,
   runJobCommand,
+  shippedBytes,
   sleep,
   type JobSnapshot,
   type RunAttempt,
   type RunningAttempt,
+  type RunSpec,
   type ServiceContext,
 } from '@trainyard/platform';
 import { OutputMirror } from './outputs.ts';
@@ -110,24 +112,68 @@ export class AttemptRun {
       this.#resolveDone();
       return;
     }
-    const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile);
+    const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
+      writtenBy: 'process',
+    });
     const outputs = new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs);
     this.#startedAt = Date.now();
-    this.#process = this.opts.runtime.start(
-      {
-        jobId: this.msg.jobId,
-        attemptId: this.attemptId,
-        attempt: this.msg.attempt,
-        command: this.msg.command,
-        env: this.msg.env,
-        workDir: box.workDir,
-        outputDir: box.outputDir,
-        gpus: this.msg.gpus,
-      },
-      (_stream, chunk) => shipper.write(chunk),
+    this.#process = this.opts.runtime.start(this.#spec(box), (_stream, chunk) =>
+      shipper.write(chunk),
     );
-    await markSandbox(box, this.attemptId, this.#process.pid);
+    await markSandbox(box, this.msg, this.#process.pid, this.#startedAt);
     void this.#supervise(this.#process, shipper, outputs);
+  }
+
+  /**
+   * Takes over an attempt that an earlier run of this worker started and that the log still
+   * gives it: reads its output on from what the live log holds, and reports its end. False when
+   * the runtime cannot attach to it (it is gone without a recorded exit); it is failed then.
+   */
+  async resume(
+    box: Sandbox,
+    pid: number,
+    startedAt: number,
+    snapshot: JobSnapshot,
+  ): Promise<boolean> {
+    this.#box = box;
+    this.#snapshot = snapshot;
+    this.#startedAt = startedAt;
+    const offset = await shippedBytes(this.ctx.bus, this.msg.jobId, this.msg.attempt);
+    const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
+      writtenBy: 'process',
+      offset,
+    });
+    const attached = await this.opts.runtime.attach?.(this.#spec(box), pid, offset, (_s, chunk) =>
+      shipper.write(chunk),
+    );
+    if (!attached) {
+      await this.#fail(failure('processLost', 'the command was gone when its worker restarted'));
+      await removeSandbox(box);
+      this.#resolveDone();
+      return false;
+    }
+    this.#process = attached;
+    void this.#supervise(
+      attached,
+      shipper,
+      new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs),
+    );
+    return true;
+  }
+
+  #spec(box: Sandbox): RunSpec {
+    return {
+      jobId: this.msg.jobId,
+      attemptId: this.attemptId,
+      attempt: this.msg.attempt,
+      command: this.msg.command,
+      env: this.msg.env,
+      workDir: box.workDir,
+      outputDir: box.outputDir,
+      logFile: box.logFile,
+      exitFile: box.exitFile,
+      gpus: this.msg.gpus,
+    };
   }
 
   async #supervise(

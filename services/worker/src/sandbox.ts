@@ -14,7 +14,20 @@ export interface Sandbox {
   root: string;
   workDir: string;
   outputDir: string;
+  /** The command's output, written by the process itself. */
   logFile: string;
+  /** The command's exit code, once it has ended. */
+  exitFile: string;
+}
+
+function sandboxAt(dir: string): Sandbox {
+  return {
+    root: dir,
+    workDir: join(dir, 'work'),
+    outputDir: join(dir, 'outputs'),
+    logFile: join(dir, 'attempt.log'),
+    exitFile: join(dir, 'attempt.exit'),
+  };
 }
 
 export class SandboxError extends Error {
@@ -31,12 +44,7 @@ export async function prepareSandbox(
   blobs: BlobStore,
 ): Promise<Sandbox> {
   const dir = join(root, `${msg.jobId}-${msg.attempt}`);
-  const box: Sandbox = {
-    root: dir,
-    workDir: join(dir, 'work'),
-    outputDir: join(dir, 'outputs'),
-    logFile: join(dir, 'attempt.log'),
-  };
+  const box = sandboxAt(dir);
   await rm(dir, { recursive: true, force: true });
   try {
     await fill(box, msg, blobs);
@@ -76,38 +84,61 @@ export async function removeSandbox(box: Sandbox | null): Promise<void> {
 
 const MARKER = 'attempt.json';
 
-/** Records which process runs in a sandbox, so that a restarted worker can find it. */
-export async function markSandbox(
-  box: Sandbox,
-  attemptId: string,
-  pid: number | undefined,
-): Promise<void> {
-  await writeFile(join(box.root, MARKER), JSON.stringify({ attemptId, pid: pid ?? null }));
+/** What a sandbox records about the process that runs in it. */
+export interface SandboxMarker {
+  msg: RunAttempt;
+  pid: number | null;
+  startedAt: number;
 }
 
 /**
- * Kills what an earlier run of this worker left behind (each attempt's whole process group) and
- * removes its sandboxes. A worker that starts owns no attempt yet: the scheduler fails those
- * the log still gives it, and they are retried.
+ * Records which attempt and process run in a sandbox, so that a restarted worker can take them
+ * over. Readable by the worker's user only: the dispatch carries the job's environment.
  */
-export async function reapOrphans(root: string): Promise<{ killed: number; removed: number }> {
-  let killed = 0;
-  let removed = 0;
+export async function markSandbox(
+  box: Sandbox,
+  msg: RunAttempt,
+  pid: number | undefined,
+  startedAt: number,
+): Promise<void> {
+  const marker: SandboxMarker = { msg, pid: pid ?? null, startedAt };
+  await writeFile(join(box.root, MARKER), JSON.stringify(marker), { mode: 0o600 });
+}
+
+/** Kills an attempt's whole process group, if it still runs. */
+export function killGroup(pid: number | null): boolean {
+  if (!pid) return false;
+  try {
+    process.kill(-pid, 'SIGKILL');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The sandboxes an earlier run of this worker left with a started process in them. Any other
+ * directory under `root` (an attempt that never started, a half-written marker) is removed.
+ */
+export async function leftSandboxes(
+  root: string,
+): Promise<{ box: Sandbox; marker: SandboxMarker }[]> {
+  const found: { box: Sandbox; marker: SandboxMarker }[] = [];
   for (const entry of await readdir(root, { withFileTypes: true }).catch(() => [])) {
     if (!entry.isDirectory()) continue;
-    const dir = join(root, entry.name);
-    const marker = await readFile(join(dir, MARKER), 'utf8').catch(() => null);
-    const pid = marker ? (JSON.parse(marker) as { pid: number | null }).pid : null;
-    if (pid) {
-      try {
-        process.kill(-pid, 'SIGKILL');
-        killed++;
-      } catch {
-        /* the process group is already gone */
-      }
-    }
-    await rm(dir, { recursive: true, force: true });
-    removed++;
+    const box = sandboxAt(join(root, entry.name));
+    const text = await readFile(join(box.root, MARKER), 'utf8').catch(() => null);
+    const marker = text ? parseMarker(text) : null;
+    if (marker?.pid) found.push({ box, marker });
+    else await rm(box.root, { recursive: true, force: true });
   }
-  return { killed, removed };
+  return found;
+}
+
+function parseMarker(text: string): SandboxMarker | null {
+  try {
+    return JSON.parse(text) as SandboxMarker;
+  } catch {
+    return null;
+  }
 }

@@ -9,15 +9,17 @@ import {
   type Heartbeat,
   type WorkerEvent,
 } from '@trainyard/events';
+import { currentAttempt } from '@trainyard/domain';
 import {
   DispatchMessageSchema,
+  loadJob,
   supervise,
   takeFromDurable,
   type RunAttempt,
   type ServiceContext,
 } from '@trainyard/platform';
 import { AttemptRun } from './attempt.ts';
-import { reapOrphans } from './sandbox.ts';
+import { killGroup, leftSandboxes, removeSandbox } from './sandbox.ts';
 import type { WorkerOptions } from './options.ts';
 
 const ACK_WAIT_NS = 60_000 * 1_000_000;
@@ -79,8 +81,40 @@ export async function startWorker(
   const loops: Promise<void>[] = [];
   const stopped = new AbortController();
 
-  const reaped = await reapOrphans(opts.sandboxRoot);
-  if (reaped.removed > 0) log.warn(reaped, 'cleaned up after an earlier run of this worker');
+  /**
+   * Takes over what an earlier run of this worker left: an attempt the log still has running
+   * here is re-attached (or reported gone); any other left process group is killed, as the log
+   * has fenced it (the worker was lost, or the job moved on).
+   */
+  async function recover(): Promise<string[]> {
+    const resumed: string[] = [];
+    for (const { box, marker } of await leftSandboxes(opts.sandboxRoot)) {
+      const job = await loadJob(ctx.bus.store, marker.msg.jobId);
+      const attempt = currentAttempt(job.state);
+      const ours =
+        job.state.status === 'running' &&
+        attempt?.id === marker.msg.attemptId &&
+        attempt.workerId === id;
+      if (!ours || !marker.pid) {
+        killGroup(marker.pid);
+        await removeSandbox(box);
+        log.warn(
+          { jobId: marker.msg.jobId },
+          'killed an attempt the log no longer gives this worker',
+        );
+        continue;
+      }
+      const run = new AttemptRun(ctx, opts, marker.msg, stopped.signal);
+      attempts.set(run.attemptId, run);
+      void run.done.then(() => attempts.delete(run.attemptId));
+      if (await run.resume(box, marker.pid, marker.startedAt, job)) {
+        resumed.push(run.attemptId);
+        log.info({ jobId: marker.msg.jobId, pid: marker.pid }, 're-attached to a running attempt');
+      }
+    }
+    return resumed;
+  }
+  const resumed = await recover();
 
   await appendWorkerEvent(ctx, id, {
     type: 'WorkerRegistered',
@@ -91,7 +125,7 @@ export async function startWorker(
       cpuSlots: opts.cpuSlots,
       runtime: opts.runtime.kind,
       version: opts.version,
-      runningAttempts: [],
+      runningAttempts: resumed,
     },
   });
 

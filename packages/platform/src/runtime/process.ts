@@ -1,4 +1,6 @@
 import { spawn } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
+import { open, readFile } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
@@ -6,7 +8,7 @@ const PASSED_THROUGH = ['PATH', 'LANG', 'LC_ALL', 'TZ', 'TMPDIR'];
 
 /** The environment an attempt sees: a few host variables, the job's env, and Trainyard's. */
 export function attemptEnv(
-  spec: RunSpec,
+  spec: Pick<RunSpec, 'jobId' | 'attempt' | 'env' | 'workDir' | 'outputDir' | 'gpus'>,
   host: NodeJS.ProcessEnv = process.env,
 ): Record<string, string> {
   const env: Record<string, string> = {};
@@ -25,7 +27,7 @@ export function attemptEnv(
   };
 }
 
-function signalGroup(pid: number, signal: NodeJS.Signals): boolean {
+function signalGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
   try {
     process.kill(-pid, signal);
     return true;
@@ -34,37 +36,145 @@ function signalGroup(pid: number, signal: NodeJS.Signals): boolean {
   }
 }
 
-/** Runs attempts as local processes, each in its own process group and sandbox directory. */
+/**
+ * Runs the command with its output appended to the log file, then records its exit code there
+ * atomically. It outlives its worker: nothing ties it to the worker's pipes.
+ */
+const WRAPPER =
+  '/bin/sh -c "$1"; code=$?; echo "$code" > "$2.tmp" && mv "$2.tmp" "$2"; exit "$code"';
+const TAIL_MS = 50;
+const WATCH_MS = 250;
+
+/** Reads what is appended to a file, from `offset` on, and hands it over in order. */
+class FileTail {
+  #offset: number;
+  #reading: Promise<void> = Promise.resolve();
+  #timer: NodeJS.Timeout;
+  constructor(
+    private readonly path: string,
+    offset: number,
+    private readonly onChunk: (chunk: Buffer) => void,
+  ) {
+    this.#offset = offset;
+    this.#timer = setInterval(() => void this.read(), TAIL_MS);
+  }
+
+  /** Reads up to the end of the file as it is now. */
+  read(): Promise<void> {
+    this.#reading = this.#reading.then(() => this.#readToEnd()).catch(() => undefined);
+    return this.#reading;
+  }
+
+  async #readToEnd(): Promise<void> {
+    const file = await open(this.path, 'r').catch(() => null);
+    if (!file) return;
+    try {
+      const buffer = Buffer.alloc(64 * 1024);
+      for (;;) {
+        const { bytesRead } = await file.read(buffer, 0, buffer.length, this.#offset);
+        if (bytesRead === 0) return;
+        this.#offset += bytesRead;
+        this.onChunk(Buffer.from(buffer.subarray(0, bytesRead)));
+      }
+    } finally {
+      await file.close();
+    }
+  }
+
+  /** Reads what is left and stops. */
+  async close(): Promise<void> {
+    clearInterval(this.#timer);
+    await this.read();
+  }
+}
+
+async function recordedExit(exitFile: string): Promise<ProcessExit | null> {
+  const text = await readFile(exitFile, 'utf8').catch(() => null);
+  if (text === null) return null;
+  const code = Number(text.trim());
+  return Number.isInteger(code) ? { kind: 'exited', exitCode: code } : null;
+}
+
+function killer(pid: number, exited: Promise<ProcessExit>) {
+  return async (graceMs = 10_000) => {
+    signalGroup(pid, 'SIGTERM');
+    const timer = setTimeout(() => signalGroup(pid, 'SIGKILL'), graceMs);
+    await exited;
+    clearTimeout(timer);
+  };
+}
+
+/**
+ * Runs attempts as local processes, each in its own process group and sandbox directory. Output
+ * goes to the attempt's log file, which the worker reads as it grows; the exit code is recorded
+ * beside it. A worker that restarts re-attaches to what still runs.
+ */
 export class ProcessRuntime implements Runtime {
   readonly kind = 'process';
 
   start(spec: RunSpec, onOutput: (stream: LogStreamName, chunk: Buffer) => void): RunningAttempt {
-    const child = spawn('/bin/sh', ['-c', spec.command], {
-      cwd: spec.workDir,
-      env: attemptEnv(spec),
-      detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    child.stdout.on('data', (chunk: Buffer) => onOutput('stdout', chunk));
-    child.stderr.on('data', (chunk: Buffer) => onOutput('stderr', chunk));
+    const fd = openSync(spec.logFile, 'a');
+    const child = spawn(
+      '/bin/sh',
+      ['-c', WRAPPER, 'trainyard-attempt', spec.command, spec.exitFile],
+      {
+        cwd: spec.workDir,
+        env: attemptEnv(spec),
+        detached: true,
+        stdio: ['ignore', fd, fd],
+      },
+    );
+    closeSync(fd);
+    const tail = new FileTail(spec.logFile, 0, (chunk) => onOutput('stdout', chunk));
     const exited = new Promise<ProcessExit>((resolve) => {
-      child.once('error', (err) => resolve({ kind: 'launch-error', message: err.message }));
-      child.once('close', (code, signal) => {
+      child.once('error', (err) => {
+        void tail.close().then(() => resolve({ kind: 'launch-error', message: err.message }));
+      });
+      child.once('exit', (code, signal) => {
         if (child.pid !== undefined) signalGroup(child.pid, 'SIGKILL');
-        resolve(signal ? { kind: 'signalled', signal } : { kind: 'exited', exitCode: code ?? -1 });
+        void tail
+          .close()
+          .then(() =>
+            resolve(
+              signal ? { kind: 'signalled', signal } : { kind: 'exited', exitCode: code ?? -1 },
+            ),
+          );
       });
     });
+    const pid = child.pid;
     return {
-      pid: child.pid,
+      pid,
       exited,
-      kill: async (graceMs = 10_000) => {
-        const pid = child.pid;
-        if (pid === undefined) return;
-        signalGroup(pid, 'SIGTERM');
-        const timer = setTimeout(() => signalGroup(pid, 'SIGKILL'), graceMs);
-        await exited;
-        clearTimeout(timer);
-      },
+      kill: pid === undefined ? async () => undefined : killer(pid, exited),
     };
+  }
+
+  async attach(
+    spec: RunSpec,
+    pid: number,
+    offset: number,
+    onOutput: (stream: LogStreamName, chunk: Buffer) => void,
+  ): Promise<RunningAttempt | null> {
+    if (!signalGroup(pid, 0) && !(await recordedExit(spec.exitFile))) return null;
+    const tail = new FileTail(spec.logFile, offset, (chunk) => onOutput('stdout', chunk));
+    const exited = new Promise<ProcessExit>((resolve) => {
+      const watch = async () => {
+        const alive = signalGroup(pid, 0);
+        const exit = await recordedExit(spec.exitFile);
+        if (alive && !exit) return;
+        clearInterval(timer);
+        signalGroup(pid, 'SIGKILL');
+        await tail.close();
+        resolve(
+          exit ?? {
+            kind: 'lost',
+            message: 'the command ended while its worker was away, leaving no exit code',
+          },
+        );
+      };
+      const timer = setInterval(() => void watch(), WATCH_MS);
+      void watch();
+    });
+    return { pid, exited, kill: killer(pid, exited) };
   }
 }

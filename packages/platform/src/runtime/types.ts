@@ -10,6 +10,12 @@ export interface RunSpec {
   /** The attempt's sandbox: the unpacked code, and the working directory. */
   workDir: string;
   outputDir: string;
+  /**
+   * Where the process's output goes (the runtime writes it) and where its exit code is recorded,
+   * so that a worker that restarts can read both while the process runs on.
+   */
+  logFile: string;
+  exitFile: string;
   gpus: number[];
 }
 
@@ -28,4 +34,14 @@ export interface RunningAttempt {
 export interface Runtime {
   readonly kind: string;
   start(spec: RunSpec, onOutput: (stream: LogStreamName, chunk: Buffer) => void): RunningAttempt;
+  /**
+   * Takes over an attempt an earlier run of this worker started (process group `pid`), reading
+   * its output from byte `offset` on; null when it is neither running nor recorded its exit.
+   */
+  attach?(
+    spec: RunSpec,
+    pid: number,
+    offset: number,
+    onOutput: (stream: LogStreamName, chunk: Buffer) => void,
+  ): Promise<RunningAttempt | null>;
 }

@@ -1,0 +1,66 @@
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempDir, waitFor } from '@trainyard/testkit';
+import { startTestStack, submit, type TestStack } from './harness.ts';
+import { startService, type ServiceProcess } from './processes.ts';
+
+let t: TestStack;
+let token: string;
+let dir: Awaited<ReturnType<typeof tempDir>>;
+const workers: ServiceProcess[] = [];
+
+function worker(name: string): ServiceProcess {
+  const w = startService(
+    ['worker', '--name', name, '--cpu-slots', '1', '--sandbox', join(dir.path, name)],
+    { TRAINYARD_NATS_URL: t.natsUrl },
+  );
+  workers.push(w);
+  return w;
+}
+
+beforeAll(async () => {
+  t = await startTestStack({ localWorker: false, heartbeatTimeoutMs: 30_000 });
+  token = await t.token();
+  dir = await tempDir('trainyard-workers-');
+});
+
+afterAll(async () => {
+  for (const w of workers) await w.kill9();
+  await t?.stop();
+  await dir?.remove();
+});
+
+describe('a worker restarted within the heartbeat timeout', () => {
+  it('re-attaches to the attempt that still runs: one attempt, its whole log once, its outputs', async () => {
+    const first = worker('w-restart');
+    const res = await submit(t, token, {
+      name: 'outlives-its-worker',
+      command:
+        'echo "pid=$$"; for i in $(seq 1 30); do echo "line $i"; echo $i > "$TRAINYARD_OUTPUT_DIR/progress"; sleep 0.1; done',
+      resources: { gpus: 0 },
+    });
+    const { id } = (await res.json()) as { id: string };
+    await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
+    await waitFor('a few lines of output', async () =>
+      (await (await t.http(`/v1/jobs/${id}/logs`, { token })).text()).includes('line 3\n'),
+    );
+
+    await first.kill9();
+    worker('w-restart');
+
+    const done = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 30_000);
+    expect(done.attempts.map((a) => [a.number, a.workerId, a.status])).toEqual([
+      [1, 'w-restart', 'succeeded'],
+    ]);
+    const log = await (await t.http(`/v1/jobs/${id}/logs`, { token })).text();
+    const lines = Array.from({ length: 30 }, (_, i) => `line ${i + 1}`);
+    expect(log).toMatch(/^pid=\d+\n/);
+    expect(log.split('\n').slice(1, -1)).toEqual(lines);
+    expect(await (await t.http(`/v1/jobs/${id}/outputs/progress`, { token })).text()).toBe('30\n');
+
+    const { events } = await t.stack.ctx.bus.store.load('worker', 'w-restart');
+    const registrations = events.filter((e) => e.type === 'WorkerRegistered');
+    expect(registrations).toHaveLength(2);
+    expect(registrations[1]!.data).toMatchObject({ runningAttempts: [done.attempts[0]!.id] });
+  });
+});
