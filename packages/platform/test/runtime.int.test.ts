@@ -38,13 +38,14 @@ describe('process runtime', () => {
     const out: string[] = [];
     const run = new ProcessRuntime().start(
       spec(
-        'echo "$GREETING $CUDA_VISIBLE_DEVICES $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo oops >&2; exit 3',
+        'echo "$GREETING $CUDA_VISIBLE_DEVICES $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo "args=$#"; echo oops >&2; exit 3',
       ),
       (_s, c) => out.push(c.toString()),
     );
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 3 });
     const text = out.join('');
     expect(text).toContain(`hi 0,2 job_1 ${join(dir.path, 'out')} ${dir.path}`);
+    expect(text).toContain('args=0\n');
     expect(text).toContain('oops');
   });
 

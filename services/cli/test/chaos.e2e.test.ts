@@ -10,7 +10,7 @@ describe('chaos, shortened', () => {
       kills: 6,
       timeoutMs: 90_000,
     });
-    expect(report).toMatchObject({
+    expect(report, JSON.stringify(report)).toMatchObject({
       jobs: 40,
       succeeded: 40,
       notTerminal: 0,

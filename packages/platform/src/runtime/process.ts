@@ -37,11 +37,12 @@ function signalGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
 }
 
 /**
- * Runs the command with its output appended to the log file, then records its exit code there
- * atomically. It outlives its worker: nothing ties it to the worker's pipes.
+ * Runs the command in a subshell (a fork, no new program), its output going to the log file,
+ * then records its exit code beside it. It outlives its worker: nothing ties it to the worker's
+ * pipes. The code is one short write, read back only once it ends in a newline.
  */
 const WRAPPER =
-  '/bin/sh -c "$1"; code=$?; echo "$code" > "$2.tmp" && mv "$2.tmp" "$2"; exit "$code"';
+  '__ty_cmd=$1; __ty_exit=$2; set --; (eval "$__ty_cmd"); __ty_code=$?; echo "$__ty_code" > "$__ty_exit"; exit "$__ty_code"';
 const TAIL_MS = 50;
 const WATCH_MS = 250;
 
@@ -90,9 +91,8 @@ class FileTail {
 
 async function recordedExit(exitFile: string): Promise<ProcessExit | null> {
   const text = await readFile(exitFile, 'utf8').catch(() => null);
-  if (text === null) return null;
-  const code = Number(text.trim());
-  return Number.isInteger(code) ? { kind: 'exited', exitCode: code } : null;
+  const match = text ? /^(\d+)\n$/.exec(text) : null;
+  return match ? { kind: 'exited', exitCode: Number(match[1]) } : null;
 }
 
 function killer(pid: number, exited: Promise<ProcessExit>) {
