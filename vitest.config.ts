@@ -4,6 +4,9 @@ const globalSetup = ['packages/testkit/src/global-setup.ts'];
 
 export default defineConfig({
   test: {
+    // One test file at a time: the end-to-end files run whole stacks, NATS clusters and chaos,
+    // and on a 2-core machine running them side by side measures the machine, not Trainyard.
+    fileParallelism: false,
     projects: [
       {
         test: {

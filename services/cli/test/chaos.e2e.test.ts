@@ -8,7 +8,7 @@ describe('chaos, shortened', () => {
       workers: 2,
       killEveryMs: 700,
       kills: 6,
-      timeoutMs: 90_000,
+      timeoutMs: 150_000,
     });
     expect(report, JSON.stringify(report)).toMatchObject({
       jobs: 40,
@@ -21,5 +21,5 @@ describe('chaos, shortened', () => {
       ok: true,
     });
     expect(report.kills).toEqual({ worker: 3, scheduler: 1, nats: 1, projector: 1 });
-  }, 150_000);
+  }, 200_000);
 });

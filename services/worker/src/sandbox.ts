@@ -7,6 +7,7 @@ import {
   streamToFile,
   unpackArchive,
   type BlobStore,
+  RunAttemptSchema,
   type RunAttempt,
 } from '@trainyard/platform';
 
@@ -118,7 +119,8 @@ export function killGroup(pid: number | null): boolean {
 
 /**
  * The sandboxes an earlier run of this worker left with a started process in them. Any other
- * directory under `root` (an attempt that never started, a half-written marker) is removed.
+ * directory under `root` (an attempt that never started, a half-written marker, one this
+ * version cannot take over) is removed, and a process group it names is killed.
  */
 export async function leftSandboxes(
   root: string,
@@ -129,15 +131,28 @@ export async function leftSandboxes(
     const box = sandboxAt(join(root, entry.name));
     const text = await readFile(join(box.root, MARKER), 'utf8').catch(() => null);
     const marker = text ? parseMarker(text) : null;
-    if (marker?.pid) found.push({ box, marker });
-    else await rm(box.root, { recursive: true, force: true });
+    if (marker?.pid && marker.msg) {
+      found.push({ box, marker: marker as SandboxMarker });
+      continue;
+    }
+    killGroup(marker?.pid ?? null);
+    await rm(box.root, { recursive: true, force: true });
   }
   return found;
 }
 
-function parseMarker(text: string): SandboxMarker | null {
+/** A marker as written, or what is left of one written by another version: its pid, at least. */
+function parseMarker(
+  text: string,
+): { msg: RunAttempt | null; pid: number | null; startedAt: number } | null {
   try {
-    return JSON.parse(text) as SandboxMarker;
+    const raw = JSON.parse(text) as { msg?: unknown; pid?: unknown; startedAt?: unknown };
+    const msg = RunAttemptSchema.safeParse(raw.msg);
+    return {
+      msg: msg.success ? msg.data : null,
+      pid: typeof raw.pid === 'number' ? raw.pid : null,
+      startedAt: typeof raw.startedAt === 'number' ? raw.startedAt : Date.now(),
+    };
   } catch {
     return null;
   }
