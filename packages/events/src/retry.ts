@@ -1,4 +1,13 @@
+import type {
+  JetStreamApiError,
+  JetStreamManager,
+  MsgRequest,
+  NextMsgRequest,
+  StoredMsg,
+} from '@nats-io/jetstream';
 import { EventStoreError } from './errors.ts';
+
+const NO_MESSAGE = 10037;
 
 const ATTEMPTS = 10;
 const TRANSIENT = new Set([
@@ -43,4 +52,23 @@ export async function retryTransient<T>(what: string, request: () => Promise<T>)
       }
     }
   }
+}
+
+/**
+ * One message of a stream by a direct request (`seq`, `last_by_subj`, or `next_by_subj`, which
+ * 2.9 answers though the client types name it only for direct get), or null when there is none.
+ * Transient errors are tried again.
+ */
+export function getStoredMessage(
+  jsm: JetStreamManager,
+  stream: string,
+  request: MsgRequest | NextMsgRequest,
+  what: string,
+): Promise<StoredMsg | null> {
+  return retryTransient(what, () =>
+    jsm.streams.getMessage(stream, request as MsgRequest).catch((err: JetStreamApiError) => {
+      if (err.code === NO_MESSAGE || err.status === 404) return null;
+      throw err;
+    }),
+  );
 }

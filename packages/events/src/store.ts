@@ -14,7 +14,7 @@ import type { AggregateHead, AppendMeta, Envelope, StoredEvent } from './envelop
 import { EMPTY_HEAD, SCHEMA_VERSION } from './envelope.ts';
 import { ConcurrencyError, CorruptEventError, EventStoreError } from './errors.ts';
 import { hashEvent } from './hash.ts';
-import { isTransient, retryDelayMs, retryTransient } from './retry.ts';
+import { getStoredMessage, isTransient, retryDelayMs, retryTransient } from './retry.ts';
 import { Streams, Subjects } from './subjects.ts';
 
 const WRONG_LAST_SEQUENCE = 10071;
@@ -141,22 +141,14 @@ export class EventStore {
 
   /** One message of the event stream, or null when there is none (a direct request). */
   async #get(what: string, request: MsgRequest | NextMsgRequest): Promise<StoredEvent | null> {
-    const msg = await retryTransient(what, () =>
-      this.jsm.streams
-        .getMessage(Streams.events, request as MsgRequest)
-        .catch((err: JetStreamApiError) => {
-          if (err.code === 10037 || err.status === 404) return null;
-          throw err;
-        }),
-    );
+    const msg = await getStoredMessage(this.jsm, Streams.events, request, what);
     if (!msg) return null;
     return decodeEvent({ seq: msg.seq, string: () => new TextDecoder().decode(msg.data) });
   }
 
   /**
    * Reads every event of one aggregate, in order. It walks the subject with direct requests
-   * (`next_by_subj`, which 2.9 answers though its client types name it only for direct get)
-   * instead of creating a consumer: an aggregate holds few events, and a consumer's creation
+   * (`next_by_subj`) instead of creating a consumer: an aggregate holds few events, and a consumer's creation
    * goes through the cluster's meta leader, which may place it on a server that is down.
    */
   async load<A extends Aggregate>(aggregate: A, id: string): Promise<LoadedAggregate<A>> {

@@ -1,7 +1,7 @@
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import type { JetStreamApiError, JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
-import { retryTransient, Streams, Subjects } from '@trainyard/events';
+import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
+import { getStoredMessage, Streams, Subjects } from '@trainyard/events';
 import { BlobKeys, putFile, type BlobStore } from './blob/types.ts';
 
 const FLUSH_MS = 100;
@@ -133,13 +133,11 @@ export async function shippedBytes(
   attempt: number,
 ): Promise<number> {
   const subject = Subjects.attemptLogs(jobId, attempt);
-  const last = await retryTransient(`read the log of ${jobId}`, () =>
-    bus.jsm.streams
-      .getMessage(Streams.logs, { last_by_subj: subject })
-      .catch((err: JetStreamApiError) => {
-        if (err.code === 10037 || err.status === 404) return null;
-        throw err;
-      }),
+  const last = await getStoredMessage(
+    bus.jsm,
+    Streams.logs,
+    { last_by_subj: subject },
+    `read the log of ${jobId}`,
   );
   const start = Number(last?.header?.get('Nats-Msg-Id')?.split('@').pop());
   return last && Number.isInteger(start) ? start + last.data.length : 0;

@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const BIN = resolve(fileURLToPath(new URL('../bin/trainyard.js', import.meta.url)));
@@ -24,4 +24,24 @@ export function startService(args: string[], env: NodeJS.ProcessEnv): ServicePro
     await exited;
   };
   return { child, kill9: () => signal('SIGKILL'), stop: () => signal('SIGTERM') };
+}
+
+/** A worker in a process of its own with CPU slots, its sandboxes under `sandboxRoot/name`. */
+export function startWorkerProcess(
+  name: string,
+  opts: { natsUrl: string; sandboxRoot: string; heartbeatMs?: number },
+): ServiceProcess {
+  return startService(
+    [
+      'worker',
+      '--name',
+      name,
+      '--cpu-slots',
+      '1',
+      ...(opts.heartbeatMs ? ['--heartbeat-ms', String(opts.heartbeatMs)] : []),
+      '--sandbox',
+      join(opts.sandboxRoot, name),
+    ],
+    { TRAINYARD_NATS_URL: opts.natsUrl },
+  );
 }

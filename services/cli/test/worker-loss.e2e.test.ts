@@ -1,9 +1,8 @@
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runJobCommand, loadJob } from '@trainyard/platform';
 import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
 import { startTestStack, submit, type TestStack } from './harness.ts';
-import { startService, type ServiceProcess } from './processes.ts';
+import { startWorkerProcess, type ServiceProcess } from './processes.ts';
 
 let t: TestStack;
 let token: string;
@@ -11,20 +10,11 @@ let dir: Awaited<ReturnType<typeof tempDir>>;
 const workers: ServiceProcess[] = [];
 
 function worker(name: string): ServiceProcess {
-  const w = startService(
-    [
-      'worker',
-      '--name',
-      name,
-      '--cpu-slots',
-      '1',
-      '--heartbeat-ms',
-      '200',
-      '--sandbox',
-      join(dir.path, name),
-    ],
-    { TRAINYARD_NATS_URL: t.natsUrl },
-  );
+  const w = startWorkerProcess(name, {
+    natsUrl: t.natsUrl,
+    sandboxRoot: dir.path,
+    heartbeatMs: 200,
+  });
   workers.push(w);
   return w;
 }

@@ -1,8 +1,7 @@
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { startTestStack, submit, type TestStack } from './harness.ts';
-import { startService, type ServiceProcess } from './processes.ts';
+import { startWorkerProcess, type ServiceProcess } from './processes.ts';
 
 let t: TestStack;
 let token: string;
@@ -10,10 +9,7 @@ let dir: Awaited<ReturnType<typeof tempDir>>;
 const workers: ServiceProcess[] = [];
 
 function worker(name: string): ServiceProcess {
-  const w = startService(
-    ['worker', '--name', name, '--cpu-slots', '1', '--sandbox', join(dir.path, name)],
-    { TRAINYARD_NATS_URL: t.natsUrl },
-  );
+  const w = startWorkerProcess(name, { natsUrl: t.natsUrl, sandboxRoot: dir.path });
   workers.push(w);
   return w;
 }

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
-import { open, readFile } from 'node:fs/promises';
+import { open, readFile, type FileHandle } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
@@ -49,14 +49,17 @@ const WATCH_MS = 250;
 /** Reads what is appended to a file, from `offset` on, and hands it over in order. */
 class FileTail {
   #offset: number;
+  #file: Promise<FileHandle | null>;
   #reading: Promise<void> = Promise.resolve();
   #timer: NodeJS.Timeout;
+  readonly #buffer = Buffer.alloc(64 * 1024);
   constructor(
-    private readonly path: string,
+    path: string,
     offset: number,
     private readonly onChunk: (chunk: Buffer) => void,
   ) {
     this.#offset = offset;
+    this.#file = open(path, 'r').catch(() => null);
     this.#timer = setInterval(() => void this.read(), TAIL_MS);
   }
 
@@ -67,25 +70,26 @@ class FileTail {
   }
 
   async #readToEnd(): Promise<void> {
-    const file = await open(this.path, 'r').catch(() => null);
+    const file = await this.#file;
     if (!file) return;
-    try {
-      const buffer = Buffer.alloc(64 * 1024);
-      for (;;) {
-        const { bytesRead } = await file.read(buffer, 0, buffer.length, this.#offset);
-        if (bytesRead === 0) return;
-        this.#offset += bytesRead;
-        this.onChunk(Buffer.from(buffer.subarray(0, bytesRead)));
-      }
-    } finally {
-      await file.close();
+    for (;;) {
+      const { bytesRead } = await file.read(this.#buffer, 0, this.#buffer.length, this.#offset);
+      if (bytesRead === 0) return;
+      this.#offset += bytesRead;
+      this.onChunk(Buffer.from(this.#buffer.subarray(0, bytesRead)));
     }
   }
 
-  /** Reads what is left and stops. */
-  async close(): Promise<void> {
-    clearInterval(this.#timer);
-    await this.read();
+  #closed: Promise<void> | null = null;
+
+  /** Reads what is left, stops and closes the file; once, however often it is called. */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      clearInterval(this.#timer);
+      await this.read();
+      await (await this.#file)?.close();
+    })();
+    return this.#closed;
   }
 }
 
