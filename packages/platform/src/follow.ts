@@ -15,19 +15,33 @@ export interface FollowOptions {
   stallMs?: number;
   /** Called when the reader stalled and is about to return. */
   onStall?: (lastRead: number) => void;
+  /**
+   * Called whenever the reader has read everything the log held: after an event the server
+   * reported nothing waiting behind, or, when one that reported more is followed by nothing for
+   * `quietMs`, once the log confirms it. A reader whose count proves wrong (a server's count can
+   * stay off after a failover) returns after the call, and the caller starts it again.
+   */
+  onCaughtUp?: () => void;
+  /** Called when the reader's count proved wrong and it is about to return. */
+  onMiscount?: (lastRead: number) => void;
+  quietMs?: number;
 }
 
+/** How long a reader told more events wait waits for them before asking the log itself. */
+export const QUIET_MS = 200;
+
 /**
- * Reads the log in order from `fromSeq` and hands each event to `onEvent` with how many more
- * were waiting when it arrived (0: caught up). Returns when `signal` aborts, or when the reader
- * stalled: events wait after the last one read, yet none arrived for `stallMs` (the server that
- * held the reader died and it was not re-created). The caller then starts it again from its own
- * position. The next event is read only after `onEvent` settles.
+ * Reads the log in order from `fromSeq` and hands each event to `onEvent`, and calls
+ * `onCaughtUp` whenever it has read all there was. Returns when `signal` aborts, or when the
+ * reader stalled: events wait after the last one read, yet none arrived for `stallMs` (the
+ * server that held the reader died and it was not re-created); or when its count of waiting
+ * events proved wrong. The caller then starts it again from its own position. The next event is
+ * read only after `onEvent` settles.
  */
 export async function followLog(
   store: EventStore,
   opts: FollowOptions,
-  onEvent: (event: StoredEvent, pending: number) => void | Promise<void>,
+  onEvent: (event: StoredEvent) => void | Promise<void>,
 ): Promise<void> {
   if (opts.signal.aborted) return;
   const messages = await store.reader({
@@ -39,29 +53,53 @@ export async function followLog(
   opts.signal.addEventListener('abort', stop, { once: true });
   let lastRead = opts.fromSeq - 1;
   let handling = false;
+  const isBehind = async (seq: number) =>
+    opts.filter ? store.hasAfter(seq, opts.filter) : (await store.lastSeq()) > seq;
   const stall = watchForStall({
     stallMs: opts.stallMs ?? STALL_MS,
-    isBehind: async () => {
-      if (handling) return false;
-      if (opts.filter) return store.hasAfter(lastRead, opts.filter);
-      return (await store.lastSeq()) > lastRead;
-    },
+    isBehind: async () => !handling && (await isBehind(lastRead)),
     stop,
     onStall: () => opts.onStall?.(lastRead),
   });
+  let toldMore = false;
+  let confirming = false;
+  const confirm = () => {
+    if (!toldMore || handling || confirming) return;
+    confirming = true;
+    const at = lastRead;
+    isBehind(at)
+      .then((behind) => {
+        if (behind || lastRead !== at) return;
+        opts.onCaughtUp?.();
+        opts.onMiscount?.(at);
+        stop();
+      })
+      .catch(() => undefined)
+      .finally(() => (confirming = false));
+  };
+  let quiet: NodeJS.Timeout | undefined;
+  const caughtUp = (pending: number) => {
+    toldMore = pending > 0;
+    if (!opts.onCaughtUp) return;
+    if (!toldMore) opts.onCaughtUp();
+    else if (quiet) quiet.refresh();
+    else quiet = setTimeout(confirm, opts.quietMs ?? QUIET_MS);
+  };
   try {
     for await (const msg of messages as AsyncIterable<JsMsg>) {
       stall.touch();
       lastRead = msg.seq;
-      const handled = onEvent(decodeEvent(msg), msg.info.pending);
+      const handled = onEvent(decodeEvent(msg));
       if (handled) {
         handling = true;
         await handled;
         handling = false;
         stall.touch();
       }
+      caughtUp(msg.info.pending);
     }
   } finally {
+    clearTimeout(quiet);
     stall.dispose();
     opts.signal.removeEventListener('abort', stop);
     messages.stop();

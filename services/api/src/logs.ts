@@ -1,7 +1,13 @@
 import { PassThrough, type Readable } from 'node:stream';
 import { DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
 import { endsJob } from '@trainyard/domain';
-import { ofAggregate, retryTransient, Streams, Subjects } from '@trainyard/events';
+import {
+  getStoredMessage,
+  ofAggregate,
+  retryTransient,
+  Streams,
+  Subjects,
+} from '@trainyard/events';
 import { BlobKeys, loadJob, type BlobStore, type Bus } from '@trainyard/platform';
 
 const CHECK_MS = 500;
@@ -20,15 +26,28 @@ async function jobEnded(bus: Bus, jobId: string): Promise<boolean> {
   return last !== null && ofAggregate(last, 'job') && endsJob(last);
 }
 
+/** The stream sequence of the job's newest live log chunk, 0 when none is kept. */
+async function lastChunkSeq(bus: Bus, jobId: string): Promise<number> {
+  const last = await getStoredMessage(
+    bus.jsm,
+    Streams.logs,
+    { last_by_subj: Subjects.jobLogs(jobId) },
+    `read the log of ${jobId}`,
+  );
+  return last?.seq ?? 0;
+}
+
 /**
- * Copies the live log to `out`. Without `follow` it stops after the `pending` messages there
- * were; with it, it stops once the job has ended and every message has been read.
+ * Copies the live log to `out`. Without `follow` it stops at `until`, the newest chunk when the
+ * request came; with it, once the job has ended and its newest chunk has been read. Both come
+ * from the stream itself, not from the reader's count of what waits, which a server can get
+ * wrong after a failover.
  */
 async function copyLive(
   bus: Bus,
   consumer: Consumer,
   jobId: string,
-  pending: number,
+  until: number,
   follow: boolean,
   out: PassThrough,
   signal: AbortSignal,
@@ -36,25 +55,24 @@ async function copyLive(
   const messages = await consumer.consume();
   const stop = () => messages.stop();
   signal.addEventListener('abort', stop, { once: true });
-  let read = 0;
-  let caughtUp = pending === 0;
+  let lastRead = 0;
+  let checking = false;
   const timer = follow
     ? setInterval(() => {
-        if (!caughtUp) return;
+        if (checking) return;
+        checking = true;
+        const at = lastRead;
         void jobEnded(bus, jobId)
-          .then(
-            async (ended) =>
-              ended && (await consumer.info()).num_pending === 0 && caughtUp && stop(),
-          )
-          .catch(() => undefined);
+          .then(async (ended) => ended && (await lastChunkSeq(bus, jobId)) <= at && stop())
+          .catch(() => undefined)
+          .finally(() => (checking = false));
       }, CHECK_MS)
     : undefined;
   try {
     for await (const msg of messages as AsyncIterable<JsMsg>) {
-      read++;
-      caughtUp = msg.info.pending === 0;
+      lastRead = msg.seq;
       out.write(msg.data);
-      if (!follow && read >= pending) break;
+      if (!follow && msg.seq >= until) break;
     }
   } finally {
     clearInterval(timer);
@@ -74,20 +92,23 @@ export async function openLog(
   opts: { follow: boolean; signal: AbortSignal },
 ): Promise<Readable> {
   const out = new PassThrough();
-  const { consumer, pending } = await retryTransient(`read the log of ${jobId}`, async () => {
-    const consumer = await bus.js.consumers.get(Streams.logs, {
-      filter_subjects: Subjects.jobLogs(jobId),
-      deliver_policy: DeliverPolicy.All,
-    });
-    return { consumer, pending: (await consumer.info()).num_pending };
-  });
+  const until = await lastChunkSeq(bus, jobId);
+  const archived = until === 0 && (!opts.follow || (await jobEnded(bus, jobId)));
+  const consumer = archived
+    ? null
+    : await retryTransient(`read the log of ${jobId}`, () =>
+        bus.js.consumers.get(Streams.logs, {
+          filter_subjects: Subjects.jobLogs(jobId),
+          deliver_policy: DeliverPolicy.All,
+        }),
+      );
   const pump = async () => {
-    if (pending === 0 && (!opts.follow || (await jobEnded(bus, jobId)))) {
+    if (!consumer) {
       const { state } = await loadJob(bus.store, jobId);
       await writeArchived(blobs, jobId, state.attempts.length, out);
       return;
     }
-    await copyLive(bus, consumer, jobId, pending, opts.follow, out, opts.signal);
+    await copyLive(bus, consumer, jobId, until, opts.follow, out, opts.signal);
   };
   pump().then(
     () => out.end(),

@@ -106,17 +106,33 @@ export async function startTestStack(
     home: home.path,
     token,
     http,
-    waitForJob: (id, tok, done, timeoutMs = 20_000) =>
-      waitFor(
-        `job ${id}`,
-        async () => {
-          const res = await http(`/v1/jobs/${id}`, { token: tok });
-          if (!res.ok) return undefined;
-          const job = (await res.json()) as Job;
-          return done(job) ? job : undefined;
-        },
-        { timeoutMs, intervalMs: 50 },
-      ),
+    waitForJob: async (id, tok, done, timeoutMs = 20_000) => {
+      let seen = 'no answer';
+      try {
+        return await waitFor(
+          `job ${id}`,
+          async () => {
+            const res = await http(`/v1/jobs/${id}`, { token: tok });
+            if (!res.ok) {
+              seen = `HTTP ${res.status}`;
+              return undefined;
+            }
+            const job = (await res.json()) as Job;
+            seen = `status ${job.status}, attempts ${JSON.stringify(job.attempts)}`;
+            return done(job) ? job : undefined;
+          },
+          { timeoutMs, intervalMs: 50 },
+        );
+      } catch (err) {
+        const events = await http(`/v1/jobs/${id}/events`, { token: tok })
+          .then(async (r) => (await r.json()) as { type: string; seq: number }[])
+          .then((es) => es.map((e) => `${e.seq}:${e.type}`).join(' '))
+          .catch((e: unknown) => `unreadable (${(e as Error).message})`);
+        throw new Error(`${(err as Error).message}; last seen ${seen}; log: ${events}`, {
+          cause: err,
+        });
+      }
+    },
     stop: async () => {
       await stack.stop();
       await nats?.stop();

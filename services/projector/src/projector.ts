@@ -77,11 +77,13 @@ export async function startProjector(
           maxMessages: opts.batchSize * 2,
           signal: abort.signal,
           onStall: (read) => log.warn({ read }, 'projector reader stalled; starting it again'),
+          onMiscount: (read) =>
+            log.warn({ read }, 'projector reader miscounted; starting it again'),
+          onCaughtUp: () => (lingering ??= setTimeout(() => void flush(), opts.lingerMs)),
         },
-        (event, pending) => {
+        (event) => {
           batch.push(event);
           if (batch.length >= opts.batchSize) return flush();
-          if (pending === 0) lingering ??= setTimeout(() => void flush(), opts.lingerMs);
         },
       );
     } finally {

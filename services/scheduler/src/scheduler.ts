@@ -95,14 +95,16 @@ class Term {
         signal: this.signal,
         onStall: (read) =>
           this.ctx.log.warn({ read }, 'scheduler reader stalled; starting it again'),
-      },
-      (event, pending) => {
-        evolveCluster(this.cluster, event);
-        if (this.#caughtUp) this.#react(event);
-        if (pending === 0) {
+        onMiscount: (read) =>
+          this.ctx.log.warn({ read }, 'scheduler reader miscounted; starting it again'),
+        onCaughtUp: () => {
           if (!this.#caughtUp) this.#onCaughtUp();
           else this.#scheduleSoon();
-        }
+        },
+      },
+      (event) => {
+        evolveCluster(this.cluster, event);
+        if (this.#caughtUp) this.#react(event);
         if (this.cluster.lastSeq - this.#snapshotSeq >= this.opts.snapshotEveryEvents)
           this.#snapshot();
       },

@@ -1,0 +1,101 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import { EMPTY_HEAD, EventStore, type JobEvent } from '@trainyard/events';
+import { startTestNats, waitFor } from '@trainyard/testkit';
+import { connectBus, followLog, type Bus } from '../src/index.ts';
+
+let nats: Awaited<ReturnType<typeof startTestNats>>;
+let bus: Bus;
+beforeAll(async () => {
+  nats = await startTestNats();
+  bus = await connectBus(nats.url, 'follow-test');
+});
+afterAll(async () => {
+  await bus.close();
+  await nats.stop();
+});
+
+const submitted: JobEvent = {
+  type: 'JobSubmitted',
+  data: {
+    owner: 'alice',
+    spec: {
+      name: 'n',
+      command: 'true',
+      resources: { gpus: 0 },
+      priority: 0,
+      maxRetries: 3,
+      env: {},
+    },
+  },
+};
+
+async function submit(id: string): Promise<number> {
+  const { head } = await bus.store.append({
+    aggregate: 'job',
+    aggregateId: id,
+    head: EMPTY_HEAD,
+    events: [submitted],
+    meta: { actor: { kind: 'service', id: 'test' }, now: new Date() },
+  });
+  return head.seq;
+}
+
+/** The log as a server whose count stayed off after a failover serves it: one too many waiting. */
+class MiscountingStore extends EventStore {
+  override async reader(opts: Parameters<EventStore['reader']>[0]): Promise<ConsumerMessages> {
+    const real = await super.reader(opts);
+    const miscounted = {
+      stop: () => real.stop(),
+      async *[Symbol.asyncIterator]() {
+        for await (const m of real as AsyncIterable<JsMsg>) {
+          yield { seq: m.seq, string: () => m.string(), info: { pending: m.info.pending + 1 } };
+        }
+      },
+    };
+    return miscounted as unknown as ConsumerMessages;
+  }
+}
+
+describe('following the log', () => {
+  it('says when it has caught up, and again after each new event', async () => {
+    const first = await submit('f1');
+    const stop = new AbortController();
+    const read: number[] = [];
+    let caughtUp = 0;
+    const following = followLog(
+      bus.store,
+      { fromSeq: first, signal: stop.signal, onCaughtUp: () => caughtUp++ },
+      (e) => void read.push(e.seq),
+    );
+    await waitFor('caught up', () => caughtUp === 1);
+    const second = await submit('f2');
+    await waitFor('caught up again', () => caughtUp === 2);
+    expect(read).toEqual([first, second]);
+    stop.abort();
+    await following;
+  });
+
+  it('asks the log when its count says more waits and none comes; a wrong count ends the reader', async () => {
+    const first = await submit('m1');
+    const second = await submit('m2');
+    const store = new MiscountingStore(bus.js, bus.jsm);
+    const read: number[] = [];
+    let caughtUp = 0;
+    let miscounted: number | undefined;
+    await followLog(
+      store,
+      {
+        fromSeq: first,
+        signal: new AbortController().signal,
+        quietMs: 50,
+        onCaughtUp: () => caughtUp++,
+        onMiscount: (at) => (miscounted = at),
+      },
+      (e) => void read.push(e.seq),
+    );
+    expect(read).toEqual([first, second]);
+    expect(caughtUp).toBe(1);
+    expect(miscounted).toBe(second);
+  });
+});
