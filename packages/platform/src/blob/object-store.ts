@@ -1,10 +1,15 @@
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { Objm, type ObjectStore } from '@nats-io/obj';
-import { retryTransient, type BlobRef } from '@trainyard/events';
+import { Objm, type ObjectResult, type ObjectStore } from '@nats-io/obj';
+import { isTransient, retryTransient, type BlobRef } from '@trainyard/events';
 import { hashing } from './hashing.ts';
+import { resumableRead } from './resumable.ts';
 import type { BlobStore } from './types.ts';
+
+/** A read that gets no bytes for this long is opened again, at most `READ_OPENS` times in all. */
+const READ_IDLE_MS = 10_000;
+const READ_OPENS = 5;
 
 /** Blobs in a JetStream object store: the embedded default, nothing else to run. */
 export class JetStreamBlobStore implements BlobStore {
@@ -33,13 +38,31 @@ export class JetStreamBlobStore implements BlobStore {
     return data instanceof Uint8Array ? retryTransient(`store ${key}`, once) : once();
   }
 
+  /**
+   * A read that goes quiet (its server died mid-read) is opened again and resumes where it
+   * stopped, as long as the object is still the one it started on.
+   */
   async get(key: string): Promise<Readable | null> {
-    const result = await retryTransient(`read ${key}`, async () => {
-      const info = await this.os.info(key);
-      return info && !info.deleted ? this.os.get(key) : null;
-    });
-    if (!result) return null;
-    return Readable.fromWeb(result.data as unknown as WebReadableStream<Uint8Array>);
+    const open = () =>
+      retryTransient(`read ${key}`, async () => {
+        const info = await this.os.info(key);
+        return info && !info.deleted ? this.os.get(key) : null;
+      });
+    const first = await open();
+    if (!first) return null;
+    const data = (r: ObjectResult) => r.data as unknown as WebReadableStream<Uint8Array>;
+    return resumableRead(
+      `read ${key}`,
+      data(first),
+      async () => {
+        const again = await open();
+        if (again && again.info.digest !== first.info.digest) {
+          throw new Error(`${key} was replaced while it was read`);
+        }
+        return again && data(again);
+      },
+      { idleMs: READ_IDLE_MS, opens: READ_OPENS, retryable: isTransient },
+    );
   }
 
   async stat(key: string): Promise<{ sizeBytes: number } | null> {
