@@ -1,4 +1,4 @@
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive as alive, tempDir, waitFor } from '@trainyard/testkit';
@@ -21,6 +21,7 @@ function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
   return {
     logFile: join(dir.path, `run-${runs}.log`),
     exitFile: join(dir.path, `run-${runs}.exit`),
+    pidFile: join(dir.path, `run-${runs}.pid`),
     jobId: 'job_1',
     attemptId: 'att_1',
     attempt: 1,
@@ -36,13 +37,12 @@ function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
 describe('process runtime', () => {
   it('runs the command in the sandbox with the job environment and captures output', async () => {
     const out: string[] = [];
-    const run = new ProcessRuntime().start(
-      spec(
-        'echo "$GREETING $CUDA_VISIBLE_DEVICES $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo "args=$#"; echo oops >&2; exit 3',
-      ),
-      (_s, c) => out.push(c.toString()),
+    const s = spec(
+      'echo "$GREETING $CUDA_VISIBLE_DEVICES $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo "args=$#"; echo oops >&2; exit 3',
     );
+    const run = new ProcessRuntime().start(s, (_s, c) => out.push(c.toString()));
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 3 });
+    expect(await readFile(s.pidFile, 'utf8')).toBe(`${run.pid}\n`);
     const text = out.join('');
     expect(text).toContain(`hi 0,2 job_1 ${join(dir.path, 'out')} ${dir.path}`);
     expect(text).toContain('args=0\n');

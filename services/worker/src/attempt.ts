@@ -117,10 +117,10 @@ export class AttemptRun {
     });
     const outputs = new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs);
     this.#startedAt = Date.now();
+    await markSandbox(box, this.msg, this.#startedAt);
     this.#process = this.opts.runtime.start(this.#spec(box), (_stream, chunk) =>
       shipper.write(chunk),
     );
-    await markSandbox(box, this.msg, this.#process.pid, this.#startedAt);
     void this.#supervise(this.#process, shipper, outputs);
   }
 
@@ -172,6 +172,7 @@ export class AttemptRun {
       outputDir: box.outputDir,
       logFile: box.logFile,
       exitFile: box.exitFile,
+      pidFile: box.pidFile,
       gpus: this.msg.gpus,
     };
   }

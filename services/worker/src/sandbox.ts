@@ -19,6 +19,8 @@ export interface Sandbox {
   logFile: string;
   /** The command's exit code, once it has ended. */
   exitFile: string;
+  /** The process group the command runs in, recorded by the process as it starts. */
+  pidFile: string;
 }
 
 function sandboxAt(dir: string): Sandbox {
@@ -28,6 +30,7 @@ function sandboxAt(dir: string): Sandbox {
     outputDir: join(dir, 'outputs'),
     logFile: join(dir, 'attempt.log'),
     exitFile: join(dir, 'attempt.exit'),
+    pidFile: join(dir, 'attempt.pid'),
   };
 }
 
@@ -85,7 +88,7 @@ export async function removeSandbox(box: Sandbox | null): Promise<void> {
 
 const MARKER = 'attempt.json';
 
-/** What a sandbox records about the process that runs in it. */
+/** What a sandbox records about the attempt that runs in it, and its process group. */
 export interface SandboxMarker {
   msg: RunAttempt;
   pid: number | null;
@@ -93,17 +96,18 @@ export interface SandboxMarker {
 }
 
 /**
- * Records which attempt and process run in a sandbox, so that a restarted worker can take them
- * over. Readable by the worker's user only: the dispatch carries the job's environment.
+ * Records which attempt is about to run in a sandbox, so that a restarted worker can take it
+ * over; the process records its own group id beside it as it starts. Readable by the worker's
+ * user only: the dispatch carries the job's environment.
  */
-export async function markSandbox(
-  box: Sandbox,
-  msg: RunAttempt,
-  pid: number | undefined,
-  startedAt: number,
-): Promise<void> {
-  const marker: SandboxMarker = { msg, pid: pid ?? null, startedAt };
-  await writeFile(join(box.root, MARKER), JSON.stringify(marker), { mode: 0o600 });
+export async function markSandbox(box: Sandbox, msg: RunAttempt, startedAt: number): Promise<void> {
+  await writeFile(join(box.root, MARKER), JSON.stringify({ msg, startedAt }), { mode: 0o600 });
+}
+
+async function recordedPid(box: Sandbox): Promise<number | null> {
+  const text = await readFile(box.pidFile, 'utf8').catch(() => null);
+  const match = text ? /^(\d+)\n$/.exec(text) : null;
+  return match ? Number(match[1]) : null;
 }
 
 /** Kills an attempt's whole process group, if it still runs. */
@@ -120,7 +124,8 @@ export function killGroup(pid: number | null): boolean {
 /**
  * The sandboxes an earlier run of this worker left with a started process in them. Any other
  * directory under `root` (an attempt that never started, a half-written marker, one this
- * version cannot take over) is removed, and a process group it names is killed.
+ * version cannot take over) is removed, and a process group it names is killed. The process
+ * group comes from the process's own record (older markers held it themselves).
  */
 export async function leftSandboxes(
   root: string,
@@ -131,11 +136,12 @@ export async function leftSandboxes(
     const box = sandboxAt(join(root, entry.name));
     const text = await readFile(join(box.root, MARKER), 'utf8').catch(() => null);
     const marker = text ? parseMarker(text) : null;
-    if (marker?.pid && marker.msg) {
-      found.push({ box, marker: marker as SandboxMarker });
+    const pid = (await recordedPid(box)) ?? marker?.pid ?? null;
+    if (pid && marker?.msg) {
+      found.push({ box, marker: { msg: marker.msg, pid, startedAt: marker.startedAt } });
       continue;
     }
-    killGroup(marker?.pid ?? null);
+    killGroup(pid);
     await rm(box.root, { recursive: true, force: true });
   }
   return found;

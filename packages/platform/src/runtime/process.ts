@@ -37,12 +37,13 @@ function signalGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
 }
 
 /**
- * Runs the command in a subshell (a fork, no new program), its output going to the log file,
- * then records its exit code beside it. It outlives its worker: nothing ties it to the worker's
- * pipes. The code is one short write, read back only once it ends in a newline.
+ * Records its process group id, runs the command in a subshell (a fork, no new program), its
+ * output going to the log file, then records its exit code beside it. It outlives its worker:
+ * nothing ties it to the worker's pipes. Each record is one short write, read back only once it
+ * ends in a newline.
  */
 const WRAPPER =
-  '__ty_cmd=$1; __ty_exit=$2; set --; (eval "$__ty_cmd"); __ty_code=$?; echo "$__ty_code" > "$__ty_exit"; exit "$__ty_code"';
+  '__ty_cmd=$1; __ty_exit=$2; echo $$ > "$3"; set --; (eval "$__ty_cmd"); __ty_code=$?; echo "$__ty_code" > "$__ty_exit"; exit "$__ty_code"';
 const TAIL_MS = 50;
 const WATCH_MS = 250;
 
@@ -120,7 +121,7 @@ export class ProcessRuntime implements Runtime {
     const fd = openSync(spec.logFile, 'a');
     const child = spawn(
       '/bin/sh',
-      ['-c', WRAPPER, 'trainyard-attempt', spec.command, spec.exitFile],
+      ['-c', WRAPPER, 'trainyard-attempt', spec.command, spec.exitFile, spec.pidFile],
       {
         cwd: spec.workDir,
         env: attemptEnv(spec),

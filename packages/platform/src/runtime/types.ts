@@ -16,6 +16,8 @@ export interface RunSpec {
    */
   logFile: string;
   exitFile: string;
+  /** Where the process records its process group id, first thing, before the command runs. */
+  pidFile: string;
   gpus: number[];
 }
 
