@@ -19,6 +19,14 @@ import {
 
 export type BuildOutcome = { ok: true; artifact: BlobRef } | { ok: false; failure: Failure };
 
+/**
+ * Runs the setup command and ends its whole process group when the builder goes away: a watcher
+ * reads the builder's end of a pipe, which closes only when the builder dies. The command's
+ * exit code is the wrapper's.
+ */
+const SETUP_WRAPPER =
+  'exec 3<&0; (read -r _ <&3; kill -KILL 0) & __ty_watch=$!; (eval "$1") </dev/null 3<&-; __ty_code=$?; kill "$__ty_watch" 2>/dev/null; exit "$__ty_code"';
+
 /** Runs the setup command in the unpacked tree, its output going to the build log. */
 function runSetup(
   setup: string,
@@ -29,7 +37,7 @@ function runSetup(
   shipper: LogShipper,
 ) {
   return new Promise<Failure | null>((resolve) => {
-    const child = spawn('/bin/sh', ['-c', setup], {
+    const child = spawn('/bin/sh', ['-c', SETUP_WRAPPER, 'trainyard-setup', setup], {
       cwd: dir,
       env: attemptEnv({
         jobId,
@@ -40,7 +48,7 @@ function runSetup(
         gpus: [],
       }),
       detached: true,
-      stdio: ['ignore', 'pipe', 'pipe'],
+      stdio: ['pipe', 'pipe', 'pipe'],
     });
     const timer = setTimeout(() => child.pid && process.kill(-child.pid, 'SIGKILL'), timeoutMs);
     child.stdout.on('data', (c: Buffer) => shipper.write(c));

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
+import { tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
 import { startService, type ServiceProcess } from './processes.ts';
 
@@ -9,6 +9,14 @@ let t: TestStack;
 let token: string;
 let scratch: Awaited<ReturnType<typeof tempDir>>;
 const builders: ServiceProcess[] = [];
+const groupAlive = (pgid: number) => {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
 const setupPid = async (marker: string) =>
   Number((await readFile(marker, 'utf8').catch(() => '')).trim());
 
@@ -56,6 +64,9 @@ describe('a builder killed mid-build', () => {
       async () => (await setupPid(marker)) || undefined,
     );
     await first.kill9();
+    await waitFor('the first setup to end with its builder', () => !groupAlive(orphan), {
+      timeoutMs: 5_000,
+    });
 
     builder();
     const job = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 30_000);
@@ -68,7 +79,5 @@ describe('a builder killed mid-build', () => {
     expect(claims).toHaveLength(2);
     expect(claims[0]).not.toBe(claims[1]);
     expect(await (await t.http(`/v1/jobs/${id}/logs`, { token })).text()).toContain('rebuilt');
-
-    if (processAlive(orphan)) process.kill(orphan, 'SIGKILL');
   });
 });
