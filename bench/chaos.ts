@@ -1,4 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
+import { mkdir, readdir, readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
@@ -38,6 +40,8 @@ export interface ChaosReport {
   projectionsEqualRebuild: boolean;
   durationMs: number;
   ok: boolean;
+  /** When not ok: the events of jobs that did not end, and the services' warnings and errors. */
+  diagnosis?: { stuck: Record<string, string>; warnings: string[] };
 }
 
 interface Proc {
@@ -71,6 +75,40 @@ function overlapping(events: StoredEvent[]): number {
   return bad;
 }
 
+/** What a failed run leaves to look at: the story of each job that did not end, and the warnings. */
+async function diagnose(
+  logs: string,
+  events: StoredEvent[],
+  ids: string[],
+  outcome: Map<string, string>,
+): Promise<NonNullable<ChaosReport['diagnosis']>> {
+  const stuck: Record<string, string> = {};
+  for (const id of ids.filter((i) => !outcome.has(i))) {
+    stuck[id] = events
+      .filter((e) => e.aggregate === 'job' && e.aggregateId === id)
+      .map((e) => {
+        const retry =
+          e.type === 'JobAttemptFailed'
+            ? ` (${e.data.failure.reason}, retry at ${e.data.retry?.retryAt})`
+            : '';
+        return `${e.seq}:${e.type}@${e.occurredAt.slice(11, 23)}${retry}`;
+      })
+      .join(' ');
+  }
+  const warnings: string[] = [];
+  for (const file of await readdir(logs)) {
+    for (const line of (await readFile(join(logs, file), 'utf8')).split('\n')) {
+      const entry = /^\{"level":(\d+),"time":(\d+).*"msg":"([^"]*)"/.exec(line);
+      const mentions = Object.keys(stuck).some((id) => line.includes(id));
+      if (entry && (Number(entry[1]) >= 40 || mentions)) {
+        const at = new Date(Number(entry[2])).toISOString().slice(11, 23);
+        warnings.push(`${at} ${file.replace('.log', '')}: ${entry[3]}`);
+      }
+    }
+  }
+  return { stuck, warnings: warnings.sort().slice(-60) };
+}
+
 /**
  * Runs short jobs on several worker processes, on a 3-node NATS cluster with every stream R3,
  * while killing, at random and repeatedly, workers, the scheduler leader, the projector and one
@@ -98,8 +136,10 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     DATABASE_URL: stack.databaseUrl,
     TRAINYARD_STREAM_REPLICAS: '3',
     TRAINYARD_LEASE_TTL_MS: '1500',
-    TRAINYARD_LOG_LEVEL: 'error',
+    TRAINYARD_LOG_LEVEL: 'info',
   };
+  const logs = join(home.path, 'logs');
+  await mkdir(logs);
   const procs: Proc[] = [
     { name: 'scheduler-a', args: ['scheduler'], child: null },
     { name: 'scheduler-b', args: ['scheduler'], child: null },
@@ -124,10 +164,12 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
   let ending = false;
   /** Starts a process; one that exits by itself is a crash: counted, and started again. */
   const start = (p: Proc) => {
+    const out = openSync(join(logs, `${p.name}.log`), 'a');
     const child = spawn(process.execPath, [BIN, ...p.args], {
-      stdio: ['ignore', 'ignore', 'inherit'],
+      stdio: ['ignore', out, out],
       env,
     });
+    closeSync(out);
     p.child = child;
     child.once('exit', (code, signal) => {
       if (signal === 'SIGKILL' || ending) return;
@@ -285,6 +327,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
       report.overlappingAttempts === 0 &&
       report.brokenChains === 0 &&
       equal;
+    if (!report.ok) report.diagnosis = await diagnose(logs, all, ids, outcome);
     return report;
   } finally {
     ending = true;

@@ -129,4 +129,43 @@ describe('a worker that dies mid-run', () => {
       timeoutMs: 10_000,
     });
   });
+
+  it('once it runs on after being declared lost, stops its orphan, registers again and takes work', async () => {
+    for (const w of workers) await w.kill9();
+    const frozen = worker('w-frozen');
+    await online('w-frozen');
+    const res = await submit(t, token, {
+      name: 'thawed',
+      command:
+        'echo "attempt $TRAINYARD_ATTEMPT pid=$$"; if [ "$TRAINYARD_ATTEMPT" = 1 ]; then exec sleep 300; fi',
+      resources: { gpus: 0 },
+      maxRetries: 2,
+    });
+    const { id } = (await res.json()) as { id: string };
+    await t.waitForJob(id, token, (j) => j.status === 'running' && j.attempts.length === 1);
+    const pid = await waitFor('the first attempt pid', async () => {
+      const m = /attempt 1 pid=(\d+)/.exec(
+        await (await t.http(`/v1/jobs/${id}/logs`, { token })).text(),
+      );
+      return m ? Number(m[1]) : undefined;
+    });
+
+    frozen.child.kill('SIGSTOP');
+    try {
+      const retrying = await t.waitForJob(id, token, (j) => j.status === 'retrying', 15_000);
+      expect(retrying.failure).toMatchObject({ kind: 'system', reason: 'workerLost' });
+    } finally {
+      frozen.child.kill('SIGCONT');
+    }
+    await waitFor('the orphaned attempt to be stopped', () => !processAlive(pid), {
+      timeoutMs: 15_000,
+    });
+    const done = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 30_000);
+    expect(done.attempts.map((a) => [a.number, a.workerId, a.status])).toEqual([
+      [1, 'w-frozen', 'failed'],
+      [2, 'w-frozen', 'succeeded'],
+    ]);
+    expect(frozen.child.exitCode).toBeNull();
+    await frozen.kill9();
+  });
 });

@@ -35,23 +35,26 @@ async function appendWorkerEvent(
   ctx: ServiceContext,
   id: string,
   event: WorkerEvent,
-): Promise<void> {
+): Promise<number> {
   for (let tries = 0; ; tries++) {
     const head = await ctx.bus.store.head('worker', id);
     try {
-      await ctx.bus.store.append({
+      const appended = await ctx.bus.store.append({
         aggregate: 'worker',
         aggregateId: id,
         head,
         events: [event],
         meta: { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
       });
-      return;
+      return appended.head.seq;
     } catch (err) {
       if (!(err instanceof ConcurrencyError) || tries >= 5) throw err;
     }
   }
 }
+
+/** How often a worker asks the log whether it was declared lost. */
+const LOST_CHECK_MS = 1_000;
 
 /** The subjects this worker takes work from: one per GPU, the CPU pool, and control. */
 function slotSubjects(
@@ -114,20 +117,44 @@ export async function startWorker(
     }
     return resumed;
   }
-  const resumed = await recover();
+  const register = (runningAttempts: string[]) =>
+    appendWorkerEvent(ctx, id, {
+      type: 'WorkerRegistered',
+      data: {
+        name: id,
+        hostname: hostname(),
+        gpus,
+        cpuSlots: opts.cpuSlots,
+        runtime: opts.runtime.kind,
+        version: opts.version,
+        runningAttempts,
+      },
+    });
+  let registeredSeq = await register(await recover());
 
-  await appendWorkerEvent(ctx, id, {
-    type: 'WorkerRegistered',
-    data: {
-      name: id,
-      hostname: hostname(),
-      gpus,
-      cpuSlots: opts.cpuSlots,
-      runtime: opts.runtime.kind,
-      version: opts.version,
-      runningAttempts: resumed,
+  /**
+   * A worker declared lost while it ran on (frozen, or cut off from NATS past the timeout) has
+   * had its attempts failed and given to others: it stops them, then registers again.
+   */
+  async function comeBackIfLost(): Promise<void> {
+    const last = await ctx.bus.store.last('worker', id);
+    if (!last || last.seq <= registeredSeq || last.type !== 'WorkerLost') return;
+    log.warn(
+      { attempts: attempts.size },
+      'this worker was declared lost; stopping its attempts and registering again',
+    );
+    await Promise.all([...attempts.values()].map((a) => a.abandon()));
+    if (!stopped.signal.aborted) registeredSeq = await register([]);
+  }
+  let checking: Promise<void> | null = null;
+  const lostCheck = setInterval(
+    () => {
+      checking ??= comeBackIfLost()
+        .catch((err: unknown) => log.warn({ err }, 'could not check whether this worker was lost'))
+        .finally(() => (checking = null));
     },
-  });
+    Math.max(opts.heartbeatMs, LOST_CHECK_MS),
+  );
 
   const beat = async () => {
     const readings = await opts.inventory.read().catch(() => []);
@@ -218,6 +245,8 @@ export async function startWorker(
     running: () => [...attempts.keys()],
     stop: async () => {
       stopped.abort();
+      clearInterval(lostCheck);
+      await checking;
       await Promise.all(loops);
       clearInterval(heartbeat);
       await Promise.all([...attempts.values()].map((a) => a.abandon()));
