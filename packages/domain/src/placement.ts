@@ -118,13 +118,15 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   if (!workers.some(hasRoom)) return { assignments, wakeAt };
   for (const job of ready) {
     if (!job.state.spec) continue;
-    for (const worker of workers) {
+    const placed = workers.find((worker) => {
       const a = fitOnWorker(job, worker, policy);
-      if (!a) continue;
-      apply(worker, a);
-      assignments.push(a);
-      break;
-    }
+      if (a) {
+        apply(worker, a);
+        assignments.push(a);
+      }
+      return a !== null;
+    });
+    if (placed && !hasRoom(placed) && !workers.some(hasRoom)) break;
   }
   return { assignments, wakeAt };
 }

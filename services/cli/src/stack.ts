@@ -12,6 +12,7 @@ import {
   startNatsServer,
   startPostgres,
   stopOnSignals,
+  withDeadline,
   type ChildServer,
   type ServiceContext,
   type Stoppable,
@@ -71,11 +72,15 @@ export interface Stack {
   stop(): Promise<void>;
 }
 
+/** A service that has not stopped after this long is left behind, so that the rest can stop. */
+const STOP_DEADLINE_MS = 30_000;
+
 /** Starts NATS and Postgres where no URL is given, then every service. */
 export async function startStack(opts: StackOptions): Promise<Stack> {
   await mkdir(opts.home, { recursive: true });
   const children: ChildServer[] = [];
-  const services: Stoppable[] = [];
+  const services: { name: string; service: Stoppable }[] = [];
+  const add = (name: string, service: Stoppable) => services.push({ name, service });
   let natsUrl = opts.natsUrl;
   if (!natsUrl) {
     const wanted = opts.natsPort ?? DEFAULT_NATS_PORT;
@@ -104,21 +109,21 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   await migrate(db);
 
   const without = new Set(opts.without ?? []);
-  if (!without.has('projector')) services.push(await startProjector(ctx, db));
+  if (!without.has('projector')) add('projector', await startProjector(ctx, db));
   if (!without.has('scheduler')) {
-    services.push(await startScheduler(ctx, opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS));
+    add('scheduler', await startScheduler(ctx, opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS));
   }
-  if (!without.has('builder')) services.push(await startBuilder(ctx, DEFAULT_BUILDER_OPTIONS));
-  services.push(await startWatchdog(ctx, opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS));
+  if (!without.has('builder')) add('builder', await startBuilder(ctx, DEFAULT_BUILDER_OPTIONS));
+  add('watchdog', await startWatchdog(ctx, opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS));
   const api = await startApi(ctx, db, {
     port: opts.apiPort,
     host: opts.apiHost,
     ...(opts.adminPassword && { adminPassword: opts.adminPassword }),
     ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
   });
-  services.push(api);
+  add('api', api);
   const worker = opts.worker ? await startWorker(ctx, opts.worker) : null;
-  if (worker) services.push(worker);
+  if (worker) add('worker', worker);
 
   return {
     ctx,
@@ -129,8 +134,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     databaseUrl,
     children,
     stop: async () => {
-      for (const s of [...services].reverse()) {
-        await s.stop().catch((err: unknown) => ctx.log.error({ err }, 'stop failed'));
+      for (const { name, service } of [...services].reverse()) {
+        await withDeadline(`stopping the ${name}`, STOP_DEADLINE_MS, service.stop()).catch(
+          (err: unknown) => ctx.log.error({ err, service: name }, 'stop failed'),
+        );
       }
       await db.destroy();
       await ctx.bus.close();
