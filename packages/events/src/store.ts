@@ -222,6 +222,7 @@ export class EventStore {
     });
     const stop = () => messages.stop();
     opts.signal?.addEventListener('abort', stop, { once: true });
+    if (opts.signal?.aborted) stop();
     try {
       for await (const msg of messages) {
         if (msg.seq > until) break;

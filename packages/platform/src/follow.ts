@@ -1,6 +1,7 @@
 import type { EventStore, StoredEvent } from '@trainyard/events';
 import { decodeEvent } from '@trainyard/events';
 import type { Consumer, JsMsg } from '@nats-io/jetstream';
+import { onAbort } from './lifecycle.ts';
 import { watchForStall } from './stall.ts';
 
 /** A reader that got nothing for this long while the log moved on is started again. */
@@ -50,7 +51,7 @@ export async function followLog(
     ...(opts.maxMessages && { maxMessages: opts.maxMessages }),
   });
   const stop = () => messages.stop();
-  opts.signal.addEventListener('abort', stop, { once: true });
+  const forgetAbort = onAbort(opts.signal, stop);
   let lastRead = opts.fromSeq - 1;
   let handling = false;
   const isBehind = async (seq: number) =>
@@ -101,7 +102,7 @@ export async function followLog(
   } finally {
     clearTimeout(quiet);
     stall.dispose();
-    opts.signal.removeEventListener('abort', stop);
+    forgetAbort();
     messages.stop();
   }
 }
@@ -120,7 +121,7 @@ export async function takeFromDurable(
   if (signal.aborted) return;
   const messages = await consumer.consume({ max_messages: opts.maxMessages ?? 64 });
   const stop = () => messages.stop();
-  signal.addEventListener('abort', stop, { once: true });
+  const forgetAbort = onAbort(signal, stop);
   const stall = watchForStall({
     stallMs: opts.stallMs ?? STALL_MS,
     isBehind: async () => (await consumer.info()).num_pending > 0,
@@ -133,7 +134,7 @@ export async function takeFromDurable(
     }
   } finally {
     stall.dispose();
-    signal.removeEventListener('abort', stop);
+    forgetAbort();
     messages.stop();
   }
 }

@@ -43,6 +43,19 @@ export async function withDeadline<T>(what: string, ms: number, work: Promise<T>
   }
 }
 
+/**
+ * Calls `fn` once `signal` aborts, at once if it already has (a listener added after the abort
+ * would never run); returns what removes the listener.
+ */
+export function onAbort(signal: AbortSignal, fn: () => void): () => void {
+  if (signal.aborted) {
+    fn();
+    return () => undefined;
+  }
+  signal.addEventListener('abort', fn, { once: true });
+  return () => signal.removeEventListener('abort', fn);
+}
+
 /** Resolves after `ms`, or early when `signal` aborts. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {

@@ -57,7 +57,31 @@ class MiscountingStore extends EventStore {
   }
 }
 
+/** The log as a server slow to create readers serves it. */
+class SlowStore extends EventStore {
+  override async reader(opts: Parameters<EventStore['reader']>[0]): Promise<ConsumerMessages> {
+    await new Promise((r) => setTimeout(r, 200));
+    return super.reader(opts);
+  }
+}
+
 describe('following the log', () => {
+  it('returns when stopped while its reader is being created', async () => {
+    const stop = new AbortController();
+    const following = followLog(
+      new SlowStore(bus.js, bus.jsm),
+      { fromSeq: 1, signal: stop.signal },
+      () => undefined,
+    );
+    setTimeout(() => stop.abort(), 20);
+    await expect(
+      Promise.race([
+        following.then(() => 'returned'),
+        new Promise((r) => setTimeout(() => r('still reading'), 3_000)),
+      ]),
+    ).resolves.toBe('returned');
+  });
+
   it('says when it has caught up, and again after each new event', async () => {
     const first = await submit('f1');
     const stop = new AbortController();

@@ -8,7 +8,7 @@ import {
   Streams,
   Subjects,
 } from '@trainyard/events';
-import { BlobKeys, loadJob, type BlobStore, type Bus } from '@trainyard/platform';
+import { BlobKeys, loadJob, onAbort, type BlobStore, type Bus } from '@trainyard/platform';
 
 const CHECK_MS = 500;
 
@@ -54,7 +54,7 @@ async function copyLive(
 ): Promise<void> {
   const messages = await consumer.consume();
   const stop = () => messages.stop();
-  signal.addEventListener('abort', stop, { once: true });
+  const forgetAbort = onAbort(signal, stop);
   let lastRead = 0;
   let checking = false;
   const timer = follow
@@ -76,7 +76,7 @@ async function copyLive(
     }
   } finally {
     clearInterval(timer);
-    signal.removeEventListener('abort', stop);
+    forgetAbort();
     messages.stop();
   }
 }

@@ -15,6 +15,7 @@ import {
   runJobCommand,
   sleep,
   followLog,
+  onAbort,
   type ServiceContext,
 } from '@trainyard/platform';
 import { dispatchRun, dispatchStop } from './dispatch.ts';
@@ -271,8 +272,7 @@ export async function startScheduler(
 
   async function lead(): Promise<void> {
     const term = new AbortController();
-    const onStop = () => term.abort();
-    stopping.signal.addEventListener('abort', onStop, { once: true });
+    const forgetStop = onAbort(stopping.signal, () => term.abort());
     const renew = setInterval(() => {
       void lease.tryAcquire().then((held) => {
         if (!held) {
@@ -286,7 +286,7 @@ export async function startScheduler(
       await current.run();
     } finally {
       clearInterval(renew);
-      stopping.signal.removeEventListener('abort', onStop);
+      forgetStop();
     }
   }
 
