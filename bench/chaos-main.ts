@@ -23,8 +23,9 @@ Trainyard chaos run
     .join(', ')}
   crashes              ${report.crashes}
   overlapping attempts ${report.overlappingAttempts}
-  events               ${report.events}, broken hash chains ${report.brokenChains}
+  events               ${report.events}, broken hash chains ${report.brokenChains}, forks ${report.forkedChains} (nats-server ${report.natsServer})
   projections          ${report.projectionsEqualRebuild ? 'equal to a rebuild from the log' : 'DIFFER from a rebuild'}
   took                 ${(report.durationMs / 1000).toFixed(1)} s
   verdict              ${report.ok ? 'OK' : 'FAILED'}`);
+if (report.diagnosis) console.log(JSON.stringify(report.diagnosis, null, 2));
 process.exit(report.ok ? 0 : 1);

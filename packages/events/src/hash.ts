@@ -23,12 +23,20 @@ export interface ChainBreak {
   aggregateId: string;
   eventId: string;
   seq: number;
-  problem: 'prev-hash-mismatch' | 'hash-mismatch';
+  /**
+   * `hash-mismatch`: the event is not what was hashed. `prev-hash-mismatch`: it follows an event
+   * the chain does not hold. `fork`: it follows an earlier event of its chain than the newest,
+   * so two events were accepted at one position; nats-server before 2.9.21 can do that for
+   * concurrent appends to a clustered stream (nats-server#4320).
+   */
+  problem: 'prev-hash-mismatch' | 'hash-mismatch' | 'fork';
 }
 
 /** Walks events in log order and reports every place where a per-aggregate chain breaks. */
 export class ChainVerifier {
   readonly #heads = new Map<string, string>();
+  /** Every hash seen per chain, shortened: enough to tell a fork from a missing link. */
+  readonly #seen = new Map<string, Set<string>>();
   readonly breaks: ChainBreak[] = [];
   count = 0;
 
@@ -42,10 +50,15 @@ export class ChainVerifier {
       eventId: event.id,
       seq: event.seq,
     };
-    if (event.prevHash !== expectedPrev)
-      this.breaks.push({ ...where, problem: 'prev-hash-mismatch' });
+    const seen = this.#seen.get(key) ?? new Set([GENESIS_HASH.slice(0, 16)]);
+    this.#seen.set(key, seen);
+    if (event.prevHash !== expectedPrev) {
+      const fork = seen.has(event.prevHash.slice(0, 16));
+      this.breaks.push({ ...where, problem: fork ? 'fork' : 'prev-hash-mismatch' });
+    }
     if (hashEvent(event) !== event.hash) this.breaks.push({ ...where, problem: 'hash-mismatch' });
     this.#heads.set(key, event.hash);
+    seen.add(event.hash.slice(0, 16));
   }
 
   get aggregates(): number {

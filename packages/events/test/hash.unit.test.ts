@@ -60,4 +60,14 @@ describe('hash chain', () => {
     gap.forEach((e) => v2.add(e));
     expect(v2.breaks.map((b) => [b.seq, b.problem])).toEqual([[3, 'prev-hash-mismatch']]);
   });
+
+  it('tells two events accepted at one position (a fork) from a missing link', () => {
+    const [first, second] = chain(2) as [StoredEvent, StoredEvent];
+    const rival = { ...second, id: 'rival', seq: 3 };
+    rival.hash = hashEvent(rival);
+    expect(rival.prevHash).toBe(first.hash);
+    const v = new ChainVerifier();
+    [first, second, rival].forEach((e) => v.add(e));
+    expect(v.breaks.map((b) => [b.seq, b.problem])).toEqual([[3, 'fork']]);
+  });
 });

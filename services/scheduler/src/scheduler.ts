@@ -274,8 +274,9 @@ export async function startScheduler(
     const term = new AbortController();
     const forgetStop = onAbort(stopping.signal, () => term.abort());
     const renew = setInterval(() => {
+      if (term.signal.aborted) return clearInterval(renew);
       void lease.tryAcquire().then((held) => {
-        if (!held) {
+        if (!held && !term.signal.aborted) {
           log.warn('lost the scheduler lease');
           term.abort();
         }

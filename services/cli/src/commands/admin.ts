@@ -37,8 +37,15 @@ export function registerAdminCommands(program: Command): void {
       try {
         const verifier = new ChainVerifier();
         for await (const event of bus.store.replay()) verifier.add(event);
-        for (const b of verifier.breaks)
-          console.error(`BROKEN ${b.aggregate}/${b.aggregateId} at seq ${b.seq}: ${b.problem}`);
+        for (const b of verifier.breaks) {
+          const why =
+            b.problem === 'fork'
+              ? ' (two events accepted at one position: nats-server before 2.9.21, see docs/operations.md)'
+              : '';
+          console.error(
+            `BROKEN ${b.aggregate}/${b.aggregateId} at seq ${b.seq}: ${b.problem}${why}`,
+          );
+        }
         console.log(
           `${verifier.count} events, ${verifier.aggregates} chains, ${verifier.breaks.length} broken`,
         );
