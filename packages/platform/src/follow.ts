@@ -28,7 +28,7 @@ export interface FollowOptions {
   quietMs?: number;
 }
 
-/** How long a reader told more events wait waits for them before asking the log itself. */
+/** How long a reader waits for events it was told wait, before it asks the log itself. */
 export const QUIET_MS = 200;
 
 /**
@@ -64,13 +64,14 @@ export async function followLog(
   });
   let toldMore = false;
   let confirming = false;
+  let ended = false;
   const confirm = () => {
     if (!toldMore || handling || confirming) return;
     confirming = true;
     const at = lastRead;
     isBehind(at)
       .then((behind) => {
-        if (behind || lastRead !== at) return;
+        if (ended || behind || lastRead !== at) return;
         opts.onCaughtUp?.();
         opts.onMiscount?.(at);
         stop();
@@ -100,6 +101,7 @@ export async function followLog(
       caughtUp(msg.info.pending);
     }
   } finally {
+    ended = true;
     clearTimeout(quiet);
     stall.dispose();
     forgetAbort();
