@@ -10,15 +10,19 @@ export interface ChildServer {
   kill(): Promise<void>;
 }
 
-/** Spawns a long-running child, logging to `logFile`; it dies if it exits before `ready`. */
+/**
+ * Spawns a long-running child in `cwd` (its own directory: a server may write stray files where
+ * it runs), logging to `logFile`; it dies if it exits before `ready`.
+ */
 export function spawnLogged(
   cmd: string,
   args: string[],
   logFile: string,
-  opts: { env?: NodeJS.ProcessEnv; uid?: number; gid?: number } = {},
+  opts: { cwd: string; env?: NodeJS.ProcessEnv; uid?: number; gid?: number },
 ): ChildProcess {
   const log = createWriteStream(logFile, { flags: 'a' });
   const child = spawn(cmd, args, {
+    cwd: opts.cwd,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: opts.env ?? process.env,
     ...(opts.uid !== undefined && { uid: opts.uid, gid: opts.gid }),

@@ -61,6 +61,7 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<ChildSer
       ...(opts.args ?? []),
     ],
     join(opts.dir, 'nats-server.log'),
+    { cwd: opts.dir },
   );
   await waitUntil('nats-server', () => tcpOpen(port), 15_000, child);
   return {

@@ -91,12 +91,10 @@ export async function startPostgres(opts: PostgresOptions): Promise<ChildServer>
       ? ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off']
       : []),
   ];
-  const child = spawnLogged(
-    join(bin, 'postgres'),
-    settings,
-    join(opts.dir, 'postgres.log'),
-    owner(),
-  );
+  const child = spawnLogged(join(bin, 'postgres'), settings, join(opts.dir, 'postgres.log'), {
+    cwd: opts.dir,
+    ...owner(),
+  });
   const ready = () => {
     try {
       execFileSync(join(bin, 'pg_isready'), ['-h', '127.0.0.1', '-p', String(port), '-q']);
