@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectBus, type Bus } from '@trainyard/platform';
-import { startTestNats } from '@trainyard/testkit';
+import { jobSubmitted, startTestNats, testMeta } from '@trainyard/testkit';
 import {
   ChainVerifier,
   ConcurrencyError,
@@ -11,24 +11,8 @@ import {
 
 let nats: Awaited<ReturnType<typeof startTestNats>>;
 let bus: Bus;
-const meta = () => ({
-  actor: { kind: 'service' as const, id: 'test' },
-  now: new Date('2026-01-01T00:00:00Z'),
-});
-const submitted: JobEvent = {
-  type: 'JobSubmitted',
-  data: {
-    owner: 'alice',
-    spec: {
-      name: 'n',
-      command: 'true',
-      resources: { gpus: 0 },
-      priority: 0,
-      maxRetries: 3,
-      env: {},
-    },
-  },
-};
+const meta = () => testMeta(new Date('2026-01-01T00:00:00Z'));
+const submitted = jobSubmitted();
 
 beforeAll(async () => {
   nats = await startTestNats();

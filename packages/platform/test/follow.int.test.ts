@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
-import { EMPTY_HEAD, EventStore, type JobEvent } from '@trainyard/events';
-import { startTestNats, waitFor } from '@trainyard/testkit';
+import { EMPTY_HEAD, EventStore } from '@trainyard/events';
+import { jobSubmitted, startTestNats, testMeta, waitFor } from '@trainyard/testkit';
 import { connectBus, followLog, type Bus } from '../src/index.ts';
 
 let nats: Awaited<ReturnType<typeof startTestNats>>;
@@ -15,28 +15,13 @@ afterAll(async () => {
   await nats.stop();
 });
 
-const submitted: JobEvent = {
-  type: 'JobSubmitted',
-  data: {
-    owner: 'alice',
-    spec: {
-      name: 'n',
-      command: 'true',
-      resources: { gpus: 0 },
-      priority: 0,
-      maxRetries: 3,
-      env: {},
-    },
-  },
-};
-
 async function submit(id: string): Promise<number> {
   const { head } = await bus.store.append({
     aggregate: 'job',
     aggregateId: id,
     head: EMPTY_HEAD,
-    events: [submitted],
-    meta: { actor: { kind: 'service', id: 'test' }, now: new Date() },
+    events: [jobSubmitted()],
+    meta: testMeta(),
   });
   return head.seq;
 }

@@ -4,3 +4,4 @@ export * from './tmp.ts';
 export * from './wait.ts';
 export * from './process.ts';
 export * from './cluster.ts';
+export * from './fixtures.ts';

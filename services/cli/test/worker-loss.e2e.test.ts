@@ -29,6 +29,29 @@ async function online(name: string) {
   });
 }
 
+/**
+ * Submits a job whose first attempt hangs (later ones succeed), waits until that attempt runs,
+ * and returns the job and the attempt's pid.
+ */
+async function firstAttemptHangs(name: string): Promise<{ id: string; pid: number }> {
+  const res = await submit(t, token, {
+    name,
+    command:
+      'echo "attempt $TRAINYARD_ATTEMPT pid=$$"; if [ "$TRAINYARD_ATTEMPT" = 1 ]; then exec sleep 300; fi',
+    resources: { gpus: 0 },
+    maxRetries: 2,
+  });
+  const { id } = (await res.json()) as { id: string };
+  await t.waitForJob(id, token, (j) => j.status === 'running' && j.attempts.length === 1);
+  const pid = await waitFor('the first attempt pid', async () => {
+    const m = /attempt 1 pid=(\d+)/.exec(
+      await (await t.http(`/v1/jobs/${id}/logs`, { token })).text(),
+    );
+    return m ? Number(m[1]) : undefined;
+  });
+  return { id, pid };
+}
+
 beforeAll(async () => {
   t = await startTestStack({ localWorker: false, heartbeatTimeoutMs: 1_500 });
   token = await t.token();
@@ -45,21 +68,7 @@ describe('a worker that dies mid-run', () => {
   it('is marked lost; its attempt fails as a platform failure, is fenced, and the job runs again elsewhere', async () => {
     const first = worker('w-first');
     await online('w-first');
-    const res = await submit(t, token, {
-      name: 'survivor',
-      command:
-        'echo "attempt $TRAINYARD_ATTEMPT pid=$$"; if [ "$TRAINYARD_ATTEMPT" = 1 ]; then exec sleep 300; fi',
-      resources: { gpus: 0 },
-      maxRetries: 2,
-    });
-    const { id } = (await res.json()) as { id: string };
-    await t.waitForJob(id, token, (j) => j.status === 'running');
-    const pid = await waitFor('the first attempt pid', async () => {
-      const m = /attempt 1 pid=(\d+)/.exec(
-        await (await t.http(`/v1/jobs/${id}/logs`, { token })).text(),
-      );
-      return m ? Number(m[1]) : undefined;
-    });
+    const { id, pid } = await firstAttemptHangs('survivor');
 
     await first.kill9();
     const retrying = await t.waitForJob(id, token, (j) => j.status === 'retrying', 15_000);
@@ -134,21 +143,7 @@ describe('a worker that dies mid-run', () => {
     for (const w of workers) await w.kill9();
     const frozen = worker('w-frozen');
     await online('w-frozen');
-    const res = await submit(t, token, {
-      name: 'thawed',
-      command:
-        'echo "attempt $TRAINYARD_ATTEMPT pid=$$"; if [ "$TRAINYARD_ATTEMPT" = 1 ]; then exec sleep 300; fi',
-      resources: { gpus: 0 },
-      maxRetries: 2,
-    });
-    const { id } = (await res.json()) as { id: string };
-    await t.waitForJob(id, token, (j) => j.status === 'running' && j.attempts.length === 1);
-    const pid = await waitFor('the first attempt pid', async () => {
-      const m = /attempt 1 pid=(\d+)/.exec(
-        await (await t.http(`/v1/jobs/${id}/logs`, { token })).text(),
-      );
-      return m ? Number(m[1]) : undefined;
-    });
+    const { id, pid } = await firstAttemptHangs('thawed');
 
     frozen.child.kill('SIGSTOP');
     try {

@@ -7,6 +7,7 @@ import {
   streamToFile,
   unpackArchive,
   type BlobStore,
+  recordedPid,
   RunAttemptSchema,
   type RunAttempt,
 } from '@trainyard/platform';
@@ -104,12 +105,6 @@ export async function markSandbox(box: Sandbox, msg: RunAttempt, startedAt: numb
   await writeFile(join(box.root, MARKER), JSON.stringify({ msg, startedAt }), { mode: 0o600 });
 }
 
-async function recordedPid(box: Sandbox): Promise<number | null> {
-  const text = await readFile(box.pidFile, 'utf8').catch(() => null);
-  const match = text ? /^(\d+)\n$/.exec(text) : null;
-  return match ? Number(match[1]) : null;
-}
-
 /** Kills an attempt's whole process group, if it still runs. */
 export function killGroup(pid: number | null): boolean {
   if (!pid) return false;
@@ -136,7 +131,7 @@ export async function leftSandboxes(
     const box = sandboxAt(join(root, entry.name));
     const text = await readFile(join(box.root, MARKER), 'utf8').catch(() => null);
     const marker = text ? parseMarker(text) : null;
-    const pid = (await recordedPid(box)) ?? marker?.pid ?? null;
+    const pid = (await recordedPid(box.pidFile)) ?? marker?.pid ?? null;
     if (pid && marker?.msg) {
       found.push({ box, marker: { msg: marker.msg, pid, startedAt: marker.startedAt } });
       continue;

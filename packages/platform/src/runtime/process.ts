@@ -94,10 +94,21 @@ class FileTail {
   }
 }
 
-async function recordedExit(exitFile: string): Promise<ProcessExit | null> {
-  const text = await readFile(exitFile, 'utf8').catch(() => null);
+/** A number the wrapper recorded in `file`, once its write is whole; null before. */
+async function recordedNumber(file: string): Promise<number | null> {
+  const text = await readFile(file, 'utf8').catch(() => null);
   const match = text ? /^(\d+)\n$/.exec(text) : null;
-  return match ? { kind: 'exited', exitCode: Number(match[1]) } : null;
+  return match ? Number(match[1]) : null;
+}
+
+async function recordedExit(exitFile: string): Promise<ProcessExit | null> {
+  const code = await recordedNumber(exitFile);
+  return code === null ? null : { kind: 'exited', exitCode: code };
+}
+
+/** The process group an attempt's command recorded as it started (`RunSpec.pidFile`), if any. */
+export function recordedPid(pidFile: string): Promise<number | null> {
+  return recordedNumber(pidFile);
 }
 
 function killer(pid: number, exited: Promise<ProcessExit>) {
