@@ -1,3 +1,5 @@
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readlinkSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -5,6 +7,7 @@ import { processAlive as alive, tempDir, waitFor } from '@trainyard/testkit';
 import {
   NvidiaSmiInventory,
   ProcessRuntime,
+  recordedPid,
   SimulatedInventory,
   type RunSpec,
 } from '../src/index.ts';
@@ -15,6 +18,9 @@ beforeAll(async () => {
 });
 afterAll(async () => dir.remove());
 
+const runtime = new ProcessRuntime();
+afterAll(() => runtime.close());
+
 let runs = 0;
 function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
   runs++;
@@ -22,6 +28,7 @@ function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
     logFile: join(dir.path, `run-${runs}.log`),
     exitFile: join(dir.path, `run-${runs}.exit`),
     pidFile: join(dir.path, `run-${runs}.pid`),
+    scriptFile: join(dir.path, `run-${runs}.sh`),
     jobId: 'job_1',
     attemptId: 'att_1',
     attempt: 1,
@@ -40,7 +47,7 @@ describe('process runtime', () => {
     const s = spec(
       'echo "$GREETING $CUDA_VISIBLE_DEVICES $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo "args=$#"; echo oops >&2; exit 3',
     );
-    const run = new ProcessRuntime().start(s, (_s, c) => out.push(c.toString()));
+    const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 3 });
     expect(await readFile(s.pidFile, 'utf8')).toBe(`${run.pid}\n`);
     const text = out.join('');
@@ -51,7 +58,7 @@ describe('process runtime', () => {
 
   it('kills the whole process group, children included', async () => {
     const out: string[] = [];
-    const run = new ProcessRuntime().start(spec('sleep 300 & echo child=$!; wait'), (_s, c) =>
+    const run = await runtime.start(spec('sleep 300 & echo child=$!; wait'), (_s, c) =>
       out.push(c.toString()),
     );
     const childPid = await new Promise<number>((resolve) => {
@@ -70,11 +77,77 @@ describe('process runtime', () => {
   });
 
   it('reports a command that cannot start as a launch error', async () => {
-    const run = new ProcessRuntime().start(
+    const run = await runtime.start(
       spec('true', { workDir: join(dir.path, 'missing') }),
       () => undefined,
     );
     expect((await run.exited).kind).toBe('launch-error');
+  });
+});
+
+/** The spawner shells this process started (the test's own children running the spawner). */
+function spawnerShells(): number[] {
+  const out = execFileSync('ps', ['-o', 'pid=,args=', '--ppid', String(process.pid)], {
+    encoding: 'utf8',
+  });
+  return out
+    .split('\n')
+    .filter((line) => line.includes('trainyard-spawner'))
+    .map((line) => Number(line.trim().split(' ')[0]));
+}
+
+describe('process runtime, starting through its spawner', () => {
+  it('starts many attempts at once, each in its own session, with its own environment and exit', async () => {
+    const tricky = `it's "quoted" $HOME \\ and\na second line`;
+    const outs = new Map<number, string[]>();
+    const runs = await Promise.all(
+      Array.from({ length: 30 }, async (_, i) => {
+        outs.set(i, []);
+        const s = spec('printf "%s|%s" "$N" "$TRICKY"; exit "$N"', {
+          env: { N: String(i), TRICKY: tricky },
+        });
+        const run = await runtime.start(s, (_s, c) => outs.get(i)!.push(c.toString()));
+        return { i, s, run, exit: await run.exited };
+      }),
+    );
+    for (const { i, s, run, exit } of runs) {
+      expect(exit).toEqual({ kind: 'exited', exitCode: i });
+      expect(outs.get(i)!.join('')).toBe(`${i}|${tricky}`);
+      expect(await recordedPid(s.pidFile)).toBe(run.pid);
+    }
+  });
+
+  it("leaves the attempt none of the spawner's pipes", async () => {
+    const s = spec('sleep 300');
+    const run = await startedRun(s);
+    const [shell] = spawnerShells();
+    const fds = (pid: number) =>
+      readdirSync(`/proc/${pid}/fd`).map((fd) => readlinkSync(`/proc/${pid}/fd/${fd}`));
+    const spawnerPipes = [0, 1, 3].map((fd) => readlinkSync(`/proc/${shell}/fd/${fd}`));
+    expect(spawnerPipes.every((target) => /^(pipe|socket):/.test(target))).toBe(true);
+    const attempt = fds(run.pid!);
+    expect(attempt).toContain(s.logFile);
+    expect(attempt.filter((target) => spawnerPipes.includes(target))).toEqual([]);
+    await run.kill(100);
+  });
+
+  it('reports a command killed from outside by its signal', async () => {
+    const s = spec('sleep 300');
+    const run = await startedRun(s);
+    process.kill(-run.pid!, 'SIGKILL');
+    expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGKILL' });
+  });
+
+  it('hears the end of what a killed spawner started, and starts the next attempt with a new one', async () => {
+    const s = spec('sleep 0.5; exit 5');
+    const run = await startedRun(s);
+    const [shell] = spawnerShells();
+    expect(shell).toBeGreaterThan(0);
+    process.kill(shell!, 'SIGKILL');
+    expect(await run.exited).toEqual({ kind: 'exited', exitCode: 5 });
+    const next = await runtime.start(spec('exit 6'), () => undefined);
+    expect(await next.exited).toEqual({ kind: 'exited', exitCode: 6 });
+    expect(spawnerShells()).not.toContain(shell);
   });
 });
 
@@ -122,20 +195,30 @@ describe('GPU inventory', () => {
 describe('simulated runtime', () => {
   it('runs nothing: an attempt exits 0 after its time, or is killed', async () => {
     const { SimulatedRuntime } = await import('../src/index.ts');
-    const quick = new SimulatedRuntime(5).start(spec('python train.py'), () => undefined);
+    const quick = await new SimulatedRuntime(5).start(spec('python train.py'), () => undefined);
     expect(quick.pid).toBeUndefined();
     expect(await quick.exited).toEqual({ kind: 'exited', exitCode: 0 });
-    const slow = new SimulatedRuntime(60_000).start(spec('python train.py'), () => undefined);
+    const slow = await new SimulatedRuntime(60_000).start(spec('python train.py'), () => undefined);
     await slow.kill();
     expect(await slow.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
   });
 });
 
+/** Starts `s` and waits until its process has set up its group, as a restarted worker finds it. */
+async function startedRun(s: RunSpec) {
+  const run = await runtime.start(s, () => undefined);
+  await waitFor(
+    'the process to record its group',
+    async () => (await recordedPid(s.pidFile)) !== null,
+  );
+  return run;
+}
+
 describe('process runtime, attaching to what an earlier worker started', () => {
   it('reads the output on from an offset and gets the exit code the command recorded', async () => {
     const s = spec('for i in 1 2 3 4 5; do echo "line $i"; sleep 0.1; done; exit 4');
     const first: string[] = [];
-    const run = new ProcessRuntime().start(s, (_s, c) => first.push(c.toString()));
+    const run = await runtime.start(s, (_s, c) => first.push(c.toString()));
     await waitFor('the first line', () => first.join('').includes('line 1\n'));
     const offset = 'line 1\n'.length;
     const rest: string[] = [];
@@ -149,7 +232,7 @@ describe('process runtime, attaching to what an earlier worker started', () => {
 
   it('reports a command killed while no worker watched as lost, and a gone one as nothing', async () => {
     const s = spec('sleep 300');
-    const run = new ProcessRuntime().start(s, () => undefined);
+    const run = await startedRun(s);
     const attached = await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined);
     process.kill(-run.pid!, 'SIGKILL');
     expect((await attached!.exited).kind).toBe('lost');
@@ -158,7 +241,7 @@ describe('process runtime, attaching to what an earlier worker started', () => {
 
   it('stops an attached command with its whole process group', async () => {
     const s = spec('sleep 300 & wait');
-    const run = new ProcessRuntime().start(s, () => undefined);
+    const run = await startedRun(s);
     const attached = await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined);
     await attached!.kill(500);
     expect(alive(run.pid!)).toBe(false);

@@ -28,7 +28,8 @@ import type { WorkerOptions } from './options.ts';
 export class AttemptRun {
   #snapshot: JobSnapshot;
   #queue: Promise<unknown> = Promise.resolve();
-  #process: RunningAttempt | null = null;
+  /** The attempt's process, once it is being started. */
+  #process: Promise<RunningAttempt> | null = null;
   #stoppedByWorker = false;
   #startedAt = 0;
   #box: Sandbox | null = null;
@@ -121,7 +122,7 @@ export class AttemptRun {
     this.#process = this.opts.runtime.start(this.#spec(box), (_stream, chunk) =>
       shipper.write(chunk),
     );
-    void this.#supervise(this.#process, shipper, outputs);
+    void this.#supervise(await this.#process, shipper, outputs);
   }
 
   /**
@@ -152,7 +153,7 @@ export class AttemptRun {
       this.#resolveDone();
       return false;
     }
-    this.#process = attached;
+    this.#process = Promise.resolve(attached);
     void this.#supervise(
       attached,
       shipper,
@@ -173,6 +174,7 @@ export class AttemptRun {
       logFile: box.logFile,
       exitFile: box.exitFile,
       pidFile: box.pidFile,
+      scriptFile: box.scriptFile,
       gpus: this.msg.gpus,
     };
   }
@@ -269,13 +271,13 @@ export class AttemptRun {
 
   /** Stops the process for a cancel: its exit is reported and the decider records the cancel. */
   async cancel(): Promise<void> {
-    await this.#process?.kill(this.opts.killGraceMs);
+    await (await this.#process)?.kill(this.opts.killGraceMs);
   }
 
   /** Stops the process because the worker is going away: reported as a platform failure. */
   async abandon(): Promise<void> {
     this.#stoppedByWorker = true;
-    await this.#process?.kill(this.opts.killGraceMs);
+    await (await this.#process)?.kill(this.opts.killGraceMs);
     await this.done;
   }
 }

@@ -22,6 +22,8 @@ export interface Sandbox {
   exitFile: string;
   /** The process group the command runs in, recorded by the process as it starts. */
   pidFile: string;
+  /** The script the runtime starts the command with. */
+  scriptFile: string;
 }
 
 function sandboxAt(dir: string): Sandbox {
@@ -32,6 +34,7 @@ function sandboxAt(dir: string): Sandbox {
     logFile: join(dir, 'attempt.log'),
     exitFile: join(dir, 'attempt.exit'),
     pidFile: join(dir, 'attempt.pid'),
+    scriptFile: join(dir, 'attempt.sh'),
   };
 }
 

@@ -250,6 +250,7 @@ export async function startWorker(
       await Promise.all(loops);
       clearInterval(heartbeat);
       await Promise.all([...attempts.values()].map((a) => a.abandon()));
+      opts.runtime.close?.();
       await appendWorkerEvent(ctx, id, { type: 'WorkerLeft', data: { reason: 'stopped' } }).catch(
         (err: unknown) => log.warn({ err }, 'could not record leaving'),
       );

@@ -35,8 +35,11 @@ const exists = (path: string) =>
     () => false,
   );
 
+const runtime = new ProcessRuntime();
+afterAll(() => runtime.close());
+
 function run(box: Sandbox, msg: RunAttempt) {
-  return new ProcessRuntime().start(
+  return runtime.start(
     {
       jobId: msg.jobId,
       attemptId: msg.attemptId,
@@ -48,6 +51,7 @@ function run(box: Sandbox, msg: RunAttempt) {
       logFile: box.logFile,
       exitFile: box.exitFile,
       pidFile: box.pidFile,
+      scriptFile: box.scriptFile,
       gpus: msg.gpus,
     },
     () => undefined,
@@ -59,7 +63,7 @@ describe('sandboxes a worker left behind', () => {
     const started = attempt('job_started');
     const startedBox = await prepareSandbox(dir.path, started, noBlobs);
     await markSandbox(startedBox, started, Date.now());
-    const proc = run(startedBox, started);
+    const proc = await run(startedBox, started);
     await waitFor('the process to record its group', () => exists(startedBox.pidFile));
 
     const neverStarted = attempt('job_never');

@@ -1,23 +1,28 @@
-import { spawn } from 'node:child_process';
-import { closeSync, openSync } from 'node:fs';
-import { open, readFile, type FileHandle } from 'node:fs/promises';
+import { constants } from 'node:os';
+import { open, readFile, writeFile, type FileHandle } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
+import { Spawner, type Launched } from './spawner.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
 const PASSED_THROUGH = ['PATH', 'LANG', 'LC_ALL', 'TZ', 'TMPDIR'];
+
+/** The few host variables an attempt sees. */
+function hostEnv(host: NodeJS.ProcessEnv): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const name of PASSED_THROUGH) {
+    const value = host[name];
+    if (value !== undefined) env[name] = value;
+  }
+  return env;
+}
 
 /** The environment an attempt sees: a few host variables, the job's env, and Trainyard's. */
 export function attemptEnv(
   spec: Pick<RunSpec, 'jobId' | 'attempt' | 'env' | 'workDir' | 'outputDir' | 'gpus'>,
   host: NodeJS.ProcessEnv = process.env,
 ): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const name of PASSED_THROUGH) {
-    const value = host[name];
-    if (value !== undefined) env[name] = value;
-  }
   return {
-    ...env,
+    ...hostEnv(host),
     HOME: spec.workDir,
     ...spec.env,
     CUDA_VISIBLE_DEVICES: spec.gpus.join(','),
@@ -36,14 +41,37 @@ function signalGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
   }
 }
 
+/** `value` as one shell word, quoted so that the shell reads it back unchanged. */
+export function shellQuote(value: string): string {
+  return `'${value.replaceAll("'", "'\\''")}'`;
+}
+
 /**
- * Records its process group id, runs the command in a subshell (a fork, no new program), its
- * output going to the log file, then records its exit code beside it. It outlives its worker:
- * nothing ties it to the worker's pipes. Each record is one short write, read back only once it
- * ends in a newline.
+ * The script that runs one attempt (`RunSpec.scriptFile`), started in a new session. It sends
+ * its output to the log file, records its process group id, enters the work directory, sets the
+ * attempt's environment, runs the command in a subshell (a fork, no new program) and records
+ * its exit code. It outlives its worker: nothing ties it to the worker's pipes. Each record is
+ * one short write, read back only once it ends in a newline.
  */
-const WRAPPER =
-  '__ty_cmd=$1; __ty_exit=$2; echo $$ > "$3"; set --; (eval "$__ty_cmd"); __ty_code=$?; echo "$__ty_code" > "$__ty_exit"; exit "$__ty_code"';
+export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.env): string {
+  const env = Object.entries(attemptEnv(spec, host)).map(
+    ([name, value]) => `export ${shellQuote(`${name}=${value}`)}`,
+  );
+  const exitFile = shellQuote(spec.exitFile);
+  return [
+    `exec >>${shellQuote(spec.logFile)} 2>&1`,
+    `echo $$ > ${shellQuote(spec.pidFile)}`,
+    `cd ${shellQuote(spec.workDir)} || { echo "launch-error cannot enter the work directory" > ${exitFile}; exit 126; }`,
+    ...env,
+    `__ty_cmd=${shellQuote(spec.command)}`,
+    '(eval "$__ty_cmd")',
+    '__ty_code=$?',
+    `echo "$__ty_code" > ${exitFile}`,
+    'exit "$__ty_code"',
+    '',
+  ].join('\n');
+}
+
 const TAIL_MS = 50;
 const WATCH_MS = 250;
 
@@ -94,16 +122,20 @@ class FileTail {
   }
 }
 
-/** A number the wrapper recorded in `file`, once its write is whole; null before. */
+/** A number the script recorded in `file`, once its write is whole; null before. */
 async function recordedNumber(file: string): Promise<number | null> {
   const text = await readFile(file, 'utf8').catch(() => null);
   const match = text ? /^(\d+)\n$/.exec(text) : null;
   return match ? Number(match[1]) : null;
 }
 
+/** The exit the script recorded: its command's exit code, or why the command could not run. */
 async function recordedExit(exitFile: string): Promise<ProcessExit | null> {
-  const code = await recordedNumber(exitFile);
-  return code === null ? null : { kind: 'exited', exitCode: code };
+  const text = await readFile(exitFile, 'utf8').catch(() => null);
+  const code = text ? /^(\d+)\n$/.exec(text) : null;
+  if (code) return { kind: 'exited', exitCode: Number(code[1]) };
+  const error = text ? /^launch-error (.*)\n$/.exec(text) : null;
+  return error ? { kind: 'launch-error', message: error[1]! } : null;
 }
 
 /** The process group an attempt's command recorded as it started (`RunSpec.pidFile`), if any. */
@@ -111,58 +143,92 @@ export function recordedPid(pidFile: string): Promise<number | null> {
   return recordedNumber(pidFile);
 }
 
+/** How a script that recorded no exit ended, from the status its waiter saw. */
+function unrecordedExit(status: number | null): ProcessExit {
+  const signal =
+    status !== null && status > 128
+      ? Object.entries(constants.signals).find(([, n]) => n === status - 128)?.[0]
+      : undefined;
+  if (signal) return { kind: 'signalled', signal };
+  if (status === null) {
+    return { kind: 'lost', message: 'the command ended without recording how' };
+  }
+  return {
+    kind: 'launch-error',
+    message: `the attempt's shell ended with status ${status} before its command ran`,
+  };
+}
+
+/**
+ * Signals the process group `pid` leads; or, while its leader is still setting it up (a launch
+ * answers with the pid before that), the leader itself.
+ */
+function signalAttempt(pid: number, signal: NodeJS.Signals): void {
+  if (signalGroup(pid, signal)) return;
+  try {
+    process.kill(pid, signal);
+  } catch {
+    return;
+  }
+}
+
 function killer(pid: number, exited: Promise<ProcessExit>) {
   return async (graceMs = 10_000) => {
-    signalGroup(pid, 'SIGTERM');
-    const timer = setTimeout(() => signalGroup(pid, 'SIGKILL'), graceMs);
+    signalAttempt(pid, 'SIGTERM');
+    const timer = setTimeout(() => signalAttempt(pid, 'SIGKILL'), graceMs);
     await exited;
     clearTimeout(timer);
   };
 }
 
+function notStarted(message: string): RunningAttempt {
+  return {
+    pid: undefined,
+    exited: Promise.resolve({ kind: 'launch-error', message }),
+    kill: async () => undefined,
+  };
+}
+
 /**
- * Runs attempts as local processes, each in its own process group and sandbox directory. Output
- * goes to the attempt's log file, which the worker reads as it grows; the exit code is recorded
- * beside it. A worker that restarts re-attaches to what still runs.
+ * Runs attempts as local processes, each in its own session and sandbox directory, started by
+ * a small spawner shell. Output goes to the attempt's log file, which the worker reads as it
+ * grows; the exit code is recorded beside it. A worker that restarts re-attaches to what still
+ * runs.
  */
 export class ProcessRuntime implements Runtime {
   readonly kind = 'process';
+  readonly #spawner: Spawner;
 
-  start(spec: RunSpec, onOutput: (stream: LogStreamName, chunk: Buffer) => void): RunningAttempt {
-    const fd = openSync(spec.logFile, 'a');
-    const child = spawn(
-      '/bin/sh',
-      ['-c', WRAPPER, 'trainyard-attempt', spec.command, spec.exitFile, spec.pidFile],
-      {
-        cwd: spec.workDir,
-        env: attemptEnv(spec),
-        detached: true,
-        stdio: ['ignore', fd, fd],
-      },
-    );
-    closeSync(fd);
+  constructor(host: NodeJS.ProcessEnv = process.env) {
+    this.#spawner = new Spawner(hostEnv(host));
+  }
+
+  async start(
+    spec: RunSpec,
+    onOutput: (stream: LogStreamName, chunk: Buffer) => void,
+  ): Promise<RunningAttempt> {
+    let launched: Launched;
+    let pid: number;
+    try {
+      await writeFile(spec.scriptFile, attemptScript(spec), { mode: 0o600 });
+      await writeFile(spec.logFile, '', { flag: 'a' });
+      launched = this.#spawner.launch(spec.scriptFile);
+      pid = await launched.pid;
+    } catch (err) {
+      return notStarted((err as Error).message);
+    }
     const tail = new FileTail(spec.logFile, 0, (chunk) => onOutput('stdout', chunk));
-    const exited = new Promise<ProcessExit>((resolve) => {
-      child.once('error', (err) => {
-        void tail.close().then(() => resolve({ kind: 'launch-error', message: err.message }));
-      });
-      child.once('exit', (code, signal) => {
-        if (child.pid !== undefined) signalGroup(child.pid, 'SIGKILL');
-        void tail
-          .close()
-          .then(() =>
-            resolve(
-              signal ? { kind: 'signalled', signal } : { kind: 'exited', exitCode: code ?? -1 },
-            ),
-          );
-      });
+    const exited = launched.ended.then(async (status) => {
+      signalGroup(pid, 'SIGKILL');
+      await tail.close();
+      return (await recordedExit(spec.exitFile)) ?? unrecordedExit(status);
     });
-    const pid = child.pid;
-    return {
-      pid,
-      exited,
-      kill: pid === undefined ? async () => undefined : killer(pid, exited),
-    };
+    return { pid, exited, kill: killer(pid, exited) };
+  }
+
+  /** Ends the spawner; the attempts it started run on. */
+  close(): void {
+    this.#spawner.close();
   }
 
   async attach(

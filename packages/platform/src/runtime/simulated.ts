@@ -10,7 +10,10 @@ export class SimulatedRuntime implements Runtime {
   readonly kind = 'simulated';
   constructor(private readonly runMs = 0) {}
 
-  start(_spec: RunSpec, _onOutput: (stream: LogStreamName, chunk: Buffer) => void): RunningAttempt {
+  async start(
+    _spec: RunSpec,
+    _onOutput: (stream: LogStreamName, chunk: Buffer) => void,
+  ): Promise<RunningAttempt> {
     let finish!: (exit: ProcessExit) => void;
     const exited = new Promise<ProcessExit>((resolve) => (finish = resolve));
     const timer = setTimeout(() => finish({ kind: 'exited', exitCode: 0 }), this.runMs);

@@ -18,6 +18,8 @@ export interface RunSpec {
   exitFile: string;
   /** Where the process records its process group id, first thing, before the command runs. */
   pidFile: string;
+  /** Where a runtime that launches through a script writes it (readable by the worker's user only). */
+  scriptFile: string;
   gpus: number[];
 }
 
@@ -35,7 +37,11 @@ export interface RunningAttempt {
 /** Runs attempts. One implementation per file: process (local sandbox), Docker. */
 export interface Runtime {
   readonly kind: string;
-  start(spec: RunSpec, onOutput: (stream: LogStreamName, chunk: Buffer) => void): RunningAttempt;
+  /** Starts an attempt; one that cannot start settles `exited` with a launch error. */
+  start(
+    spec: RunSpec,
+    onOutput: (stream: LogStreamName, chunk: Buffer) => void,
+  ): Promise<RunningAttempt>;
   /**
    * Takes over an attempt an earlier run of this worker started (process group `pid`), reading
    * its output from byte `offset` on; null when it is neither running nor recorded its exit.
@@ -46,4 +52,6 @@ export interface Runtime {
     offset: number,
     onOutput: (stream: LogStreamName, chunk: Buffer) => void,
   ): Promise<RunningAttempt | null>;
+  /** Lets go of what the runtime holds to start attempts; what runs, runs on. */
+  close?(): void;
 }
