@@ -118,7 +118,7 @@ export class AttemptRun {
     });
     const outputs = new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs);
     this.#startedAt = Date.now();
-    await markSandbox(box, this.msg, this.#startedAt);
+    markSandbox(box, this.msg, this.#startedAt);
     this.#process = this.opts.runtime.start(this.#spec(box), (_stream, chunk) =>
       shipper.write(chunk),
     );

@@ -1,4 +1,5 @@
-import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { failure } from '@trainyard/domain';
 import type { Failure } from '@trainyard/events';
@@ -53,7 +54,7 @@ export async function prepareSandbox(
 ): Promise<Sandbox> {
   const dir = join(root, `${msg.jobId}-${msg.attempt}`);
   const box = sandboxAt(dir);
-  await rm(dir, { recursive: true, force: true });
+  if (existsSync(dir)) await rm(dir, { recursive: true, force: true });
   try {
     await fill(box, msg, blobs);
     return box;
@@ -63,9 +64,13 @@ export async function prepareSandbox(
   }
 }
 
+/**
+ * Its directories and small files are made with synchronous calls: on the sandbox's local disk
+ * each costs the event loop less than a round trip through the thread pool.
+ */
 async function fill(box: Sandbox, msg: RunAttempt, blobs: BlobStore): Promise<void> {
-  await mkdir(box.workDir, { recursive: true });
-  await mkdir(box.outputDir, { recursive: true });
+  mkdirSync(box.workDir, { recursive: true });
+  mkdirSync(box.outputDir);
   const source = msg.artifact
     ? { key: msg.artifact.key, format: 'tar.gz' as const }
     : msg.code && { key: msg.code.key, format: msg.code.format };
@@ -104,8 +109,8 @@ export interface SandboxMarker {
  * over; the process records its own group id beside it as it starts. Readable by the worker's
  * user only: the dispatch carries the job's environment.
  */
-export async function markSandbox(box: Sandbox, msg: RunAttempt, startedAt: number): Promise<void> {
-  await writeFile(join(box.root, MARKER), JSON.stringify({ msg, startedAt }), { mode: 0o600 });
+export function markSandbox(box: Sandbox, msg: RunAttempt, startedAt: number): void {
+  writeFileSync(join(box.root, MARKER), JSON.stringify({ msg, startedAt }), { mode: 0o600 });
 }
 
 /** Kills an attempt's whole process group, if it still runs. */

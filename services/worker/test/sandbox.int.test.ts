@@ -62,13 +62,13 @@ describe('sandboxes a worker left behind', () => {
   it('gives back the one whose process started, with the group the process recorded; removes the rest', async () => {
     const started = attempt('job_started');
     const startedBox = await prepareSandbox(dir.path, started, noBlobs);
-    await markSandbox(startedBox, started, Date.now());
+    markSandbox(startedBox, started, Date.now());
     const proc = await run(startedBox, started);
     await waitFor('the process to record its group', () => exists(startedBox.pidFile));
 
     const neverStarted = attempt('job_never');
     const neverBox = await prepareSandbox(dir.path, neverStarted, noBlobs);
-    await markSandbox(neverBox, neverStarted, Date.now());
+    markSandbox(neverBox, neverStarted, Date.now());
 
     try {
       const found = await leftSandboxes(dir.path);

@@ -1,5 +1,6 @@
 import { constants } from 'node:os';
-import { open, readFile, writeFile, type FileHandle } from 'node:fs/promises';
+import { writeFileSync } from 'node:fs';
+import { open, readFile, type FileHandle } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
 import { Spawner, type Launched } from './spawner.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
@@ -41,6 +42,9 @@ function signalGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
   }
 }
 
+/** How an attempt's script ends when it could not run its command (as a shell does, 126). */
+const SCRIPT_FAILED = 126;
+
 /** `value` as one shell word, quoted so that the shell reads it back unchanged. */
 export function shellQuote(value: string): string {
   return `'${value.replaceAll("'", "'\\''")}'`;
@@ -51,17 +55,20 @@ export function shellQuote(value: string): string {
  * its output to the log file, records its process group id, enters the work directory, sets the
  * attempt's environment, runs the command in a subshell (a fork, no new program) and records
  * its exit code. It outlives its worker: nothing ties it to the worker's pipes. Each record is
- * one short write, read back only once it ends in a newline.
+ * one short write, read back only once it ends in a newline. It ends with its command's exit
+ * code; its own failures end it with `SCRIPT_FAILED` after recording why, so that any lower
+ * status is the command's exit code, with no need to read the record.
  */
 export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.env): string {
   const env = Object.entries(attemptEnv(spec, host)).map(
     ([name, value]) => `export ${shellQuote(`${name}=${value}`)}`,
   );
   const exitFile = shellQuote(spec.exitFile);
+  const failed = `exit ${SCRIPT_FAILED}`;
   return [
-    `exec >>${shellQuote(spec.logFile)} 2>&1`,
+    `command exec >>${shellQuote(spec.logFile)} 2>&1 || { echo "launch-error cannot open the log file" > ${exitFile}; ${failed}; }`,
     `echo $$ > ${shellQuote(spec.pidFile)}`,
-    `cd ${shellQuote(spec.workDir)} || { echo "launch-error cannot enter the work directory" > ${exitFile}; exit 126; }`,
+    `cd ${shellQuote(spec.workDir)} || { echo "launch-error cannot enter the work directory" > ${exitFile}; ${failed}; }`,
     ...env,
     `__ty_cmd=${shellQuote(spec.command)}`,
     '(eval "$__ty_cmd")',
@@ -75,20 +82,22 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
 const TAIL_MS = 50;
 const WATCH_MS = 250;
 
-/** Reads what is appended to a file, from `offset` on, and hands it over in order. */
+/**
+ * Reads what is appended to a file, from `offset` on, and hands it over in order. The file is
+ * opened once it exists: the process it tails creates it.
+ */
 class FileTail {
   #offset: number;
-  #file: Promise<FileHandle | null>;
+  #file: Promise<FileHandle | null> = Promise.resolve(null);
   #reading: Promise<void> = Promise.resolve();
   #timer: NodeJS.Timeout;
   readonly #buffer = Buffer.alloc(64 * 1024);
   constructor(
-    path: string,
+    private readonly path: string,
     offset: number,
     private readonly onChunk: (chunk: Buffer) => void,
   ) {
     this.#offset = offset;
-    this.#file = open(path, 'r').catch(() => null);
     this.#timer = setInterval(() => void this.read(), TAIL_MS);
   }
 
@@ -99,8 +108,12 @@ class FileTail {
   }
 
   async #readToEnd(): Promise<void> {
-    const file = await this.#file;
-    if (!file) return;
+    let file = await this.#file;
+    if (!file) {
+      this.#file = open(this.path, 'r').catch(() => null);
+      file = await this.#file;
+      if (!file) return;
+    }
     for (;;) {
       const { bytesRead } = await file.read(this.#buffer, 0, this.#buffer.length, this.#offset);
       if (bytesRead === 0) return;
@@ -193,7 +206,8 @@ function notStarted(message: string): RunningAttempt {
  * Runs attempts as local processes, each in its own session and sandbox directory, started by
  * a small spawner shell. Output goes to the attempt's log file, which the worker reads as it
  * grows; the exit code is recorded beside it. A worker that restarts re-attaches to what still
- * runs.
+ * runs. The script, a small file on the sandbox's local disk, is written synchronously: that
+ * costs the event loop less than a round trip through the thread pool.
  */
 export class ProcessRuntime implements Runtime {
   readonly kind = 'process';
@@ -210,17 +224,17 @@ export class ProcessRuntime implements Runtime {
     let launched: Launched;
     let pid: number;
     try {
-      await writeFile(spec.scriptFile, attemptScript(spec), { mode: 0o600 });
-      await writeFile(spec.logFile, '', { flag: 'a' });
+      writeFileSync(spec.scriptFile, attemptScript(spec), { mode: 0o600 });
       launched = this.#spawner.launch(spec.scriptFile);
       pid = await launched.pid;
     } catch (err) {
       return notStarted((err as Error).message);
     }
     const tail = new FileTail(spec.logFile, 0, (chunk) => onOutput('stdout', chunk));
-    const exited = launched.ended.then(async (status) => {
+    const exited = launched.ended.then(async (status): Promise<ProcessExit> => {
       signalGroup(pid, 'SIGKILL');
       await tail.close();
+      if (status !== null && status < SCRIPT_FAILED) return { kind: 'exited', exitCode: status };
       return (await recordedExit(spec.exitFile)) ?? unrecordedExit(status);
     });
     return { pid, exited, kill: killer(pid, exited) };
