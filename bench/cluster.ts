@@ -201,10 +201,15 @@ export class BenchCluster {
     return ids;
   }
 
+  /** Waits until every job in `ids` has finished; each check looks only at those still running. */
   async waitFinished(ids: string[], timeoutMs: number): Promise<void> {
+    let running = ids;
     await waitFor(
       `${ids.length} jobs to finish`,
-      () => ids.every((id) => this.times.get(id)?.finishedMs !== undefined),
+      () => {
+        running = running.filter((id) => this.times.get(id)?.finishedMs === undefined);
+        return running.length === 0;
+      },
       { timeoutMs, intervalMs: 50 },
     );
   }

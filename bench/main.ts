@@ -44,9 +44,16 @@ function cpuMeter(cluster: BenchCluster) {
   return new CpuMeter({
     controlPlane: () => [process.pid],
     workers: () => cluster.workerPids(),
+    attemptProcesses: () => pidsMatching('trainyard-spawner'),
     natsServer: () => (nats ? pidOf(nats) : []),
     postgres: () => (pg ? [pg.pid, ...pidsMatching('postgres: ')] : []),
   });
+}
+
+function cpuLine(cpu: Record<string, number>): string {
+  return Object.entries(cpu)
+    .map(([part, ms]) => `${part} ${ms} ms`)
+    .join(', ');
 }
 
 function perJob(cpu: Record<string, number>, jobs: number) {
@@ -141,11 +148,13 @@ Trainyard benchmark (simulated GPUs; jobs skip build and estimation)
 small cluster: ${s.workers} workers x ${s.gpusPerWorker} simulated GPUs in ${s.workerProcesses} processes, ${s.burst.jobs} jobs running \`true\`
   completed        ${s.burst.jobsPerSecond} jobs/s (target >= 200), makespan ${s.burst.makespanMs} ms, failed ${s.burst.failed}
   submit->start    p50 ${s.burst.submitToStartMs.p50} ms  p90 ${s.burst.submitToStartMs.p90} ms  p99 ${s.burst.submitToStartMs.p99} ms
+  cpu per job      ${cpuLine(s.burst.cpuMsPerJob)}
   idle probe       p50 ${s.idleProbe.submitToStartMs.p50} ms  p90 ${s.idleProbe.submitToStartMs.p90} ms  p99 ${s.idleProbe.submitToStartMs.p99} ms (target p50 < 20 ms)
 
 ceiling: ${c.workers} workers x ${c.gpusPerWorker} simulated GPUs in ${c.workerProcesses} processes, simulated runtime (no processes spawned), ${c.endToEnd.jobs} jobs
   end to end       ${c.endToEnd.jobsPerSecond} jobs/s (target >= 500), failed ${c.endToEnd.failed}
   submit->running  p50 ${c.endToEnd.submitToRunningMs.p50} ms  p99 ${c.endToEnd.submitToRunningMs.p99} ms
+  cpu per job      ${cpuLine(c.endToEnd.cpuMsPerJob)}
   raw append       ${c.rawAppendCeilingPerSecond} events/s (pipelined, msg id + expected sequence)
   ratio            ${c.appendsPerJob} appends/job x jobs/s / ceiling = ${c.ratioOfCeiling}
 
