@@ -23,7 +23,7 @@ export interface Plan {
   wakeAt: Date | null;
 }
 
-/** Jobs in placement order: higher priority first, then the one queued longest. */
+/** Jobs that may be placed now (in no order), and when the next retry comes due. */
 function placeable(cluster: ClusterState, now: Date): { ready: TrackedJob[]; wakeAt: Date | null } {
   const ready: TrackedJob[] = [];
   let wakeAt: number | null = null;
@@ -36,11 +36,12 @@ function placeable(cluster: ClusterState, now: Date): { ready: TrackedJob[]; wak
       else wakeAt = wakeAt === null ? at : Math.min(wakeAt, at);
     }
   }
-  ready.sort(
-    (a, b) =>
-      (b.state.spec?.priority ?? 0) - (a.state.spec?.priority ?? 0) || a.queuedSeq - b.queuedSeq,
-  );
   return { ready, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
+}
+
+/** Placement order: higher priority first, then the job queued longest. */
+function byPlacementOrder(a: TrackedJob, b: TrackedJob): number {
+  return (b.state.spec?.priority ?? 0) - (a.state.spec?.priority ?? 0) || a.queuedSeq - b.queuedSeq;
 }
 
 /** Bytes a job takes on each of its GPUs: its declared VRAM, or the whole GPU when undeclared. */
@@ -116,7 +117,7 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
     .map(cloneWorker);
   const assignments: Assignment[] = [];
   if (!workers.some(hasRoom)) return { assignments, wakeAt };
-  for (const job of ready) {
+  for (const job of ready.sort(byPlacementOrder)) {
     if (!job.state.spec) continue;
     const placed = workers.find((worker) => {
       const a = fitOnWorker(job, worker, policy);
