@@ -4,7 +4,7 @@ import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { jwtVerify, SignJWT } from 'jose';
 import { EventStoreError, retryTransient, type Role } from '@trainyard/events';
-import { openBucket } from '@trainyard/platform';
+import { openBucket, sleep } from '@trainyard/platform';
 import { ApiError } from './errors.ts';
 
 const VERIFIED_CACHE_SIZE = 10_000;
@@ -114,7 +114,14 @@ export class TokenIssuer {
   }
 }
 
-/** The token secret: from the environment, else one shared through KV by every API replica. */
+/** How often an API tries to settle the shared token secret before it gives up starting. */
+const SECRET_TRIES = 8;
+
+/**
+ * The token secret: from the environment, else one shared through KV by every API replica. The
+ * first replica's candidate wins; a write or read that fails or comes back empty (a cluster
+ * still electing, a replica not yet caught up) is tried again, a bounded number of times.
+ */
 export async function loadTokenSecret(
   js: JetStreamClient,
   fromEnv: string | undefined,
@@ -123,8 +130,13 @@ export async function loadTokenSecret(
   if (fromEnv) return fromEnv;
   const kv = await openBucket(js, 'ty_config', { history: 1, replicas });
   const candidate = randomBytes(32).toString('hex');
-  await kv.create('jwt-secret', candidate).catch(() => undefined);
-  const entry = await kv.get('jwt-secret');
-  if (!entry) throw new Error('could not read the token secret');
-  return entry.string();
+  for (let attempt = 1; ; attempt++) {
+    await kv.create('jwt-secret', candidate).catch(() => undefined);
+    const entry = await kv.get('jwt-secret').catch(() => null);
+    if (entry) return entry.string();
+    if (attempt === SECRET_TRIES) {
+      throw new Error(`could not settle the token secret in ty_config after ${attempt} tries`);
+    }
+    await sleep(250 * attempt);
+  }
 }

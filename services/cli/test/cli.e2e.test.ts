@@ -76,7 +76,7 @@ describe('the trainyard CLI against a running stack', () => {
       'cli-job',
       '--follow',
     ]);
-    expect(r.code).toBe(0);
+    expect(r.code, `${r.stderr}\n${r.stdout}`).toBe(0);
     jobId = r.stdout.split('\n')[0]!.trim();
     expect(jobId).toMatch(/^job_/);
     expect(r.stdout).toContain(`hello from ${jobId}`);
