@@ -74,12 +74,22 @@ export async function submitDirectory(
   }
 }
 
+/**
+ * Streams a job's log until the job ends, and returns the job as it ended: the log ends with the
+ * job's last event, and the job's view is read once the read model holds that event.
+ */
+export async function followToEnd(client: ApiClient, id: string): Promise<JobView> {
+  await streamLogs(client, id, true);
+  const events = await client.json<{ seq: number }[]>(`/v1/jobs/${id}/events`);
+  const last = events.at(-1)?.seq ?? 0;
+  return client.json<JobView>(`/v1/jobs/${id}?after=${last}`);
+}
+
 async function submit(dir: string, o: SubmitFlags, client: ApiClient): Promise<void> {
   const id = await submitDirectory(client, dir, o);
   console.log(id);
   if (!o.follow) return;
-  await streamLogs(client, id, true);
-  const final = await client.json<JobView>(`/v1/jobs/${id}`);
+  const final = await followToEnd(client, id);
   console.error(
     `job ${final.id} ${final.status}${final.exitCode !== null ? ` (exit ${final.exitCode})` : ''}`,
   );
