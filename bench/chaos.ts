@@ -167,6 +167,10 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     fastPostgres: true,
     without: ['scheduler', 'projector'],
     watchdog: { heartbeatTimeoutMs: 2_000, checkEveryMs: 250 },
+  }).catch(async (err: unknown) => {
+    await nats.stop();
+    await home.remove();
+    throw err;
   });
   const env = {
     ...process.env,

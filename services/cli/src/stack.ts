@@ -27,7 +27,7 @@ import {
 import { DEFAULT_WATCHDOG_OPTIONS, startWatchdog, type WatchdogOptions } from '@trainyard/watchdog';
 import { startWorker, type RunningWorker, type WorkerOptions } from '@trainyard/worker';
 import { ApiClient } from './client.ts';
-import { submitDirectory, streamLogs } from './commands/jobs.ts';
+import { followToEnd, submitDirectory } from './commands/jobs.ts';
 import { homeDirOf, stackFile, type StackInfo } from './config.ts';
 import { workerOptions } from './worker-options.ts';
 
@@ -75,75 +75,76 @@ export interface Stack {
 /** A service that has not stopped after this long is left behind, so that the rest can stop. */
 const STOP_DEADLINE_MS = 30_000;
 
-/** Starts NATS and Postgres where no URL is given, then every service. */
+/**
+ * Starts NATS and Postgres where no URL is given, then every service. When a step fails, what
+ * had started is stopped again before the error is passed on.
+ */
 export async function startStack(opts: StackOptions): Promise<Stack> {
   await mkdir(opts.home, { recursive: true });
   const children: ChildServer[] = [];
   const services: { name: string; service: Stoppable }[] = [];
   const add = (name: string, service: Stoppable) => services.push({ name, service });
-  let natsUrl = opts.natsUrl;
-  if (!natsUrl) {
-    const wanted = opts.natsPort ?? DEFAULT_NATS_PORT;
-    const port = wanted && !(await portInUse(wanted)) ? wanted : undefined;
-    const nats = await startNatsServer({ dir: join(opts.home, 'nats'), ...(port && { port }) });
-    children.push(nats);
-    natsUrl = nats.url;
-  }
-  let databaseUrl = opts.databaseUrl;
-  if (!databaseUrl) {
-    const pg = await startPostgres({
-      dir: join(opts.home, 'postgres'),
-      fast: opts.fastPostgres ?? false,
-    });
-    children.push(pg);
-    databaseUrl = pg.url;
-  }
-  const config = parseEnv(BaseConfigSchema, {
-    ...process.env,
-    TRAINYARD_NATS_URL: natsUrl,
-    DATABASE_URL: databaseUrl,
-    ...(opts.streamReplicas && { TRAINYARD_STREAM_REPLICAS: String(opts.streamReplicas) }),
-  });
-  const ctx = await openContext('trainyard', config);
-  const db = connectDb(databaseUrl);
-  await migrate(db);
-
-  const without = new Set(opts.without ?? []);
-  if (!without.has('projector')) add('projector', await startProjector(ctx, db));
-  if (!without.has('scheduler')) {
-    add('scheduler', await startScheduler(ctx, opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS));
-  }
-  if (!without.has('builder')) add('builder', await startBuilder(ctx, DEFAULT_BUILDER_OPTIONS));
-  add('watchdog', await startWatchdog(ctx, opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS));
-  const api = await startApi(ctx, db, {
-    port: opts.apiPort,
-    host: opts.apiHost,
-    ...(opts.adminPassword && { adminPassword: opts.adminPassword }),
-    ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
-  });
-  add('api', api);
-  const worker = opts.worker ? await startWorker(ctx, opts.worker) : null;
-  if (worker) add('worker', worker);
-
-  return {
-    ctx,
-    db,
-    api,
-    worker,
-    natsUrl,
-    databaseUrl,
-    children,
-    stop: async () => {
-      for (const { name, service } of [...services].reverse()) {
-        await withDeadline(`stopping the ${name}`, STOP_DEADLINE_MS, service.stop()).catch(
-          (err: unknown) => ctx.log.error({ err, service: name }, 'stop failed'),
-        );
-      }
-      await db.destroy();
-      await ctx.bus.close();
-      for (const c of [...children].reverse()) await c.stop();
-    },
+  let ctx: ServiceContext | null = null;
+  let db: Kysely<Database> | null = null;
+  const stop = async () => {
+    for (const { name, service } of [...services].reverse()) {
+      await withDeadline(`stopping the ${name}`, STOP_DEADLINE_MS, service.stop()).catch(
+        (err: unknown) => ctx?.log.error({ err, service: name }, 'stop failed'),
+      );
+    }
+    await db?.destroy();
+    await ctx?.bus.close();
+    for (const c of [...children].reverse()) await c.stop();
   };
+  try {
+    let natsUrl = opts.natsUrl;
+    if (!natsUrl) {
+      const wanted = opts.natsPort ?? DEFAULT_NATS_PORT;
+      const port = wanted && !(await portInUse(wanted)) ? wanted : undefined;
+      const nats = await startNatsServer({ dir: join(opts.home, 'nats'), ...(port && { port }) });
+      children.push(nats);
+      natsUrl = nats.url;
+    }
+    let databaseUrl = opts.databaseUrl;
+    if (!databaseUrl) {
+      const pg = await startPostgres({
+        dir: join(opts.home, 'postgres'),
+        fast: opts.fastPostgres ?? false,
+      });
+      children.push(pg);
+      databaseUrl = pg.url;
+    }
+    const config = parseEnv(BaseConfigSchema, {
+      ...process.env,
+      TRAINYARD_NATS_URL: natsUrl,
+      DATABASE_URL: databaseUrl,
+      ...(opts.streamReplicas && { TRAINYARD_STREAM_REPLICAS: String(opts.streamReplicas) }),
+    });
+    ctx = await openContext('trainyard', config);
+    db = connectDb(databaseUrl);
+    await migrate(db);
+
+    const without = new Set(opts.without ?? []);
+    if (!without.has('projector')) add('projector', await startProjector(ctx, db));
+    if (!without.has('scheduler')) {
+      add('scheduler', await startScheduler(ctx, opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS));
+    }
+    if (!without.has('builder')) add('builder', await startBuilder(ctx, DEFAULT_BUILDER_OPTIONS));
+    add('watchdog', await startWatchdog(ctx, opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS));
+    const api = await startApi(ctx, db, {
+      port: opts.apiPort,
+      host: opts.apiHost,
+      ...(opts.adminPassword && { adminPassword: opts.adminPassword }),
+      ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
+    });
+    add('api', api);
+    const worker = opts.worker ? await startWorker(ctx, opts.worker) : null;
+    if (worker) add('worker', worker);
+    return { ctx, db, api, worker, natsUrl, databaseUrl, children, stop };
+  } catch (err) {
+    await stop().catch(() => undefined);
+    throw err;
+  }
 }
 
 export interface UpOptions {
@@ -218,7 +219,6 @@ async function demo(api: RunningApi): Promise<void> {
     name: 'hello-demo',
   });
   console.log(`demo job ${id} submitted; following its log (Ctrl-C stops Trainyard)`);
-  await streamLogs(client, id, true);
-  const job = await client.json<{ status: string }>(`/v1/jobs/${id}`);
+  const job = await followToEnd(client, id);
   console.log(`demo job ${id} ${job.status}; its outputs: npx trainyard outputs ${id}`);
 }

@@ -12,7 +12,10 @@ export interface ChildServer {
 
 /**
  * Spawns a long-running child in `cwd` (its own directory: a server may write stray files where
- * it runs), logging to `logFile`; it dies if it exits before `ready`.
+ * it runs), logging to `logFile`; it dies if it exits before `ready`. It runs in a process group
+ * of its own, so that a Ctrl-C at the terminal reaches this process alone, which stops its
+ * services before their servers; if this process exits with the child still running, the child
+ * is told to stop (SIGTERM).
  */
 export function spawnLogged(
   cmd: string,
@@ -25,8 +28,14 @@ export function spawnLogged(
     cwd: opts.cwd,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: opts.env ?? process.env,
+    detached: true,
     ...(opts.uid !== undefined && { uid: opts.uid, gid: opts.gid }),
   });
+  const stopOnExit = () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  };
+  process.on('exit', stopOnExit);
+  child.once('exit', () => process.off('exit', stopOnExit));
   child.stdout?.pipe(log);
   child.stderr?.pipe(log);
   return child;

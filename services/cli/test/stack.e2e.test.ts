@@ -1,0 +1,125 @@
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
+import { startStack } from '../src/stack.ts';
+import { BIN } from './processes.ts';
+
+/** Processes whose command line names `text`. */
+function processesNaming(text: string): number[] {
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map(Number)
+    .filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(text) && processAlive(pid);
+      } catch {
+        return false;
+      }
+    });
+}
+
+function processGroupOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+}
+
+let home: Awaited<ReturnType<typeof tempDir>>;
+let taken: Server;
+beforeAll(async () => {
+  home = await tempDir('trainyard-stack-');
+  taken = createServer();
+  await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+});
+afterAll(async () => {
+  taken.close();
+  await home.remove();
+});
+
+describe('an embedded stack that cannot start', () => {
+  it('stops the servers and services it had started before passing the error on', async () => {
+    const port = (taken.address() as { port: number }).port;
+    await expect(
+      startStack({
+        home: home.path,
+        natsPort: 0,
+        apiPort: port,
+        apiHost: '127.0.0.1',
+        adminPassword: 'stack-admin-pass',
+        worker: null,
+        fastPostgres: true,
+      }),
+    ).rejects.toThrow(/EADDRINUSE/);
+    expect(existsSync(join(home.path, 'postgres', 'postgres.log'))).toBe(true);
+    await waitFor(
+      'its NATS and PostgreSQL to be gone',
+      () => processesNaming(home.path).length === 0,
+      {
+        timeoutMs: 10_000,
+      },
+    );
+  });
+});
+
+describe('trainyard up', () => {
+  it('stops in order on a Ctrl-C at the terminal, which signals its whole process group', async () => {
+    // Its NATS and PostgreSQL run in process groups of their own, so the signal reaches `up`
+    // alone, which stops its services (a job queued: the scheduler writes a last snapshot)
+    // before their servers.
+    const upHome = await tempDir('trainyard-up-');
+    let pid: number | undefined;
+    try {
+      const child = spawn(process.execPath, [BIN, 'up', '--no-worker'], {
+        detached: true,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: {
+          ...process.env,
+          TRAINYARD_HOME: upHome.path,
+          TRAINYARD_PORT: '0',
+          TRAINYARD_ADMIN_PASSWORD: 'up-admin-pass',
+          TRAINYARD_LOG_LEVEL: 'warn',
+        },
+      });
+      pid = child.pid;
+      let stdout = '';
+      let stderr = '';
+      child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+      child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+      const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+      await waitFor('the stack to be up', () => stdout.includes('Trainyard is up.'), {
+        timeoutMs: 60_000,
+      });
+      const api = /API\s+(http:\/\/\S+)/.exec(stdout)![1]!;
+      const login = await fetch(`${api}/v1/auth/login`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ username: 'admin', password: 'up-admin-pass' }),
+      });
+      const { token } = (await login.json()) as { token: string };
+      const queued = await fetch(`${api}/v1/jobs`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ name: 'waits', command: 'true', resources: { gpus: 0 } }),
+      });
+      expect(queued.status).toBe(202);
+      const servers = processesNaming(upHome.path);
+      expect(servers.length).toBeGreaterThanOrEqual(2);
+      expect(servers.map(processGroupOf)).not.toContain(child.pid);
+      process.kill(-child.pid!, 'SIGINT');
+      expect(await exited).toBe(0);
+      expect(stderr).not.toMatch(/"level":50|projection batch failed/);
+      expect(processesNaming(upHome.path)).toEqual([]);
+    } finally {
+      for (const left of [...(pid ? [-pid] : []), ...processesNaming(upHome.path)]) {
+        try {
+          process.kill(left, 'SIGKILL');
+        } catch {
+          continue;
+        }
+      }
+      await upHome.remove();
+    }
+  });
+});
