@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { readdirSync, readlinkSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -136,6 +136,16 @@ describe('process runtime, starting through its spawner', () => {
     const run = await startedRun(s);
     process.kill(-run.pid!, 'SIGKILL');
     expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGKILL' });
+  });
+
+  it('still reports the end of an attempt whose waiter was killed', async () => {
+    const s = spec('sleep 0.5; exit 7');
+    const run = await startedRun(s);
+    const stat = readFileSync(`/proc/${run.pid}/stat`, 'utf8');
+    const waiter = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    expect(spawnerShells()).not.toContain(waiter);
+    process.kill(waiter, 'SIGKILL');
+    expect(await run.exited).toEqual({ kind: 'exited', exitCode: 7 });
   });
 
   it('hears the end of what a killed spawner started, and starts the next attempt with a new one', async () => {

@@ -34,8 +34,12 @@ export function attemptEnv(
 }
 
 function signalGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
+  return signalProcess(-pid, signal);
+}
+
+function signalProcess(pid: number, signal: NodeJS.Signals | 0): boolean {
   try {
-    process.kill(-pid, signal);
+    process.kill(pid, signal);
     return true;
   } catch {
     return false;
@@ -177,12 +181,7 @@ function unrecordedExit(status: number | null): ProcessExit {
  * answers with the pid before that), the leader itself.
  */
 function signalAttempt(pid: number, signal: NodeJS.Signals): void {
-  if (signalGroup(pid, signal)) return;
-  try {
-    process.kill(pid, signal);
-  } catch {
-    return;
-  }
+  if (!signalGroup(pid, signal)) signalProcess(pid, signal);
 }
 
 function killer(pid: number, exited: Promise<ProcessExit>) {
@@ -192,6 +191,27 @@ function killer(pid: number, exited: Promise<ProcessExit>) {
     await exited;
     clearTimeout(timer);
   };
+}
+
+/** How often a started attempt is checked for, in case its waiter went away without a word. */
+const GONE_CHECK_MS = 1_000;
+
+/**
+ * Settles with null once neither the process group `pid` leads nor its leader has been seen on
+ * two checks in a row; never, once `ended` has settled first.
+ */
+function whenGone(pid: number, ended: Promise<unknown>): Promise<null> {
+  return new Promise((resolve) => {
+    let misses = 0;
+    const timer = setInterval(() => {
+      misses = signalGroup(pid, 0) || signalProcess(pid, 0) ? 0 : misses + 1;
+      if (misses < 2) return;
+      clearInterval(timer);
+      resolve(null);
+    }, GONE_CHECK_MS);
+    timer.unref();
+    void ended.finally(() => clearInterval(timer));
+  });
 }
 
 function notStarted(message: string): RunningAttempt {
@@ -231,7 +251,8 @@ export class ProcessRuntime implements Runtime {
       return notStarted((err as Error).message);
     }
     const tail = new FileTail(spec.logFile, 0, (chunk) => onOutput('stdout', chunk));
-    const exited = launched.ended.then(async (status): Promise<ProcessExit> => {
+    const ended = Promise.race([launched.ended, whenGone(pid, launched.ended)]);
+    const exited = ended.then(async (status): Promise<ProcessExit> => {
       signalGroup(pid, 'SIGKILL');
       await tail.close();
       if (status !== null && status < SCRIPT_FAILED) return { kind: 'exited', exitCode: status };

@@ -19,6 +19,9 @@ const SPAWNER = [
   'done',
 ].join('\n');
 
+/** How long a launch may still start after its spawner shell has gone. */
+const UNFORKED_GRACE_MS = 1_000;
+
 export class SpawnError extends Error {
   override name = 'SpawnError';
 }
@@ -31,6 +34,8 @@ export interface Launched {
 
 interface Launch {
   forked: boolean;
+  /** Whether `started` came: from then on only `ended` settles the launch. */
+  running: boolean;
   started(pid: number): void;
   failed(err: Error): void;
   ended(status: number | null): void;
@@ -68,7 +73,10 @@ class Shell {
       const launch = id === undefined ? undefined : this.#launches.get(id);
       const n = Number(value);
       if (!launch || !Number.isInteger(n)) return;
-      if (kind === 'started') launch.started(n);
+      if (kind === 'started') {
+        launch.running = true;
+        launch.started(n);
+      }
       if (kind === 'ended') {
         this.#launches.delete(id!);
         this.#hold();
@@ -80,13 +88,7 @@ class Shell {
     });
     own.once('close', () => {
       onGone();
-      for (const [id, launch] of this.#launches) {
-        if (launch.forked) continue;
-        this.#launches.delete(id);
-        this.#hold();
-        launch.failed(new SpawnError(this.#fatal ?? 'the spawner shell ended'));
-        launch.ended(null);
-      }
+      setTimeout(() => this.#failUnstarted(), UNFORKED_GRACE_MS).unref();
     });
     waiters.once('close', () => {
       for (const launch of this.#launches.values()) {
@@ -95,6 +97,20 @@ class Shell {
       }
       this.#launches.clear();
     });
+  }
+
+  /**
+   * Fails the launches that a gone shell never said it forked and that never started. The
+   * shell may have died between the fork and its word, so such a waiter gets a grace to start.
+   */
+  #failUnstarted(): void {
+    for (const [id, launch] of this.#launches) {
+      if (launch.forked || launch.running) continue;
+      this.#launches.delete(id);
+      launch.failed(new SpawnError(this.#fatal ?? 'the spawner shell ended'));
+      launch.ended(null);
+    }
+    this.#hold();
   }
 
   launch(id: string, script: string, launch: Launch): void {
@@ -128,7 +144,7 @@ export class Spawner {
     }));
     let launch!: Launch;
     const pid = new Promise<number>((started, failed) => {
-      launch = { forked: false, started, failed, ended: () => undefined };
+      launch = { forked: false, running: false, started, failed, ended: () => undefined };
     });
     const ended = new Promise<number | null>((resolve) => (launch.ended = resolve));
     pid.catch(() => undefined);
