@@ -10,6 +10,12 @@ export interface ChildServer {
   kill(): Promise<void>;
 }
 
+/** Servers this process started that still run: told to stop if this process exits first. */
+const running = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of running) child.kill('SIGTERM');
+});
+
 /**
  * Spawns a long-running child in `cwd` (its own directory: a server may write stray files where
  * it runs), logging to `logFile`; it dies if it exits before `ready`. It runs in a process group
@@ -31,11 +37,8 @@ export function spawnLogged(
     detached: true,
     ...(opts.uid !== undefined && { uid: opts.uid, gid: opts.gid }),
   });
-  const stopOnExit = () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
-  };
-  process.on('exit', stopOnExit);
-  child.once('exit', () => process.off('exit', stopOnExit));
+  running.add(child);
+  child.once('exit', () => running.delete(child));
   child.stdout?.pipe(log);
   child.stderr?.pipe(log);
   return child;
