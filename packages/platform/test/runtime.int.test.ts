@@ -1,4 +1,3 @@
-import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -87,13 +86,24 @@ describe('process runtime', () => {
 
 /** The spawner shells this process started (the test's own children running the spawner). */
 function spawnerShells(): number[] {
-  const out = execFileSync('ps', ['-o', 'pid=,args=', '--ppid', String(process.pid)], {
-    encoding: 'utf8',
-  });
-  return out
-    .split('\n')
-    .filter((line) => line.includes('trainyard-spawner'))
-    .map((line) => Number(line.trim().split(' ')[0]));
+  return readdirSync('/proc')
+    .filter((entry) => /^\d+$/.test(entry))
+    .map(Number)
+    .filter((pid) => {
+      try {
+        return (
+          parentOf(pid) === process.pid &&
+          readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('trainyard-spawner')
+        );
+      } catch {
+        return false;
+      }
+    });
+}
+
+function parentOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
 }
 
 describe('process runtime, starting through its spawner', () => {
@@ -141,8 +151,7 @@ describe('process runtime, starting through its spawner', () => {
   it('still reports the end of an attempt whose waiter was killed', async () => {
     const s = spec('sleep 0.5; exit 7');
     const run = await startedRun(s);
-    const stat = readFileSync(`/proc/${run.pid}/stat`, 'utf8');
-    const waiter = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    const waiter = parentOf(run.pid!);
     expect(spawnerShells()).not.toContain(waiter);
     process.kill(waiter, 'SIGKILL');
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 7 });
