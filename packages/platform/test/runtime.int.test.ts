@@ -148,6 +148,15 @@ describe('process runtime, starting through its spawner', () => {
     expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGKILL' });
   });
 
+  it('says why nothing can start on a host without setsid', async () => {
+    const bare = new ProcessRuntime({ PATH: join(dir.path, 'no-such-bin') });
+    const run = await bare.start(spec('true'), () => undefined);
+    expect(await run.exited).toEqual({
+      kind: 'launch-error',
+      message: 'setsid (util-linux) is not installed',
+    });
+  });
+
   it('still reports the end of an attempt whose waiter was killed', async () => {
     const s = spec('sleep 0.5; exit 7');
     const run = await startedRun(s);

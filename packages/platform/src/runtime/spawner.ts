@@ -86,16 +86,19 @@ class Shell {
     this.child.once('error', (err) => {
       this.#fatal ??= `the spawner shell could not start: ${err.message}`;
     });
-    own.once('close', () => {
+    const ownClosed = new Promise<void>((resolve) => own.once('close', resolve));
+    void ownClosed.then(() => {
       onGone();
       setTimeout(() => this.#failUnstarted(), UNFORKED_GRACE_MS).unref();
     });
     waiters.once('close', () => {
-      for (const launch of this.#launches.values()) {
-        launch.failed(new SpawnError('the command was not started'));
-        launch.ended(null);
-      }
-      this.#launches.clear();
+      void ownClosed.then(() => {
+        for (const launch of this.#launches.values()) {
+          launch.failed(new SpawnError(this.#fatal ?? 'the command was not started'));
+          launch.ended(null);
+        }
+        this.#launches.clear();
+      });
     });
   }
 
