@@ -1,4 +1,4 @@
-import { readFileSync, readdirSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 
 const TICKS_PER_SECOND = 100;
 
@@ -12,20 +12,6 @@ function cpuMsOf(pid: number): number {
   } catch {
     return 0;
   }
-}
-
-/** Pids of every process whose command line contains `needle`. */
-export function pidsMatching(needle: string): number[] {
-  return readdirSync('/proc')
-    .filter((d) => /^\d+$/.test(d))
-    .map(Number)
-    .filter((pid) => {
-      try {
-        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(needle);
-      } catch {
-        return false;
-      }
-    });
 }
 
 /** Samples CPU time of named groups of processes; `since` gives the ms each spent since `mark`. */

@@ -2,7 +2,8 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { appendCeiling } from './append.ts';
 import { BenchCluster } from './cluster.ts';
-import { CpuMeter, pidsMatching } from './cpu.ts';
+import { pidsMatching } from '@trainyard/testkit';
+import { CpuMeter } from './cpu.ts';
 import { startupBench } from './startup.ts';
 import { summary } from './stats.ts';
 

@@ -1,8 +1,14 @@
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { readdirSync, readlinkSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { processAlive as alive, tempDir, waitFor } from '@trainyard/testkit';
+import {
+  pidsMatching,
+  processAlive as alive,
+  processInfo,
+  tempDir,
+  waitFor,
+} from '@trainyard/testkit';
 import {
   NvidiaSmiInventory,
   ProcessRuntime,
@@ -86,24 +92,9 @@ describe('process runtime', () => {
 
 /** The spawner shells this process started (the test's own children running the spawner). */
 function spawnerShells(): number[] {
-  return readdirSync('/proc')
-    .filter((entry) => /^\d+$/.test(entry))
-    .map(Number)
-    .filter((pid) => {
-      try {
-        return (
-          parentOf(pid) === process.pid &&
-          readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('trainyard-spawner')
-        );
-      } catch {
-        return false;
-      }
-    });
-}
-
-function parentOf(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  return pidsMatching('trainyard-spawner').filter(
+    (pid) => processInfo(pid)?.parent === process.pid,
+  );
 }
 
 describe('process runtime, starting through its spawner', () => {
@@ -160,7 +151,7 @@ describe('process runtime, starting through its spawner', () => {
   it('still reports the end of an attempt whose waiter was killed', async () => {
     const s = spec('sleep 0.5; exit 7');
     const run = await startedRun(s);
-    const waiter = parentOf(run.pid!);
+    const waiter = processInfo(run.pid!)!.parent;
     expect(spawnerShells()).not.toContain(waiter);
     process.kill(waiter, 'SIGKILL');
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 7 });

@@ -1,29 +1,15 @@
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
+import { pidsMatching, processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
 import { startStack } from '../src/stack.ts';
 import { BIN } from './processes.ts';
 
-/** Processes whose command line names `text`. */
+/** Live processes whose command line names `text`. */
 function processesNaming(text: string): number[] {
-  return readdirSync('/proc')
-    .filter((d) => /^\d+$/.test(d))
-    .map(Number)
-    .filter((pid) => {
-      try {
-        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(text) && processAlive(pid);
-      } catch {
-        return false;
-      }
-    });
-}
-
-function processGroupOf(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+  return pidsMatching(text).filter(processAlive);
 }
 
 let home: Awaited<ReturnType<typeof tempDir>>;
@@ -106,7 +92,7 @@ describe('trainyard up', () => {
       expect(queued.status).toBe(202);
       const servers = processesNaming(upHome.path);
       expect(servers.length).toBeGreaterThanOrEqual(2);
-      expect(servers.map(processGroupOf)).not.toContain(child.pid);
+      expect(servers.map((pid) => processInfo(pid)?.group)).not.toContain(child.pid);
       process.kill(-child.pid!, 'SIGINT');
       expect(await exited).toBe(0);
       expect(stderr).not.toMatch(/"level":50|projection batch failed/);

@@ -8,7 +8,6 @@ import {
   type JobSnapshot,
   type RunAttempt,
   type RunningAttempt,
-  type RunSpec,
   type ServiceContext,
 } from '@trainyard/platform';
 import { OutputMirror } from './outputs.ts';
@@ -16,6 +15,7 @@ import {
   markSandbox,
   prepareSandbox,
   removeSandbox,
+  runSpecIn,
   SandboxError,
   type Sandbox,
 } from './sandbox.ts';
@@ -119,7 +119,7 @@ export class AttemptRun {
     const outputs = new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs);
     this.#startedAt = Date.now();
     markSandbox(box, this.msg, this.#startedAt);
-    this.#process = this.opts.runtime.start(this.#spec(box), (_stream, chunk) =>
+    this.#process = this.opts.runtime.start(runSpecIn(box, this.msg), (_stream, chunk) =>
       shipper.write(chunk),
     );
     void this.#supervise(await this.#process, shipper, outputs);
@@ -144,8 +144,11 @@ export class AttemptRun {
       writtenBy: 'process',
       offset,
     });
-    const attached = await this.opts.runtime.attach?.(this.#spec(box), pid, offset, (_s, chunk) =>
-      shipper.write(chunk),
+    const attached = await this.opts.runtime.attach?.(
+      runSpecIn(box, this.msg),
+      pid,
+      offset,
+      (_s, chunk) => shipper.write(chunk),
     );
     if (!attached) {
       await this.#fail(failure('processLost', 'the command was gone when its worker restarted'));
@@ -160,23 +163,6 @@ export class AttemptRun {
       new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs),
     );
     return true;
-  }
-
-  #spec(box: Sandbox): RunSpec {
-    return {
-      jobId: this.msg.jobId,
-      attemptId: this.attemptId,
-      attempt: this.msg.attempt,
-      command: this.msg.command,
-      env: this.msg.env,
-      workDir: box.workDir,
-      outputDir: box.outputDir,
-      logFile: box.logFile,
-      exitFile: box.exitFile,
-      pidFile: box.pidFile,
-      scriptFile: box.scriptFile,
-      gpus: this.msg.gpus,
-    };
   }
 
   async #supervise(

@@ -11,6 +11,7 @@ import {
   recordedPid,
   RunAttemptSchema,
   type RunAttempt,
+  type RunSpec,
 } from '@trainyard/platform';
 
 export interface Sandbox {
@@ -36,6 +37,24 @@ function sandboxAt(dir: string): Sandbox {
     exitFile: join(dir, 'attempt.exit'),
     pidFile: join(dir, 'attempt.pid'),
     scriptFile: join(dir, 'attempt.sh'),
+  };
+}
+
+/** What the runtime needs to run `msg`'s attempt in `box`. */
+export function runSpecIn(box: Sandbox, msg: RunAttempt): RunSpec {
+  return {
+    jobId: msg.jobId,
+    attemptId: msg.attemptId,
+    attempt: msg.attempt,
+    command: msg.command,
+    env: msg.env,
+    workDir: box.workDir,
+    outputDir: box.outputDir,
+    logFile: box.logFile,
+    exitFile: box.exitFile,
+    pidFile: box.pidFile,
+    scriptFile: box.scriptFile,
+    gpus: msg.gpus,
   };
 }
 

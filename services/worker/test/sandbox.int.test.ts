@@ -3,7 +3,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobState } from '@trainyard/domain';
 import { ProcessRuntime, type BlobStore, type RunAttempt } from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
-import { leftSandboxes, markSandbox, prepareSandbox, type Sandbox } from '../src/sandbox.ts';
+import {
+  leftSandboxes,
+  markSandbox,
+  prepareSandbox,
+  runSpecIn,
+  type Sandbox,
+} from '../src/sandbox.ts';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 beforeAll(async () => {
@@ -39,23 +45,7 @@ const runtime = new ProcessRuntime();
 afterAll(() => runtime.close());
 
 function run(box: Sandbox, msg: RunAttempt) {
-  return runtime.start(
-    {
-      jobId: msg.jobId,
-      attemptId: msg.attemptId,
-      attempt: msg.attempt,
-      command: msg.command,
-      env: msg.env,
-      workDir: box.workDir,
-      outputDir: box.outputDir,
-      logFile: box.logFile,
-      exitFile: box.exitFile,
-      pidFile: box.pidFile,
-      scriptFile: box.scriptFile,
-      gpus: msg.gpus,
-    },
-    () => undefined,
-  );
+  return runtime.start(runSpecIn(box, msg), () => undefined);
 }
 
 describe('sandboxes a worker left behind', () => {
