@@ -1,6 +1,12 @@
 import type { Kysely } from 'kysely';
 import type { StoredEvent } from '@trainyard/events';
-import { followLog, sleep, supervise, type ServiceContext } from '@trainyard/platform';
+import {
+  followLog,
+  sleep,
+  supervise,
+  withDeadline,
+  type ServiceContext,
+} from '@trainyard/platform';
 import { applyBatch, migrate, readCheckpoint, type Database } from '@trainyard/projections';
 
 export interface ProjectorOptions {
@@ -17,6 +23,12 @@ export interface RunningProjector {
 
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 5_000;
+/**
+ * How long one batch may take before it counts as failed and is tried again. A batch that hangs
+ * on a connection to a server that went away would otherwise hold the projector for good; one
+ * that later commits after all is harmless, since each batch moves the checkpoint it checks.
+ */
+const BATCH_DEADLINE_MS = 10_000;
 
 /**
  * Keeps the read models in step with the log. Its position is the checkpoint row written in the
@@ -34,7 +46,7 @@ export async function startProjector(
   async function untilApplied(batch: StoredEvent[]): Promise<void> {
     for (let wait = RETRY_MIN_MS; !abort.signal.aborted; wait = Math.min(wait * 2, RETRY_MAX_MS)) {
       try {
-        await applyBatch(db, batch);
+        await withDeadline('a projection batch', BATCH_DEADLINE_MS, applyBatch(db, batch));
         return;
       } catch (err) {
         log.warn({ err, fromSeq: batch[0]?.seq, wait }, 'projection batch failed; retrying');
