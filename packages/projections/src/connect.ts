@@ -3,6 +3,11 @@ import { PostgresJSDialect } from 'kysely-postgres-js';
 import postgres from 'postgres';
 import type { Database } from './database.ts';
 
+/** The postgres.js client under a Kysely handle. */
+export type PostgresClient = postgres.Sql<{ bigint: number }>;
+
+const clients = new WeakMap<Kysely<Database>, PostgresClient>();
+
 /**
  * How long closing waits for queries in flight. Without a bound, closing while PostgreSQL is
  * away waits forever for connections that never come.
@@ -27,5 +32,17 @@ export function connectDb(url: string, opts: { max?: number } = {}): Kysely<Data
   });
   const end = sql.end.bind(sql);
   sql.end = ({ timeout = END_TIMEOUT_SECONDS } = {}) => end({ timeout });
-  return new Kysely<Database>({ dialect: new PostgresJSDialect({ postgres: sql }) });
+  const db = new Kysely<Database>({ dialect: new PostgresJSDialect({ postgres: sql }) });
+  clients.set(db, sql);
+  return db;
+}
+
+/**
+ * The postgres.js client under a handle made by `connectDb`, for statements sent together in
+ * one round trip (a Kysely transaction runs its queries one after another).
+ */
+export function postgresClientOf(db: Kysely<Database>): PostgresClient {
+  const sql = clients.get(db);
+  if (!sql) throw new Error('this database handle was not made by connectDb');
+  return sql;
 }

@@ -1,4 +1,4 @@
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { JobEvent, StoredEvent } from '@trainyard/events';
 import { connectBus, loadJob, runJobCommand, type Bus } from '@trainyard/platform';
@@ -126,6 +126,39 @@ describe('projections', () => {
     const events = await history();
     for (let i = 0; i < events.length; i += 3) await applyBatch(other, events.slice(i, i + 3));
     expect(await snapshotProjections(other)).toEqual(await snapshotProjections(db));
+  });
+
+  it('applies only the events past the checkpoint of a batch that overlaps it', async () => {
+    const events = await history();
+    const third = connectDb(await createTestDatabase(inject('pgUrl')));
+    try {
+      await migrate(third);
+      expect(await applyBatch(third, events.slice(0, 4))).toBe(4);
+      expect(await applyBatch(third, events)).toBe(events.length - 4);
+      expect(await snapshotProjections(third)).toEqual(await snapshotProjections(db));
+    } finally {
+      await third.destroy();
+    }
+  });
+
+  it('leaves nothing of a batch whose writes fail, and applies it once the fault is gone', async () => {
+    const events = await history();
+    const third = connectDb(await createTestDatabase(inject('pgUrl')));
+    try {
+      await migrate(third);
+      await sql`create function refuse() returns trigger language plpgsql as
+        $$ begin raise exception 'attempts refused'; end $$`.execute(third);
+      await sql`create trigger refuse before insert on attempts
+        for each row execute function refuse()`.execute(third);
+      await expect(applyBatch(third, events)).rejects.toThrow('attempts refused');
+      expect(await readCheckpoint(third)).toBe(0);
+      expect(await third.selectFrom('jobs').selectAll().execute()).toEqual([]);
+      await sql`drop trigger refuse on attempts`.execute(third);
+      expect(await applyBatch(third, events)).toBe(events.length);
+      expect(await snapshotProjections(third)).toEqual(await snapshotProjections(db));
+    } finally {
+      await third.destroy();
+    }
   });
 
   it('rebuilds from the log to the same tables, and carries on after it', async () => {
