@@ -17,6 +17,15 @@ export interface JobTimes {
   status?: string;
 }
 
+/**
+ * `TRAINYARD_BENCH_CPU_PROF=DIR` writes a CPU profile of each worker process into DIR (start the
+ * bench itself with `node --cpu-prof` to profile the control plane).
+ */
+function profileFlags(): string[] {
+  const dir = process.env.TRAINYARD_BENCH_CPU_PROF;
+  return dir ? ['--cpu-prof', `--cpu-prof-dir=${resolve(dir)}`] : [];
+}
+
 /** The control plane in this process, simulated workers as child processes. */
 export class BenchCluster {
   readonly times = new Map<string, JobTimes>();
@@ -67,6 +76,7 @@ export class BenchCluster {
       const child = spawn(
         process.execPath,
         [
+          ...profileFlags(),
           '--import',
           'tsx',
           HOST,

@@ -9,6 +9,12 @@ import { summary } from './stats.ts';
 
 process.env.TRAINYARD_LOG_LEVEL ??= 'warn';
 const quick = process.argv.includes('--quick');
+const PARTS = ['small', 'ceiling', 'startup'] as const;
+const onlyArg = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length);
+const parts = new Set(onlyArg ? onlyArg.split(',') : PARTS);
+for (const part of parts)
+  if (!(PARTS as readonly string[]).includes(part))
+    throw new Error(`--only takes a list of ${PARTS.join(', ')}; got "${part}"`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function latencies(cluster: BenchCluster, ids: string[]) {
@@ -133,9 +139,9 @@ try {
     at: new Date().toISOString(),
     machine: { cpus: (await import('node:os')).availableParallelism(), node: process.version },
     quick,
-    smallCluster: await smallCluster(cluster),
-    ceiling: await ceiling(cluster),
-    schedulerStartup: await startupBench(quick ? 10_000 : 100_000),
+    smallCluster: parts.has('small') ? await smallCluster(cluster) : null,
+    ceiling: parts.has('ceiling') ? await ceiling(cluster) : null,
+    schedulerStartup: parts.has('startup') ? await startupBench(quick ? 10_000 : 100_000) : null,
   };
   const dir = 'bench-results';
   await mkdir(dir, { recursive: true });
@@ -143,27 +149,29 @@ try {
   await writeFile(file, JSON.stringify(result, null, 2));
   const s = result.smallCluster;
   const c = result.ceiling;
-  console.log(`
-Trainyard benchmark (simulated GPUs; jobs skip build and estimation)
-
-small cluster: ${s.workers} workers x ${s.gpusPerWorker} simulated GPUs in ${s.workerProcesses} processes, ${s.burst.jobs} jobs running \`true\`
+  const u = result.schedulerStartup;
+  const sections = [
+    'Trainyard benchmark (simulated GPUs; jobs skip build and estimation)',
+    s &&
+      `small cluster: ${s.workers} workers x ${s.gpusPerWorker} simulated GPUs in ${s.workerProcesses} processes, ${s.burst.jobs} jobs running \`true\`
   completed        ${s.burst.jobsPerSecond} jobs/s (target >= 200), makespan ${s.burst.makespanMs} ms, failed ${s.burst.failed}
   submit->start    p50 ${s.burst.submitToStartMs.p50} ms  p90 ${s.burst.submitToStartMs.p90} ms  p99 ${s.burst.submitToStartMs.p99} ms
   cpu per job      ${cpuLine(s.burst.cpuMsPerJob)}
-  idle probe       p50 ${s.idleProbe.submitToStartMs.p50} ms  p90 ${s.idleProbe.submitToStartMs.p90} ms  p99 ${s.idleProbe.submitToStartMs.p99} ms (target p50 < 20 ms)
-
-ceiling: ${c.workers} workers x ${c.gpusPerWorker} simulated GPUs in ${c.workerProcesses} processes, simulated runtime (no processes spawned), ${c.endToEnd.jobs} jobs
+  idle probe       p50 ${s.idleProbe.submitToStartMs.p50} ms  p90 ${s.idleProbe.submitToStartMs.p90} ms  p99 ${s.idleProbe.submitToStartMs.p99} ms (target p50 < 20 ms)`,
+    c &&
+      `ceiling: ${c.workers} workers x ${c.gpusPerWorker} simulated GPUs in ${c.workerProcesses} processes, simulated runtime (no processes spawned), ${c.endToEnd.jobs} jobs
   end to end       ${c.endToEnd.jobsPerSecond} jobs/s (target >= 500), failed ${c.endToEnd.failed}
   submit->running  p50 ${c.endToEnd.submitToRunningMs.p50} ms  p99 ${c.endToEnd.submitToRunningMs.p99} ms
   cpu per job      ${cpuLine(c.endToEnd.cpuMsPerJob)}
   raw append       ${c.rawAppendCeilingPerSecond} events/s (pipelined, msg id + expected sequence)
-  ratio            ${c.appendsPerJob} appends/job x jobs/s / ceiling = ${c.ratioOfCeiling}
-
-scheduler start-up with ${result.schedulerStartup.jobs} jobs (${result.schedulerStartup.events} events) in the log
-  full replay      ${result.schedulerStartup.fullReplayMs} ms
-  from snapshot    ${result.schedulerStartup.fromSnapshotMs} ms (target < 2000 ms)
-
-written to ${file}`);
+  ratio            ${c.appendsPerJob} appends/job x jobs/s / ceiling = ${c.ratioOfCeiling}`,
+    u &&
+      `scheduler start-up with ${u.jobs} jobs (${u.events} events) in the log
+  full replay      ${u.fullReplayMs} ms
+  from snapshot    ${u.fromSnapshotMs} ms (target < 2000 ms)`,
+    `written to ${file}`,
+  ];
+  console.log(`\n${sections.filter(Boolean).join('\n\n')}`);
 } finally {
   await cluster.stop();
 }
