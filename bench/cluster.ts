@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Agent, request } from 'node:http';
+import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
@@ -60,13 +61,14 @@ export class BenchCluster {
 
   /**
    * Starts `count` workers with simulated GPUs of `shape`, spread over `processes` worker
-   * processes (one worker per process by default), and waits until all are online.
+   * processes (one worker per process by default), with their sandboxes under `sandboxes`
+   * (default the temp directory), and waits until all are online.
    */
   async addWorkers(
     prefix: string,
     count: number,
     shape: string,
-    opts: { processes?: number; simulateRuntime?: boolean } = {},
+    opts: { processes?: number; simulateRuntime?: boolean; sandboxes?: string } = {},
   ): Promise<void> {
     const processes = opts.processes ?? count;
     const perProcess = Math.ceil(count / processes);
@@ -83,6 +85,7 @@ export class BenchCluster {
           `${prefix}${p}x`,
           String(n),
           shape,
+          opts.sandboxes ?? tmpdir(),
           ...(opts.simulateRuntime ? ['--simulate-runtime'] : []),
         ],
         {

@@ -1,4 +1,6 @@
+import { accessSync, constants } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { appendCeiling } from './append.ts';
 import { BenchCluster } from './cluster.ts';
@@ -16,6 +18,26 @@ for (const part of parts)
   if (!(PARTS as readonly string[]).includes(part))
     throw new Error(`--only takes a list of ${PARTS.join(', ')}; got "${part}"`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Where the workers keep their sandboxes: `--sandboxes=DIR`, else memory
+ * (/dev/shm) where there is one. The jobs write nothing, so what a disk would add is the cost of
+ * making and removing a few directories and files per attempt, which on some virtual disks is
+ * far more than the scheduler's own work (docs/benchmarks.md).
+ */
+function sandboxesDir(): string {
+  const chosen = process.argv
+    .find((a) => a.startsWith('--sandboxes='))
+    ?.slice('--sandboxes='.length);
+  if (chosen) return chosen;
+  try {
+    accessSync('/dev/shm', constants.W_OK);
+    return '/dev/shm';
+  } catch {
+    return tmpdir();
+  }
+}
+const sandboxes = sandboxesDir();
 
 function latencies(cluster: BenchCluster, ids: string[]) {
   return summary(ids.map((id) => cluster.times.get(id)!).map((t) => t.startedMs! - t.submittedMs!));
@@ -70,7 +92,7 @@ function perJob(cpu: Record<string, number>, jobs: number) {
 }
 
 async function smallCluster(cluster: BenchCluster) {
-  await cluster.addWorkers('small', 4, '2x24GiB', { processes: 2 });
+  await cluster.addWorkers('small', 4, '2x24GiB', { processes: 2, sandboxes });
   const n = quick ? 200 : 1000;
   const meter = cpuMeter(cluster);
   meter.mark();
@@ -94,6 +116,7 @@ async function smallCluster(cluster: BenchCluster) {
     workerProcesses: 2,
     gpusPerWorker: 2,
     simulatedGpus: true,
+    sandboxes,
     burst,
     idleProbe: {
       jobs: 20,
@@ -111,6 +134,7 @@ async function ceiling(cluster: BenchCluster) {
   await cluster.addWorkers('ceil', workers, `${gpus}x80GiB`, {
     processes: 2,
     simulateRuntime: true,
+    sandboxes,
   });
   const n = quick ? 500 : 3000;
   const meter = cpuMeter(cluster);
@@ -126,6 +150,7 @@ async function ceiling(cluster: BenchCluster) {
     simulatedGpus: true,
     simulatedRuntime: true,
     workerProcesses: 2,
+    sandboxes,
     endToEnd: { ...e2e, submitToRunningMs: latencies(cluster, ids), phases: phases(cluster, ids) },
     rawAppendCeilingPerSecond: raw.perSecond,
     appendsPerJob,
@@ -153,13 +178,13 @@ try {
   const sections = [
     'Trainyard benchmark (simulated GPUs; jobs skip build and estimation)',
     s &&
-      `small cluster: ${s.workers} workers x ${s.gpusPerWorker} simulated GPUs in ${s.workerProcesses} processes, ${s.burst.jobs} jobs running \`true\`
+      `small cluster: ${s.workers} workers x ${s.gpusPerWorker} simulated GPUs in ${s.workerProcesses} processes, ${s.burst.jobs} jobs running \`true\`, sandboxes in ${s.sandboxes}
   completed        ${s.burst.jobsPerSecond} jobs/s (target >= 200), makespan ${s.burst.makespanMs} ms, failed ${s.burst.failed}
   submit->start    p50 ${s.burst.submitToStartMs.p50} ms  p90 ${s.burst.submitToStartMs.p90} ms  p99 ${s.burst.submitToStartMs.p99} ms
   cpu per job      ${cpuLine(s.burst.cpuMsPerJob)}
   idle probe       p50 ${s.idleProbe.submitToStartMs.p50} ms  p90 ${s.idleProbe.submitToStartMs.p90} ms  p99 ${s.idleProbe.submitToStartMs.p99} ms (target p50 < 20 ms)`,
     c &&
-      `ceiling: ${c.workers} workers x ${c.gpusPerWorker} simulated GPUs in ${c.workerProcesses} processes, simulated runtime (no processes spawned), ${c.endToEnd.jobs} jobs
+      `ceiling: ${c.workers} workers x ${c.gpusPerWorker} simulated GPUs in ${c.workerProcesses} processes, simulated runtime (no processes spawned), ${c.endToEnd.jobs} jobs, sandboxes in ${c.sandboxes}
   end to end       ${c.endToEnd.jobsPerSecond} jobs/s (target >= 500), failed ${c.endToEnd.failed}
   submit->running  p50 ${c.endToEnd.submitToRunningMs.p50} ms  p99 ${c.endToEnd.submitToRunningMs.p99} ms
   cpu per job      ${cpuLine(c.endToEnd.cpuMsPerJob)}

@@ -1,7 +1,9 @@
 /**
  * Runs several simulated workers in one process, sharing one NATS connection, for benchmarks
- * that need many workers on a 2-core machine: `worker-host.ts PREFIX COUNT SHAPE [--simulate-runtime]`.
- * Each is a full worker (its own registration, heartbeats and per-GPU consumers).
+ * that need many workers on a 2-core machine:
+ * `worker-host.ts PREFIX COUNT SHAPE SANDBOXES [--simulate-runtime]`, where SANDBOXES is the
+ * directory their sandboxes go under. Each is a full worker (its own registration, heartbeats
+ * and per-GPU consumers).
  */
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
@@ -9,7 +11,8 @@ import { workerOptions } from '@trainyard/cli';
 import { BaseConfigSchema, openContext, parseEnv, stopOnSignals } from '@trainyard/platform';
 import { startWorker, type RunningWorker } from '@trainyard/worker';
 
-const [prefix = 'host', count = '1', shape = '8x80GiB', ...flags] = process.argv.slice(2);
+const [prefix = 'host', count = '1', shape = '8x80GiB', sandboxes = tmpdir(), ...flags] =
+  process.argv.slice(2);
 const ctx = await openContext('worker-host', parseEnv(BaseConfigSchema));
 const workers: RunningWorker[] = [];
 for (let i = 0; i < Number(count); i++) {
@@ -18,7 +21,7 @@ for (let i = 0; i < Number(count); i++) {
     name,
     simulateGpus: shape,
     cpuSlots: '0',
-    sandbox: join(tmpdir(), 'trainyard-bench-sandboxes', name),
+    sandbox: join(sandboxes, 'trainyard-bench-sandboxes', name),
     simulateRuntime: flags.includes('--simulate-runtime'),
   });
   workers.push(await startWorker(ctx, opts));
