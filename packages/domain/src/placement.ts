@@ -85,6 +85,23 @@ function fitOnWorker(
   };
 }
 
+/**
+ * What a job asks of a worker. Within one round capacity only shrinks, so once a job finds no
+ * place, no later job that asks the same finds one either.
+ */
+function shapeOf(job: TrackedJob): string {
+  const resources = job.state.spec!.resources;
+  let shape = shapes.get(resources);
+  if (shape === undefined) {
+    const { gpus, vramGb, cpus } = resources;
+    shape = gpus === 0 ? `cpu ${cpus ?? 1}` : `gpu ${gpus} ${vramGb ?? 'whole'}`;
+    shapes.set(resources, shape);
+  }
+  return shape;
+}
+
+const shapes = new WeakMap<object, string>();
+
 function apply(worker: WorkerState, a: Assignment): void {
   for (const index of a.gpus) {
     const gpu = worker.gpus.find((g) => g.index === index)!;
@@ -106,8 +123,8 @@ function cloneWorker(w: WorkerState): WorkerState {
 /**
  * Placement policy v1: walks queued jobs by priority then age and puts each on the first
  * online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
- * its free memory; a job without declared VRAM takes a GPU alone. Pure: the cluster state is
- * not changed.
+ * its free memory; a job without declared VRAM takes a GPU alone. A job that fits nowhere does
+ * not hold back a later one that asks less. Pure: the cluster state is not changed.
  */
 export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
   const { ready, wakeAt } = placeable(cluster, now);
@@ -117,8 +134,11 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
     .map(cloneWorker);
   const assignments: Assignment[] = [];
   if (!workers.some(hasRoom)) return { assignments, wakeAt };
+  const unplaceable = new Set<string>();
   for (const job of ready.sort(byPlacementOrder)) {
     if (!job.state.spec) continue;
+    const shape = shapeOf(job);
+    if (unplaceable.has(shape)) continue;
     const placed = workers.find((worker) => {
       const a = fitOnWorker(job, worker, policy);
       if (a) {
@@ -127,7 +147,8 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
       }
       return a !== null;
     });
-    if (placed && !hasRoom(placed) && !workers.some(hasRoom)) break;
+    if (!placed) unplaceable.add(shape);
+    else if (!hasRoom(placed) && !workers.some(hasRoom)) break;
   }
   return { assignments, wakeAt };
 }

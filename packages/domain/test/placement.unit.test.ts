@@ -73,6 +73,18 @@ describe('placement policy v1', () => {
     expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['ok']);
   });
 
+  it('skips jobs that ask what found no place, and still places smaller ones behind them', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24]);
+    submit(c, 'first', { resources: { gpus: 1, vramGb: 12 } });
+    for (const id of ['big1', 'big2', 'big3'])
+      submit(c, id, { resources: { gpus: 2, vramGb: 20 } });
+    submit(c, 'small', { resources: { gpus: 1, vramGb: 8 } });
+    submit(c, 'cpu', { resources: { gpus: 0 } });
+    submit(c, 'last', { resources: { gpus: 1, vramGb: 12 } });
+    expect(commit(c).map((a) => a.jobId)).toEqual(['first', 'small', 'last']);
+  });
+
   it('shares a GPU between jobs only while both fit in its memory', () => {
     const c = emptyCluster();
     worker(c, 'w1', [24]);
@@ -108,6 +120,32 @@ describe('placement policy v1', () => {
     expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['urgent']);
     c.jobs.delete('urgent');
     expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['old']);
+  });
+
+  it('takes a long queue in priority-then-age order, a few slots at a time', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24, 24]);
+    const queue: { id: string; priority: number; order: number }[] = [];
+    for (let i = 0; i < 300; i++) {
+      const priority = (i * 7919) % 5;
+      submit(c, `j${i}`, { resources: { gpus: 1 }, priority });
+      queue.push({ id: `j${i}`, priority, order: i });
+    }
+    const expected = queue
+      .sort((a, b) => b.priority - a.priority || a.order - b.order)
+      .map((j) => j.id);
+    const taken: string[] = [];
+    while (taken.length < queue.length) {
+      const placed = commit(c).map((a) => a.jobId);
+      expect(placed).toHaveLength(Math.min(3, queue.length - taken.length));
+      taken.push(...placed);
+      for (const id of placed) c.jobs.delete(id);
+      for (const gpu of c.workers.get('w1')!.gpus) {
+        gpu.reservedBytes = 0;
+        gpu.attempts = 0;
+      }
+    }
+    expect(taken).toEqual(expected);
   });
 
   it('never makes more attempts than there are free slots', () => {
