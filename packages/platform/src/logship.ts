@@ -1,5 +1,4 @@
-import { createWriteStream, type WriteStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { createWriteStream, statSync, type WriteStream } from 'node:fs';
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { getStoredMessage, Streams, Subjects } from '@trainyard/events';
 import { BlobKeys, putFile, type BlobStore } from './blob/types.ts';
@@ -115,11 +114,18 @@ export class LogShipper {
 
   /** Keeps the local copy in the blob store, for when the live log has aged out. */
   async archive(blobs: BlobStore): Promise<void> {
-    const size = this.#keepsCopy
-      ? this.#written
-      : ((await stat(this.localPath).catch(() => null))?.size ?? 0);
+    const size = this.#keepsCopy ? this.#written : sizeOf(this.localPath);
     if (size === 0) return;
     await putFile(blobs, BlobKeys.log(this.jobId, this.attempt), this.localPath);
+  }
+}
+
+/** A local file's size; 0 when there is none. A stat on local disk needs no thread-pool trip. */
+function sizeOf(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
   }
 }
 

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmdirSync, unlinkSync, writeFileSync } from 'node:fs';
 import { readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { failure } from '@trainyard/domain';
@@ -73,7 +73,7 @@ export async function prepareSandbox(
 ): Promise<Sandbox> {
   const dir = join(root, `${msg.jobId}-${msg.attempt}`);
   const box = sandboxAt(dir);
-  if (existsSync(dir)) await rm(dir, { recursive: true, force: true });
+  await makeDirectory(dir);
   try {
     await fill(box, msg, blobs);
     return box;
@@ -83,12 +83,24 @@ export async function prepareSandbox(
   }
 }
 
+/** Makes an attempt's directory afresh: what an earlier try of it left there is removed. */
+async function makeDirectory(dir: string): Promise<void> {
+  try {
+    mkdirSync(dir);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EEXIST') await rm(dir, { recursive: true, force: true });
+    else if (code !== 'ENOENT') throw err;
+    mkdirSync(dir, { recursive: true });
+  }
+}
+
 /**
- * Its directories and small files are made with synchronous calls: on the sandbox's local disk
- * each costs the event loop less than a round trip through the thread pool.
+ * Its directories and small files are made, and removed, with synchronous calls: on the
+ * sandbox's local disk each costs the event loop less than a round trip through the thread pool.
  */
 async function fill(box: Sandbox, msg: RunAttempt, blobs: BlobStore): Promise<void> {
-  mkdirSync(box.workDir, { recursive: true });
+  mkdirSync(box.workDir);
   mkdirSync(box.outputDir);
   const source = msg.artifact
     ? { key: msg.artifact.key, format: 'tar.gz' as const }
@@ -109,12 +121,35 @@ async function fill(box: Sandbox, msg: RunAttempt, blobs: BlobStore): Promise<vo
   }
 }
 
-/** Removes an attempt's directory once its outputs and log are kept elsewhere. */
+/**
+ * Removes an attempt's directory once its outputs and log are kept elsewhere: the files the
+ * worker and the script make, one by one, then the directories, each walked and emptied only if
+ * the command left something in it.
+ */
 export async function removeSandbox(box: Sandbox | null): Promise<void> {
-  if (box) await rm(box.root, { recursive: true, force: true });
+  if (!box) return;
+  for (const file of [box.scriptFile, box.logFile, box.pidFile, box.exitFile, markerOf(box)]) {
+    try {
+      unlinkSync(file);
+    } catch {
+      continue;
+    }
+  }
+  for (const dir of [box.workDir, box.outputDir, box.root]) {
+    try {
+      rmdirSync(dir);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
+        await rm(dir, { recursive: true, force: true });
+    }
+  }
 }
 
 const MARKER = 'attempt.json';
+
+function markerOf(box: Sandbox): string {
+  return join(box.root, MARKER);
+}
 
 /** What a sandbox records about the attempt that runs in it, and its process group. */
 export interface SandboxMarker {
@@ -129,7 +164,7 @@ export interface SandboxMarker {
  * user only: the dispatch carries the job's environment.
  */
 export function markSandbox(box: Sandbox, msg: RunAttempt, startedAt: number): void {
-  writeFileSync(join(box.root, MARKER), JSON.stringify({ msg, startedAt }), { mode: 0o600 });
+  writeFileSync(markerOf(box), JSON.stringify({ msg, startedAt }), { mode: 0o600 });
 }
 
 /** Kills an attempt's whole process group, if it still runs. */
@@ -156,7 +191,7 @@ export async function leftSandboxes(
   for (const entry of await readdir(root, { withFileTypes: true }).catch(() => [])) {
     if (!entry.isDirectory()) continue;
     const box = sandboxAt(join(root, entry.name));
-    const text = await readFile(join(box.root, MARKER), 'utf8').catch(() => null);
+    const text = await readFile(markerOf(box), 'utf8').catch(() => null);
     const marker = text ? parseMarker(text) : null;
     const pid = (await recordedPid(box.pidFile)) ?? marker?.pid ?? null;
     if (pid && marker?.msg) {

@@ -1,4 +1,5 @@
-import { access } from 'node:fs/promises';
+import { access, mkdir, readdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobState } from '@trainyard/domain';
 import { ProcessRuntime, type BlobStore, type RunAttempt } from '@trainyard/platform';
@@ -7,6 +8,7 @@ import {
   leftSandboxes,
   markSandbox,
   prepareSandbox,
+  removeSandbox,
   runSpecIn,
   type Sandbox,
 } from '../src/sandbox.ts';
@@ -69,5 +71,43 @@ describe('sandboxes a worker left behind', () => {
     } finally {
       await proc.kill(100);
     }
+  });
+});
+
+describe('a sandbox', () => {
+  it('is made afresh over what an earlier try left, under a root that does not exist yet', async () => {
+    const root = join(dir.path, 'not-yet');
+    const msg = attempt('job_again');
+    const first = await prepareSandbox(root, msg, noBlobs);
+    await writeFile(join(first.workDir, 'stale.txt'), 'old');
+    markSandbox(first, msg, Date.now());
+    const again = await prepareSandbox(root, msg, noBlobs);
+    expect(again.root).toBe(first.root);
+    expect(await readdir(again.root)).toEqual(expect.arrayContaining(['work', 'outputs']));
+    expect(await readdir(again.root)).toHaveLength(2);
+    expect(await readdir(again.workDir)).toEqual([]);
+    await removeSandbox(again);
+    expect(await exists(again.root)).toBe(false);
+  });
+
+  it('is removed whole once its attempt ended, with whatever the command left in it', async () => {
+    const msg = {
+      ...attempt('job_leaves'),
+      command: 'mkdir -p a/b && echo x > a/b/c && echo y > "$TRAINYARD_OUTPUT_DIR/out.txt"',
+    };
+    const box = await prepareSandbox(dir.path, msg, noBlobs);
+    markSandbox(box, msg, Date.now());
+    const proc = await run(box, msg);
+    expect(await proc.exited).toEqual({ kind: 'exited', exitCode: 0 });
+    await mkdir(join(box.outputDir, 'deep', 'er'), { recursive: true });
+    await removeSandbox(box);
+    expect(await exists(box.root)).toBe(false);
+
+    const quiet = { ...attempt('job_quiet'), command: 'true' };
+    const empty = await prepareSandbox(dir.path, quiet, noBlobs);
+    markSandbox(empty, quiet, Date.now());
+    expect(await (await run(empty, quiet)).exited).toEqual({ kind: 'exited', exitCode: 0 });
+    await removeSandbox(empty);
+    expect(await exists(empty.root)).toBe(false);
   });
 });

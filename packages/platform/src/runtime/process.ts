@@ -1,6 +1,6 @@
 import { constants } from 'node:os';
-import { writeFileSync } from 'node:fs';
-import { open, readFile, type FileHandle } from 'node:fs/promises';
+import { closeSync, openSync, readSync, writeFileSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
 import { Spawner, type Launched } from './spawner.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
@@ -85,16 +85,20 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
 
 const TAIL_MS = 50;
 const WATCH_MS = 250;
+/** Reads one pass of a tail makes at most, so that a flood of output cannot hold the loop. */
+const MAX_READS_PER_PASS = 64;
 
 /**
  * Reads what is appended to a file, from `offset` on, and hands it over in order. The file is
- * opened once it exists: the process it tails creates it.
+ * opened once it exists: the process it tails creates it. Reads are synchronous: the file is on
+ * the sandbox's local disk, and a read there costs the event loop less than a round trip
+ * through the thread pool.
  */
 class FileTail {
   #offset: number;
-  #file: Promise<FileHandle | null> = Promise.resolve(null);
-  #reading: Promise<void> = Promise.resolve();
+  #fd: number | null = null;
   #timer: NodeJS.Timeout;
+  #closed = false;
   readonly #buffer = Buffer.alloc(64 * 1024);
   constructor(
     private readonly path: string,
@@ -102,40 +106,38 @@ class FileTail {
     private readonly onChunk: (chunk: Buffer) => void,
   ) {
     this.#offset = offset;
-    this.#timer = setInterval(() => void this.read(), TAIL_MS);
+    this.#timer = setInterval(() => this.#read(MAX_READS_PER_PASS), TAIL_MS);
   }
 
-  /** Reads up to the end of the file as it is now. */
-  read(): Promise<void> {
-    this.#reading = this.#reading.then(() => this.#readToEnd()).catch(() => undefined);
-    return this.#reading;
-  }
-
-  async #readToEnd(): Promise<void> {
-    let file = await this.#file;
-    if (!file) {
-      this.#file = open(this.path, 'r').catch(() => null);
-      file = await this.#file;
-      if (!file) return;
+  /** Reads on from where it was, up to `maxReads` buffers or the end of the file. */
+  #read(maxReads: number): void {
+    if (this.#fd === null) {
+      try {
+        this.#fd = openSync(this.path, 'r');
+      } catch {
+        return;
+      }
     }
-    for (;;) {
-      const { bytesRead } = await file.read(this.#buffer, 0, this.#buffer.length, this.#offset);
+    for (let reads = 0; reads < maxReads; reads++) {
+      let bytesRead: number;
+      try {
+        bytesRead = readSync(this.#fd, this.#buffer, 0, this.#buffer.length, this.#offset);
+      } catch {
+        return;
+      }
       if (bytesRead === 0) return;
       this.#offset += bytesRead;
       this.onChunk(Buffer.from(this.#buffer.subarray(0, bytesRead)));
     }
   }
 
-  #closed: Promise<void> | null = null;
-
   /** Reads what is left, stops and closes the file; once, however often it is called. */
-  close(): Promise<void> {
-    this.#closed ??= (async () => {
-      clearInterval(this.#timer);
-      await this.read();
-      await (await this.#file)?.close();
-    })();
-    return this.#closed;
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#timer);
+    this.#read(Infinity);
+    if (this.#fd !== null) closeSync(this.#fd);
   }
 }
 
@@ -254,7 +256,7 @@ export class ProcessRuntime implements Runtime {
     const ended = Promise.race([launched.ended, whenGone(pid, launched.ended)]);
     const exited = ended.then(async (status): Promise<ProcessExit> => {
       signalGroup(pid, 'SIGKILL');
-      await tail.close();
+      tail.close();
       if (status !== null && status < SCRIPT_FAILED) return { kind: 'exited', exitCode: status };
       return (await recordedExit(spec.exitFile)) ?? unrecordedExit(status);
     });
@@ -281,7 +283,7 @@ export class ProcessRuntime implements Runtime {
         if (alive && !exit) return;
         clearInterval(timer);
         signalGroup(pid, 'SIGKILL');
-        await tail.close();
+        tail.close();
         resolve(
           exit ?? {
             kind: 'lost',
