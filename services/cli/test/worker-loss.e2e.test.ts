@@ -19,14 +19,17 @@ function worker(name: string): ServiceProcess {
   return w;
 }
 
+async function workerList() {
+  return (await (await t.http('/v1/workers', { token })).json()) as {
+    id: string;
+    status: string;
+  }[];
+}
+
 async function online(name: string) {
-  await waitFor(`worker ${name} online`, async () => {
-    const list = (await (await t.http('/v1/workers', { token })).json()) as {
-      id: string;
-      status: string;
-    }[];
-    return list.some((w) => w.id === name && w.status === 'online');
-  });
+  await waitFor(`worker ${name} online`, async () =>
+    (await workerList()).some((w) => w.id === name && w.status === 'online'),
+  );
 }
 
 /**
@@ -74,10 +77,7 @@ describe('a worker that dies mid-run', () => {
     const retrying = await t.waitForJob(id, token, (j) => j.status === 'retrying', 15_000);
     expect(retrying.attempts[0]).toMatchObject({ status: 'failed', workerId: 'w-first' });
     expect(retrying.failure).toMatchObject({ kind: 'system', reason: 'workerLost' });
-    const workersNow = (await (await t.http('/v1/workers', { token })).json()) as {
-      id: string;
-      status: string;
-    }[];
+    const workersNow = await workerList();
     expect(workersNow.find((w) => w.id === 'w-first')?.status).toBe('lost');
 
     const snapshot = await loadJob(t.stack.ctx.bus.store, id);
@@ -141,6 +141,9 @@ describe('a worker that dies mid-run', () => {
 
   it('once it runs on after being declared lost, stops its orphan, registers again and takes work', async () => {
     for (const w of workers) await w.kill9();
+    await waitFor('the killed workers to be lost', async () =>
+      (await workerList()).every((w) => w.status !== 'online'),
+    );
     const frozen = worker('w-frozen');
     await online('w-frozen');
     const { id, pid } = await firstAttemptHangs('thawed');
