@@ -1,4 +1,3 @@
-import { accessSync, constants } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -20,24 +19,11 @@ for (const part of parts)
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * Where the workers keep their sandboxes: `--sandboxes=DIR`, else memory
- * (/dev/shm) where there is one. The jobs write nothing, so what a disk would add is the cost of
- * making and removing a few directories and files per attempt, which on some virtual disks is
- * far more than the scheduler's own work (docs/benchmarks.md).
+ * Where the workers keep their sandboxes: the temp directory, on disk like a real worker's, or
+ * `--sandboxes=DIR` (`/dev/shm` takes the disk out of the figures; docs/benchmarks.md).
  */
-function sandboxesDir(): string {
-  const chosen = process.argv
-    .find((a) => a.startsWith('--sandboxes='))
-    ?.slice('--sandboxes='.length);
-  if (chosen) return chosen;
-  try {
-    accessSync('/dev/shm', constants.W_OK);
-    return '/dev/shm';
-  } catch {
-    return tmpdir();
-  }
-}
-const sandboxes = sandboxesDir();
+const sandboxes =
+  process.argv.find((a) => a.startsWith('--sandboxes='))?.slice('--sandboxes='.length) ?? tmpdir();
 
 function latencies(cluster: BenchCluster, ids: string[]) {
   return summary(ids.map((id) => cluster.times.get(id)!).map((t) => t.startedMs! - t.submittedMs!));
