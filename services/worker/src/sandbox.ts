@@ -128,13 +128,8 @@ async function fill(box: Sandbox, msg: RunAttempt, blobs: BlobStore): Promise<vo
  */
 export async function removeSandbox(box: Sandbox | null): Promise<void> {
   if (!box) return;
-  for (const file of [box.scriptFile, box.logFile, box.pidFile, box.exitFile, markerOf(box)]) {
-    try {
-      unlinkSync(file);
-    } catch {
-      continue;
-    }
-  }
+  for (const file of [box.scriptFile, box.logFile, box.pidFile, box.exitFile, markerOf(box)])
+    unlinkIfThere(file);
   for (const dir of [box.workDir, box.outputDir, box.root]) {
     try {
       rmdirSync(dir);
@@ -142,6 +137,15 @@ export async function removeSandbox(box: Sandbox | null): Promise<void> {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
         await rm(dir, { recursive: true, force: true });
     }
+  }
+}
+
+/** Removes a file if there is one; what stays behind goes with its directory. */
+function unlinkIfThere(file: string): void {
+  try {
+    unlinkSync(file);
+  } catch {
+    return;
   }
 }
 
