@@ -137,6 +137,7 @@ describe('a worker that dies mid-run', () => {
     await waitFor('the orphan to be killed by the restarted worker', () => !processAlive(pid), {
       timeoutMs: 10_000,
     });
+    await online(holder);
   });
 
   it('once it runs on after being declared lost, stops its orphan, registers again and takes work', async () => {
