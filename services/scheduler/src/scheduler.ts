@@ -36,6 +36,12 @@ export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
 };
 
 /**
+ * How long a stopping scheduler gives its last snapshot. The snapshot only saves the next leader
+ * some replay, and a store that is away would otherwise hold the stop for the full deadline.
+ */
+const FINAL_SNAPSHOT_DEADLINE_MS = 3_000;
+
+/**
  * One term as leader: starts from the latest snapshot, folds the rest of the log into the
  * cluster state, then places jobs whenever it has caught up. It waits for its own assignments
  * to come back through the log before planning again, so the state it plans on always includes
@@ -80,7 +86,7 @@ class Term {
       clearImmediate(this.#soon);
     }
     if (this.#caughtUp && this.cluster.lastSeq > this.#snapshotSeq && !this.#snapshotting) {
-      await saveSnapshot(this.ctx, this.cluster).catch((err: unknown) =>
+      await saveSnapshot(this.ctx, this.cluster, FINAL_SNAPSHOT_DEADLINE_MS).catch((err: unknown) =>
         this.ctx.log.warn({ err }, 'final scheduler snapshot failed'),
       );
     }

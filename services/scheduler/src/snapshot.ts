@@ -34,8 +34,15 @@ export async function loadSnapshot(ctx: ServiceContext): Promise<ClusterState | 
   }
 }
 
-/** Writes a snapshot of `cluster` as it is now (serialised at once, stored in the background). */
-export async function saveSnapshot(ctx: ServiceContext, cluster: ClusterState): Promise<void> {
+/**
+ * Writes a snapshot of `cluster` as it is now (serialised at once, stored in the background),
+ * giving up after `deadlineMs`.
+ */
+export async function saveSnapshot(
+  ctx: ServiceContext,
+  cluster: ClusterState,
+  deadlineMs = DEADLINE_MS,
+): Promise<void> {
   const bytes = Buffer.from(JSON.stringify(snapshotCluster(cluster)));
-  await withDeadline('writing the snapshot', DEADLINE_MS, ctx.blobs.put(KEY, bytes, bytes.length));
+  await withDeadline('writing the snapshot', deadlineMs, ctx.blobs.put(KEY, bytes, bytes.length));
 }
