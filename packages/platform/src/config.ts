@@ -4,7 +4,6 @@ import { z } from 'zod';
 export const BaseConfigSchema = z.object({
   TRAINYARD_NATS_URL: z.string().default('nats://127.0.0.1:4222'),
   DATABASE_URL: z.string().optional(),
-  TRAINYARD_HOME: z.string().default('.trainyard'),
   TRAINYARD_STREAM_REPLICAS: z.coerce.number().int().min(1).max(5).default(1),
   TRAINYARD_BLOB_STORE: z.enum(['nats', 's3']).default('nats'),
   TRAINYARD_S3_ENDPOINT: z.string().optional(),
