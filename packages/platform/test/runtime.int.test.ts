@@ -61,6 +61,15 @@ describe('process runtime', () => {
     expect(text).toContain('oops');
   });
 
+  it('hands over a flood of output whole and in order, however fast it is written', async () => {
+    const chunks: Buffer[] = [];
+    const run = await runtime.start(spec('seq 1 2000000'), (_s, c) => chunks.push(c));
+    expect(await run.exited).toEqual({ kind: 'exited', exitCode: 0 });
+    const lines = Buffer.concat(chunks).toString().split('\n');
+    expect(lines).toHaveLength(2_000_001);
+    expect(lines.every((l, i) => i === 2_000_000 || l === String(i + 1))).toBe(true);
+  });
+
   it('kills the whole process group, children included', async () => {
     const out: string[] = [];
     const run = await runtime.start(spec('sleep 300 & echo child=$!; wait'), (_s, c) =>

@@ -98,7 +98,6 @@ class FileTail {
   #offset: number;
   #fd: number | null = null;
   #timer: NodeJS.Timeout;
-  #closed = false;
   readonly #buffer = Buffer.alloc(64 * 1024);
   constructor(
     private readonly path: string,
@@ -109,13 +108,16 @@ class FileTail {
     this.#timer = setInterval(() => this.#read(MAX_READS_PER_PASS), TAIL_MS);
   }
 
-  /** Reads on from where it was, up to `maxReads` buffers or the end of the file. */
-  #read(maxReads: number): void {
+  /**
+   * Reads on from where it was, up to `maxReads` buffers or the end of the file. True when it
+   * stopped at `maxReads` with more perhaps left to read.
+   */
+  #read(maxReads: number): boolean {
     if (this.#fd === null) {
       try {
         this.#fd = openSync(this.path, 'r');
       } catch {
-        return;
+        return false;
       }
     }
     for (let reads = 0; reads < maxReads; reads++) {
@@ -123,21 +125,28 @@ class FileTail {
       try {
         bytesRead = readSync(this.#fd, this.#buffer, 0, this.#buffer.length, this.#offset);
       } catch {
-        return;
+        return false;
       }
-      if (bytesRead === 0) return;
+      if (bytesRead === 0) return false;
       this.#offset += bytesRead;
       this.onChunk(Buffer.from(this.#buffer.subarray(0, bytesRead)));
     }
+    return true;
   }
 
-  /** Reads what is left, stops and closes the file; once, however often it is called. */
-  close(): void {
-    if (this.#closed) return;
-    this.#closed = true;
-    clearInterval(this.#timer);
-    this.#read(Infinity);
-    if (this.#fd !== null) closeSync(this.#fd);
+  #closed: Promise<void> | null = null;
+
+  /**
+   * Reads what is left, pass by pass, stops and closes the file; once, however often it is
+   * called.
+   */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      clearInterval(this.#timer);
+      while (this.#read(MAX_READS_PER_PASS)) await new Promise((r) => setImmediate(r));
+      if (this.#fd !== null) closeSync(this.#fd);
+    })();
+    return this.#closed;
   }
 }
 
@@ -256,7 +265,7 @@ export class ProcessRuntime implements Runtime {
     const ended = Promise.race([launched.ended, whenGone(pid, launched.ended)]);
     const exited = ended.then(async (status): Promise<ProcessExit> => {
       signalGroup(pid, 'SIGKILL');
-      tail.close();
+      await tail.close();
       if (status !== null && status < SCRIPT_FAILED) return { kind: 'exited', exitCode: status };
       return (await recordedExit(spec.exitFile)) ?? unrecordedExit(status);
     });
@@ -283,7 +292,7 @@ export class ProcessRuntime implements Runtime {
         if (alive && !exit) return;
         clearInterval(timer);
         signalGroup(pid, 'SIGKILL');
-        tail.close();
+        await tail.close();
         resolve(
           exit ?? {
             kind: 'lost',
