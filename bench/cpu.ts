@@ -1,17 +1,10 @@
-import { readFileSync } from 'node:fs';
+import { processInfo } from '@trainyard/testkit';
 
 const TICKS_PER_SECOND = 100;
 
-/** CPU time (user + system, ms) of a process and all its descendants, from /proc. */
+/** CPU time (user + system, ms) of a process and all its reaped descendants; 0 once gone. */
 function cpuMsOf(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    const [utime, stime, cutime, cstime] = [11, 12, 13, 14].map((i) => Number(fields[i]));
-    return ((utime! + stime! + cutime! + cstime!) * 1000) / TICKS_PER_SECOND;
-  } catch {
-    return 0;
-  }
+  return ((processInfo(pid)?.cpuTicks ?? 0) * 1000) / TICKS_PER_SECOND;
 }
 
 /** Samples CPU time of named groups of processes; `since` gives the ms each spent since `mark`. */

@@ -1,11 +1,20 @@
 import { readdirSync, readFileSync } from 'node:fs';
 
-/** What /proc says of a process: its state letter, parent and process group; null once gone. */
-export function processInfo(pid: number): { state: string; parent: number; group: number } | null {
+export interface ProcessInfo {
+  state: string;
+  parent: number;
+  group: number;
+  /** CPU time in clock ticks: user and system, its reaped children's included. */
+  cpuTicks: number;
+}
+
+/** What /proc says of a process: its state letter, parent, process group and CPU time; null once gone. */
+export function processInfo(pid: number): ProcessInfo | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const [state, parent, group] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return { state: state!, parent: Number(parent), group: Number(group) };
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const cpuTicks = [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i]), 0);
+    return { state: fields[0]!, parent: Number(fields[1]), group: Number(fields[2]), cpuTicks };
   } catch {
     return null;
   }
