@@ -16,6 +16,7 @@ export * from './runtime/process.ts';
 export * from './runtime/simulated.ts';
 export * from './runtime/types.ts';
 export * from './servers/child.ts';
+export * from './servers/errors.ts';
 export * from './servers/nats-server.ts';
 export * from './servers/ports.ts';
 export * from './servers/postgres.ts';

@@ -1,4 +1,4 @@
-import { pino, type Logger } from 'pino';
+import { pino, type DestinationStream, type Logger } from 'pino';
 
 export type { Logger };
 
@@ -19,10 +19,22 @@ export const REDACT_PATHS = [
   '*.secretKey',
 ];
 
+/** Where loggers made from now on write: stdout, as JSON lines, unless a program says else. */
+let destination: DestinationStream | undefined;
+
+/**
+ * Sends every logger made after this call to `dest`: `trainyard up` on a terminal passes a
+ * pretty printer, so that a person reads lines rather than JSON.
+ */
+export function setLogDestination(dest: DestinationStream): void {
+  destination = dest;
+}
+
 /** The shared logger: JSON lines, secrets redacted, level from `TRAINYARD_LOG_LEVEL`. */
 export function createLogger(
   name: string,
   level = process.env.TRAINYARD_LOG_LEVEL ?? 'info',
 ): Logger {
-  return pino({ name, level, redact: { paths: REDACT_PATHS, censor: '[redacted]' } });
+  const options = { name, level, redact: { paths: REDACT_PATHS, censor: '[redacted]' } };
+  return destination ? pino(options, destination) : pino(options);
 }

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -56,6 +57,11 @@ describe('trainyard up', () => {
     // before their servers.
     const upHome = await tempDir('trainyard-up-');
     let pid: number | undefined;
+    let pgDir: string | null = null;
+    const serversOf = () => [
+      ...processesNaming(upHome.path),
+      ...(pgDir ? processesNaming(pgDir) : []),
+    ];
     try {
       const child = spawn(process.execPath, [BIN, 'up', '--no-worker'], {
         detached: true,
@@ -63,6 +69,7 @@ describe('trainyard up', () => {
         env: {
           ...process.env,
           TRAINYARD_HOME: upHome.path,
+          XDG_STATE_HOME: upHome.path,
           TRAINYARD_PORT: '0',
           TRAINYARD_ADMIN_PASSWORD: 'up-admin-pass',
           TRAINYARD_LOG_LEVEL: 'warn',
@@ -78,6 +85,7 @@ describe('trainyard up', () => {
         timeoutMs: 60_000,
       });
       const api = /API\s+(http:\/\/\S+)/.exec(stdout)![1]!;
+      pgDir = /postgres\s+data in (\S+)/.exec(stdout)?.[1] ?? null;
       const login = await fetch(`${api}/v1/auth/login`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
@@ -90,15 +98,15 @@ describe('trainyard up', () => {
         body: JSON.stringify({ name: 'waits', command: 'true', resources: { gpus: 0 } }),
       });
       expect(queued.status).toBe(202);
-      const servers = processesNaming(upHome.path);
+      const servers = serversOf();
       expect(servers.length).toBeGreaterThanOrEqual(2);
       expect(servers.map((pid) => processInfo(pid)?.group)).not.toContain(child.pid);
       process.kill(-child.pid!, 'SIGINT');
       expect(await exited).toBe(0);
       expect(stderr).not.toMatch(/"level":50|projection batch failed/);
-      expect(processesNaming(upHome.path)).toEqual([]);
+      expect(serversOf()).toEqual([]);
     } finally {
-      for (const left of [...(pid ? [-pid] : []), ...processesNaming(upHome.path)]) {
+      for (const left of [...(pid ? [-pid] : []), ...serversOf()]) {
         try {
           process.kill(left, 'SIGKILL');
         } catch {
@@ -106,6 +114,7 @@ describe('trainyard up', () => {
         }
       }
       await upHome.remove();
+      if (pgDir) await rm(pgDir, { recursive: true, force: true });
     }
   });
 });

@@ -3,7 +3,8 @@ import { mkdir } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
-import { freePort } from './ports.ts';
+import { ServerError } from './errors.ts';
+import { freePort, portInUse } from './ports.ts';
 
 export interface NatsServerOptions {
   dir: string;
@@ -11,6 +12,8 @@ export interface NatsServerOptions {
   binary?: string;
   /** Extra arguments, e.g. a cluster config. */
   args?: string[];
+  /** The server's environment (a config file may read passwords from it). */
+  env?: NodeJS.ProcessEnv;
 }
 
 /** Where `nats-server` is, or null when it is not installed. */
@@ -45,8 +48,16 @@ function tcpOpen(port: number): Promise<boolean> {
 /** Starts `nats-server -js` on 127.0.0.1 with its store under `dir`. */
 export async function startNatsServer(opts: NatsServerOptions): Promise<ChildServer> {
   const binary = opts.binary ?? findNatsServer();
-  if (!binary) throw new Error('nats-server is not installed (apt-get install -y nats-server)');
+  if (!binary) {
+    throw new ServerError(
+      'NOT_INSTALLED',
+      'nats-server is not installed: install it with `apt-get install -y nats-server` (or run `npm run setup`), or set TRAINYARD_NATS_URL to a server you run',
+    );
+  }
   await mkdir(opts.dir, { recursive: true });
+  if (opts.port && (await portInUse(opts.port))) {
+    throw new ServerError('PORT_IN_USE', `port ${opts.port} is already in use`);
+  }
   const port = opts.port ?? (await freePort());
   const child = spawnLogged(
     binary,
@@ -61,9 +72,16 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<ChildSer
       ...(opts.args ?? []),
     ],
     join(opts.dir, 'nats-server.log'),
-    { cwd: opts.dir },
+    { cwd: opts.dir, ...(opts.env && { env: opts.env }) },
   );
-  await waitUntil('nats-server', () => tcpOpen(port), 15_000, child);
+  const log = join(opts.dir, 'nats-server.log');
+  await waitUntil('nats-server', () => tcpOpen(port), 15_000, child).catch((cause: unknown) => {
+    throw new ServerError(
+      'START_FAILED',
+      `nats-server did not start on port ${port} (${(cause as Error).message}); its log: ${log}`,
+      { cause },
+    );
+  });
   return {
     pid: child.pid!,
     url: `nats://127.0.0.1:${port}`,

@@ -1,8 +1,10 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { chmod, chown, mkdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
+import { ServerError } from './errors.ts';
 import { freePort } from './ports.ts';
 
 export interface PostgresOptions {
@@ -27,12 +29,76 @@ export function findPostgresBin(): string | null {
 
 const isRoot = () => process.getuid?.() === 0;
 
-/** The user PostgreSQL runs as: `postgres` when we are root (initdb refuses root), else us. */
+/** Where root's embedded clusters live: a place the `postgres` user can always reach. */
+export const ROOT_POSTGRES_BASE = '/var/lib/trainyard/postgres';
+
+/**
+ * Where the embedded PostgreSQL of the stack whose state is in `home` keeps its files. As any
+ * user but root that is `home/postgres`. As root, PostgreSQL must run as `postgres` (initdb
+ * refuses root), and `postgres` cannot enter a private directory such as root's home or a
+ * `mktemp -d` folder, so the cluster goes under `/var/lib/trainyard/postgres`, in a directory
+ * named after `home` (its base name and a hash of its path). The read models are projections of
+ * the log kept under `home`, so a cluster left behind there is rebuilt, never needed.
+ */
+export function embeddedPostgresDir(home: string, base = ROOT_POSTGRES_BASE): string {
+  const path = resolve(home);
+  if (!isRoot()) return join(path, 'postgres');
+  const tag = createHash('sha256').update(path).digest('hex').slice(0, 12);
+  const name =
+    basename(dirname(path))
+      .replace(/[^A-Za-z0-9_.-]/g, '_')
+      .slice(0, 40) || 'home';
+  return join(base, `${name}-${tag}`);
+}
+
+interface Account {
+  uid: number;
+  gid: number;
+}
+
+/** The account PostgreSQL runs as: `postgres` when we are root (initdb refuses root), else us. */
+function postgresAccount(): Account | null {
+  if (!isRoot()) return null;
+  try {
+    const uid = Number(execFileSync('id', ['-u', 'postgres'], { stdio: 'pipe' }).toString());
+    const gid = Number(execFileSync('id', ['-g', 'postgres'], { stdio: 'pipe' }).toString());
+    return { uid, gid };
+  } catch {
+    throw new ServerError(
+      'NOT_INSTALLED',
+      'there is no `postgres` user to run the embedded PostgreSQL as (root may not run it); install PostgreSQL with `apt-get install -y postgresql`, or set DATABASE_URL to a server you run',
+    );
+  }
+}
+
 function owner(): { uid?: number; gid?: number } {
-  if (!isRoot()) return {};
-  const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
-  const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
-  return { uid, gid };
+  return postgresAccount() ?? {};
+}
+
+/** The first directory on the way to `dir` that `account` may not pass through, or null. */
+export function blockedAncestor(dir: string, account: Account): string | null {
+  const chain: string[] = [];
+  for (let d = resolve(dir); ; d = dirname(d)) {
+    chain.unshift(d);
+    if (d === dirname(d)) break;
+  }
+  for (const d of chain) {
+    let info;
+    try {
+      info = statSync(d);
+    } catch {
+      return null;
+    }
+    const mode = info.mode;
+    const passes =
+      info.uid === account.uid
+        ? (mode & 0o100) !== 0
+        : info.gid === account.gid
+          ? (mode & 0o010) !== 0
+          : (mode & 0o001) !== 0;
+    if (!passes) return d;
+  }
+  return null;
 }
 
 async function ownDir(dir: string): Promise<void> {
@@ -44,13 +110,28 @@ async function ownDir(dir: string): Promise<void> {
 
 /**
  * Starts a PostgreSQL server of our own on 127.0.0.1, creating its cluster under `dir` on the
- * first start. Trust auth, loopback only. The parent of `dir` must be readable by `postgres`.
+ * first start. Trust auth, loopback only. As root it runs as `postgres`, which must be able to
+ * reach `dir` (see `embeddedPostgresDir`).
  */
 export async function startPostgres(opts: PostgresOptions): Promise<ChildServer> {
   const bin = findPostgresBin();
-  if (!bin) throw new Error('PostgreSQL is not installed (apt-get install -y postgresql)');
+  if (!bin) {
+    throw new ServerError(
+      'NOT_INSTALLED',
+      'PostgreSQL is not installed: install it with `apt-get install -y postgresql` (or run `npm run setup`), or set DATABASE_URL to a server you run',
+    );
+  }
+  const account = postgresAccount();
+  const blocked = account && blockedAncestor(opts.dir, account);
+  if (blocked) {
+    throw new ServerError(
+      'UNREACHABLE_DIR',
+      `PostgreSQL runs as the postgres user, which cannot enter ${blocked}; keep its data outside private directories (${ROOT_POSTGRES_BASE} is the default for root)`,
+    );
+  }
   const data = join(opts.dir, 'data');
   const sockets = join(opts.dir, 'sockets');
+  await mkdir(dirname(opts.dir), { recursive: true, mode: 0o755 });
   await mkdir(opts.dir, { recursive: true, mode: 0o755 });
   await chmod(opts.dir, 0o755);
   if (!existsSync(join(data, 'PG_VERSION'))) {
@@ -73,7 +154,9 @@ export async function startPostgres(opts: PostgresOptions): Promise<ChildServer>
       );
     } catch (err) {
       const stderr = String((err as { stderr?: Buffer }).stderr ?? '').trim();
-      throw new Error(`initdb failed in ${data}: ${stderr}`, { cause: err });
+      throw new ServerError('START_FAILED', `initdb failed in ${data}: ${stderr}`, {
+        cause: err,
+      });
     }
   }
   await ownDir(sockets);
@@ -103,7 +186,13 @@ export async function startPostgres(opts: PostgresOptions): Promise<ChildServer>
       return Promise.resolve(false);
     }
   };
-  await waitUntil('postgres', ready, 30_000, child);
+  await waitUntil('postgres', ready, 30_000, child).catch((cause: unknown) => {
+    throw new ServerError(
+      'START_FAILED',
+      `PostgreSQL did not start (${(cause as Error).message}); its log: ${join(opts.dir, 'postgres.log')}`,
+      { cause },
+    );
+  });
   return {
     pid: child.pid!,
     url: `postgres://postgres@127.0.0.1:${port}/postgres`,
