@@ -1,7 +1,16 @@
 import multipart from '@fastify/multipart';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
-import type { ApiDeps } from './deps.ts';
+import {
+  jsonSchemaTransformObject,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import type { Api, ApiDeps } from './deps.ts';
 import { toErrorResponse } from './errors.ts';
+import { documentRoute, OPENAPI_INFO } from './openapi.ts';
 import { jobDataRoutes } from './routes/job-data.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { systemRoutes } from './routes/system.ts';
@@ -17,9 +26,17 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     bodyLimit: 1024 * 1024,
     return503OnClosing: true,
   });
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
   await app.register(multipart, {
     limits: { fileSize: deps.maxUploadBytes, files: 1, fields: 4, fieldSize: 1024 * 1024 },
   });
+  await app.register(swagger, {
+    openapi: OPENAPI_INFO,
+    transform: documentRoute,
+    transformObject: jsonSchemaTransformObject,
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
 
   app.addHook('onRequest', async (req) => {
     if (!req.url.startsWith('/v1/') || PUBLIC.has(req.routeOptions.url ?? '')) return;
@@ -43,9 +60,10 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     }),
   );
 
-  userRoutes(app, deps);
-  jobRoutes(app, deps);
-  jobDataRoutes(app, deps);
-  systemRoutes(app, deps);
+  const typed: Api = app.withTypeProvider<ZodTypeProvider>();
+  userRoutes(typed, deps);
+  jobRoutes(typed, deps);
+  jobDataRoutes(typed, deps);
+  systemRoutes(typed, deps);
   return app;
 }

@@ -83,13 +83,20 @@ export class TokenIssuer {
   }
 
   async issue(caller: Caller): Promise<string> {
-    return new SignJWT({ role: caller.role })
+    return (await this.issueWithExpiry(caller)).token;
+  }
+
+  /** A token and when it stops being accepted. */
+  async issueWithExpiry(caller: Caller): Promise<{ token: string; expiresAt: Date }> {
+    const expiresAt = new Date(Math.floor(Date.now() / 1000) * 1000 + this.ttlSeconds * 1000);
+    const token = await new SignJWT({ role: caller.role })
       .setProtectedHeader({ alg: 'HS256' })
       .setSubject(caller.username)
       .setIssuer('trainyard')
       .setIssuedAt()
-      .setExpirationTime(`${this.ttlSeconds}s`)
+      .setExpirationTime(expiresAt)
       .sign(this.#key);
+    return { token, expiresAt };
   }
 
   async verify(header: string | undefined): Promise<Caller> {
@@ -109,7 +116,14 @@ export class TokenIssuer {
       this.#verified.set(token, { caller, expiresMs: payload.exp * 1000 });
       return caller;
     } catch (cause) {
-      throw new ApiError('UNAUTHENTICATED', 'invalid or expired token', undefined, { cause });
+      if ((cause as { code?: string }).code === 'ERR_JWT_EXPIRED') {
+        throw new ApiError('TOKEN_EXPIRED', 'the token has expired; log in again', undefined, {
+          cause,
+        });
+      }
+      throw new ApiError('UNAUTHENTICATED', 'the token is not valid; log in again', undefined, {
+        cause,
+      });
     }
   }
 }

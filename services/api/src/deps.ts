@@ -1,3 +1,11 @@
+import type {
+  FastifyBaseLogger,
+  FastifyInstance,
+  RawReplyDefaultExpression,
+  RawRequestDefaultExpression,
+  RawServerDefault,
+} from 'fastify';
+import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Kysely } from 'kysely';
 import type { Database } from '@trainyard/projections';
 import type { BlobStore, Bus, Logger } from '@trainyard/platform';
@@ -18,3 +26,12 @@ export interface ApiDeps {
   /** How long `?after=<seq>` waits for the projections. */
   readYourWritesTimeoutMs: number;
 }
+
+/** The API's fastify instance, typed by the zod schemas its routes declare. */
+export type Api = FastifyInstance<
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  RawReplyDefaultExpression,
+  FastifyBaseLogger,
+  ZodTypeProvider
+>;

@@ -1,6 +1,10 @@
 import { DomainError } from '@trainyard/domain';
 import { ConcurrencyError, EventStoreError } from '@trainyard/events';
 import { ArchiveError } from '@trainyard/platform';
+import {
+  hasZodFastifySchemaValidationErrors,
+  ResponseSerializationError,
+} from 'fastify-type-provider-zod';
 import { ZodError } from 'zod';
 
 /** An error the API answers with; `code` is stable, the status comes from `STATUS_BY_CODE`. */
@@ -21,6 +25,7 @@ export const STATUS_BY_CODE = {
   VALIDATION_FAILED: 400,
   BAD_ARCHIVE: 400,
   UNAUTHENTICATED: 401,
+  TOKEN_EXPIRED: 401,
   FORBIDDEN: 403,
   NOT_FOUND: 404,
   JOB_NOT_FOUND: 404,
@@ -51,7 +56,22 @@ function zodDetails(err: ZodError) {
 export function toErrorResponse(err: unknown): { status: number; body: ErrorBody } {
   let e: ApiError;
   if (err instanceof ApiError) e = err;
-  else if (err instanceof ZodError) {
+  else if (hasZodFastifySchemaValidationErrors(err)) {
+    const context = err.validationContext ?? 'body';
+    const where = context === 'body' ? '' : `${context === 'querystring' ? 'query' : context}.`;
+    const details = err.validation.map((v) => ({
+      field: `${where}${v.instancePath.slice(1).replaceAll('/', '.')}`.replace(/\.$/, ''),
+      message: v.message ?? 'invalid',
+    }));
+    const first = details[0];
+    e = new ApiError(
+      'VALIDATION_FAILED',
+      first ? `${first.field || 'body'}: ${first.message}` : 'invalid input',
+      details,
+    );
+  } else if (err instanceof ResponseSerializationError) {
+    e = new ApiError('INTERNAL', 'internal error: an answer did not match its schema');
+  } else if (err instanceof ZodError) {
     const details = zodDetails(err);
     const first = details[0];
     e = new ApiError(

@@ -1,4 +1,3 @@
-import { PassThrough, type Readable } from 'node:stream';
 import { DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
 import { endsJob } from '@trainyard/domain';
 import {
@@ -12,12 +11,40 @@ import { BlobKeys, loadJob, onAbort, type BlobStore, type Bus } from '@trainyard
 
 const CHECK_MS = 500;
 
-async function writeArchived(blobs: BlobStore, jobId: string, attempts: number, out: PassThrough) {
-  for (let n = 0; n <= attempts; n++) {
-    const blob = await blobs.get(BlobKeys.log(jobId, n));
-    if (!blob) continue;
-    for await (const chunk of blob) out.write(chunk);
-  }
+/** A place in a job's log: an attempt (0 is the build) and a byte offset in its output. */
+export interface LogPosition {
+  attempt: number;
+  offset: number;
+}
+
+/** What a log reader yields: bytes of one attempt's output, or word that the backlog is out. */
+export type LogPiece =
+  { kind: 'chunk'; attempt: number; offset: number; data: Uint8Array } | { kind: 'caught-up' };
+
+export interface ReadLogOptions {
+  follow: boolean;
+  signal: AbortSignal;
+  /** Everything up to here was read already: yield only what comes after it. */
+  from?: LogPosition;
+}
+
+/** Parses `ATTEMPT:OFFSET`, the id of a log event; null when it is not one. */
+export function parsePosition(text: string | undefined): LogPosition | null {
+  const m = /^(\d{1,6}):(\d{1,15})$/.exec(text ?? '');
+  return m ? { attempt: Number(m[1]), offset: Number(m[2]) } : null;
+}
+
+/** The part of a chunk at `offset` that lies after `from`, or null when none does. */
+function after(
+  from: LogPosition | undefined,
+  attempt: number,
+  offset: number,
+  data: Uint8Array,
+): { offset: number; data: Uint8Array } | null {
+  if (!from || attempt > from.attempt) return { offset, data };
+  if (attempt < from.attempt || offset + data.length <= from.offset) return null;
+  const skip = Math.max(0, from.offset - offset);
+  return { offset: offset + skip, data: data.subarray(skip) };
 }
 
 /** Whether the job has ended, from its newest event alone. */
@@ -37,27 +64,53 @@ async function lastChunkSeq(bus: Bus, jobId: string): Promise<number> {
   return last?.seq ?? 0;
 }
 
+/** Where a live chunk lies: its attempt (the subject's last token) and offset (its msg id). */
+function placeOf(msg: JsMsg): { attempt: number; offset: number } {
+  const attempt = Number(msg.subject.slice(msg.subject.lastIndexOf('.') + 1));
+  const offset = Number(msg.headers?.get('Nats-Msg-Id')?.split('@').pop());
+  return { attempt, offset: Number.isInteger(offset) ? offset : 0 };
+}
+
+async function* readArchived(
+  blobs: BlobStore,
+  jobId: string,
+  attempts: number,
+  from: LogPosition | undefined,
+): AsyncGenerator<LogPiece> {
+  for (let n = 0; n <= attempts; n++) {
+    const blob = await blobs.get(BlobKeys.log(jobId, n));
+    if (!blob) continue;
+    let offset = 0;
+    for await (const chunk of blob) {
+      const bytes = chunk as Uint8Array;
+      const part = after(from, n, offset, bytes);
+      offset += bytes.length;
+      if (part) yield { kind: 'chunk', attempt: n, ...part };
+    }
+  }
+  yield { kind: 'caught-up' };
+}
+
 /**
- * Copies the live log to `out`. Without `follow` it stops at `until`, the newest chunk when the
- * request came; with it, once the job has ended and its newest chunk has been read. Both come
- * from the stream itself, not from the reader's count of what waits, which a server can get
- * wrong after a failover.
+ * Reads the live log. Without `follow` it stops at `until`, the newest chunk when the request
+ * came; with it, once the job has ended and its newest chunk has been read. Both come from the
+ * stream itself, not from the reader's count of what waits, which a server can get wrong after a
+ * failover.
  */
-async function copyLive(
+async function* readLive(
   bus: Bus,
   consumer: Consumer,
   jobId: string,
   until: number,
-  follow: boolean,
-  out: PassThrough,
-  signal: AbortSignal,
-): Promise<void> {
+  opts: ReadLogOptions,
+): AsyncGenerator<LogPiece> {
   const messages = await consumer.consume();
   const stop = () => messages.stop();
-  const forgetAbort = onAbort(signal, stop);
+  const forgetAbort = onAbort(opts.signal, stop);
   let lastRead = 0;
   let checking = false;
-  const timer = follow
+  let caughtUp = until === 0;
+  const timer = opts.follow
     ? setInterval(() => {
         if (checking) return;
         checking = true;
@@ -69,10 +122,17 @@ async function copyLive(
       }, CHECK_MS)
     : undefined;
   try {
+    if (caughtUp) yield { kind: 'caught-up' };
     for await (const msg of messages as AsyncIterable<JsMsg>) {
       lastRead = msg.seq;
-      out.write(msg.data);
-      if (!follow && msg.seq >= until) break;
+      const { attempt, offset } = placeOf(msg);
+      const part = after(opts.from, attempt, offset, msg.data);
+      if (part) yield { kind: 'chunk', attempt, ...part };
+      if (!caughtUp && msg.seq >= until) {
+        caughtUp = true;
+        yield { kind: 'caught-up' };
+      }
+      if (!opts.follow && msg.seq >= until) break;
     }
   } finally {
     clearInterval(timer);
@@ -82,37 +142,26 @@ async function copyLive(
 }
 
 /**
- * A job's log: from the live stream while it is kept there (attempt 0 is the build), else
- * from the archived copies in the blob store.
+ * A job's log, piece by piece: from the live stream while it is kept there (attempt 0 is the
+ * build), else from the archived copies in the blob store.
  */
-export async function openLog(
+export async function readLog(
   bus: Bus,
   blobs: BlobStore,
   jobId: string,
-  opts: { follow: boolean; signal: AbortSignal },
-): Promise<Readable> {
-  const out = new PassThrough();
+  opts: ReadLogOptions,
+): Promise<AsyncGenerator<LogPiece>> {
   const until = await lastChunkSeq(bus, jobId);
   const archived = until === 0 && (!opts.follow || (await jobEnded(bus, jobId)));
-  const consumer = archived
-    ? null
-    : await retryTransient(`read the log of ${jobId}`, () =>
-        bus.js.consumers.get(Streams.logs, {
-          filter_subjects: Subjects.jobLogs(jobId),
-          deliver_policy: DeliverPolicy.All,
-        }),
-      );
-  const pump = async () => {
-    if (!consumer) {
-      const { state } = await loadJob(bus.store, jobId);
-      await writeArchived(blobs, jobId, state.attempts.length, out);
-      return;
-    }
-    await copyLive(bus, consumer, jobId, until, opts.follow, out, opts.signal);
-  };
-  pump().then(
-    () => out.end(),
-    (err: unknown) => out.destroy(err as Error),
+  if (archived) {
+    const { state } = await loadJob(bus.store, jobId);
+    return readArchived(blobs, jobId, state.attempts.length, opts.from);
+  }
+  const consumer = await retryTransient(`read the log of ${jobId}`, () =>
+    bus.js.consumers.get(Streams.logs, {
+      filter_subjects: Subjects.jobLogs(jobId),
+      deliver_policy: DeliverPolicy.All,
+    }),
   );
-  return out;
+  return readLive(bus, consumer, jobId, until, opts);
 }

@@ -1,3 +1,4 @@
+import type { AttemptStatus, JobStatus } from '@trainyard/events';
 import type { AttemptRow, JobRow, WorkerRow } from '@trainyard/projections';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
@@ -8,7 +9,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     id: job.id,
     name: job.name,
     owner: job.owner,
-    status: job.status,
+    status: job.status as JobStatus,
     priority: job.priority,
     command: job.command,
     image: job.image,
@@ -29,7 +30,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
         id: a.id,
         workerId: a.worker_id,
         gpus: a.gpus,
-        status: a.status,
+        status: a.status as AttemptStatus,
         exitCode: a.exit_code,
         failure: a.failure,
         assignedAt: a.assigned_at.toISOString(),

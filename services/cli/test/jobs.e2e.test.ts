@@ -289,7 +289,7 @@ describe('the system around the jobs', () => {
     const metrics = await (await t.http('/metrics')).text();
     expect(metrics).toMatch(/trainyard_jobs_submitted_total \d+/);
     expect(metrics).toMatch(/trainyard_jobs\{status="succeeded"\} \d+/);
-    const docs = (await (await t.http('/docs')).json()) as {
+    const docs = (await (await t.http('/docs/json')).json()) as {
       openapi: string;
       paths: Record<string, unknown>;
     };

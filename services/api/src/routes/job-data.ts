@@ -1,64 +1,182 @@
-import type { FastifyInstance } from 'fastify';
+import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { BlobKeys } from '@trainyard/platform';
-import type { ApiDeps } from '../deps.ts';
+import { currentAttempt, type JobState } from '@trainyard/domain';
+import { BlobKeys, loadJob } from '@trainyard/platform';
+import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
-import { openLog } from '../logs.ts';
+import { logEventStream, type AttemptHeader, type LogEnd } from '../log-events.ts';
+import { parsePosition, readLog } from '../logs.ts';
+import { errorResponses, EventViewSchema, IdParamsSchema, OutputViewSchema } from '../schemas.ts';
 import { callerOf, jobIdParam, visibleJob, visibleJobHistory } from './common.ts';
 
 const LogQuery = z.object({
   follow: z
     .enum(['true', 'false', '1', '0'])
     .optional()
-    .transform((v) => v === 'true' || v === '1'),
+    .transform((v) => v === 'true' || v === '1')
+    .describe('stream until the job ends'),
+  from: z
+    .string()
+    .regex(/^\d+:\d+$/)
+    .optional()
+    .describe('event stream: resume after this ATTEMPT:OFFSET (or send Last-Event-ID)'),
 });
 
+const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+
+/**
+ * A stream as a route's body. Fastify sends streams as they are, unserialized; the route's
+ * schema describes the text they carry, so the types call for a string.
+ */
+const streamed = (body: NodeJS.ReadableStream) => body as unknown as string;
+
+function headerOf(state: JobState, attempt: number): AttemptHeader {
+  const a = state.attempts.find((x) => x.number === attempt);
+  return { attempt, build: attempt === 0, workerId: a?.workerId ?? null, gpus: a?.gpus ?? [] };
+}
+
+function endOf(state: JobState): LogEnd {
+  return {
+    status: state.status,
+    ended: TERMINAL.has(state.status),
+    exitCode: currentAttempt(state)?.exitCode ?? null,
+    failure: state.failure,
+  };
+}
+
 /** A job's event history, logs and outputs. */
-export function jobDataRoutes(app: FastifyInstance, deps: ApiDeps): void {
-  app.get('/v1/jobs/:id/events', async (req) => {
-    const id = jobIdParam(req);
-    const { events } = await visibleJobHistory(deps, callerOf(req), id);
-    return events.map((e) => ({
-      id: e.id,
-      type: e.type,
-      seq: e.seq,
-      occurredAt: e.occurredAt,
-      actor: e.actor,
-      correlationId: e.correlationId,
-      prevHash: e.prevHash,
-      hash: e.hash,
-      data: e.data,
-    }));
-  });
+export function jobDataRoutes(app: Api, deps: ApiDeps): void {
+  app.get(
+    '/v1/jobs/:id/events',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: "The job's events, hash-chained: its audit trail, read from the log",
+        params: IdParamsSchema,
+        response: { 200: z.array(EventViewSchema), ...errorResponses(401, 404, 503) },
+      },
+    },
+    async (req) => {
+      const id = jobIdParam(req);
+      const { events } = await visibleJobHistory(deps, callerOf(req), id);
+      return events.map((e) => ({
+        id: e.id,
+        type: e.type,
+        seq: e.seq,
+        occurredAt: e.occurredAt,
+        actor: e.actor,
+        correlationId: e.correlationId,
+        prevHash: e.prevHash,
+        hash: e.hash,
+        data: e.data,
+      }));
+    },
+  );
 
-  app.get('/v1/jobs/:id/logs', async (req, reply) => {
-    const id = jobIdParam(req);
-    await visibleJob(deps, callerOf(req), id);
-    const { follow } = LogQuery.parse(req.query);
-    const abort = new AbortController();
-    req.raw.on('close', () => abort.abort());
-    const stream = await openLog(deps.bus, deps.blobs, id, { follow, signal: abort.signal });
-    return reply.type('text/plain; charset=utf-8').header('cache-control', 'no-store').send(stream);
-  });
+  app.get(
+    '/v1/jobs/:id/logs',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: "The job's log",
+        description:
+          'Plain text by default. With `Accept: text/event-stream`, server-sent events: `attempt` ({attempt, build, workerId, gpus}) opens each attempt, `log` carries text with the id ATTEMPT:OFFSET (resume with Last-Event-ID or `from`), `caught-up` marks the end of what was there at the request, `end` ({status, ended, exitCode, failure}) closes the stream.',
+        params: IdParamsSchema,
+        querystring: LogQuery,
+        response: {
+          200: {
+            description: 'The log',
+            content: {
+              'text/plain': { schema: z.string() },
+              'text/event-stream': { schema: z.string() },
+            },
+          },
+          ...errorResponses(400, 401, 404, 503),
+        },
+      },
+    },
+    async (req, reply) => {
+      const id = jobIdParam(req);
+      const job = await visibleJob(deps, callerOf(req), id);
+      const { follow } = req.query;
+      const events = (req.headers.accept ?? '').includes('text/event-stream');
+      const lastEventId = req.headers['last-event-id'];
+      const from = parsePosition(
+        req.query.from ?? (typeof lastEventId === 'string' ? lastEventId : undefined),
+      );
+      const abort = new AbortController();
+      req.raw.on('close', () => abort.abort());
+      const pieces = await readLog(deps.bus, deps.blobs, id, {
+        follow,
+        signal: abort.signal,
+        ...(from && { from }),
+      });
+      reply.header('cache-control', 'no-store');
+      if (!events) {
+        async function* text() {
+          for await (const piece of pieces) if (piece.kind === 'chunk') yield piece.data;
+        }
+        return reply.type('text/plain; charset=utf-8').send(streamed(Readable.from(text())));
+      }
+      let state = job.state;
+      const header = async (attempt: number) => {
+        if (attempt > 0 && !state.attempts.some((a) => a.number === attempt)) {
+          state = (await loadJob(deps.bus.store, id)).state;
+        }
+        return headerOf(state, attempt);
+      };
+      const end = async () => endOf((await loadJob(deps.bus.store, id)).state);
+      reply.header('x-accel-buffering', 'no');
+      return reply.type('text/event-stream').send(streamed(logEventStream(pieces, header, end)));
+    },
+  );
 
-  app.get('/v1/jobs/:id/outputs', async (req) => {
-    const id = jobIdParam(req);
-    const { state } = await visibleJob(deps, callerOf(req), id);
-    return state.outputs.map((f) => ({ path: f.path, size: f.sizeBytes, sha256: f.sha256 }));
-  });
+  app.get(
+    '/v1/jobs/:id/outputs',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: "The job's output files, with their sizes and sha256 digests",
+        params: IdParamsSchema,
+        response: { 200: z.array(OutputViewSchema), ...errorResponses(401, 404, 503) },
+      },
+    },
+    async (req) => {
+      const id = jobIdParam(req);
+      const { state } = await visibleJob(deps, callerOf(req), id);
+      return state.outputs.map((f) => ({ path: f.path, size: f.sizeBytes, sha256: f.sha256 }));
+    },
+  );
 
-  app.get('/v1/jobs/:id/outputs/*', async (req, reply) => {
-    const id = jobIdParam(req);
-    const path = (req.params as { '*': string })['*'];
-    const { state } = await visibleJob(deps, callerOf(req), id);
-    const file = state.outputs.find((f) => f.path === path);
-    if (!file) throw new ApiError('NOT_FOUND', `job ${id} has no output ${path}`);
-    const blob = await deps.blobs.get(BlobKeys.output(id, path));
-    if (!blob) throw new ApiError('NOT_FOUND', `output ${path} is no longer stored`);
-    return reply
-      .type('application/octet-stream')
-      .header('content-length', file.sizeBytes)
-      .header('x-sha256', file.sha256)
-      .send(blob);
-  });
+  app.get(
+    '/v1/jobs/:id/outputs/*',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: 'One output file; its sha256 is in the x-sha256 header',
+        params: IdParamsSchema.extend({ '*': z.string().describe('the file path') }),
+        response: {
+          200: {
+            description: 'The bytes',
+            content: { 'application/octet-stream': { schema: z.string() } },
+          },
+          ...errorResponses(401, 404, 503),
+        },
+      },
+    },
+    async (req, reply) => {
+      const id = jobIdParam(req);
+      const path = req.params['*'];
+      const { state } = await visibleJob(deps, callerOf(req), id);
+      const file = state.outputs.find((f) => f.path === path);
+      if (!file) throw new ApiError('NOT_FOUND', `job ${id} has no output ${path}`);
+      const blob = await deps.blobs.get(BlobKeys.output(id, path));
+      if (!blob) throw new ApiError('NOT_FOUND', `output ${path} is no longer stored`);
+      return reply
+        .type('application/octet-stream')
+        .header('content-length', file.sizeBytes)
+        .header('x-sha256', file.sha256)
+        .send(streamed(blob));
+    },
+  );
 }

@@ -1,14 +1,27 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { initialJobState } from '@trainyard/domain';
-import { EMPTY_HEAD, JobSpecSchema, type JobSpec } from '@trainyard/events';
+import { EMPTY_HEAD, JobStatus, type JobSpec } from '@trainyard/events';
 import { newId, runJobCommand } from '@trainyard/platform';
 import { findJob, listAttempts, listJobs } from '@trainyard/projections';
-import type { ApiDeps } from '../deps.ts';
+import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
+import {
+  AfterQuerySchema,
+  CancelledSchema,
+  errorResponses,
+  IdParamsSchema,
+  JobViewSchema,
+  SubmitFormSchema,
+  SubmitSpecSchema,
+  SubmittedSchema,
+} from '../schemas.ts';
 import { keepUpload, stageUpload, type StagedUpload } from '../upload.ts';
 import { jobView } from '../views.ts';
 import { actorOf, callerOf, jobIdParam, readModel, visibleJob, waitForSeq } from './common.ts';
+
+/** The most jobs one page of `GET /v1/jobs` holds. */
+export const MAX_LIST_LIMIT = 500;
 
 function parseSpec(raw: unknown): JobSpec {
   let value = raw;
@@ -19,7 +32,7 @@ function parseSpec(raw: unknown): JobSpec {
       throw new ApiError('VALIDATION_FAILED', 'spec: must be JSON');
     }
   }
-  const result = JobSpecSchema.safeParse(value);
+  const result = SubmitSpecSchema.safeParse(value);
   if (!result.success) {
     const details = result.error.issues.map((i) => ({
       field: `spec.${i.path.join('.')}`,
@@ -59,76 +72,152 @@ async function readSubmission(
 }
 
 const ListQuery = z.object({
-  status: z.string().optional(),
-  owner: z.string().optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
-  after: z.coerce.number().int().min(0).optional(),
+  status: z.enum(Object.values(JobStatus)).optional(),
+  owner: z.string().optional().describe("admins: only this user's jobs"),
+  limit: z.coerce.number().int().min(1).max(MAX_LIST_LIMIT).default(50),
+  cursor: z
+    .string()
+    .optional()
+    .describe('the x-next-cursor header of the previous page: the jobs after it'),
+  after: AfterQuerySchema.shape.after,
 });
 
-const JobQuery = z.object({ after: z.coerce.number().int().min(0).optional() });
+/** A page's place in the list, newest first: the last job's creation time and id. */
+function encodeCursor(job: { created_at: Date; id: string }): string {
+  return Buffer.from(`${job.created_at.toISOString()}|${job.id}`).toString('base64url');
+}
+
+function decodeCursor(cursor: string): { createdAt: Date; id: string } {
+  const [at, id] = Buffer.from(cursor, 'base64url').toString().split('|');
+  const createdAt = new Date(at ?? '');
+  if (!id || Number.isNaN(createdAt.getTime()))
+    throw new ApiError('VALIDATION_FAILED', 'query.cursor: not a cursor this API gave out');
+  return { createdAt, id };
+}
 
 /** Submit, list, show and cancel jobs. */
-export function jobRoutes(app: FastifyInstance, deps: ApiDeps): void {
-  app.post('/v1/jobs', async (req, reply) => {
-    const caller = callerOf(req);
-    const { spec, staged } = await readSubmission(req);
-    const jobId = newId('job');
-    const code = staged ? await keepUpload(deps.blobs, jobId, staged) : undefined;
-    const result = await runJobCommand(
-      deps.bus.store,
-      jobId,
-      { type: 'SubmitJob', owner: caller.username, spec, ...(code && { code }) },
-      { actor: actorOf(caller), now: new Date(), correlationId: req.id },
-      { snapshot: { state: initialJobState(jobId), head: EMPTY_HEAD } },
-    );
-    deps.metrics.jobsSubmitted.inc();
-    return reply.code(202).send({ id: jobId, status: result.state.status, seq: result.head.seq });
-  });
+export function jobRoutes(app: Api, deps: ApiDeps): void {
+  app.post(
+    '/v1/jobs',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: 'Submit a job',
+        description:
+          'Multipart with a `spec` field (JSON) and a `code` file (.tar.gz or .zip), or a JSON spec alone. Answers at once; the job goes on through its statuses.',
+        body: {
+          content: {
+            'application/json': { schema: SubmitSpecSchema },
+            'multipart/form-data': { schema: SubmitFormSchema },
+          },
+        },
+        response: { 202: SubmittedSchema, ...errorResponses(400, 401, 413, 415, 503) },
+      },
+    },
+    async (req, reply) => {
+      const caller = callerOf(req);
+      const { spec, staged } = await readSubmission(req);
+      const jobId = newId('job');
+      const code = staged ? await keepUpload(deps.blobs, jobId, staged) : undefined;
+      const result = await runJobCommand(
+        deps.bus.store,
+        jobId,
+        { type: 'SubmitJob', owner: caller.username, spec, ...(code && { code }) },
+        { actor: actorOf(caller), now: new Date(), correlationId: req.id },
+        { snapshot: { state: initialJobState(jobId), head: EMPTY_HEAD } },
+      );
+      deps.metrics.jobsSubmitted.inc();
+      return reply.code(202).send({
+        id: jobId,
+        status: result.state.status as JobStatus,
+        seq: result.head.seq,
+      });
+    },
+  );
 
-  app.get('/v1/jobs', async (req) => {
-    const caller = callerOf(req);
-    const q = ListQuery.parse(req.query);
-    if (q.after !== undefined) await waitForSeq(deps, q.after);
-    const owner = caller.role === 'admin' ? q.owner : caller.username;
-    const rows = await readModel(() =>
-      listJobs(deps.db, {
-        limit: q.limit,
-        ...(owner && { owner }),
-        ...(q.status && { status: q.status }),
-      }),
-    );
-    return rows.map((r) => jobView(r));
-  });
+  app.get(
+    '/v1/jobs',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: "List your jobs (admins: everyone's), newest first",
+        description:
+          'A page of at most `limit` jobs; when more follow, the `x-next-cursor` header holds the `cursor` of the next page.',
+        querystring: ListQuery,
+        response: { 200: z.array(JobViewSchema), ...errorResponses(400, 401, 503, 504) },
+      },
+    },
+    async (req, reply) => {
+      const caller = callerOf(req);
+      const q = req.query;
+      if (q.after !== undefined) await waitForSeq(deps, q.after);
+      const owner = caller.role === 'admin' ? q.owner : caller.username;
+      const rows = await readModel(() =>
+        listJobs(deps.db, {
+          limit: q.limit,
+          ...(owner && { owner }),
+          ...(q.status && { status: q.status }),
+          ...(q.cursor && { before: decodeCursor(q.cursor) }),
+        }),
+      );
+      const last = rows.at(-1);
+      if (last && rows.length === q.limit) reply.header('x-next-cursor', encodeCursor(last));
+      return rows.map((r) => jobView(r));
+    },
+  );
 
-  app.get('/v1/jobs/:id', async (req) => {
-    const caller = callerOf(req);
-    const id = jobIdParam(req);
-    const { after } = JobQuery.parse(req.query);
-    if (after !== undefined) await waitForSeq(deps, after);
-    const job = await readModel(() => findJob(deps.db, id));
-    if (!job || (caller.role !== 'admin' && job.owner !== caller.username)) {
-      throw new ApiError('NOT_FOUND', `job ${id} not found`);
-    }
-    const attempts = await readModel(() => listAttempts(deps.db, id));
-    return jobView(job, attempts);
-  });
+  app.get(
+    '/v1/jobs/:id',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: 'A job with its attempts',
+        params: IdParamsSchema,
+        querystring: AfterQuerySchema,
+        response: { 200: JobViewSchema, ...errorResponses(401, 404, 503, 504) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const id = jobIdParam(req);
+      const { after } = req.query;
+      if (after !== undefined) await waitForSeq(deps, after);
+      const job = await readModel(() => findJob(deps.db, id));
+      if (!job || (caller.role !== 'admin' && job.owner !== caller.username)) {
+        throw new ApiError('NOT_FOUND', `job ${id} not found`);
+      }
+      const attempts = await readModel(() => listAttempts(deps.db, id));
+      return jobView(job, attempts);
+    },
+  );
 
-  app.post('/v1/jobs/:id/cancel', async (req, reply) => {
-    const caller = callerOf(req);
-    const id = jobIdParam(req);
-    const snapshot = await visibleJob(deps, caller, id);
-    const result = await runJobCommand(
-      deps.bus.store,
-      id,
-      { type: 'CancelJob' },
-      { actor: actorOf(caller), now: new Date(), correlationId: req.id },
-      { snapshot },
-    );
-    return reply.code(202).send({
-      id,
-      status: result.state.status,
-      cancelRequested: result.state.cancelRequested,
-      seq: result.head.seq,
-    });
-  });
+  app.post(
+    '/v1/jobs/:id/cancel',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: 'Cancel a job',
+        params: IdParamsSchema,
+        response: { 202: CancelledSchema, ...errorResponses(401, 404, 409, 503) },
+      },
+    },
+    async (req, reply) => {
+      const caller = callerOf(req);
+      const id = jobIdParam(req);
+      const snapshot = await visibleJob(deps, caller, id);
+      const result = await runJobCommand(
+        deps.bus.store,
+        id,
+        { type: 'CancelJob' },
+        { actor: actorOf(caller), now: new Date(), correlationId: req.id },
+        { snapshot },
+      );
+      return reply.code(202).send({
+        id,
+        status: result.state.status as JobStatus,
+        cancelRequested: result.state.cancelRequested,
+        seq: result.head.seq,
+      });
+    },
+  );
 }

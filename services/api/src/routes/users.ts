@@ -1,9 +1,9 @@
-import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { ConcurrencyError, EMPTY_HEAD, USERNAME } from '@trainyard/events';
 import { listUsers } from '@trainyard/projections';
-import type { ApiDeps } from '../deps.ts';
+import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
+import { errorResponses, LoginSchema, TokenSchema, UserViewSchema } from '../schemas.ts';
 import { actorOf, readModel, requireAdmin } from './common.ts';
 import type { Caller } from '../auth.ts';
 
@@ -39,30 +39,64 @@ export async function createUser(
 }
 
 /** Login, and user management for admins. */
-export function userRoutes(app: FastifyInstance, deps: ApiDeps): void {
-  const Login = z.object({ username: z.string().min(1), password: z.string().min(1) });
+export function userRoutes(app: Api, deps: ApiDeps): void {
+  app.post(
+    '/v1/auth/login',
+    {
+      schema: {
+        tags: ['auth'],
+        summary: 'Exchange a username and password for a bearer token',
+        security: [],
+        body: LoginSchema,
+        response: { 200: TokenSchema, ...errorResponses(400, 401, 503) },
+      },
+    },
+    async (req) => {
+      const { username, password } = req.body;
+      const role = await deps.credentials.verify(username, password);
+      if (!role) throw new ApiError('UNAUTHENTICATED', 'wrong username or password');
+      const { token, expiresAt } = await deps.tokens.issueWithExpiry({ username, role });
+      return { token, username, role, expiresAt: expiresAt.toISOString() };
+    },
+  );
 
-  app.post('/v1/auth/login', async (req) => {
-    const { username, password } = Login.parse(req.body);
-    const role = await deps.credentials.verify(username, password);
-    if (!role) throw new ApiError('UNAUTHENTICATED', 'wrong username or password');
-    return { token: await deps.tokens.issue({ username, role }), username, role };
-  });
+  app.post(
+    '/v1/users',
+    {
+      schema: {
+        tags: ['users'],
+        summary: 'Create a user (admins)',
+        body: NewUserSchema,
+        response: {
+          201: UserViewSchema.pick({ username: true, role: true }),
+          ...errorResponses(400, 401, 403, 409, 503),
+        },
+      },
+    },
+    async (req, reply) => {
+      const admin = requireAdmin(req);
+      await createUser(deps, req.body, admin);
+      return reply.code(201).send({ username: req.body.username, role: req.body.role });
+    },
+  );
 
-  app.post('/v1/users', async (req, reply) => {
-    const admin = requireAdmin(req);
-    const user = NewUserSchema.parse(req.body);
-    await createUser(deps, user, admin);
-    return reply.code(201).send({ username: user.username, role: user.role });
-  });
-
-  app.get('/v1/users', async (req) => {
-    requireAdmin(req);
-    const rows = await readModel(() => listUsers(deps.db));
-    return rows.map((u) => ({
-      username: u.username,
-      role: u.role,
-      createdAt: u.created_at.toISOString(),
-    }));
-  });
+  app.get(
+    '/v1/users',
+    {
+      schema: {
+        tags: ['users'],
+        summary: 'List users (admins)',
+        response: { 200: z.array(UserViewSchema), ...errorResponses(401, 403, 503) },
+      },
+    },
+    async (req) => {
+      requireAdmin(req);
+      const rows = await readModel(() => listUsers(deps.db));
+      return rows.map((u) => ({
+        username: u.username,
+        role: u.role === 'admin' ? ('admin' as const) : ('user' as const),
+        createdAt: u.created_at.toISOString(),
+      }));
+    },
+  );
 }

@@ -1,0 +1,205 @@
+import { z } from 'zod';
+import {
+  ActorSchema,
+  AttemptStatus,
+  FailureSchema,
+  GpuSchema,
+  JobSpecSchema,
+  JobStatus,
+  ResourcesSchema,
+} from '@trainyard/events';
+import { STATUS_BY_CODE, type ApiErrorCode } from './errors.ts';
+
+/**
+ * The shapes the API answers with. Routes declare them, the serializer holds answers to them,
+ * and the OpenAPI document at `/docs/json` is generated from them.
+ */
+
+const isoTime = z.string().meta({ format: 'date-time', description: 'ISO 8601 time' });
+
+export const ErrorBodySchema = z.object({
+  error: z.object({
+    code: z.enum(Object.keys(STATUS_BY_CODE) as [ApiErrorCode, ...ApiErrorCode[]]),
+    message: z.string(),
+    details: z.unknown().optional(),
+  }),
+});
+
+export const AttemptViewSchema = z
+  .object({
+    number: z.number().int(),
+    id: z.string(),
+    workerId: z.string(),
+    gpus: z.array(z.number().int()),
+    status: z.enum(Object.values(AttemptStatus)),
+    exitCode: z.number().int().nullable(),
+    failure: FailureSchema.nullable(),
+    assignedAt: isoTime,
+    startedAt: isoTime.nullable(),
+    finishedAt: isoTime.nullable(),
+  })
+  .meta({ id: 'Attempt' });
+
+export const JobViewSchema = z
+  .object({
+    id: z.string(),
+    name: z.string(),
+    owner: z.string(),
+    status: z.enum(Object.values(JobStatus)),
+    priority: z.number().int(),
+    command: z.string(),
+    image: z.string().nullable(),
+    resources: ResourcesSchema,
+    maxRetries: z.number().int(),
+    envNames: z.array(z.string()),
+    createdAt: isoTime,
+    startedAt: isoTime.nullable(),
+    finishedAt: isoTime.nullable(),
+    exitCode: z.number().int().nullable(),
+    failure: FailureSchema.nullable(),
+    retryAt: isoTime.nullable(),
+    attemptCount: z.number().int(),
+    seq: z.number().int().describe('the stream sequence of the last event the view holds'),
+    attempts: z.array(AttemptViewSchema).optional().describe('only on GET /v1/jobs/{id}'),
+  })
+  .meta({ id: 'Job' });
+
+export const WorkerViewSchema = z
+  .object({
+    id: z.string(),
+    hostname: z.string(),
+    status: z.string(),
+    simulated: z.boolean().describe('its GPUs are simulated (tests and benchmarks)'),
+    gpus: z.array(GpuSchema),
+    cpuSlots: z.number().int(),
+    runtime: z.string(),
+    version: z.string(),
+    registeredAt: isoTime,
+    lastHeartbeatAt: isoTime.nullable(),
+  })
+  .meta({ id: 'Worker' });
+
+/**
+ * A job spec as the API takes it: unknown fields are refused rather than dropped, and the fields
+ * that nothing honours yet are refused with a message that says so.
+ */
+export const SubmitSpecSchema = JobSpecSchema.extend({
+  image: JobSpecSchema.shape.image.describe(
+    'not supported yet: jobs run as processes on the worker; a spec that names one is refused',
+  ),
+  resources: ResourcesSchema.extend({
+    cpus: ResourcesSchema.shape.cpus.describe(
+      'CPU slots a CPU-only job (gpus 0) takes on its worker; a share of the queue, not a CPU limit',
+    ),
+    memoryGb: ResourcesSchema.shape.memoryGb.describe(
+      'not supported yet: host memory is not limited; a spec that sets it is refused',
+    ),
+  }).strict(),
+})
+  .strict()
+  .superRefine((spec, ctx) => {
+    if (spec.image !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['image'],
+        message:
+          'containers are not supported yet: jobs run as processes on the worker, so leave out image',
+      });
+    }
+    if (spec.resources.memoryGb !== undefined) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['resources', 'memoryGb'],
+        message: 'host memory limits are not enforced yet, so leave out memoryGb',
+      });
+    }
+  })
+  .meta({ id: 'JobSpec' });
+
+/** The multipart form of a submission, for the document: the body is read part by part. */
+export const SubmitFormSchema = z.unknown().meta({
+  type: 'object',
+  properties: {
+    spec: { type: 'string', description: 'the JobSpec, as JSON' },
+    code: { type: 'string', format: 'binary', description: 'a .tar.gz or .zip of the code' },
+  },
+  required: ['spec'],
+});
+
+export const SubmittedSchema = z.object({
+  id: z.string(),
+  status: z.enum(Object.values(JobStatus)),
+  seq: z.number().int().describe('pass as ?after= to read your own write'),
+});
+
+export const CancelledSchema = SubmittedSchema.extend({ cancelRequested: z.boolean() });
+
+export const EventViewSchema = z
+  .object({
+    id: z.string(),
+    type: z.string(),
+    seq: z.number().int(),
+    occurredAt: isoTime,
+    actor: ActorSchema,
+    correlationId: z.string().optional(),
+    prevHash: z.string(),
+    hash: z.string(),
+    data: z.unknown(),
+  })
+  .meta({ id: 'Event' });
+
+export const OutputViewSchema = z.object({
+  path: z.string(),
+  size: z.number().int(),
+  sha256: z.string(),
+});
+
+export const LoginSchema = z.object({ username: z.string().min(1), password: z.string().min(1) });
+export const TokenSchema = z.object({
+  token: z.string(),
+  username: z.string(),
+  role: z.enum(['admin', 'user']),
+  expiresAt: isoTime,
+});
+
+export const UserViewSchema = z.object({
+  username: z.string(),
+  role: z.enum(['admin', 'user']),
+  createdAt: isoTime,
+});
+
+export const LimitsSchema = z.object({
+  maxUploadBytes: z.number().int().describe('the largest code archive accepted'),
+  maxListLimit: z.number().int().describe('the most jobs one GET /v1/jobs page holds'),
+});
+
+export const HealthSchema = z.object({
+  status: z.enum(['ok', 'degraded', 'down']),
+  nats: z.boolean(),
+  postgres: z.boolean(),
+});
+
+export const IdParamsSchema = z.object({ id: z.string().describe('a job id') });
+export const AfterQuerySchema = z.object({
+  after: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .optional()
+    .describe('wait until the read model holds this stream sequence (read your own write)'),
+});
+
+/**
+ * Error answers a route can give, by status, each with the codes that status carries; every
+ * route can also fail with 500.
+ */
+export function errorResponses(...statuses: number[]) {
+  const out: Record<number, z.ZodType> = {};
+  for (const status of [...statuses, 500]) {
+    const codes = Object.entries(STATUS_BY_CODE)
+      .filter(([, s]) => s === status)
+      .map(([c]) => c);
+    out[status] = ErrorBodySchema.describe(`codes: ${codes.join(', ')}`);
+  }
+  return out;
+}
