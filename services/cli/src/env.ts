@@ -1,17 +1,24 @@
 import {
   BaseConfigSchema,
-  openContext,
+  connectBus,
   parseEnv,
+  openContext,
   type BaseConfig,
+  type Bus,
   type ServiceContext,
 } from '@trainyard/platform';
 import { connectDb, migrate } from '@trainyard/projections';
-import { CliError } from './client.ts';
 import { readStack } from './config.ts';
+import { reach } from './connect.ts';
+import { CliError } from './errors.ts';
+
+const HOW_TO_POINT =
+  'run it where `npm run up` runs (or set TRAINYARD_HOME to that stack’s state directory), or set TRAINYARD_NATS_URL and DATABASE_URL';
 
 /**
  * The configuration for a service started on its own: the environment, falling back to the
- * embedded stack that `trainyard up` runs from this directory.
+ * embedded stack that `trainyard up` runs (found through `TRAINYARD_HOME`, `./.trainyard`, or
+ * the latest one this user started).
  */
 export function serviceConfig(env = process.env): BaseConfig {
   const stack = readStack(env);
@@ -23,14 +30,44 @@ export function serviceConfig(env = process.env): BaseConfig {
 }
 
 export async function serviceContext(name: string): Promise<ServiceContext> {
-  return openContext(name, serviceConfig());
+  const config = serviceConfig();
+  return reach('NATS', config.TRAINYARD_NATS_URL, 'TRAINYARD_NATS_URL', () =>
+    openContext(name, config),
+  );
+}
+
+/**
+ * The configuration for an operator's command (`events verify`, `projections rebuild`): it must
+ * find a stack, and says how to point it at one when it cannot.
+ */
+export function operatorConfig(env = process.env): BaseConfig {
+  if (!env.TRAINYARD_NATS_URL && !readStack(env)) {
+    throw new CliError(`no running Trainyard found: ${HOW_TO_POINT}`, 'NO_STACK');
+  }
+  return serviceConfig(env);
+}
+
+/** The event log's connection for an operator's command. */
+export function operatorBus(config: BaseConfig): Promise<Bus> {
+  return reach('NATS', config.TRAINYARD_NATS_URL, 'TRAINYARD_NATS_URL', () =>
+    connectBus(config.TRAINYARD_NATS_URL, 'trainyard-cli'),
+  );
 }
 
 /** The read database, migrated; the commands that need one fail clearly without it. */
 export async function database(config: BaseConfig) {
-  if (!config.DATABASE_URL)
-    throw new CliError('DATABASE_URL is not set (and no local `trainyard up` is running)');
-  const db = connectDb(config.DATABASE_URL);
-  await migrate(db);
+  const url = config.DATABASE_URL;
+  if (!url)
+    throw new CliError(
+      `DATABASE_URL is not set and no running Trainyard was found: ${HOW_TO_POINT}`,
+      'NO_DATABASE',
+    );
+  const db = connectDb(url);
+  try {
+    await reach('PostgreSQL', url, 'DATABASE_URL', () => migrate(db));
+  } catch (err) {
+    await db.destroy();
+    throw err;
+  }
   return db;
 }

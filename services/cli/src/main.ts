@@ -1,26 +1,39 @@
 import { Command, CommanderError } from 'commander';
-import { CliError } from './client.ts';
 import { registerAccountCommands } from './commands/account.ts';
 import { registerAdminCommands } from './commands/admin.ts';
+import { registerCompletionCommand } from './commands/completion.ts';
 import { registerJobCommands } from './commands/jobs.ts';
 import { registerServiceCommands } from './commands/services.ts';
+import { CliError, describeError, verbose } from './errors.ts';
 
 /** The `trainyard` command. */
 export function buildProgram(): Command {
   const program = new Command('trainyard')
     .description('Trainyard: GPU training jobs, scheduled on an event log')
     .version('0.1.0')
-    .showHelpAfterError();
+    .option('--api <url>', 'the API to talk to (default: your login, the local stack, or :8080)')
+    .option('--profile <name>', 'which saved login to use (default: default)')
+    .option('--verbose', 'on an error, show where it came from (or set TRAINYARD_DEBUG=1)')
+    .showHelpAfterError()
+    .hook('preAction', (cmd) => {
+      const o = cmd.opts<{ api?: string; profile?: string; verbose?: boolean }>();
+      if (o.api) process.env.TRAINYARD_API_URL = o.api;
+      if (o.profile) process.env.TRAINYARD_PROFILE = o.profile;
+      if (o.verbose) process.env.TRAINYARD_DEBUG = '1';
+    });
   registerServiceCommands(program);
   registerAccountCommands(program);
   registerJobCommands(program);
   registerAdminCommands(program);
+  registerCompletionCommand(program);
   return program;
 }
 
 /**
- * Runs the command line. An unexpected error ends the process at once: a service that failed to
- * start must exit (for its process manager to start it again), not linger on an open connection.
+ * Runs the command line. A failure prints one line saying what went wrong and what to do, and
+ * exits non-zero; `--verbose` (or `TRAINYARD_DEBUG=1`) adds the stack. An unexpected error ends
+ * the process at once: a service that failed to start must exit (for its process manager to
+ * start it again), not linger on an open connection.
  */
 export async function main(argv: string[]): Promise<void> {
   try {
@@ -30,12 +43,12 @@ export async function main(argv: string[]): Promise<void> {
       process.exitCode = err.exitCode;
       return;
     }
+    console.error(`error: ${describeError(err)}`);
+    if (verbose(argv)) console.error(err);
     if (err instanceof CliError) {
-      console.error(`error: ${err.message}`);
       process.exitCode = err.exitCode;
       return;
     }
-    console.error(err);
     process.exit(1);
   }
 }

@@ -1,4 +1,4 @@
-import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Kysely } from 'kysely';
@@ -6,9 +6,11 @@ import { startApi, type RunningApi } from '@trainyard/api';
 import { DEFAULT_BUILDER_OPTIONS, startBuilder } from '@trainyard/builder';
 import {
   BaseConfigSchema,
+  embeddedPostgresDir,
   openContext,
   parseEnv,
   portInUse,
+  setLogDestination,
   startNatsServer,
   startPostgres,
   stopOnSignals,
@@ -26,9 +28,12 @@ import {
 } from '@trainyard/scheduler';
 import { DEFAULT_WATCHDOG_OPTIONS, startWatchdog, type WatchdogOptions } from '@trainyard/watchdog';
 import { startWorker, type RunningWorker, type WorkerOptions } from '@trainyard/worker';
+import pretty from 'pino-pretty';
 import { ApiClient } from './client.ts';
 import { followToEnd, submitDirectory } from './commands/jobs.ts';
-import { homeDirOf, stackFile, type StackInfo } from './config.ts';
+import { homeDirOf, stackFile, userStackFile, writePrivate, type StackInfo } from './config.ts';
+import { reach } from './connect.ts';
+import { CliError } from './errors.ts';
 import { workerOptions } from './worker-options.ts';
 
 export const EXAMPLE_DIR = resolve(
@@ -42,6 +47,9 @@ export interface StackOptions {
   natsUrl?: string;
   /** Use this Postgres instead of starting one. */
   databaseUrl?: string;
+  /** Where the embedded PostgreSQL keeps its files (default: `home/postgres`). */
+  postgresDir?: string;
+  /** The embedded NATS's port; without it 4223, or any free port when 4223 is taken. */
   natsPort?: number;
   apiPort: number;
   apiHost: string;
@@ -99,8 +107,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   try {
     let natsUrl = opts.natsUrl;
     if (!natsUrl) {
-      const wanted = opts.natsPort ?? DEFAULT_NATS_PORT;
-      const port = wanted && !(await portInUse(wanted)) ? wanted : undefined;
+      const port =
+        opts.natsPort ?? ((await portInUse(DEFAULT_NATS_PORT)) ? undefined : DEFAULT_NATS_PORT);
       const nats = await startNatsServer({ dir: join(opts.home, 'nats'), ...(port && { port }) });
       children.push(nats);
       natsUrl = nats.url;
@@ -108,7 +116,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     let databaseUrl = opts.databaseUrl;
     if (!databaseUrl) {
       const pg = await startPostgres({
-        dir: join(opts.home, 'postgres'),
+        dir: opts.postgresDir ?? join(opts.home, 'postgres'),
         fast: opts.fastPostgres ?? false,
       });
       children.push(pg);
@@ -120,9 +128,12 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       DATABASE_URL: databaseUrl,
       ...(opts.streamReplicas && { TRAINYARD_STREAM_REPLICAS: String(opts.streamReplicas) }),
     });
-    ctx = await openContext('trainyard', config);
-    db = connectDb(databaseUrl);
-    await migrate(db);
+    ctx = await reach('NATS', natsUrl, 'TRAINYARD_NATS_URL', () =>
+      openContext('trainyard', config),
+    );
+    const database = connectDb(databaseUrl);
+    db = database;
+    await reach('PostgreSQL', databaseUrl, 'DATABASE_URL', () => migrate(database));
 
     const without = new Set(opts.without ?? []);
     if (!without.has('projector')) add('projector', await startProjector(ctx, db));
@@ -153,14 +164,15 @@ export interface UpOptions {
   simulateGpus?: string;
 }
 
-function banner(api: RunningApi, natsUrl: string, worker: boolean) {
+function banner(api: RunningApi, natsUrl: string, worker: boolean, postgresDir: string | null) {
   const lines = [
     '',
     'Trainyard is up.',
-    `  API        ${api.url}  (OpenAPI: ${api.url}/docs)`,
+    `  API        ${api.url}  (API docs: ${api.url}/docs)`,
     `  NATS       ${natsUrl}  (workers join: TRAINYARD_NATS_URL=${natsUrl} npx trainyard worker --name NAME)`,
     `  worker     ${worker ? 'local (this process)' : 'none (--no-worker)'}`,
   ];
+  if (postgresDir) lines.push(`  postgres   data in ${postgresDir}`);
   if (api.generatedAdminPassword) {
     lines.push(
       `  admin      password ${api.generatedAdminPassword}  (shown once; set TRAINYARD_ADMIN_PASSWORD to choose it)`,
@@ -173,15 +185,46 @@ function banner(api: RunningApi, natsUrl: string, worker: boolean) {
   console.log(lines.join('\n'));
 }
 
+/** A port from the environment, or a clear error naming the variable. */
+function portFrom(env: NodeJS.ProcessEnv, name: string, fallback?: number): number | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const port = Number(raw);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new CliError(`${name} must be a port number (0-65535), not "${raw}"`);
+  return port;
+}
+
+/** Fails at once, naming the variable that moves it, when a port `up` needs is taken. */
+async function ensureFree(port: number | undefined, name: string, host = '127.0.0.1') {
+  if (!port || !(await portInUse(port))) return;
+  throw new CliError(
+    `port ${port} is already in use (on ${host}); another Trainyard or another program holds it. Stop it, or set ${name} to a free port, e.g. ${name}=${port + 1} npm run up`,
+    'PORT_IN_USE',
+  );
+}
+
 /** `trainyard up`: the embedded stack, until Ctrl-C. */
 export async function up(opts: UpOptions): Promise<void> {
   const env = process.env;
+  if (process.stdout.isTTY && !env.TRAINYARD_LOG_FORMAT?.startsWith('json')) {
+    setLogDestination(
+      pretty({ colorize: true, translateTime: 'SYS:HH:MM:ss', ignore: 'pid,hostname' }),
+    );
+  }
+  const apiPort = portFrom(env, 'TRAINYARD_PORT', 8080)!;
+  const natsPort = portFrom(env, 'TRAINYARD_NATS_PORT');
+  await ensureFree(apiPort, 'TRAINYARD_PORT', env.TRAINYARD_HOST);
+  if (!env.TRAINYARD_NATS_URL) await ensureFree(natsPort, 'TRAINYARD_NATS_PORT');
+  const home = homeDirOf();
+  const postgresDir = env.DATABASE_URL ? null : embeddedPostgresDir(home);
   const stack = await startStack({
-    home: homeDirOf(),
+    home,
     ...(env.TRAINYARD_NATS_URL && { natsUrl: env.TRAINYARD_NATS_URL }),
     ...(env.DATABASE_URL && { databaseUrl: env.DATABASE_URL }),
-    ...(env.TRAINYARD_NATS_PORT && { natsPort: Number(env.TRAINYARD_NATS_PORT) }),
-    apiPort: Number(env.TRAINYARD_PORT ?? 8080),
+    ...(postgresDir && { postgresDir }),
+    ...(natsPort !== undefined && { natsPort }),
+    apiPort,
     apiHost: env.TRAINYARD_HOST ?? '127.0.0.1',
     ...(env.TRAINYARD_ADMIN_PASSWORD && { adminPassword: env.TRAINYARD_ADMIN_PASSWORD }),
     ...(env.TRAINYARD_JWT_SECRET && { jwtSecret: env.TRAINYARD_JWT_SECRET }),
@@ -197,14 +240,19 @@ export async function up(opts: UpOptions): Promise<void> {
     natsUrl: stack.natsUrl,
     databaseUrl: stack.databaseUrl,
     pid: process.pid,
+    home,
   };
-  await writeFile(stackFile(), JSON.stringify(info, null, 2));
-  banner(stack.api, stack.natsUrl, opts.worker);
+  const files = [stackFile(), userStackFile()];
+  for (const file of files) await writePrivate(file, JSON.stringify(info, null, 2));
+  banner(stack.api, stack.natsUrl, opts.worker, postgresDir);
   stopOnSignals(
     {
       stop: async () => {
         await stack.stop();
-        await rm(stackFile(), { force: true });
+        for (const file of files) {
+          const held = await readFile(file, 'utf8').catch(() => '');
+          if (held.includes(`"pid": ${process.pid},`)) await rm(file, { force: true });
+        }
       },
     },
     stack.ctx.log,
@@ -214,11 +262,11 @@ export async function up(opts: UpOptions): Promise<void> {
 
 async function demo(api: RunningApi): Promise<void> {
   const client = new ApiClient(api.url, await api.issueToken({ username: 'admin', role: 'admin' }));
-  const id = await submitDirectory(client, EXAMPLE_DIR, {
+  const { id } = await submitDirectory(client, EXAMPLE_DIR, {
     command: 'python3 train.py',
     name: 'hello-demo',
   });
   console.log(`demo job ${id} submitted; following its log (Ctrl-C stops Trainyard)`);
-  const job = await followToEnd(client, id);
-  console.log(`demo job ${id} ${job.status}; its outputs: npx trainyard outputs ${id}`);
+  await followToEnd(client, id);
+  console.log(`its outputs: npx trainyard outputs ${id}`);
 }

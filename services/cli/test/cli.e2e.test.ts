@@ -1,19 +1,18 @@
 import { execFile } from 'node:child_process';
-import { readFile, writeFile, mkdir } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFile, writeFile, mkdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { ADMIN_PASSWORD, startTestStack, type TestStack } from './harness.ts';
+import { BIN } from './processes.ts';
 
-const BIN = resolve(fileURLToPath(new URL('../bin/trainyard.js', import.meta.url)));
 let t: TestStack;
 let work: Awaited<ReturnType<typeof tempDir>>;
 
-function cli(
-  args: string[],
-  timeoutMs = 30_000,
-): Promise<{ code: number; stdout: string; stderr: string }> {
+type Run = { code: number; stdout: string; stderr: string };
+
+/** Runs the CLI as a user would, with its config under a private XDG_CONFIG_HOME. */
+function cli(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 30_000): Promise<Run> {
   return new Promise((done) => {
     execFile(
       process.execPath,
@@ -23,10 +22,12 @@ function cli(
         env: {
           ...process.env,
           TRAINYARD_API_URL: t.url,
-          TRAINYARD_CREDENTIALS: join(work.path, 'credentials.json'),
+          XDG_CONFIG_HOME: join(work.path, 'config'),
+          XDG_STATE_HOME: join(work.path, 'state'),
           TRAINYARD_NATS_URL: t.natsUrl,
           DATABASE_URL: t.databaseUrl,
           TRAINYARD_HOME: join(work.path, 'home'),
+          ...env,
         },
       },
       (err, stdout, stderr) =>
@@ -35,15 +36,26 @@ function cli(
   });
 }
 
+const project = () => join(work.path, 'project');
+
 beforeAll(async () => {
   t = await startTestStack();
   work = await tempDir('trainyard-cli-');
-  const code = join(work.path, 'project');
-  await mkdir(code, { recursive: true });
+  const code = project();
+  await mkdir(join(code, 'data'), { recursive: true });
+  await mkdir(join(code, 'src', 'cache'), { recursive: true });
   await writeFile(
     join(code, 'train.py'),
     'import os\nprint("hello from", os.environ["TRAINYARD_JOB_ID"], flush=True)\nopen(os.path.join(os.environ["TRAINYARD_OUTPUT_DIR"], "result.txt"), "w").write("42")\n',
   );
+  await writeFile(join(code, '.gitignore'), 'data/\n*.log\n');
+  await writeFile(join(code, '.trainyardignore'), 'secret.txt\n');
+  await writeFile(join(code, 'secret.txt'), 'do not upload');
+  await writeFile(join(code, 'run.log'), 'old log');
+  await writeFile(join(code, 'data', 'big.bin'), 'x'.repeat(1000));
+  await writeFile(join(code, 'src', 'model.py'), 'W = 1\n');
+  await writeFile(join(code, 'src', '.gitignore'), 'cache/\n');
+  await writeFile(join(code, 'src', 'cache', 'c.bin'), 'cached');
 });
 
 afterAll(async () => {
@@ -54,24 +66,47 @@ afterAll(async () => {
 describe('the trainyard CLI against a running stack', () => {
   let jobId = '';
 
-  it('logs in and saves a token', async () => {
+  it('logs in, keeping the token under XDG_CONFIG_HOME readable by its owner alone', async () => {
     const bad = await cli(['login', '-u', 'admin', '-p', 'wrong']);
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toContain('wrong username or password');
     const ok = await cli(['login', '-u', 'admin', '-p', ADMIN_PASSWORD]);
-    expect(ok.stdout).toContain('logged in');
-    const saved = JSON.parse(await readFile(join(work.path, 'credentials.json'), 'utf8')) as {
-      token: string;
+    expect(ok.stdout).toContain(`logged in to ${t.url} as admin (admin)`);
+    const file = join(work.path, 'config', 'trainyard', 'credentials.json');
+    expect((await stat(file)).mode & 0o777).toBe(0o600);
+    const saved = JSON.parse(await readFile(file, 'utf8')) as {
+      profiles: Record<string, { token: string; apiUrl: string }>;
     };
-    expect(saved.token.split('.')).toHaveLength(3);
+    expect(saved.profiles.default!.token.split('.')).toHaveLength(3);
+    expect(saved.profiles.default!.apiUrl).toBe(t.url);
   });
 
-  it('submits a directory, shows upload progress, follows the log to the end', async () => {
+  it('shows what submit would pack, honouring .gitignore and .trainyardignore, with --dry-run', async () => {
+    const r = await cli(['submit', project(), '--command', 'true', '--dry-run']);
+    expect(r.code, r.stderr).toBe(0);
+    const [packed, leftOut] = r.stdout.split('left out:');
+    expect(packed).toMatch(/would upload 5 files/);
+    for (const f of [
+      'train.py',
+      '.gitignore',
+      '.trainyardignore',
+      'src/.gitignore',
+      'src/model.py',
+    ])
+      expect(packed).toContain(`  ${f}\n`);
+    expect(leftOut).toContain('data/  (.gitignore)');
+    expect(leftOut).toContain('run.log  (.gitignore)');
+    expect(leftOut).toContain('secret.txt  (.trainyardignore)');
+    expect(leftOut).toContain('src/cache/  (src/.gitignore)');
+    expect(await cli(['ls', '--json'])).toMatchObject({ stdout: '[]\n' });
+  });
+
+  it('submits the directory, follows the log with a header per attempt and exits 0', async () => {
     const r = await cli([
       'submit',
-      join(work.path, 'project'),
+      project(),
       '--command',
-      'python3 train.py',
+      'python3 train.py && find . -type f | sort',
       '--name',
       'cli-job',
       '--follow',
@@ -79,23 +114,56 @@ describe('the trainyard CLI against a running stack', () => {
     expect(r.code, `${r.stderr}\n${r.stdout}`).toBe(0);
     jobId = r.stdout.split('\n')[0]!.trim();
     expect(jobId).toMatch(/^job_/);
+    expect(r.stdout).toContain('--- build ---\n');
+    expect(r.stdout).toContain('--- attempt 1 on worker local (cpu) ---\n');
     expect(r.stdout).toContain(`hello from ${jobId}`);
+    expect(r.stdout).toContain('./src/model.py');
+    for (const gone of ['secret.txt', 'run.log', 'big.bin', 'c.bin'])
+      expect(r.stdout).not.toContain(gone);
     expect(r.stderr).toContain('uploading code');
     expect(r.stderr).toContain(`job ${jobId} succeeded (exit 0)`);
   });
 
-  it('lists, shows, prints logs, and downloads outputs', async () => {
+  it("exits with a failed job's exit code from submit --follow and logs -f", async () => {
+    const r = await cli(['submit', project(), '--command', 'echo going; exit 3', '--follow']);
+    expect(r.code).toBe(3);
+    const id = r.stdout.split('\n')[0]!.trim();
+    expect(r.stderr).toContain(`job ${id} failed (exit 3)`);
+    const logs = await cli(['logs', id, '-f']);
+    expect(logs.code).toBe(3);
+    expect(logs.stdout).toMatch(
+      /^--- build ---\n\[trainyard\] unpacked [^\n]*\n[^]*--- attempt 1 on worker local \(cpu\) ---\ngoing\n$/,
+    );
+    const plain = await cli(['logs', id]);
+    expect(plain.code).toBe(0);
+    expect(plain.stdout).toContain('going\n');
+  });
+
+  it('prints the last N lines with --tail', async () => {
+    const r = await cli([
+      'submit',
+      project(),
+      '--command',
+      'for i in 1 2 3 4 5 6; do echo line $i; done',
+      '-f',
+    ]);
+    const id = r.stdout.split('\n')[0]!.trim();
+    expect((await cli(['logs', id, '--tail', '2'])).stdout).toBe('line 5\nline 6\n');
+    expect((await cli(['logs', id, '-f', '-n', '1'])).stdout).toBe('line 6\n');
+  });
+
+  it('lists, shows, prints logs and downloads outputs, checking each sha256', async () => {
     const ls = await cli(['ls']);
-    expect(ls.stdout).toMatch(new RegExp(`${jobId}\\s+cli-job\\s+succeeded`));
+    expect(ls.stdout).toMatch(/^ID\s+OWNER\s+NAME/);
+    expect(ls.stdout).toMatch(new RegExp(`${jobId}\\s+admin\\s+cli-job\\s+succeeded`));
     const status = await cli(['status', jobId]);
     expect(status.stdout).toContain('succeeded (exit 0)');
     expect(status.stdout).toMatch(/1\s+local\s+cpu\s+succeeded\s+0/);
-    const logs = await cli(['logs', jobId]);
-    expect(logs.stdout).toContain(`hello from ${jobId}`);
     const outputs = await cli(['outputs', jobId]);
     expect(outputs.stdout).toContain('result.txt');
     const dl = await cli(['outputs', jobId, '--download', join(work.path, 'dl')]);
-    expect(dl.code).toBe(0);
+    expect(dl.code, dl.stderr).toBe(0);
+    expect(dl.stdout).toContain('result.txt (2 B, sha256 ok)');
     expect(await readFile(join(work.path, 'dl', 'result.txt'), 'utf8')).toBe('42');
     const events = await cli(['events', jobId]);
     expect(events.stdout).toMatch(/JobSubmitted[\s\S]*JobSucceeded/);
@@ -103,13 +171,56 @@ describe('the trainyard CLI against a running stack', () => {
     expect(workers.stdout).toMatch(/local\s+online/);
   });
 
-  it('cancels a job', async () => {
-    const r = await cli(['submit', join(work.path, 'project'), '--command', 'sleep 300']);
-    const id = r.stdout.trim();
-    await t.waitForJob(id, await t.token(), (j) => j.status === 'running');
-    const c = await cli(['cancel', id]);
-    expect(c.stdout).toContain(id);
-    await t.waitForJob(id, await t.token(), (j) => j.status === 'cancelled');
+  it('prints JSON with --json on every command that prints data', async () => {
+    const parse = async (args: string[]) => {
+      const r = await cli([...args, '--json']);
+      expect(r.code, `${args.join(' ')}: ${r.stderr}`).toBe(0);
+      return JSON.parse(r.stdout) as unknown;
+    };
+    expect(await parse(['ls'])).toEqual(
+      expect.arrayContaining([expect.objectContaining({ id: jobId, status: 'succeeded' })]),
+    );
+    expect(await parse(['status', jobId])).toMatchObject({ id: jobId, owner: 'admin' });
+    expect(await parse(['workers'])).toMatchObject([{ id: 'local', status: 'online' }]);
+    expect(await parse(['outputs', jobId])).toMatchObject([{ path: 'result.txt', size: 2 }]);
+    expect(await parse(['events', jobId])).toEqual(
+      expect.arrayContaining([expect.objectContaining({ type: 'JobSucceeded' })]),
+    );
+    expect(await parse(['users', 'ls'])).toEqual(
+      expect.arrayContaining([expect.objectContaining({ username: 'admin', role: 'admin' })]),
+    );
+    expect(await parse(['events', 'verify'])).toMatchObject({ broken: [] });
+    const submitted = (await parse(['submit', project(), '--command', 'sleep 300'])) as {
+      id: string;
+    };
+    expect(submitted).toMatchObject({ id: expect.stringMatching(/^job_/), status: 'submitted' });
+    await t.waitForJob(submitted.id, await t.token(), (j) => j.status === 'running');
+    expect(await parse(['cancel', submitted.id])).toMatchObject({
+      id: submitted.id,
+      cancelRequested: true,
+    });
+    await t.waitForJob(submitted.id, await t.token(), (j) => j.status === 'cancelled');
+    const lines = (await cli(['logs', jobId, '--json'])).stdout.trim().split('\n');
+    const kinds = lines.map((l) => (JSON.parse(l) as { type: string }).type);
+    expect(kinds[0]).toBe('attempt');
+    expect(kinds).toContain('log');
+    expect(kinds.at(-1)).toBe('end');
+  });
+
+  it('keeps logins per --profile, and forgets one on logout', async () => {
+    const other = await cli(['login', '--profile', 'second', '-u', 'admin', '-p', ADMIN_PASSWORD]);
+    expect(other.stdout).toContain('in profile second');
+    expect((await cli(['logout'])).stdout).toContain(`logged out of ${t.url} (admin)`);
+    const after = await cli(['ls']);
+    expect(after.code).not.toBe(0);
+    expect(after.stderr).toContain(
+      `not logged in to ${t.url}: run \`trainyard login --api ${t.url}\``,
+    );
+    expect((await cli(['ls', '--profile', 'second'])).code).toBe(0);
+    expect((await cli(['logout'], { TRAINYARD_PROFILE: 'second' })).code).toBe(0);
+    expect((await cli(['ls', '--profile', 'second'])).stderr).toContain('not logged in');
+    expect((await cli(['logout'])).stdout).toBe('not logged in\n');
+    await cli(['login', '-u', 'admin', '-p', ADMIN_PASSWORD]);
   });
 
   it('verifies every hash chain and rebuilds the projections', async () => {
@@ -129,9 +240,34 @@ describe('the trainyard CLI against a running stack', () => {
     );
   });
 
-  it('explains a missing job', async () => {
-    const missing = await cli(['status', 'job_nope']);
-    expect(missing.code).not.toBe(0);
-    expect(missing.stderr).toContain('not found');
+  it('completes commands and options in bash', async () => {
+    const script = await cli(['completion', 'bash']);
+    expect(script.code).toBe(0);
+    const complete = (line: string) =>
+      new Promise<string>((done, fail) => {
+        const words = line.split(' ');
+        execFile(
+          'bash',
+          [
+            '-c',
+            `${script.stdout}\nCOMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}; _trainyard_complete; echo "\${COMPREPLY[*]}"`,
+          ],
+          (err, out) => (err ? fail(err) : done(out.trim())),
+        );
+      });
+    expect(await complete('trainyard su')).toBe('submit');
+    expect((await complete('trainyard ')).split(' ')).toEqual(
+      expect.arrayContaining(['submit', 'logs', 'completion', 'logout', 'users']),
+    );
+    expect((await complete('trainyard logs job_x --t')).split(' ')).toEqual(['--tail']);
+    expect(await complete('trainyard users c')).toBe('create');
+    expect((await complete('trainyard ls --')).split(' ')).toEqual(
+      expect.arrayContaining(['--all', '--limit', '--json', '--profile', '--verbose']),
+    );
+    const zsh = await cli(['completion', 'zsh']);
+    expect(zsh.stdout).toContain('bashcompinit');
+    const fish = await cli(['completion', 'fish']);
+    expect(fish.code).not.toBe(0);
+    expect(fish.stderr).toContain('bash and zsh');
   });
 });

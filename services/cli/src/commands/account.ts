@@ -1,8 +1,8 @@
 import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
-import { apiUrl, writeCredentials } from '../config.ts';
-import { printTable } from './table.ts';
+import { apiUrl, profileName, removeCredentials, writeCredentials } from '../config.ts';
+import { printJson, printTable } from './table.ts';
 
 async function prompt(question: string, hidden = false): Promise<string> {
   if (!process.stdin.isTTY)
@@ -22,26 +22,40 @@ async function prompt(question: string, hidden = false): Promise<string> {
   }
 }
 
-/** Login, users and workers. */
+/** Login, logout, users and workers. */
 export function registerAccountCommands(program: Command): void {
   program
     .command('login')
-    .description('log in and save a token for the other commands')
-    .option('--api <url>', 'the API address')
+    .description('log in and save a token for the other commands (per --profile)')
     .option('-u, --username <name>', 'username')
     .option('-p, --password <password>', 'password (default: prompt, or TRAINYARD_PASSWORD)')
-    .action(async (o: { api?: string; username?: string; password?: string }) => {
-      const url = apiUrl(o.api);
+    .action(async (o: { username?: string; password?: string }) => {
+      const url = apiUrl();
       const username = o.username ?? (await prompt('username: '));
       const password =
         o.password ?? process.env.TRAINYARD_PASSWORD ?? (await prompt('password: ', true));
       const client = new ApiClient(url, null);
-      const { token } = await client.post<{ token: string }>('/v1/auth/login', {
-        username,
-        password,
-      });
-      await writeCredentials({ apiUrl: url, token, username });
-      console.log(`logged in to ${url} as ${username}`);
+      const { token, role, expiresAt } = await client.post<{
+        token: string;
+        role: string;
+        expiresAt: string;
+      }>('/v1/auth/login', { username, password });
+      await writeCredentials({ apiUrl: url, token, username, expiresAt });
+      const profile = profileName();
+      console.log(
+        `logged in to ${url} as ${username} (${role})${profile === 'default' ? '' : ` in profile ${profile}`}, until ${expiresAt}`,
+      );
+    });
+
+  program
+    .command('logout')
+    .description("forget this profile's saved login")
+    .action(async () => {
+      const had = await removeCredentials();
+      const profile = profileName();
+      if (!had)
+        console.log(`not logged in${profile === 'default' ? '' : ` in profile ${profile}`}`);
+      else console.log(`logged out of ${had.apiUrl} (${had.username})`);
     });
 
   const users = program.command('users').description('manage users (admins)');
@@ -50,14 +64,31 @@ export function registerAccountCommands(program: Command): void {
     .argument('<username>')
     .option('--role <role>', 'user or admin', 'user')
     .option('-p, --password <password>', 'password (default: prompt)')
-    .action(async (username: string, o: { role: string; password?: string }) => {
+    .option('--json', 'print JSON')
+    .action(async (username: string, o: { role: string; password?: string; json?: boolean }) => {
       const password = o.password ?? (await prompt('password for the new user: ', true));
       const r = await ApiClient.fromEnv().post<{ username: string; role: string }>('/v1/users', {
         username,
         password,
         role: o.role,
       });
+      if (o.json) return printJson(r);
       console.log(`created ${r.username} (${r.role})`);
+    });
+  users
+    .command('ls')
+    .description('list users')
+    .option('--json', 'print JSON')
+    .action(async (o: { json?: boolean }) => {
+      const list =
+        await ApiClient.fromEnv().json<{ username: string; role: string; createdAt: string }[]>(
+          '/v1/users',
+        );
+      if (o.json) return printJson(list);
+      printTable(
+        ['USER', 'ROLE', 'CREATED'],
+        list.map((u) => [u.username, u.role, u.createdAt]),
+      );
     });
 
   program
@@ -75,7 +106,7 @@ export function registerAccountCommands(program: Command): void {
           lastHeartbeatAt: string | null;
         }[]
       >('/v1/workers');
-      if (o.json) return console.log(JSON.stringify(workers, null, 2));
+      if (o.json) return printJson(workers);
       printTable(
         ['WORKER', 'STATUS', 'GPUS', 'CPU SLOTS', 'LAST HEARTBEAT'],
         workers.map((w) => [

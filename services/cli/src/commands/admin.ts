@@ -1,10 +1,6 @@
 import type { Command } from 'commander';
-import { ChainVerifier } from '@trainyard/events';
-import { connectBus } from '@trainyard/platform';
-import { rebuildProjections } from '@trainyard/projections';
 import { ApiClient } from '../client.ts';
-import { database, serviceConfig } from '../env.ts';
-import { printTable } from './table.ts';
+import { printJson, printTable } from './table.ts';
 
 /** The event log: a job's events, chain verification, and projection rebuilds. */
 export function registerAdminCommands(program: Command): void {
@@ -21,7 +17,7 @@ export function registerAdminCommands(program: Command): void {
       const list = await ApiClient.fromEnv().json<
         { seq: number; type: string; occurredAt: string; hash: string; actor: { id: string } }[]
       >(`/v1/jobs/${encodeURIComponent(id)}/events`);
-      if (o.json) return console.log(JSON.stringify(list, null, 2));
+      if (o.json) return printJson(list);
       printTable(
         ['SEQ', 'TIME', 'TYPE', 'BY', 'HASH'],
         list.map((e) => [String(e.seq), e.occurredAt, e.type, e.actor.id, e.hash.slice(0, 16)]),
@@ -31,12 +27,22 @@ export function registerAdminCommands(program: Command): void {
   events
     .command('verify')
     .description('walk the whole event log and verify every per-aggregate hash chain')
-    .action(async () => {
-      const config = serviceConfig();
-      const bus = await connectBus(config.TRAINYARD_NATS_URL, 'trainyard-cli');
+    .option('--json', 'print JSON')
+    .action(async (o: { json?: boolean }) => {
+      const { ChainVerifier } = await import('@trainyard/events');
+      const { operatorBus, operatorConfig } = await import('../env.ts');
+      const bus = await operatorBus(operatorConfig());
       try {
         const verifier = new ChainVerifier();
         for await (const event of bus.store.replay()) verifier.add(event);
+        if (verifier.breaks.length > 0) process.exitCode = 2;
+        if (o.json || events.opts<{ json?: boolean }>().json) {
+          return printJson({
+            events: verifier.count,
+            chains: verifier.aggregates,
+            broken: verifier.breaks,
+          });
+        }
         for (const b of verifier.breaks) {
           const why =
             b.problem === 'fork'
@@ -49,7 +55,6 @@ export function registerAdminCommands(program: Command): void {
         console.log(
           `${verifier.count} events, ${verifier.aggregates} chains, ${verifier.breaks.length} broken`,
         );
-        if (verifier.breaks.length > 0) process.exitCode = 2;
       } finally {
         await bus.close();
       }
@@ -60,15 +65,22 @@ export function registerAdminCommands(program: Command): void {
     .description('manage the read models')
     .command('rebuild')
     .description('drop the projections and rebuild them by replaying the event log')
-    .action(async () => {
-      const config = serviceConfig();
-      const bus = await connectBus(config.TRAINYARD_NATS_URL, 'trainyard-cli');
-      const db = await database(config);
+    .option('--json', 'print JSON')
+    .action(async (o: { json?: boolean }) => {
+      const { rebuildProjections } = await import('@trainyard/projections');
+      const { database, operatorBus, operatorConfig } = await import('../env.ts');
+      const config = operatorConfig();
+      const bus = await operatorBus(config);
+      const db = await database(config).catch(async (err: unknown) => {
+        await bus.close();
+        throw err;
+      });
       try {
         const result = await rebuildProjections(db, bus.store, {
           onProgress: (n, last) => process.stderr.write(`\rreplayed ${n} events (log at ${last})`),
         });
         process.stderr.write('\n');
+        if (o.json) return printJson(result);
         console.log(
           `rebuilt from ${result.events} events up to sequence ${result.lastSeq} in ${result.ms} ms`,
         );

@@ -1,15 +1,17 @@
+import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { mkdir, rm, stat } from 'node:fs/promises';
+import { mkdir, rename, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
-import { Readable } from 'node:stream';
+import { dirname, join, resolve, sep } from 'node:path';
+import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
-import type { JobView } from '@trainyard/api';
-import { newId, packDirectory } from '@trainyard/platform';
 import { ApiClient, CliError } from '../client.ts';
+import { exitStatusOf, outcomeLine, printLog } from '../logs.ts';
+import { packFiles, planPack, type PackPlan } from '../pack.ts';
 import { multipartBody } from '../upload.ts';
-import { printTable } from './table.ts';
+import { callerRole, type JobView } from '../views.ts';
+import { bytes, printJson, printTable } from './table.ts';
 
 const collect = (value: string, previous: string[]) => [...previous, value];
 
@@ -23,121 +25,201 @@ function parseEnv(pairs: string[]): Record<string, string> {
   return env;
 }
 
-const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
-
-/** Streams a job's log to stdout; with `follow`, until the job ends. */
-export async function streamLogs(client: ApiClient, id: string, follow: boolean): Promise<void> {
-  const res = await client.request(
-    `/v1/jobs/${encodeURIComponent(id)}/logs${follow ? '?follow=true' : ''}`,
-  );
-  if (!res.body) return;
-  for await (const chunk of Readable.fromWeb(res.body as never))
-    process.stdout.write(chunk as Buffer);
+function wholeNumber(flag: string, value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isFinite(n)) throw new CliError(`${flag} wants a number, got "${String(value)}"`);
+  return n;
 }
+
+const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 
 export type SubmitFlags = Record<string, string | string[] | boolean | undefined>;
 
-/** Packs a directory, uploads it with a spec built from `o`, and returns the job id. */
+/** The spec `submit` sends, from its flags. */
+function specFrom(root: string, o: SubmitFlags) {
+  const num = (flag: string, key: string) => wholeNumber(flag, o[key]);
+  return {
+    name: (o.name as string | undefined) ?? root.split(sep).pop() ?? 'job',
+    command: o.command as string,
+    ...(o.setup ? { setup: o.setup } : {}),
+    resources: {
+      gpus: num('--gpus', 'gpus') ?? 0,
+      ...(o.vramGb !== undefined && { vramGb: num('--vram-gb', 'vramGb') }),
+      ...(o.cpus !== undefined && { cpus: num('--cpus', 'cpus') }),
+    },
+    ...(o.priority !== undefined && { priority: num('--priority', 'priority') }),
+    ...(o.maxRetries !== undefined && { maxRetries: num('--max-retries', 'maxRetries') }),
+    env: parseEnv((o.env as string[]) ?? []),
+  };
+}
+
+function printPlan(root: string, plan: PackPlan): void {
+  console.log(`would upload ${plan.files.length} files (${bytes(plan.bytes)}) from ${root}:`);
+  for (const f of plan.files) console.log(`  ${f}`);
+  if (plan.leftOut.length > 0) {
+    console.log(`left out:`);
+    for (const l of plan.leftOut) console.log(`  ${l.path}  (${l.source})`);
+  }
+}
+
+/** Packs a directory, uploads it with a spec built from `o`, and returns the API's answer. */
 export async function submitDirectory(
   client: ApiClient,
   dir: string,
   o: SubmitFlags,
-): Promise<string> {
+): Promise<{ id: string; status: string; seq: number }> {
   const root = resolve(dir);
   const info = await stat(root).catch(() => null);
   if (!info?.isDirectory()) throw new CliError(`${dir} is not a directory`);
-  const spec = {
-    name: (o.name as string | undefined) ?? root.split('/').pop() ?? 'job',
-    command: o.command as string,
-    ...(o.image ? { image: o.image } : {}),
-    ...(o.setup ? { setup: o.setup } : {}),
-    resources: {
-      gpus: Number(o.gpus ?? 0),
-      ...(o.vramGb ? { vramGb: Number(o.vramGb) } : {}),
-      ...(o.cpus ? { cpus: Number(o.cpus) } : {}),
-      ...(o.memoryGb ? { memoryGb: Number(o.memoryGb) } : {}),
-    },
-    ...(o.priority ? { priority: Number(o.priority) } : {}),
-    ...(o.maxRetries ? { maxRetries: Number(o.maxRetries) } : {}),
-    env: parseEnv((o.env as string[]) ?? []),
-  };
-  const archive = join(tmpdir(), `${newId('code')}.tar.gz`);
+  const spec = specFrom(root, o);
+  const plan = planPack(root);
+  const limits = await client.json<{ maxUploadBytes: number }>('/v1/limits');
+  const archive = join(tmpdir(), `trainyard-code-${process.pid}-${Date.now()}.tar.gz`);
   try {
-    await pipeline(packDirectory(root), createWriteStream(archive));
+    await pipeline(packFiles(root, plan.files), createWriteStream(archive, { mode: 0o600 }));
     const { size } = await stat(archive);
+    if (size > limits.maxUploadBytes) {
+      throw new CliError(
+        `the code archive is ${bytes(size)}, over this server's limit of ${bytes(limits.maxUploadBytes)}; leave large files out with a .trainyardignore (see what is packed with --dry-run)`,
+        'ARCHIVE_TOO_LARGE',
+      );
+    }
     const { body, headers } = multipartBody(spec, archive, size);
     const res = await client.request('/v1/jobs', { method: 'POST', body, headers, duplex: 'half' });
-    const job = (await res.json()) as { id: string; status: string; seq: number };
-    return job.id;
+    return (await res.json()) as { id: string; status: string; seq: number };
   } finally {
     await rm(archive, { force: true });
   }
 }
 
-/**
- * Streams a job's log until the job ends, and returns the job as it ended: the log ends with the
- * job's last event, and the job's view is read once the read model holds that event.
- */
-export async function followToEnd(client: ApiClient, id: string): Promise<JobView> {
-  await streamLogs(client, id, true);
-  const events = await client.json<{ seq: number }[]>(`/v1/jobs/${id}/events`);
-  const last = events.at(-1)?.seq ?? 0;
-  return client.json<JobView>(`/v1/jobs/${id}?after=${last}`);
+/** Follows a job's log to its end; prints the outcome on stderr and sets the exit status. */
+export async function followToEnd(client: ApiClient, id: string, json = false): Promise<void> {
+  const end = await printLog(client, id, { follow: true, json });
+  console.error(outcomeLine(id, end));
+  process.exitCode = exitStatusOf(end);
 }
 
-async function submit(dir: string, o: SubmitFlags, client: ApiClient): Promise<void> {
-  const id = await submitDirectory(client, dir, o);
-  console.log(id);
-  if (!o.follow) return;
-  const final = await followToEnd(client, id);
-  console.error(
-    `job ${final.id} ${final.status}${final.exitCode !== null ? ` (exit ${final.exitCode})` : ''}`,
-  );
-  if (final.status !== 'succeeded') process.exitCode = 1;
+async function submit(dir: string, o: SubmitFlags): Promise<void> {
+  if (o.dryRun) {
+    const root = resolve(dir);
+    specFrom(root, o);
+    return printPlan(root, planPack(root));
+  }
+  const client = ApiClient.fromEnv();
+  const job = await submitDirectory(client, dir, o);
+  if (o.json) printJson(job);
+  else console.log(job.id);
+  if (o.follow) await followToEnd(client, job.id, Boolean(o.json));
 }
 
-/** Submit, list, inspect and cancel jobs. */
+/** Pages through `GET /v1/jobs` until `want` jobs (or all of them) are in. */
+async function listJobs(
+  client: ApiClient,
+  q: { status?: string; owner?: string },
+  want: number,
+): Promise<JobView[]> {
+  const jobs: JobView[] = [];
+  let cursor: string | null = null;
+  do {
+    const page = new URLSearchParams({
+      limit: String(Math.min(500, want - jobs.length)),
+      ...(q.status && { status: q.status }),
+      ...(q.owner && { owner: q.owner }),
+      ...(cursor && { cursor }),
+    });
+    const res = await client.request(`/v1/jobs?${page}`);
+    jobs.push(...((await res.json()) as JobView[]));
+    cursor = res.headers.get('x-next-cursor');
+  } while (cursor && jobs.length < want);
+  return jobs;
+}
+
+/** Writes a download to `target`, checking its sha256 on the way; a mismatch keeps nothing. */
+async function download(res: Response, target: string, sha256: string): Promise<void> {
+  const hash = createHash('sha256');
+  const tmp = `${target}.trainyard-partial`;
+  await mkdir(dirname(target), { recursive: true });
+  const tap = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      hash.update(chunk);
+      done(null, chunk);
+    },
+  });
+  try {
+    await pipeline(Readable.fromWeb(res.body as never), tap, createWriteStream(tmp));
+    const got = hash.digest('hex');
+    if (got !== sha256) {
+      throw new CliError(
+        `${target}: its sha256 is ${got}, the server has ${sha256}; the download was corrupted, nothing was kept`,
+        'CHECKSUM_MISMATCH',
+      );
+    }
+    await rename(tmp, target);
+  } finally {
+    await rm(tmp, { force: true });
+  }
+}
+
+/** Submit, list, inspect, follow and cancel jobs. */
 export function registerJobCommands(program: Command): void {
   program
     .command('submit')
-    .description('package DIR and submit it as a training job')
+    .description('package DIR (minus what .gitignore and .trainyardignore leave out) and submit it')
     .argument('<dir>', 'the code directory to upload')
     .requiredOption('--command <cmd>', 'the command to run in the code directory')
     .option('--name <name>', 'job name (default: the directory name)')
     .option('--gpus <n>', 'GPUs needed (0 = CPU only)', '0')
     .option('--vram-gb <gb>', 'VRAM per GPU, in GiB')
-    .option('--cpus <n>', 'CPU slots for a CPU job')
-    .option('--memory-gb <gb>', 'host memory, in GiB')
-    .option('--image <image>', 'a ready image: skips the build')
+    .option(
+      '--cpus <n>',
+      "CPU-only jobs: how many of the worker's CPU slots it takes (not a limit)",
+    )
     .option('--setup <cmd>', 'a setup command the builder runs once')
     .option('--priority <n>', 'higher runs first')
     .option('--max-retries <n>', 'retries after platform failures')
     .option('--env <NAME=VALUE>', 'an environment variable (repeatable)', collect, [])
-    .option('-f, --follow', 'follow the logs until the job ends')
-    .action(async (dir: string, o) => submit(dir, o, ApiClient.fromEnv()));
+    .option('-f, --follow', "follow the log; exit with the job's outcome")
+    .option('--dry-run', 'show what would be uploaded and what is left out, and send nothing')
+    .option('--json', 'print JSON')
+    .action(async (dir: string, o: SubmitFlags) => submit(dir, o));
 
   program
     .command('ls')
-    .description('list your jobs, newest first')
+    .description('list jobs, newest first (admins see everyone’s)')
     .option('--status <status>', 'only jobs with this status')
+    .option('--owner <user>', "admins: only this user's jobs")
     .option('--limit <n>', 'how many', '50')
+    .option('--all', 'every job, page by page')
     .option('--json', 'print JSON')
-    .action(async (o: { status?: string; limit: string; json?: boolean }) => {
-      const q = new URLSearchParams({ limit: o.limit, ...(o.status && { status: o.status }) });
-      const jobs = await ApiClient.fromEnv().json<JobView[]>(`/v1/jobs?${q}`);
-      if (o.json) return console.log(JSON.stringify(jobs, null, 2));
-      printTable(
-        ['ID', 'NAME', 'STATUS', 'GPUS', 'CREATED', 'EXIT'],
-        jobs.map((j) => [
-          j.id,
-          j.name,
-          j.status,
-          String(j.resources.gpus),
-          j.createdAt,
-          j.exitCode === null ? '' : String(j.exitCode),
-        ]),
-      );
-    });
+    .action(
+      async (o: {
+        status?: string;
+        owner?: string;
+        limit: string;
+        all?: boolean;
+        json?: boolean;
+      }) => {
+        const want = o.all ? Infinity : (wholeNumber('--limit', o.limit) ?? 50);
+        if (want < 1) throw new CliError('--limit wants a number of 1 or more');
+        const client = ApiClient.fromEnv();
+        const jobs = await listJobs(client, o, want);
+        if (o.json) return printJson(jobs);
+        const admin = callerRole(client.token) === 'admin';
+        printTable(
+          ['ID', ...(admin ? ['OWNER'] : []), 'NAME', 'STATUS', 'GPUS', 'CREATED', 'EXIT'],
+          jobs.map((j) => [
+            j.id,
+            ...(admin ? [j.owner] : []),
+            j.name,
+            j.status,
+            String(j.resources.gpus),
+            j.createdAt,
+            j.exitCode === null ? '' : String(j.exitCode),
+          ]),
+        );
+      },
+    );
 
   program
     .command('status')
@@ -146,7 +228,7 @@ export function registerJobCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(async (id: string, o: { json?: boolean }) => {
       const job = await ApiClient.fromEnv().json<JobView>(`/v1/jobs/${encodeURIComponent(id)}`);
-      if (o.json) return console.log(JSON.stringify(job, null, 2));
+      if (o.json) return printJson(job);
       console.log(
         `${job.id}  ${job.name}  ${job.status}${TERMINAL.has(job.status) && job.exitCode !== null ? ` (exit ${job.exitCode})` : ''}`,
       );
@@ -171,53 +253,71 @@ export function registerJobCommands(program: Command): void {
 
   program
     .command('logs')
-    .description("print a job's log")
+    .description("print a job's log, a header line before each attempt")
     .argument('<id>')
-    .option('-f, --follow', 'stream until the job ends')
-    .action(async (id: string, o: { follow?: boolean }) =>
-      streamLogs(ApiClient.fromEnv(), id, Boolean(o.follow)),
-    );
+    .option('-f, --follow', "stream until the job ends; exit with the job's outcome")
+    .option('-n, --tail <lines>', 'only the last N lines (then follow on, with -f)')
+    .option('--json', 'one JSON object a line: attempt, log and end events')
+    .action(async (id: string, o: { follow?: boolean; tail?: string; json?: boolean }) => {
+      const tail = wholeNumber('--tail', o.tail);
+      if (tail !== undefined && (tail < 0 || !Number.isInteger(tail)))
+        throw new CliError('--tail wants a whole number of lines');
+      const client = ApiClient.fromEnv();
+      const end = await printLog(client, id, {
+        follow: Boolean(o.follow),
+        json: Boolean(o.json),
+        ...(tail !== undefined && { tail }),
+      });
+      if (o.follow) {
+        if (!o.json) console.error(outcomeLine(id, end));
+        process.exitCode = exitStatusOf(end);
+      }
+    });
 
   program
     .command('outputs')
-    .description("list a job's output files, or download them")
+    .description("list a job's output files, or download them (each checked against its sha256)")
     .argument('<id>')
     .option('--download <dir>', 'download every file into DIR')
-    .action(async (id: string, o: { download?: string }) => {
+    .option('--json', 'print JSON')
+    .action(async (id: string, o: { download?: string; json?: boolean }) => {
       const client = ApiClient.fromEnv();
       const files = await client.json<{ path: string; size: number; sha256: string }[]>(
         `/v1/jobs/${encodeURIComponent(id)}/outputs`,
       );
       if (!o.download) {
-        printTable(
+        if (o.json) return printJson(files);
+        return printTable(
           ['PATH', 'SIZE', 'SHA256'],
           files.map((f) => [f.path, String(f.size), f.sha256]),
         );
-        return;
       }
+      const into = resolve(o.download);
       for (const f of files) {
-        const target = resolve(o.download, f.path);
-        if (!target.startsWith(resolve(o.download)))
+        const target = resolve(into, f.path);
+        if (!target.startsWith(into + sep))
           throw new CliError(`refusing to write outside ${o.download}: ${f.path}`);
-        await mkdir(dirname(target), { recursive: true });
         const res = await client.request(
           `/v1/jobs/${encodeURIComponent(id)}/outputs/${f.path.split('/').map(encodeURIComponent).join('/')}`,
         );
-        await pipeline(Readable.fromWeb(res.body as never), createWriteStream(target));
-        console.log(`${f.path} (${f.size} bytes)`);
+        await download(res, target, f.sha256);
+        if (!o.json) console.log(`${f.path} (${bytes(f.size)}, sha256 ok)`);
       }
+      if (o.json) printJson(files.map((f) => ({ ...f, file: resolve(into, f.path) })));
     });
 
   program
     .command('cancel')
     .description('cancel a job')
     .argument('<id>')
-    .action(async (id: string) => {
+    .option('--json', 'print JSON')
+    .action(async (id: string, o: { json?: boolean }) => {
       const r = await ApiClient.fromEnv().post<{
         id: string;
         status: string;
         cancelRequested: boolean;
       }>(`/v1/jobs/${encodeURIComponent(id)}/cancel`, {});
+      if (o.json) return printJson(r);
       console.log(`${r.id} ${r.status === 'cancelled' ? 'cancelled' : 'cancelling'}`);
     });
 }

@@ -1,20 +1,45 @@
 import type { Command } from 'commander';
-import { startApi } from '@trainyard/api';
-import { DEFAULT_BUILDER_OPTIONS, startBuilder } from '@trainyard/builder';
-import { stopOnSignals, type ServiceContext, type Stoppable } from '@trainyard/platform';
-import { startProjector } from '@trainyard/projector';
-import { DEFAULT_SCHEDULER_OPTIONS, startScheduler } from '@trainyard/scheduler';
-import { DEFAULT_WATCHDOG_OPTIONS, startWatchdog } from '@trainyard/watchdog';
-import { startWorker } from '@trainyard/worker';
-import { database, serviceContext } from '../env.ts';
-import { up } from '../stack.ts';
-import { workerOptions, type WorkerFlags } from '../worker-options.ts';
+import type { ServiceContext, Stoppable } from '@trainyard/platform';
+import type { WorkerFlags } from '../worker-options.ts';
+
+/**
+ * The server side of the CLI is loaded when one of these commands runs, so that the client's
+ * commands start without it.
+ */
+const server = async () => {
+  const [api, builder, platform, projector, scheduler, watchdog, worker, env, stack, options] =
+    await Promise.all([
+      import('@trainyard/api'),
+      import('@trainyard/builder'),
+      import('@trainyard/platform'),
+      import('@trainyard/projector'),
+      import('@trainyard/scheduler'),
+      import('@trainyard/watchdog'),
+      import('@trainyard/worker'),
+      import('../env.ts'),
+      import('../stack.ts'),
+      import('../worker-options.ts'),
+    ]);
+  return {
+    ...api,
+    ...builder,
+    ...platform,
+    ...projector,
+    ...scheduler,
+    ...watchdog,
+    ...worker,
+    ...env,
+    ...stack,
+    ...options,
+  };
+};
 
 /** Runs one service in this process until a signal stops it. */
 async function runAlone(
   name: string,
   start: (ctx: ServiceContext) => Promise<Stoppable>,
 ): Promise<void> {
+  const { serviceContext, stopOnSignals } = await server();
   const ctx = await serviceContext(name);
   const service = await start(ctx);
   stopOnSignals(
@@ -41,7 +66,7 @@ export function registerServiceCommands(program: Command): void {
     .option('--no-worker', 'run the control plane only; workers join with `trainyard worker`')
     .option('--simulate-gpus <shape>', 'give the local worker simulated GPUs, e.g. 2x24GiB')
     .action(async (o: { demo?: boolean; worker: boolean; simulateGpus?: string }) =>
-      up({
+      (await server()).up({
         demo: Boolean(o.demo),
         worker: o.worker,
         ...(o.simulateGpus && { simulateGpus: o.simulateGpus }),
@@ -51,8 +76,9 @@ export function registerServiceCommands(program: Command): void {
   program
     .command('api')
     .description('run the HTTP API (TRAINYARD_PORT, default 8080)')
-    .action(() =>
-      runAlone('api', async (ctx) => {
+    .action(async () => {
+      const { database, startApi } = await server();
+      await runAlone('api', async (ctx) => {
         const db = await database(ctx.config);
         const api = await startApi(ctx, db, {
           port: Number(process.env.TRAINYARD_PORT ?? 8080),
@@ -65,26 +91,28 @@ export function registerServiceCommands(program: Command): void {
         if (api.generatedAdminPassword)
           console.log(`admin password (shown once): ${api.generatedAdminPassword}`);
         return { stop: async () => (await api.stop(), await db.destroy()) };
-      }),
-    );
+      });
+    });
 
   program
     .command('scheduler')
     .description('run the scheduler (leader-elected; run several for standby)')
-    .action(() =>
-      runAlone('scheduler', (ctx) =>
+    .action(async () => {
+      const { startScheduler, DEFAULT_SCHEDULER_OPTIONS } = await server();
+      await runAlone('scheduler', (ctx) =>
         startScheduler(ctx, {
           ...DEFAULT_SCHEDULER_OPTIONS,
           leaseTtlMs: ms(process.env.TRAINYARD_LEASE_TTL_MS, 10_000),
         }),
-      ),
-    );
+      );
+    });
 
   program
     .command('builder')
     .description('run the builder')
-    .action(() =>
-      runAlone('builder', (ctx) =>
+    .action(async () => {
+      const { startBuilder, DEFAULT_BUILDER_OPTIONS } = await server();
+      await runAlone('builder', (ctx) =>
         startBuilder(ctx, {
           ...DEFAULT_BUILDER_OPTIONS,
           name: process.env.TRAINYARD_BUILDER_NAME ?? DEFAULT_BUILDER_OPTIONS.name,
@@ -93,25 +121,27 @@ export function registerServiceCommands(program: Command): void {
             DEFAULT_BUILDER_OPTIONS.livenessTtlMs,
           ),
         }),
-      ),
-    );
+      );
+    });
 
   program
     .command('projector')
     .description('run the projector (event log -> Postgres read models)')
-    .action(() =>
-      runAlone('projector', async (ctx) => {
+    .action(async () => {
+      const { database, startProjector } = await server();
+      await runAlone('projector', async (ctx) => {
         const db = await database(ctx.config);
         const projector = await startProjector(ctx, db);
         return { stop: async () => (await projector.stop(), await db.destroy()) };
-      }),
-    );
+      });
+    });
 
   program
     .command('watchdog')
     .description('run the watchdog (marks silent workers lost)')
-    .action(() =>
-      runAlone('watchdog', (ctx) =>
+    .action(async () => {
+      const { startWatchdog, DEFAULT_WATCHDOG_OPTIONS } = await server();
+      await runAlone('watchdog', (ctx) =>
         startWatchdog(ctx, {
           ...DEFAULT_WATCHDOG_OPTIONS,
           heartbeatTimeoutMs: ms(
@@ -119,8 +149,8 @@ export function registerServiceCommands(program: Command): void {
             DEFAULT_WATCHDOG_OPTIONS.heartbeatTimeoutMs,
           ),
         }),
-      ),
-    );
+      );
+    });
 
   program
     .command('worker')
@@ -135,6 +165,7 @@ export function registerServiceCommands(program: Command): void {
     .option('--sandbox <dir>', 'where attempts run')
     .option('--heartbeat-ms <ms>', 'heartbeat interval', '2000')
     .action(async (flags: WorkerFlags) => {
+      const { startWorker, workerOptions } = await server();
       const opts = await workerOptions(flags);
       await runAlone('worker', (ctx) => startWorker(ctx, opts));
     });

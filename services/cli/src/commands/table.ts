@@ -9,3 +9,16 @@ export function printTable(header: string[], rows: string[][]): void {
   console.log(line(header));
   for (const row of rows) console.log(line(row));
 }
+
+/** Prints a value as indented JSON, for `--json`. */
+export function printJson(value: unknown): void {
+  console.log(JSON.stringify(value, null, 2));
+}
+
+/** A byte count for people: 1.5 KiB, 20.0 MiB, 2.00 GiB. */
+export function bytes(n: number): string {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 ** 2) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1024 ** 3) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
+  return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+}
