@@ -18,7 +18,11 @@ export default defineConfig({
       {
         test: {
           name: 'int',
-          include: ['packages/*/test/**/*.int.test.ts', 'services/*/test/**/*.int.test.ts'],
+          include: [
+            'packages/*/test/**/*.int.test.ts',
+            'services/*/test/**/*.int.test.ts',
+            'infra/test/**/*.int.test.ts',
+          ],
           globalSetup,
           testTimeout: 30_000,
           hookTimeout: 30_000,
