@@ -1,4 +1,4 @@
-import { CliError, connectionProblem } from './errors.ts';
+import { CliError, codesOf, connectionProblem } from './errors.ts';
 
 /** A URL (or a comma-separated list of them) with any password replaced by `***`. */
 export function redactUrl(urls: string): string {
@@ -36,8 +36,8 @@ export async function reach<T>(
   try {
     return await open();
   } catch (err) {
-    const pgCode = (err as { code?: string }).code ?? '';
-    const why = PG_CODES[pgCode] ?? connectionProblem(err, url.split(',')[0] ?? url);
+    const pgCode = codesOf(err).find((c) => c in PG_CODES);
+    const why = pgCode ? PG_CODES[pgCode]! : connectionProblem(err, url.split(',')[0] ?? url);
     throw new CliError(
       `cannot connect to ${what} at ${redactUrl(url)} (${variable}): ${why}`,
       'UNREACHABLE',

@@ -14,17 +14,24 @@ export class CliError extends Error {
 const TLS_CODES =
   /^(CERT_|ERR_TLS_|ERR_SSL_|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT|UNABLE_TO_)/;
 
-/** The code of a network error, looking through `cause` (fetch hides it one level down). */
-export function networkCode(err: unknown): string | undefined {
-  for (
-    let e = err as { code?: unknown; cause?: unknown } | undefined, depth = 0;
-    e && depth < 4;
-    depth++
-  ) {
-    if (typeof e.code === 'string') return e.code;
+/** The codes of an error and of its causes, outermost first. */
+export function codesOf(err: unknown): string[] {
+  const codes: string[] = [];
+  let e = err as { code?: unknown; cause?: unknown } | undefined;
+  for (let depth = 0; e && depth < 6; depth++) {
+    if (typeof e.code === 'string') codes.push(e.code);
     e = e.cause as typeof e;
   }
-  return undefined;
+  return codes;
+}
+
+const NETWORK_CODE =
+  /^(E[A-Z]+|UND_ERR_\w+|CERT_\w+|ERR_TLS_\w+|ERR_SSL_\w+|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT\w*|UNABLE_TO_\w+)$/;
+
+/** The code of a network error, looking through `cause` (fetch and migrations wrap it). */
+export function networkCode(err: unknown): string | undefined {
+  const codes = codesOf(err);
+  return codes.find((c) => NETWORK_CODE.test(c)) ?? codes[0];
 }
 
 /** Why a connection to `url` failed, in words: refused, DNS, TLS, timeout or reset. */

@@ -55,6 +55,8 @@ export interface StackOptions {
   apiHost: string;
   adminPassword?: string;
   jwtSecret?: string;
+  /** The largest code archive the API takes. */
+  maxUploadBytes?: number;
   /** The local worker, or null for a control plane alone. */
   worker: WorkerOptions | null;
   scheduler?: SchedulerOptions;
@@ -147,6 +149,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       host: opts.apiHost,
       ...(opts.adminPassword && { adminPassword: opts.adminPassword }),
       ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
+      ...(opts.maxUploadBytes && { maxUploadBytes: opts.maxUploadBytes }),
     });
     add('api', api);
     const worker = opts.worker ? await startWorker(ctx, opts.worker) : null;
@@ -195,6 +198,19 @@ function portFrom(env: NodeJS.ProcessEnv, name: string, fallback?: number): numb
   return port;
 }
 
+/** The API's settings from the environment: secrets, the admin's password, the upload limit. */
+export function apiSettings(env: NodeJS.ProcessEnv) {
+  const max = env.TRAINYARD_MAX_UPLOAD_BYTES;
+  const maxUploadBytes = max ? Number(max) : undefined;
+  if (maxUploadBytes !== undefined && !(Number.isInteger(maxUploadBytes) && maxUploadBytes > 0))
+    throw new CliError(`TRAINYARD_MAX_UPLOAD_BYTES must be a number of bytes, not "${max}"`);
+  return {
+    ...(env.TRAINYARD_ADMIN_PASSWORD && { adminPassword: env.TRAINYARD_ADMIN_PASSWORD }),
+    ...(env.TRAINYARD_JWT_SECRET && { jwtSecret: env.TRAINYARD_JWT_SECRET }),
+    ...(maxUploadBytes && { maxUploadBytes }),
+  };
+}
+
 /** Fails at once, naming the variable that moves it, when a port `up` needs is taken. */
 async function ensureFree(port: number | undefined, name: string, host = '127.0.0.1') {
   if (!port || !(await portInUse(port))) return;
@@ -226,8 +242,7 @@ export async function up(opts: UpOptions): Promise<void> {
     ...(natsPort !== undefined && { natsPort }),
     apiPort,
     apiHost: env.TRAINYARD_HOST ?? '127.0.0.1',
-    ...(env.TRAINYARD_ADMIN_PASSWORD && { adminPassword: env.TRAINYARD_ADMIN_PASSWORD }),
-    ...(env.TRAINYARD_JWT_SECRET && { jwtSecret: env.TRAINYARD_JWT_SECRET }),
+    ...apiSettings(env),
     worker: opts.worker
       ? await workerOptions({
           name: 'local',

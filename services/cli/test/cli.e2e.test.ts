@@ -270,4 +270,33 @@ describe('the trainyard CLI against a running stack', () => {
     expect(fish.code).not.toBe(0);
     expect(fish.stderr).toContain('bash and zsh');
   });
+
+  it('pages past 500 jobs with --limit and --all', async () => {
+    const token = await t.token();
+    const waiting = { name: 'waits', command: 'true', resources: { gpus: 1 } };
+    for (let batch = 0; batch < 21; batch++) {
+      await Promise.all(
+        Array.from({ length: 25 }, () =>
+          t.http('/v1/jobs', {
+            method: 'POST',
+            token,
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify(waiting),
+          }),
+        ),
+      );
+    }
+    const seq = await t.stack.ctx.bus.store.lastSeq();
+    await waitFor(
+      'the read model',
+      async () => (await t.http(`/v1/jobs?after=${seq}&limit=1`, { token })).ok,
+    );
+    const some = JSON.parse((await cli(['ls', '--limit', '510', '--json'])).stdout) as unknown[];
+    expect(some).toHaveLength(510);
+    const all = JSON.parse((await cli(['ls', '--all', '--json'])).stdout) as { id: string }[];
+    expect(all.length).toBeGreaterThanOrEqual(525);
+    expect(new Set(all.map((j) => j.id)).size).toBe(all.length);
+    const table = (await cli(['ls'])).stdout.trim().split('\n');
+    expect(table).toHaveLength(51);
+  });
 });

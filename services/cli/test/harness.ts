@@ -48,6 +48,9 @@ export async function startTestStack(
     /** Use this NATS (a cluster, or a server the test restarts) instead of one of its own. */
     natsUrl?: string;
     streamReplicas?: number;
+    /** Sign tokens with this secret, so that a test can mint its own. */
+    jwtSecret?: string;
+    maxUploadBytes?: number;
   } = {},
 ): Promise<TestStack> {
   const nats = opts.natsUrl ? null : await startTestNats();
@@ -64,6 +67,8 @@ export async function startTestStack(
     apiPort: 0,
     apiHost: '127.0.0.1',
     adminPassword: ADMIN_PASSWORD,
+    ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
+    ...(opts.maxUploadBytes && { maxUploadBytes: opts.maxUploadBytes }),
     ...(opts.heartbeatTimeoutMs && {
       watchdog: { heartbeatTimeoutMs: opts.heartbeatTimeoutMs, checkEveryMs: 200 },
     }),

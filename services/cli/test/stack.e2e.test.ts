@@ -3,7 +3,7 @@ import { existsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { pidsMatching, processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
 import { startStack } from '../src/stack.ts';
 import { BIN } from './processes.ts';
@@ -116,5 +116,53 @@ describe('trainyard up', () => {
       await upHome.remove();
       if (pgDir) await rm(pgDir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('the logs of trainyard up', () => {
+  /** Runs `up` until it is up, then Ctrl-C; returns all it printed. */
+  async function upOnce(tty: boolean): Promise<string> {
+    const upHome = await tempDir('trainyard-up-logs-');
+    const env = {
+      ...process.env,
+      TRAINYARD_HOME: upHome.path,
+      XDG_STATE_HOME: upHome.path,
+      TRAINYARD_PORT: '0',
+      TRAINYARD_LOG_LEVEL: 'info',
+      TRAINYARD_ADMIN_PASSWORD: 'up-admin-pass',
+      DATABASE_URL: inject('pgUrl'),
+    };
+    const command = `${process.execPath} ${BIN} up --no-worker`;
+    const child = tty
+      ? spawn('script', ['-qfec', command, '/dev/null'], { env, stdio: ['pipe', 'pipe', 'pipe'] })
+      : spawn(process.execPath, [BIN, 'up', '--no-worker'], {
+          env,
+          detached: true,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+    let out = '';
+    child.stdout!.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr!.on('data', (c: Buffer) => (out += c.toString()));
+    const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    try {
+      await waitFor('the stack to be up', () => out.includes('Trainyard is up.'), {
+        timeoutMs: 60_000,
+      });
+      if (tty) child.stdin!.write('\x03');
+      else process.kill(-child.pid!, 'SIGINT');
+      await exited;
+      return out;
+    } finally {
+      child.kill('SIGKILL');
+      await upHome.remove();
+    }
+  }
+
+  it('are lines for a person on a terminal, and JSON elsewhere', async () => {
+    const pretty = await upOnce(true);
+    expect(pretty).toMatch(/INFO.*api listening/);
+    expect(pretty).not.toContain('{"level"');
+    const json = await upOnce(false);
+    expect(json).toMatch(/\{"level":30,[^\n]*"msg":"api listening"/);
   });
 });

@@ -152,12 +152,13 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       const q = req.query;
       if (q.after !== undefined) await waitForSeq(deps, q.after);
       const owner = caller.role === 'admin' ? q.owner : caller.username;
+      const before = q.cursor ? decodeCursor(q.cursor) : undefined;
       const rows = await readModel(() =>
         listJobs(deps.db, {
           limit: q.limit,
           ...(owner && { owner }),
           ...(q.status && { status: q.status }),
-          ...(q.cursor && { before: decodeCursor(q.cursor) }),
+          ...(before && { before }),
         }),
       );
       const last = rows.at(-1);

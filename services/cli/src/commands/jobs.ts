@@ -1,12 +1,11 @@
-import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { mkdir, rename, rm, stat } from 'node:fs/promises';
+import { rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve, sep } from 'node:path';
-import { Readable, Transform } from 'node:stream';
+import { join, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
+import { download } from '../download.ts';
 import { exitStatusOf, outcomeLine, printLog } from '../logs.ts';
 import { packFiles, planPack, type PackPlan } from '../pack.ts';
 import { multipartBody } from '../upload.ts';
@@ -133,32 +132,6 @@ async function listJobs(
     cursor = res.headers.get('x-next-cursor');
   } while (cursor && jobs.length < want);
   return jobs;
-}
-
-/** Writes a download to `target`, checking its sha256 on the way; a mismatch keeps nothing. */
-async function download(res: Response, target: string, sha256: string): Promise<void> {
-  const hash = createHash('sha256');
-  const tmp = `${target}.trainyard-partial`;
-  await mkdir(dirname(target), { recursive: true });
-  const tap = new Transform({
-    transform(chunk: Buffer, _enc, done) {
-      hash.update(chunk);
-      done(null, chunk);
-    },
-  });
-  try {
-    await pipeline(Readable.fromWeb(res.body as never), tap, createWriteStream(tmp));
-    const got = hash.digest('hex');
-    if (got !== sha256) {
-      throw new CliError(
-        `${target}: its sha256 is ${got}, the server has ${sha256}; the download was corrupted, nothing was kept`,
-        'CHECKSUM_MISMATCH',
-      );
-    }
-    await rename(tmp, target);
-  } finally {
-    await rm(tmp, { force: true });
-  }
 }
 
 /** Submit, list, inspect, follow and cancel jobs. */

@@ -77,16 +77,13 @@ export function registerServiceCommands(program: Command): void {
     .command('api')
     .description('run the HTTP API (TRAINYARD_PORT, default 8080)')
     .action(async () => {
-      const { database, startApi } = await server();
+      const { apiSettings, database, startApi } = await server();
       await runAlone('api', async (ctx) => {
         const db = await database(ctx.config);
         const api = await startApi(ctx, db, {
           port: Number(process.env.TRAINYARD_PORT ?? 8080),
           host: process.env.TRAINYARD_HOST ?? '0.0.0.0',
-          ...(process.env.TRAINYARD_JWT_SECRET && { jwtSecret: process.env.TRAINYARD_JWT_SECRET }),
-          ...(process.env.TRAINYARD_ADMIN_PASSWORD && {
-            adminPassword: process.env.TRAINYARD_ADMIN_PASSWORD,
-          }),
+          ...apiSettings(process.env),
         });
         if (api.generatedAdminPassword)
           console.log(`admin password (shown once): ${api.generatedAdminPassword}`);
