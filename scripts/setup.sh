@@ -24,11 +24,17 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   say "installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  "${apt_get[@]}" update -qq
-  "${apt_get[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if ! { "${apt_get[@]}" update -qq && "${apt_get[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    say "could not install ${missing[*]} with apt-get (its messages are above)."
+    say "install them yourself, or point Trainyard at servers you run: TRAINYARD_NATS_URL for NATS, DATABASE_URL for PostgreSQL"
+    exit 1
+  fi
 fi
 
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   say "installing npm packages"
-  npm ci --no-audit --no-fund --loglevel=error
+  if ! npm ci --no-audit --no-fund --loglevel=error; then
+    say "npm ci failed (its messages are above): Trainyard's npm packages come from the npm registry, which must be reachable"
+    exit 1
+  fi
 fi
