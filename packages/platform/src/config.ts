@@ -11,6 +11,12 @@ export const BaseConfigSchema = z.object({
   TRAINYARD_S3_ACCESS_KEY: z.string().optional(),
   TRAINYARD_S3_SECRET_KEY: z.string().optional(),
   TRAINYARD_S3_REGION: z.string().default('us-east-1'),
+  TRAINYARD_ARCHIVE_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(4 * 1024 ** 3),
+  TRAINYARD_ARCHIVE_MAX_ENTRIES: z.coerce.number().int().positive().default(50_000),
 });
 export type BaseConfig = z.infer<typeof BaseConfigSchema>;
 

@@ -1,12 +1,17 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { createWriteStream } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '@trainyard/testkit';
-import { ArchiveError, packDirectory, unpackArchive } from '../src/index.ts';
+import {
+  ArchiveError,
+  DEFAULT_ARCHIVE_LIMITS,
+  packDirectory,
+  unpackArchive,
+} from '../src/index.ts';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 
@@ -36,9 +41,16 @@ with tarfile.open(sys.argv[1], 'w:gz') as t:
       : `
 import json, sys, zipfile
 entries = json.loads(sys.argv[2])
-with zipfile.ZipFile(sys.argv[1], 'w') as z:
+with zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED) as z:
     for e in entries:
-        z.writestr(e['name'], e.get('data', ''))
+        info = zipfile.ZipInfo(e['name'])
+        info.compress_type = zipfile.ZIP_DEFLATED
+        if 'link' in e:
+            info.external_attr = (0o120777 << 16)
+            z.writestr(info, e['link'])
+        else:
+            info.external_attr = (0o100644 << 16)
+            z.writestr(info, e.get('data', ''))
 `;
   execFileSync('python3', ['-c', script, out, JSON.stringify(entries)]);
 }
@@ -81,6 +93,43 @@ describe('code archives', () => {
     ],
     ['a tar symlink pointing outside', 'tar.gz', [{ name: 'link', link: '../../etc/passwd' }]],
     ['a zip entry climbing out with ..', 'zip', [{ name: '../escaped.txt', data: 'x' }]],
+    [
+      'a zip whose links form a chain out of the tree',
+      'zip',
+      [
+        { name: 'd', link: '.' },
+        { name: 'e', link: 'd/..' },
+        { name: 'e/f', link: '..' },
+        { name: 'e/f/escaped.txt', data: 'x' },
+      ],
+    ],
+    [
+      'a tar whose links form a chain out of the tree',
+      'tar.gz',
+      [
+        { name: 'd', link: '.' },
+        { name: 'e', link: 'd/..' },
+        { name: 'e/f', link: '..' },
+        { name: 'e/f/escaped.txt', data: 'x' },
+      ],
+    ],
+    [
+      'a file written under a link that points inside',
+      'tar.gz',
+      [
+        { name: 'sub/keep.txt', data: 'x' },
+        { name: 'alias', link: 'sub' },
+        { name: 'alias/escaped.txt', data: 'x' },
+      ],
+    ],
+    [
+      'a file and a link at one path',
+      'zip',
+      [
+        { name: 'escaped.txt', data: 'x' },
+        { name: 'escaped.txt', link: '../escaped.txt' },
+      ],
+    ],
   ];
   for (const [what, kind, entries] of hostile) {
     it(`refuses ${what}, writing nothing outside`, async () => {
@@ -90,6 +139,7 @@ describe('code archives', () => {
       await expect(unpackArchive(file, kind, out)).rejects.toBeInstanceOf(ArchiveError);
       expect(existsSync(join(dir.path, 'box', 'escaped.txt'))).toBe(false);
       expect(existsSync('/tmp/trainyard-abs.txt')).toBe(false);
+      expect(existsSync(out)).toBe(false);
     });
   }
 
@@ -106,9 +156,55 @@ describe('code archives', () => {
     pyArchive('tar.gz', file, [{ name: 'big.txt', data: 'y'.repeat(5000) }]);
     await expect(
       unpackArchive(file, 'tar.gz', join(dir.path, 'large-out'), {
+        ...DEFAULT_ARCHIVE_LIMITS,
         maxBytes: 1000,
-        maxEntries: 10,
       }),
-    ).rejects.toThrow(/more than 1000 bytes/);
+    ).rejects.toThrow(/more than 1000/);
+  });
+
+  it('refuses a zip bomb (1 MiB that unpacks to 1 GiB) from its directory, writing nothing', async () => {
+    const file = join(dir.path, 'bomb.zip');
+    execFileSync('python3', [
+      '-c',
+      `import sys, zipfile
+with zipfile.ZipFile(sys.argv[1], 'w', zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+    with z.open('zeros.bin', 'w', force_zip64=True) as f:
+        block = bytes(1 << 20)
+        for _ in range(1024): f.write(block)`,
+      file,
+    ]);
+    expect(statSync(file).size).toBeLessThan(2 * 1024 ** 2);
+    const out = join(dir.path, 'bomb-out');
+    await expect(unpackArchive(file, 'zip', out)).rejects.toThrow(/compression bomb/);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it('refuses a zip of 100,001 entries from its directory, writing nothing', async () => {
+    const file = join(dir.path, 'many.zip');
+    execFileSync('python3', [
+      '-c',
+      `import sys, zipfile
+with zipfile.ZipFile(sys.argv[1], 'w') as z:
+    for i in range(100001): z.writestr(f'f{i}', '')`,
+      file,
+    ]);
+    const out = join(dir.path, 'many-out');
+    await expect(unpackArchive(file, 'zip', out)).rejects.toThrow(
+      /holds 100001 entries, more than 50000/,
+    );
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it('keeps links that point inside the tree, and what they point at', async () => {
+    const file = join(dir.path, 'links.zip');
+    pyArchive('zip', file, [
+      { name: 'data/train.csv', data: 'a,b' },
+      { name: 'current', link: 'data/train.csv' },
+      { name: 'deep/up', link: '../data' },
+    ]);
+    const out = join(dir.path, 'links-out');
+    await unpackArchive(file, 'zip', out);
+    expect(readFileSync(join(out, 'current'), 'utf8')).toBe('a,b');
+    expect(readlinkSync(join(out, 'deep', 'up'))).toBe('../data');
   });
 });

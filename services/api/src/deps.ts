@@ -8,7 +8,7 @@ import type {
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Kysely } from 'kysely';
 import type { Database } from '@trainyard/projections';
-import type { BlobStore, Bus, Logger } from '@trainyard/platform';
+import type { ArchiveLimits, BlobStore, Bus, Logger } from '@trainyard/platform';
 import type { CredentialStore, TokenIssuer } from './auth.ts';
 import type { ApiMetrics } from './metrics.ts';
 
@@ -23,6 +23,8 @@ export interface ApiDeps {
   metrics: ApiMetrics;
   /** Largest code archive accepted, in bytes. */
   maxUploadBytes: number;
+  /** What an uploaded archive may unpack to. */
+  archiveLimits: ArchiveLimits;
   /** How long `?after=<seq>` waits for the projections. */
   readYourWritesTimeoutMs: number;
 }

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
-import type { ServiceContext } from '@trainyard/platform';
+import { archiveLimits, type ServiceContext } from '@trainyard/platform';
 import type { Database } from '@trainyard/projections';
 import { buildApp } from './app.ts';
 import { CredentialStore, loadTokenSecret, TokenIssuer, type Caller } from './auth.ts';
@@ -68,6 +68,7 @@ export async function apiDeps(
     tokens: new TokenIssuer(await loadTokenSecret(ctx.bus.js, opts.jwtSecret, replicas)),
     metrics: createMetrics(),
     maxUploadBytes: opts.maxUploadBytes ?? 2 * 1024 ** 3,
+    archiveLimits: archiveLimits(ctx.config),
     readYourWritesTimeoutMs: 10_000,
   };
 }

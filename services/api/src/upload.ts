@@ -8,6 +8,8 @@ import type { CodeArchive } from '@trainyard/events';
 import {
   ArchiveError,
   BlobKeys,
+  inspectArchive,
+  type ArchiveLimits,
   newId,
   putFile,
   sniffFile,
@@ -22,9 +24,14 @@ export interface StagedUpload {
   discard(): Promise<void>;
 }
 
-/** Writes the upload to a temporary file and checks it is a zip or a gzipped tarball. */
+/**
+ * Writes the upload to a temporary file and checks it is a zip or a gzipped tarball that obeys
+ * the archive rules (read from its directory: nothing is unpacked here), so that a bad archive
+ * is refused at once rather than failing the job's build.
+ */
 export async function stageUpload(
   stream: Readable & { truncated?: boolean },
+  limits: ArchiveLimits,
 ): Promise<StagedUpload> {
   const file = join(tmpdir(), newId('upload'));
   const discard = () => rm(file, { force: true });
@@ -33,6 +40,7 @@ export async function stageUpload(
     if (stream.truncated) throw new ApiError('PAYLOAD_TOO_LARGE', 'the code archive is too large');
     const format = await sniffFile(file);
     if (!format) throw new ArchiveError('code must be a .zip or .tar.gz archive');
+    await inspectArchive(file, format, limits);
     return { file, format, discard };
   } catch (err) {
     await discard();

@@ -13,6 +13,7 @@ import {
   putFile,
   streamToFile,
   unpackArchive,
+  type ArchiveLimits,
   type BlobStore,
   type Bus,
 } from '@trainyard/platform';
@@ -81,6 +82,7 @@ export async function buildArtifact(
   spec: JobSpec,
   code: CodeArchive | null,
   setupTimeoutMs: number,
+  limits: ArchiveLimits,
 ): Promise<BuildOutcome> {
   const dir = await mkdtemp(join(tmpdir(), 'trainyard-build-'));
   const shipper = new LogShipper(bus.js, jobId, 0, join(dir, 'build.log'));
@@ -95,7 +97,7 @@ export async function buildArtifact(
         };
       const archive = join(dir, `code.${code.format}`);
       await streamToFile(blob, archive);
-      await unpackArchive(archive, code.format, src);
+      await unpackArchive(archive, code.format, src, limits);
       shipper.write(Buffer.from(`[trainyard] unpacked ${code.sizeBytes} bytes of code\n`));
     } else {
       await mkdir(src, { recursive: true });

@@ -1,6 +1,7 @@
 import { DomainError, needsBuild } from '@trainyard/domain';
 import { Subjects } from '@trainyard/events';
 import {
+  archiveLimits,
   followLog,
   Liveness,
   loadJob,
@@ -88,7 +89,15 @@ export async function startBuilder(
     const { spec, code } = claimed.state;
     if (!spec) return;
     log.info({ jobId }, 'building');
-    const outcome = await buildArtifact(ctx.bus, ctx.blobs, jobId, spec, code, opts.setupTimeoutMs);
+    const outcome = await buildArtifact(
+      ctx.bus,
+      ctx.blobs,
+      jobId,
+      spec,
+      code,
+      opts.setupTimeoutMs,
+      archiveLimits(ctx.config),
+    );
     await runJobCommand(
       ctx.bus.store,
       jobId,

@@ -181,18 +181,19 @@ describe('a training job end to end over HTTP', () => {
     expect(job.attempts).toEqual([]);
   });
 
-  it('fails the build of an archive that climbs out of its directory', async () => {
+  it('refuses an archive that climbs out of its directory at upload, naming the entry', async () => {
     const { execFileSync } = await import('node:child_process');
     const bad = execFileSync('python3', [
       '-c',
       "import io,sys,tarfile\nb=io.BytesIO()\nt=tarfile.open(fileobj=b,mode='w:gz')\ni=tarfile.TarInfo('../evil.sh')\ni.size=1\nt.addfile(i,io.BytesIO(b'x'))\nt.close()\nsys.stdout.buffer.write(b.getvalue())",
     ]);
+    const before = await t.stack.ctx.bus.store.lastSeq();
     const res = await submit(t, alice, cpuSpec({ command: 'sh evil.sh' }), bad);
-    expect(res.status).toBe(202);
-    const { id } = (await res.json()) as { id: string };
-    const job = await t.waitForJob(id, alice, (j) => j.status === 'failed');
-    expect(job.failure).toMatchObject({ kind: 'user', reason: 'badArchive' });
-    expect(job.attempts).toEqual([]);
+    expect(res.status).toBe(400);
+    expect(await res.json()).toEqual({
+      error: { code: 'BAD_ARCHIVE', message: 'entry "../evil.sh" points outside the archive' },
+    });
+    expect(await t.stack.ctx.bus.store.lastSeq()).toBe(before);
   });
 });
 

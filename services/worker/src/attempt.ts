@@ -1,6 +1,7 @@
 import { DomainError, failure, type JobCommand, type ProcessExit } from '@trainyard/domain';
 import type { AppendMeta, Failure } from '@trainyard/events';
 import {
+  archiveLimits,
   LogShipper,
   runJobCommand,
   shippedBytes,
@@ -97,7 +98,12 @@ export class AttemptRun {
   async start(): Promise<void> {
     let box: Sandbox;
     try {
-      box = await prepareSandbox(this.opts.sandboxRoot, this.msg, this.ctx.blobs);
+      box = await prepareSandbox(
+        this.opts.sandboxRoot,
+        this.msg,
+        this.ctx.blobs,
+        archiveLimits(this.ctx.config),
+      );
       this.#box = box;
     } catch (err) {
       const why =

@@ -5,6 +5,7 @@ import { failure } from '@trainyard/domain';
 import type { Failure } from '@trainyard/events';
 import {
   ArchiveError,
+  type ArchiveLimits,
   streamToFile,
   unpackArchive,
   type BlobStore,
@@ -70,12 +71,13 @@ export async function prepareSandbox(
   root: string,
   msg: RunAttempt,
   blobs: BlobStore,
+  limits: ArchiveLimits,
 ): Promise<Sandbox> {
   const dir = join(root, `${msg.jobId}-${msg.attempt}`);
   const box = sandboxAt(dir);
   await makeDirectory(dir);
   try {
-    await fill(box, msg, blobs);
+    await fill(box, msg, blobs, limits);
     return box;
   } catch (err) {
     await rm(dir, { recursive: true, force: true });
@@ -99,7 +101,12 @@ async function makeDirectory(dir: string): Promise<void> {
  * Its directories and small files are made, and removed, with synchronous calls: on the
  * sandbox's local disk each costs the event loop less than a round trip through the thread pool.
  */
-async function fill(box: Sandbox, msg: RunAttempt, blobs: BlobStore): Promise<void> {
+async function fill(
+  box: Sandbox,
+  msg: RunAttempt,
+  blobs: BlobStore,
+  limits: ArchiveLimits,
+): Promise<void> {
   mkdirSync(box.workDir);
   mkdirSync(box.outputDir);
   const source = msg.artifact
@@ -112,7 +119,7 @@ async function fill(box: Sandbox, msg: RunAttempt, blobs: BlobStore): Promise<vo
   const archive = join(box.root, `code.${source.format}`);
   await streamToFile(blob, archive);
   try {
-    await unpackArchive(archive, source.format, box.workDir);
+    await unpackArchive(archive, source.format, box.workDir, limits);
   } catch (err) {
     if (err instanceof ArchiveError) throw new SandboxError(failure('badArchive', err.message));
     throw err;

@@ -2,7 +2,12 @@ import { access, mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { JobState } from '@trainyard/domain';
-import { ProcessRuntime, type BlobStore, type RunAttempt } from '@trainyard/platform';
+import {
+  DEFAULT_ARCHIVE_LIMITS,
+  ProcessRuntime,
+  type BlobStore,
+  type RunAttempt,
+} from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import {
   leftSandboxes,
@@ -53,13 +58,13 @@ function run(box: Sandbox, msg: RunAttempt) {
 describe('sandboxes a worker left behind', () => {
   it('gives back the one whose process started, with the group the process recorded; removes the rest', async () => {
     const started = attempt('job_started');
-    const startedBox = await prepareSandbox(dir.path, started, noBlobs);
+    const startedBox = await prepareSandbox(dir.path, started, noBlobs, DEFAULT_ARCHIVE_LIMITS);
     markSandbox(startedBox, started, Date.now());
     const proc = await run(startedBox, started);
     await waitFor('the process to record its group', () => exists(startedBox.pidFile));
 
     const neverStarted = attempt('job_never');
-    const neverBox = await prepareSandbox(dir.path, neverStarted, noBlobs);
+    const neverBox = await prepareSandbox(dir.path, neverStarted, noBlobs, DEFAULT_ARCHIVE_LIMITS);
     markSandbox(neverBox, neverStarted, Date.now());
 
     try {
@@ -78,10 +83,10 @@ describe('a sandbox', () => {
   it('is made afresh over what an earlier try left, under a root that does not exist yet', async () => {
     const root = join(dir.path, 'not-yet');
     const msg = attempt('job_again');
-    const first = await prepareSandbox(root, msg, noBlobs);
+    const first = await prepareSandbox(root, msg, noBlobs, DEFAULT_ARCHIVE_LIMITS);
     await writeFile(join(first.workDir, 'stale.txt'), 'old');
     markSandbox(first, msg, Date.now());
-    const again = await prepareSandbox(root, msg, noBlobs);
+    const again = await prepareSandbox(root, msg, noBlobs, DEFAULT_ARCHIVE_LIMITS);
     expect(again.root).toBe(first.root);
     expect(await readdir(again.root)).toEqual(expect.arrayContaining(['work', 'outputs']));
     expect(await readdir(again.root)).toHaveLength(2);
@@ -95,7 +100,7 @@ describe('a sandbox', () => {
       ...attempt('job_leaves'),
       command: 'mkdir -p a/b && echo x > a/b/c && echo y > "$TRAINYARD_OUTPUT_DIR/out.txt"',
     };
-    const box = await prepareSandbox(dir.path, msg, noBlobs);
+    const box = await prepareSandbox(dir.path, msg, noBlobs, DEFAULT_ARCHIVE_LIMITS);
     markSandbox(box, msg, Date.now());
     const proc = await run(box, msg);
     expect(await proc.exited).toEqual({ kind: 'exited', exitCode: 0 });
@@ -104,7 +109,7 @@ describe('a sandbox', () => {
     expect(await exists(box.root)).toBe(false);
 
     const quiet = { ...attempt('job_quiet'), command: 'true' };
-    const empty = await prepareSandbox(dir.path, quiet, noBlobs);
+    const empty = await prepareSandbox(dir.path, quiet, noBlobs, DEFAULT_ARCHIVE_LIMITS);
     markSandbox(empty, quiet, Date.now());
     expect(await (await run(empty, quiet)).exited).toEqual({ kind: 'exited', exitCode: 0 });
     await removeSandbox(empty);

@@ -2,7 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { initialJobState } from '@trainyard/domain';
 import { EMPTY_HEAD, JobStatus, type JobSpec } from '@trainyard/events';
-import { newId, runJobCommand } from '@trainyard/platform';
+import { newId, runJobCommand, type ArchiveLimits } from '@trainyard/platform';
 import { findJob, listAttempts, listJobs } from '@trainyard/projections';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
@@ -49,6 +49,7 @@ function parseSpec(raw: unknown): JobSpec {
 
 async function readSubmission(
   req: FastifyRequest,
+  limits: ArchiveLimits,
 ): Promise<{ spec: JobSpec; staged?: StagedUpload }> {
   if (!req.isMultipart()) return { spec: parseSpec(req.body) };
   let spec: JobSpec | undefined;
@@ -57,7 +58,7 @@ async function readSubmission(
     for await (const part of req.parts()) {
       if (part.type === 'field' && part.fieldname === 'spec') spec = parseSpec(part.value);
       else if (part.type === 'file' && part.fieldname === 'code' && !staged)
-        staged = await stageUpload(part.file);
+        staged = await stageUpload(part.file, limits);
       else {
         if (part.type === 'file') part.file.resume();
         throw new ApiError('VALIDATION_FAILED', `${part.fieldname}: unexpected field`);
@@ -116,7 +117,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
     },
     async (req, reply) => {
       const caller = callerOf(req);
-      const { spec, staged } = await readSubmission(req);
+      const { spec, staged } = await readSubmission(req, deps.archiveLimits);
       const jobId = newId('job');
       const code = staged ? await keepUpload(deps.blobs, jobId, staged) : undefined;
       const result = await runJobCommand(
