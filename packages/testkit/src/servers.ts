@@ -1,12 +1,25 @@
 import { randomBytes } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import postgres from 'postgres';
 import { startNatsServer, type ChildServer } from '@trainyard/platform';
 import { tempDir } from './tmp.ts';
 
-/** A real `nats-server -js` of its own, on a free port, in a temp dir; `stop` removes it all. */
-export async function startTestNats(): Promise<ChildServer & { dir: string }> {
+/**
+ * A real `nats-server -js` of its own, on a free port, in a temp dir; `stop` removes it all.
+ * `config` is the text of a configuration file for it (limits, accounts).
+ */
+export async function startTestNats(
+  opts: { config?: string } = {},
+): Promise<ChildServer & { dir: string }> {
   const dir = await tempDir('trainyard-nats-');
-  const server = await startNatsServer({ dir: dir.path });
+  const args: string[] = [];
+  if (opts.config) {
+    const file = join(dir.path, 'nats.conf');
+    await writeFile(file, opts.config);
+    args.push('-c', file);
+  }
+  const server = await startNatsServer({ dir: dir.path, args });
   return {
     ...server,
     dir: dir.path,

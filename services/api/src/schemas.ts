@@ -67,7 +67,7 @@ export const JobViewSchema = z
 export const WorkerViewSchema = z
   .object({
     id: z.string(),
-    hostname: z.string(),
+    hostname: z.string().nullable().describe('admins only; null for everyone else'),
     status: z.string(),
     simulated: z.boolean().describe('its GPUs are simulated (tests and benchmarks)'),
     gpus: z.array(GpuSchema),
@@ -83,7 +83,23 @@ export const WorkerViewSchema = z
  * A job spec as the API takes it: unknown fields are refused rather than dropped, and the fields
  * that nothing honours yet are refused with a message that says so.
  */
+/** Control, format and bidirectional-override characters: they can hide or reorder text. */
+export const HIDDEN_CHARACTERS = /[\p{Cc}\p{Cf}\u2028\u2029]/u;
+
+/** The most environment variables a job may set, and their size in all, names included. */
+export const MAX_ENV_VARS = 256;
+export const MAX_ENV_BYTES = 64 * 1024;
+
 export const SubmitSpecSchema = JobSpecSchema.extend({
+  name: JobSpecSchema.shape.name.refine((n) => !HIDDEN_CHARACTERS.test(n), {
+    message: 'control and bidirectional characters are not allowed in a name',
+  }),
+  priority: JobSpecSchema.shape.priority.describe(
+    'higher runs first; above 0 needs an admin, anyone may go lower (down to -1000)',
+  ),
+  env: JobSpecSchema.shape.env.describe(
+    `at most ${MAX_ENV_VARS} variables and ${MAX_ENV_BYTES / 1024} KiB in all, names included`,
+  ),
   image: JobSpecSchema.shape.image.describe(
     'not supported yet: jobs run as processes on the worker; a spec that names one is refused',
   ),
@@ -104,6 +120,25 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
         path: ['image'],
         message:
           'containers are not supported yet: jobs run as processes on the worker, so leave out image',
+      });
+    }
+    const env = Object.entries(spec.env);
+    if (env.length > MAX_ENV_VARS) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['env'],
+        message: `${env.length} variables, more than ${MAX_ENV_VARS}`,
+      });
+    }
+    const envBytes = env.reduce(
+      (sum, [k, v]) => sum + Buffer.byteLength(k) + Buffer.byteLength(v),
+      0,
+    );
+    if (envBytes > MAX_ENV_BYTES) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['env'],
+        message: `${envBytes} bytes in all, more than ${MAX_ENV_BYTES}`,
       });
     }
     if (spec.resources.memoryGb !== undefined) {

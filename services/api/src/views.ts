@@ -41,11 +41,11 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
   };
 }
 
-/** The public shape of a worker. */
-export function workerView(w: WorkerRow, lastHeartbeatAt: string | null) {
+/** The public shape of a worker; where it runs is for admins only. */
+export function workerView(w: WorkerRow, lastHeartbeatAt: string | null, admin: boolean) {
   return {
     id: w.id,
-    hostname: w.hostname,
+    hostname: admin ? w.hostname : null,
     status: w.status,
     simulated: w.gpus.some((g) => g.simulated),
     gpus: w.gpus,

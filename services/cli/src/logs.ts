@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ApiClient } from './client.ts';
 import { CliError } from './errors.ts';
+import { cleanLog, safeJson } from './output.ts';
 import { readEvents } from './sse.ts';
 
 /** Who ran an attempt, as the API's `attempt` event says. */
@@ -25,6 +26,8 @@ export interface LogOptions {
   tail?: number;
   /** One JSON object a line for each event, instead of text. */
   json?: boolean;
+  /** Print the log as the job wrote it, escape sequences and all. */
+  raw?: boolean;
   write?: (text: string) => void;
   /** Where word of a lost connection goes. */
   note?: (text: string) => void;
@@ -112,12 +115,13 @@ export async function printLog(
       for await (const ev of readEvents(res.body)) {
         const data = JSON.parse(ev.data) as unknown;
         if (opts.json) {
-          if (ev.event !== 'caught-up') write(`${JSON.stringify({ type: ev.event, data })}\n`);
+          if (ev.event !== 'caught-up')
+            write(`${safeJson({ type: ev.event, data }).replace(/\n\s*/g, '')}\n`);
         } else if (ev.event === 'attempt') {
           const h = data as AttemptHeader;
           if (h.attempt !== printedAttempt) out(attemptLine(h));
           printedAttempt = h.attempt;
-        } else if (ev.event === 'log') out(data as string);
+        } else if (ev.event === 'log') out(opts.raw ? (data as string) : cleanLog(data as string));
         else if (ev.event === 'caught-up' && !caughtUp) {
           caughtUp = true;
           write(tail!.text());

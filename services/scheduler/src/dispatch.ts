@@ -1,9 +1,20 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
+import { DomainError, failure } from '@trainyard/domain';
 import { Subjects } from '@trainyard/events';
-import { publishReliably, type DispatchMessage, type JobSnapshot } from '@trainyard/platform';
+import {
+  publishReliably,
+  runJobCommand,
+  type DispatchMessage,
+  type JobSnapshot,
+  type ServiceContext,
+} from '@trainyard/platform';
 
-/** Sends a worker the attempt it was assigned; the message id makes resends harmless. */
-export async function dispatchRun(js: JetStreamClient, job: JobSnapshot): Promise<void> {
+/**
+ * Sends a worker the attempt it was assigned; the message id makes resends harmless. A message
+ * NATS could never carry fails the attempt at once, as a platform failure that says why, rather
+ * than leaving it assigned, holding its slot.
+ */
+export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promise<void> {
   const { state, head } = job;
   const attempt = state.attempts[state.attempts.length - 1];
   if (!attempt || !state.spec) return;
@@ -24,7 +35,41 @@ export async function dispatchRun(js: JetStreamClient, job: JobSnapshot): Promis
     attempt.gpus.length > 0
       ? Subjects.dispatchGpu(attempt.workerId, attempt.gpus[0]!)
       : Subjects.dispatchCpu(attempt.workerId);
-  await publishReliably(js, subject, JSON.stringify(message), `run-${attempt.id}`);
+  const payload = JSON.stringify(message);
+  const limit = ctx.bus.nc.info?.max_payload ?? 1024 * 1024;
+  if (Buffer.byteLength(payload) > limit) {
+    await failUndeliverable(ctx, job, attempt.id, Buffer.byteLength(payload), limit);
+    return;
+  }
+  await publishReliably(ctx.bus.js, subject, payload, `run-${attempt.id}`);
+}
+
+async function failUndeliverable(
+  ctx: ServiceContext,
+  job: JobSnapshot,
+  attemptId: string,
+  bytes: number,
+  limit: number,
+): Promise<void> {
+  const message = `its dispatch is ${bytes} bytes, over the ${limit} bytes NATS carries`;
+  ctx.log.error({ jobId: job.state.id, attemptId, bytes, limit }, 'attempt cannot be dispatched');
+  try {
+    await runJobCommand(
+      ctx.bus.store,
+      job.state.id,
+      () => ({
+        type: 'FailAttempt',
+        attemptId,
+        failure: failure('dispatchFailed', message),
+        now: new Date(),
+        jitter: Math.random(),
+      }),
+      { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
+      { snapshot: job },
+    );
+  } catch (err) {
+    if (!(err instanceof DomainError)) throw err;
+  }
 }
 
 /** Tells a worker to stop an attempt whose job is being cancelled. */

@@ -136,7 +136,7 @@ class Term {
     );
     for (const job of this.cluster.jobs.values()) {
       if (job.state.status === 'assigned' && !job.state.cancelRequested)
-        this.#send(dispatchRun(this.ctx.bus.js, job));
+        this.#send(dispatchRun(this.ctx, job));
       if (job.state.cancelRequested) this.#send(dispatchStop(this.ctx.bus.js, job));
     }
     this.#send(recover(this.ctx, this.cluster));
@@ -230,7 +230,7 @@ class Term {
         { actor: { kind: 'service', id: this.ctx.instanceId }, now },
         { snapshot: { state: tracked.state, head: tracked.head } },
       );
-      if (result.state.status === 'assigned') this.#send(dispatchRun(this.ctx.bus.js, result));
+      if (result.state.status === 'assigned') this.#send(dispatchRun(this.ctx, result));
       return result.head.seq;
     } catch (err) {
       if (!(err instanceof DomainError)) throw err;

@@ -20,6 +20,14 @@ export function callerOf(req: FastifyRequest): Caller {
 
 export const actorOf = (caller: Caller): Actor => ({ kind: 'user', id: caller.username });
 
+/**
+ * A route hook that refuses non-admins before the body is validated: a user learns nothing
+ * about a route they may not call.
+ */
+export const adminsOnly = async (req: FastifyRequest) => {
+  requireAdmin(req);
+};
+
 export function requireAdmin(req: FastifyRequest): Caller {
   const caller = callerOf(req);
   if (caller.role !== 'admin') throw new ApiError('FORBIDDEN', 'admins only');

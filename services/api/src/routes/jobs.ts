@@ -118,6 +118,13 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
     async (req, reply) => {
       const caller = callerOf(req);
       const { spec, staged } = await readSubmission(req, deps.archiveLimits);
+      if (spec.priority > 0 && caller.role !== 'admin') {
+        await staged?.discard();
+        throw new ApiError(
+          'FORBIDDEN',
+          'a priority above 0 needs an admin; you may lower your own jobs (down to -1000)',
+        );
+      }
       const jobId = newId('job');
       const code = staged ? await keepUpload(deps.blobs, jobId, staged) : undefined;
       const result = await runJobCommand(

@@ -29,9 +29,11 @@ export function systemRoutes(app: Api, deps: ApiDeps): void {
       },
     },
     async (req) => {
-      callerOf(req);
+      const admin = callerOf(req).role === 'admin';
       const rows = await readModel(() => listWorkers(deps.db));
-      return Promise.all(rows.map(async (w) => workerView(w, await lastHeartbeat(deps, w.id))));
+      return Promise.all(
+        rows.map(async (w) => workerView(w, await lastHeartbeat(deps, w.id), admin)),
+      );
     },
   );
 

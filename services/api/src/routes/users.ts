@@ -4,7 +4,7 @@ import { listUsers } from '@trainyard/projections';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { errorResponses, LoginSchema, TokenSchema, UserViewSchema } from '../schemas.ts';
-import { actorOf, readModel, requireAdmin } from './common.ts';
+import { actorOf, adminsOnly, readModel, requireAdmin } from './common.ts';
 import type { Caller } from '../auth.ts';
 
 export const NewUserSchema = z.object({
@@ -63,6 +63,7 @@ export function userRoutes(app: Api, deps: ApiDeps): void {
   app.post(
     '/v1/users',
     {
+      preValidation: adminsOnly,
       schema: {
         tags: ['users'],
         summary: 'Create a user (admins)',

@@ -9,6 +9,7 @@ import { download } from '../download.ts';
 import { exitStatusOf, outcomeLine, printLog } from '../logs.ts';
 import { packFiles, planPack, type PackPlan } from '../pack.ts';
 import { multipartBody } from '../upload.ts';
+import { cleanName } from '../output.ts';
 import { callerRole, type JobView } from '../views.ts';
 import { bytes, printJson, printTable } from './table.ts';
 
@@ -203,13 +204,15 @@ export function registerJobCommands(program: Command): void {
       const job = await ApiClient.fromEnv().json<JobView>(`/v1/jobs/${encodeURIComponent(id)}`);
       if (o.json) return printJson(job);
       console.log(
-        `${job.id}  ${job.name}  ${job.status}${TERMINAL.has(job.status) && job.exitCode !== null ? ` (exit ${job.exitCode})` : ''}`,
+        `${job.id}  ${cleanName(job.name)}  ${job.status}${TERMINAL.has(job.status) && job.exitCode !== null ? ` (exit ${job.exitCode})` : ''}`,
       );
       console.log(
         `owner ${job.owner}  created ${job.createdAt}  started ${job.startedAt ?? '-'}  finished ${job.finishedAt ?? '-'}`,
       );
       if (job.failure)
-        console.log(`failure: ${job.failure.kind} ${job.failure.reason}: ${job.failure.message}`);
+        console.log(
+          `failure: ${job.failure.kind} ${job.failure.reason}: ${cleanName(job.failure.message)}`,
+        );
       printTable(
         ['ATTEMPT', 'WORKER', 'GPUS', 'STATUS', 'EXIT', 'STARTED', 'FINISHED'],
         (job.attempts ?? []).map((a) => [
@@ -231,21 +234,25 @@ export function registerJobCommands(program: Command): void {
     .option('-f, --follow', "stream until the job ends; exit with the job's outcome")
     .option('-n, --tail <lines>', 'only the last N lines (then follow on, with -f)')
     .option('--json', 'one JSON object a line: attempt, log and end events')
-    .action(async (id: string, o: { follow?: boolean; tail?: string; json?: boolean }) => {
-      const tail = wholeNumber('--tail', o.tail);
-      if (tail !== undefined && (tail < 0 || !Number.isInteger(tail)))
-        throw new CliError('--tail wants a whole number of lines');
-      const client = ApiClient.fromEnv();
-      const end = await printLog(client, id, {
-        follow: Boolean(o.follow),
-        json: Boolean(o.json),
-        ...(tail !== undefined && { tail }),
-      });
-      if (o.follow) {
-        if (!o.json) console.error(outcomeLine(id, end));
-        process.exitCode = exitStatusOf(end);
-      }
-    });
+    .option('--raw', "print the job's escape sequences and control characters as they are")
+    .action(
+      async (id: string, o: { follow?: boolean; tail?: string; json?: boolean; raw?: boolean }) => {
+        const tail = wholeNumber('--tail', o.tail);
+        if (tail !== undefined && (tail < 0 || !Number.isInteger(tail)))
+          throw new CliError('--tail wants a whole number of lines');
+        const client = ApiClient.fromEnv();
+        const end = await printLog(client, id, {
+          follow: Boolean(o.follow),
+          json: Boolean(o.json),
+          raw: Boolean(o.raw),
+          ...(tail !== undefined && { tail }),
+        });
+        if (o.follow) {
+          if (!o.json) console.error(outcomeLine(id, end));
+          process.exitCode = exitStatusOf(end);
+        }
+      },
+    );
 
   program
     .command('outputs')

@@ -1,5 +1,8 @@
-/** Prints rows as aligned columns. */
-export function printTable(header: string[], rows: string[][]): void {
+import { cleanName, safeJson } from '../output.ts';
+
+/** Prints rows as aligned columns; what the server sent is cleaned of hidden characters. */
+export function printTable(header: string[], raw: string[][]): void {
+  const rows = raw.map((r) => r.map(cleanName));
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]) =>
     cells
@@ -12,7 +15,7 @@ export function printTable(header: string[], rows: string[][]): void {
 
 /** Prints a value as indented JSON, for `--json`. */
 export function printJson(value: unknown): void {
-  console.log(JSON.stringify(value, null, 2));
+  console.log(safeJson(value));
 }
 
 /** A byte count for people: 1.5 KiB, 20.0 MiB, 2.00 GiB. */

@@ -1,0 +1,121 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestNats } from '@trainyard/testkit';
+import { startTestStack, submit, type Job, type TestStack } from './harness.ts';
+
+let t: TestStack;
+let admin: string;
+let alice: string;
+
+const cpuSpec = (over: object = {}) => ({
+  name: 'hostile',
+  command: 'true',
+  resources: { gpus: 0 },
+  ...over,
+});
+
+async function refused(res: Response, status: number, code: string, words: string) {
+  expect(res.status).toBe(status);
+  const body = (await res.json()) as { error: { code: string; message: string } };
+  expect(body.error.code).toBe(code);
+  expect(body.error.message).toContain(words);
+}
+
+beforeAll(async () => {
+  t = await startTestStack();
+  admin = await t.token();
+  const res = await t.http('/v1/users', {
+    method: 'POST',
+    token: admin,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ username: 'alice', password: 'alice-password-9', role: 'user' }),
+  });
+  expect(res.status).toBe(201);
+  alice = await t.token('alice', 'alice-password-9');
+});
+
+afterAll(async () => t?.stop());
+
+describe('a hostile spec', () => {
+  it('may not hide control or bidirectional characters in a job name', async () => {
+    for (const name of [
+      'ok\x1b[2Jcleared',
+      'invoice\u202Egpj.exe',
+      'two\nlines',
+      'zero\u200Bwidth',
+    ]) {
+      await refused(
+        await submit(t, alice, cpuSpec({ name })),
+        400,
+        'VALIDATION_FAILED',
+        'control and bidirectional characters are not allowed',
+      );
+    }
+  });
+
+  it('may not raise its priority above the default unless an admin sends it', async () => {
+    await refused(await submit(t, alice, cpuSpec({ priority: 1000 })), 403, 'FORBIDDEN', 'admin');
+    expect((await submit(t, alice, cpuSpec({ priority: -5 }))).status).toBe(202);
+    expect((await submit(t, admin, cpuSpec({ priority: 1000 }))).status).toBe(202);
+  });
+
+  it('may not carry an environment larger than the cap, in count or in bytes', async () => {
+    const many = Object.fromEntries(Array.from({ length: 257 }, (_, i) => [`V${i}`, 'x']));
+    await refused(
+      await submit(t, alice, cpuSpec({ env: many })),
+      400,
+      'VALIDATION_FAILED',
+      '257 variables',
+    );
+    const big = Object.fromEntries(
+      Array.from({ length: 58 }, (_, i) => [`BIG${i}`, 'x'.repeat(16 * 1024)]),
+    );
+    await refused(
+      await submit(t, alice, cpuSpec({ env: big })),
+      400,
+      'VALIDATION_FAILED',
+      'bytes in all',
+    );
+  });
+
+  it('does not learn where the workers run; an admin does', async () => {
+    const mine = (await (await t.http('/v1/workers', { token: alice })).json()) as {
+      hostname: string | null;
+    }[];
+    expect(mine.every((w) => w.hostname === null)).toBe(true);
+    const theirs = (await (await t.http('/v1/workers', { token: admin })).json()) as {
+      hostname: string | null;
+    }[];
+    expect(theirs.every((w) => typeof w.hostname === 'string' && w.hostname.length > 0)).toBe(true);
+  });
+
+  it('is refused a user it may not create before its body is even read', async () => {
+    const res = await t.http('/v1/users', {
+      method: 'POST',
+      token: alice,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: 'x', password: 'short' }),
+    });
+    await refused(res, 403, 'FORBIDDEN', 'admins only');
+  });
+});
+
+describe('an attempt whose dispatch NATS cannot carry', () => {
+  it('fails as a platform failure that says so, instead of holding its slot', async () => {
+    const nats = await startTestNats({ config: 'max_payload: 98304\n' });
+    const small = await startTestStack({ natsUrl: nats.url });
+    try {
+      const token = await small.token();
+      const env = { DATA: 'x'.repeat(60 * 1024) };
+      const res = await submit(small, token, cpuSpec({ env }));
+      expect(res.status).toBe(202);
+      const { id } = (await res.json()) as { id: string };
+      const job: Job = await small.waitForJob(id, token, (j) => j.status === 'failed');
+      expect(job.failure).toMatchObject({ kind: 'system', reason: 'dispatchFailed' });
+      expect(job.failure!.message).toMatch(/over the 98304 bytes NATS carries/);
+      expect(job.attempts[0]!.status).toBe('failed');
+    } finally {
+      await small.stop();
+      await nats.stop();
+    }
+  });
+});
