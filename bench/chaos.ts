@@ -162,7 +162,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     streamReplicas: 3,
     apiPort: 0,
     apiHost: '127.0.0.1',
-    adminPassword: 'chaos-admin-pass',
+    adminPassword: 'chaos-keeper-pass',
     worker: null,
     fastPostgres: true,
     without: ['scheduler', 'projector'],

@@ -46,7 +46,7 @@ export class BenchCluster {
       natsPort: 0,
       apiPort: 0,
       apiHost: '127.0.0.1',
-      adminPassword: 'bench-admin-pass',
+      adminPassword: 'bench-keeper-pass',
       worker: null,
       fastPostgres: true,
     });

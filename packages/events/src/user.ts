@@ -14,5 +14,21 @@ export const UserCreated = z.object({
   data: z.object({ username: z.string().regex(USERNAME), role: z.enum(['admin', 'user']) }),
 });
 
-export const UserEventSchema = z.discriminatedUnion('type', [UserCreated]);
+/** The password was changed (by its owner); the hash itself stays out of the log. */
+export const UserPasswordChanged = z.object({
+  type: z.literal('UserPasswordChanged'),
+  data: z.object({}),
+});
+
+/** An admin disabled the user: it may no longer log in, and its sessions end. */
+export const UserDisabled = z.object({
+  type: z.literal('UserDisabled'),
+  data: z.object({ reason: z.string().max(512).default('') }),
+});
+
+export const UserEventSchema = z.discriminatedUnion('type', [
+  UserCreated,
+  UserPasswordChanged,
+  UserDisabled,
+]);
 export type UserEvent = z.infer<typeof UserEventSchema>;

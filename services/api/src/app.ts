@@ -11,12 +11,13 @@ import {
 import type { Api, ApiDeps } from './deps.ts';
 import { toErrorResponse } from './errors.ts';
 import { documentRoute, OPENAPI_INFO } from './openapi.ts';
+import { authRoutes } from './routes/auth.ts';
 import { jobDataRoutes } from './routes/job-data.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { systemRoutes } from './routes/system.ts';
 import { userRoutes } from './routes/users.ts';
 
-const PUBLIC = new Set(['/v1/auth/login']);
+const PUBLIC = new Set(['/v1/auth/login', '/v1/auth/refresh']);
 
 /** Builds the HTTP API. Tests call `app.inject()`; `start` listens. */
 export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
@@ -61,6 +62,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
   );
 
   const typed: Api = app.withTypeProvider<ZodTypeProvider>();
+  authRoutes(typed, deps);
   userRoutes(typed, deps);
   jobRoutes(typed, deps);
   jobDataRoutes(typed, deps);

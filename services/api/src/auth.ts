@@ -8,19 +8,35 @@ import { openBucket, sleep } from '@trainyard/platform';
 import { ApiError } from './errors.ts';
 
 const VERIFIED_CACHE_SIZE = 10_000;
+
+/** How long an access token lasts; a session's refresh token gets the next one. */
+export const DEFAULT_TOKEN_TTL_S = 15 * 60;
 const scrypt = promisify(scryptCb) as (pw: string, salt: Buffer, len: number) => Promise<Buffer>;
 
 /** Who is calling, from a verified token. */
 export interface Caller {
   username: string;
   role: Role;
+  /** The login session the token belongs to; tokens minted in-process have none. */
+  sid?: string;
 }
 
 interface StoredCredential {
   salt: string;
   hash: string;
   role: Role;
+  disabled?: boolean;
 }
+
+/** What checking a password found. */
+export type PasswordCheck = { ok: true; role: Role } | { ok: false; disabled: boolean };
+
+/** Whether a token was revoked since it was issued (see `SessionStore`). */
+export type RevocationCheck = (
+  username: string,
+  sid: string | undefined,
+  issuedAtMs: number,
+) => boolean;
 
 async function hashPassword(password: string, salt: Buffer): Promise<Buffer> {
   return scrypt(password, salt, 32);
@@ -51,8 +67,18 @@ export class CredentialStore {
     );
   }
 
-  /** The user's role when the password matches, else null. Takes the same time either way. */
-  async verify(username: string, password: string): Promise<Role | null> {
+  /** Keeps the user's hash and role, and refuses its logins from now on. */
+  async disable(username: string): Promise<void> {
+    const entry = await retryTransient('read the credentials', () => this.kv.get(username));
+    if (!entry || entry.operation !== 'PUT') return;
+    const cred = { ...entry.json<StoredCredential>(), disabled: true };
+    await retryTransient('store the credentials', () =>
+      this.kv.put(username, JSON.stringify(cred)),
+    );
+  }
+
+  /** Whether the password is the user's (and the account enabled). Takes the same time either way. */
+  async check(username: string, password: string): Promise<PasswordCheck> {
     const entry = await retryTransient('read the credentials', () => this.kv.get(username)).catch(
       (err: unknown) => {
         if (err instanceof EventStoreError) throw err;
@@ -62,38 +88,63 @@ export class CredentialStore {
     const cred = entry?.operation === 'PUT' ? (entry.json() as StoredCredential) : null;
     const salt = cred ? Buffer.from(cred.salt, 'hex') : randomBytes(16);
     const actual = await hashPassword(password, salt);
-    if (!cred) return null;
+    if (!cred) return { ok: false, disabled: false };
     const expected = Buffer.from(cred.hash, 'hex');
-    return expected.length === actual.length && timingSafeEqual(expected, actual)
-      ? cred.role
-      : null;
+    const matches = expected.length === actual.length && timingSafeEqual(expected, actual);
+    if (!matches) return { ok: false, disabled: false };
+    return cred.disabled ? { ok: false, disabled: true } : { ok: true, role: cred.role };
+  }
+
+  /** The user's role when the password matches, else null. Takes the same time either way. */
+  async verify(username: string, password: string): Promise<Role | null> {
+    const checked = await this.check(username, password);
+    return checked.ok ? checked.role : null;
   }
 }
 
 /** Issues and checks the API's bearer tokens (HS256). */
 export class TokenIssuer {
   /** Tokens already checked, until they expire: verifying costs more than most requests. */
-  readonly #verified = new Map<string, { caller: Caller; expiresMs: number }>();
+  readonly #verified = new Map<string, { caller: Caller; expiresMs: number; issuedAtMs: number }>();
   readonly #key: Uint8Array;
   constructor(
     secret: string,
-    private readonly ttlSeconds = 12 * 3600,
+    readonly ttlSeconds = DEFAULT_TOKEN_TTL_S,
+    private readonly revoked: RevocationCheck = () => false,
   ) {
     this.#key = new TextEncoder().encode(secret);
+  }
+
+  #checkRevoked(caller: Caller, issuedAtMs: number): Caller {
+    if (this.revoked(caller.username, caller.sid, issuedAtMs))
+      throw new ApiError(
+        'TOKEN_REVOKED',
+        'the token was revoked (logged out, or a new password); log in again',
+      );
+    return caller;
   }
 
   async issue(caller: Caller): Promise<string> {
     return (await this.issueWithExpiry(caller)).token;
   }
 
-  /** A token and when it stops being accepted. */
+  /**
+   * A token and when it stops being accepted. It carries its session and the millisecond it was
+   * issued, against which a revocation (a logout, a new password) is checked.
+   */
   async issueWithExpiry(caller: Caller): Promise<{ token: string; expiresAt: Date }> {
-    const expiresAt = new Date(Math.floor(Date.now() / 1000) * 1000 + this.ttlSeconds * 1000);
-    const token = await new SignJWT({ role: caller.role })
+    const now = Date.now();
+    const expiresAt = new Date(Math.floor(now / 1000) * 1000 + this.ttlSeconds * 1000);
+    const token = await new SignJWT({
+      role: caller.role,
+      iat_ms: now,
+      ...(caller.sid && { sid: caller.sid }),
+    })
       .setProtectedHeader({ alg: 'HS256' })
       .setSubject(caller.username)
       .setIssuer('trainyard')
-      .setIssuedAt()
+      .setIssuedAt(Math.floor(now / 1000))
+      .setJti(randomBytes(12).toString('base64url'))
       .setExpirationTime(expiresAt)
       .sign(this.#key);
     return { token, expiresAt };
@@ -103,7 +154,9 @@ export class TokenIssuer {
     const token = header?.startsWith('Bearer ') ? header.slice(7) : null;
     if (!token) throw new ApiError('UNAUTHENTICATED', 'missing bearer token');
     const cached = this.#verified.get(token);
-    if (cached && cached.expiresMs > Date.now()) return cached.caller;
+    if (cached && cached.expiresMs > Date.now())
+      return this.#checkRevoked(cached.caller, cached.issuedAtMs);
+    let verified: { caller: Caller; expiresMs: number; issuedAtMs: number };
     try {
       const { payload } = await jwtVerify(token, this.#key, {
         issuer: 'trainyard',
@@ -111,10 +164,14 @@ export class TokenIssuer {
       });
       const role = payload.role === 'admin' ? 'admin' : 'user';
       if (!payload.sub || !payload.exp) throw new Error('no subject or expiry');
-      const caller: Caller = { username: payload.sub, role };
-      if (this.#verified.size >= VERIFIED_CACHE_SIZE) this.#verified.clear();
-      this.#verified.set(token, { caller, expiresMs: payload.exp * 1000 });
-      return caller;
+      const sid = typeof payload.sid === 'string' ? payload.sid : undefined;
+      const issuedAtMs =
+        typeof payload.iat_ms === 'number' ? payload.iat_ms : (payload.iat ?? 0) * 1000;
+      verified = {
+        caller: { username: payload.sub, role, ...(sid && { sid }) },
+        expiresMs: payload.exp * 1000,
+        issuedAtMs,
+      };
     } catch (cause) {
       if ((cause as { code?: string }).code === 'ERR_JWT_EXPIRED') {
         throw new ApiError('TOKEN_EXPIRED', 'the token has expired; log in again', undefined, {
@@ -125,6 +182,9 @@ export class TokenIssuer {
         cause,
       });
     }
+    if (this.#verified.size >= VERIFIED_CACHE_SIZE) this.#verified.clear();
+    this.#verified.set(token, verified);
+    return this.#checkRevoked(verified.caller, verified.issuedAtMs);
   }
 }
 

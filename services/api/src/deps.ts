@@ -10,6 +10,8 @@ import type { Kysely } from 'kysely';
 import type { Database } from '@trainyard/projections';
 import type { ArchiveLimits, BlobStore, Bus, Logger } from '@trainyard/platform';
 import type { CredentialStore, TokenIssuer } from './auth.ts';
+import type { SessionStore } from './sessions.ts';
+import type { LoginThrottle } from './throttle.ts';
 import type { ApiMetrics } from './metrics.ts';
 
 /** Everything the API needs, built by the caller (main, `trainyard up`, or a test). */
@@ -18,6 +20,8 @@ export interface ApiDeps {
   db: Kysely<Database>;
   blobs: BlobStore;
   credentials: CredentialStore;
+  sessions: SessionStore;
+  throttle: LoginThrottle;
   tokens: TokenIssuer;
   log: Logger;
   metrics: ApiMetrics;

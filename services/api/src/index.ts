@@ -1,9 +1,18 @@
 import { randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
-import { archiveLimits, type ServiceContext } from '@trainyard/platform';
+import { archiveLimits, ConfigError, type ServiceContext } from '@trainyard/platform';
 import type { Database } from '@trainyard/projections';
 import { buildApp } from './app.ts';
-import { CredentialStore, loadTokenSecret, TokenIssuer, type Caller } from './auth.ts';
+import {
+  CredentialStore,
+  DEFAULT_TOKEN_TTL_S,
+  loadTokenSecret,
+  TokenIssuer,
+  type Caller,
+} from './auth.ts';
+import { passwordProblem } from './passwords.ts';
+import { SessionStore } from './sessions.ts';
+import { LoginThrottle } from './throttle.ts';
 import type { ApiDeps } from './deps.ts';
 import { ApiError } from './errors.ts';
 import { createMetrics } from './metrics.ts';
@@ -22,6 +31,8 @@ export interface ApiOptions {
   jwtSecret?: string;
   adminPassword?: string;
   maxUploadBytes?: number;
+  /** How long an access token lasts (`TRAINYARD_TOKEN_TTL_S`). */
+  tokenTtlSeconds?: number;
 }
 
 export interface RunningApi {
@@ -42,7 +53,9 @@ export async function ensureAdmin(
   password: string | undefined,
 ): Promise<string | null> {
   if (await deps.credentials.exists('admin')) return null;
-  const chosen = password ?? randomBytes(12).toString('base64url');
+  const weak = password !== undefined && passwordProblem('admin', password);
+  if (weak) throw new ConfigError(`TRAINYARD_ADMIN_PASSWORD is refused: ${weak}`);
+  const chosen = password ?? randomBytes(18).toString('base64url');
   try {
     await createUser(deps, { username: 'admin', password: chosen, role: 'admin' }, null);
   } catch (err) {
@@ -59,13 +72,19 @@ export async function apiDeps(
   opts: ApiOptions,
 ): Promise<ApiDeps> {
   const replicas = ctx.config.TRAINYARD_STREAM_REPLICAS;
+  const sessions = await SessionStore.open(ctx.bus.js, replicas);
+  const secret = await loadTokenSecret(ctx.bus.js, opts.jwtSecret, replicas);
   return {
     bus: ctx.bus,
     db,
     blobs: ctx.blobs,
     log: ctx.log,
     credentials: await CredentialStore.open(ctx.bus.js, replicas),
-    tokens: new TokenIssuer(await loadTokenSecret(ctx.bus.js, opts.jwtSecret, replicas)),
+    sessions,
+    throttle: new LoginThrottle(),
+    tokens: new TokenIssuer(secret, opts.tokenTtlSeconds ?? DEFAULT_TOKEN_TTL_S, (u, sid, at) =>
+      sessions.isRevoked(u, sid, at),
+    ),
     metrics: createMetrics(),
     maxUploadBytes: opts.maxUploadBytes ?? 2 * 1024 ** 3,
     archiveLimits: archiveLimits(ctx.config),
@@ -88,6 +107,9 @@ export async function startApi(
     url: address,
     generatedAdminPassword,
     issueToken: (caller) => deps.tokens.issue(caller),
-    stop: () => app.close(),
+    stop: async () => {
+      await app.close();
+      await deps.sessions.stop();
+    },
   };
 }

@@ -191,7 +191,8 @@ export const OutputViewSchema = z.object({
 
 export const LoginSchema = z.object({ username: z.string().min(1), password: z.string().min(1) });
 export const TokenSchema = z.object({
-  token: z.string(),
+  token: z.string().describe('the access token: Authorization: Bearer TOKEN'),
+  refreshToken: z.string().describe('trade it at POST /v1/auth/refresh for the next token'),
   username: z.string(),
   role: z.enum(['admin', 'user']),
   expiresAt: isoTime,
@@ -201,6 +202,7 @@ export const UserViewSchema = z.object({
   username: z.string(),
   role: z.enum(['admin', 'user']),
   createdAt: isoTime,
+  disabled: z.boolean(),
 });
 
 export const LimitsSchema = z.object({

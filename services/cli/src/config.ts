@@ -70,7 +70,9 @@ export interface CliCredentials {
   apiUrl: string;
   token: string;
   username: string;
+  /** When `token` stops working; `refreshToken` gets the next one. */
   expiresAt?: string;
+  refreshToken?: string;
 }
 
 interface CredentialsFile {

@@ -37,20 +37,23 @@ export function networkCode(err: unknown): string | undefined {
 /** Why a connection to `url` failed, in words: refused, DNS, TLS, timeout or reset. */
 export function connectionProblem(err: unknown, url: string): string {
   const code = networkCode(err) ?? '';
-  const host = (() => {
-    try {
-      return new URL(url).host;
-    } catch {
-      return url;
-    }
-  })();
+  let host = url;
+  let port = '';
+  try {
+    ({ host, port } = new URL(url));
+  } catch {
+    host = url;
+  }
+  const detail = `${(err as { cause?: { message?: string } }).cause?.message ?? ''}`.trim();
   if (code === 'ECONNREFUSED') return `connection refused: nothing listens at ${host}`;
+  if (/wrong version number|packet length too long|http request/i.test(detail))
+    return 'the server answered in plain HTTP, not TLS: use http:// rather than https://';
+  if (/^bad port$/i.test(detail))
+    return `fetch refuses to connect to port ${port} (a port browsers block); serve the API on another`;
+  if (/unknown scheme|not implemented/i.test(detail)) return 'only http:// and https:// URLs work';
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EAI_NONAME')
     return `the host name in ${host} could not be resolved (DNS)`;
-  if (TLS_CODES.test(code)) {
-    const detail = ((err as { cause?: { message?: string } }).cause?.message ?? code).trim();
-    return `TLS failed: ${detail}`;
-  }
+  if (TLS_CODES.test(code)) return `TLS failed: ${detail || code}`;
   if (code === 'ECONNRESET' && url.startsWith('https:'))
     return 'the connection closed during the TLS handshake (does it serve plain http?)';
   if (code === 'ETIMEDOUT' || code === 'UND_ERR_CONNECT_TIMEOUT')

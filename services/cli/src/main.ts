@@ -14,7 +14,7 @@ export function buildProgram(): Command {
     .option('--api <url>', 'the API to talk to (default: your login, the local stack, or :8080)')
     .option('--profile <name>', 'which saved login to use (default: default)')
     .option('--verbose', 'on an error, show where it came from (or set TRAINYARD_DEBUG=1)')
-    .showHelpAfterError()
+    .showHelpAfterError('(add --help for usage)')
     .hook('preAction', (cmd) => {
       const o = cmd.opts<{ api?: string; profile?: string; verbose?: boolean }>();
       if (o.api) process.env.TRAINYARD_API_URL = o.api;

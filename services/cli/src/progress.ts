@@ -1,4 +1,4 @@
-const MiB = 1024 * 1024;
+import { bytes } from './commands/table.ts';
 
 /** A progress bar on stderr for a TTY; elsewhere a single line when done. */
 export class ProgressBar {
@@ -11,8 +11,8 @@ export class ProgressBar {
     private readonly total: number,
   ) {}
 
-  tick(bytes: number): void {
-    this.#done += bytes;
+  tick(n: number): void {
+    this.#done += n;
     const now = Date.now();
     if (this.#tty && (now - this.#lastDraw > 50 || this.#done >= this.total)) {
       this.#lastDraw = now;
@@ -27,7 +27,7 @@ export class ProgressBar {
     const bar = '#'.repeat(filled) + '.'.repeat(width - filled);
     const pct = String(Math.round(ratio * 100)).padStart(3);
     process.stderr.write(
-      `\r${this.label} [${bar}] ${pct}% ${(this.#done / MiB).toFixed(1)}/${(this.total / MiB).toFixed(1)} MiB`,
+      `\r${this.label} [${bar}] ${pct}% ${bytes(this.#done)} of ${bytes(this.total)}   `,
     );
   }
 
@@ -36,7 +36,7 @@ export class ProgressBar {
       this.#draw();
       process.stderr.write('\n');
     } else {
-      process.stderr.write(`${this.label}: ${(this.total / MiB).toFixed(2)} MiB sent\n`);
+      process.stderr.write(`${this.label}: ${bytes(this.total)} sent\n`);
     }
   }
 }

@@ -1,4 +1,4 @@
-import { mkdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Kysely } from 'kysely';
@@ -57,6 +57,8 @@ export interface StackOptions {
   jwtSecret?: string;
   /** The largest code archive the API takes. */
   maxUploadBytes?: number;
+  /** How long an access token lasts. */
+  tokenTtlSeconds?: number;
   /** The local worker, or null for a control plane alone. */
   worker: WorkerOptions | null;
   scheduler?: SchedulerOptions;
@@ -150,6 +152,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       ...(opts.adminPassword && { adminPassword: opts.adminPassword }),
       ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
       ...(opts.maxUploadBytes && { maxUploadBytes: opts.maxUploadBytes }),
+      ...(opts.tokenTtlSeconds && { tokenTtlSeconds: opts.tokenTtlSeconds }),
     });
     add('api', api);
     const worker = opts.worker ? await startWorker(ctx, opts.worker) : null;
@@ -200,14 +203,21 @@ function portFrom(env: NodeJS.ProcessEnv, name: string, fallback?: number): numb
 
 /** The API's settings from the environment: secrets, the admin's password, the upload limit. */
 export function apiSettings(env: NodeJS.ProcessEnv) {
-  const max = env.TRAINYARD_MAX_UPLOAD_BYTES;
-  const maxUploadBytes = max ? Number(max) : undefined;
-  if (maxUploadBytes !== undefined && !(Number.isInteger(maxUploadBytes) && maxUploadBytes > 0))
-    throw new CliError(`TRAINYARD_MAX_UPLOAD_BYTES must be a number of bytes, not "${max}"`);
+  const count = (name: string) => {
+    const raw = env[name];
+    if (!raw) return undefined;
+    const n = Number(raw);
+    if (!Number.isInteger(n) || n <= 0)
+      throw new CliError(`${name} must be a whole number above 0, not "${raw}"`);
+    return n;
+  };
+  const maxUploadBytes = count('TRAINYARD_MAX_UPLOAD_BYTES');
+  const tokenTtlSeconds = count('TRAINYARD_TOKEN_TTL_S');
   return {
     ...(env.TRAINYARD_ADMIN_PASSWORD && { adminPassword: env.TRAINYARD_ADMIN_PASSWORD }),
     ...(env.TRAINYARD_JWT_SECRET && { jwtSecret: env.TRAINYARD_JWT_SECRET }),
     ...(maxUploadBytes && { maxUploadBytes }),
+    ...(tokenTtlSeconds && { tokenTtlSeconds }),
   };
 }
 
@@ -220,6 +230,44 @@ async function ensureFree(port: number | undefined, name: string, host = '127.0.
   );
 }
 
+/**
+ * Claims `home` for this process, so that two `up`s never share one NATS store: a lock file
+ * made with O_EXCL, holding our pid. A lock whose process is gone is taken over.
+ */
+async function lockHome(home: string): Promise<() => Promise<void>> {
+  await mkdir(home, { recursive: true });
+  const lock = join(home, 'up.lock');
+  for (let tries = 0; tries < 2; tries++) {
+    try {
+      await writeFile(lock, String(process.pid), { flag: 'wx', mode: 0o600 });
+      return () => rm(lock, { force: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const holder = Number(await readFile(lock, 'utf8').catch(() => ''));
+      if (Number.isInteger(holder) && holder > 0 && processRuns(holder)) {
+        throw new CliError(
+          `a Trainyard is already running from ${home} (pid ${holder}); stop it first, or set TRAINYARD_HOME to another directory for a second one`,
+          'ALREADY_RUNNING',
+        );
+      }
+      await rm(lock, { force: true });
+    }
+  }
+  throw new CliError(
+    `could not claim ${home}: another \`up\` is starting there`,
+    'ALREADY_RUNNING',
+  );
+}
+
+function processRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /** `trainyard up`: the embedded stack, until Ctrl-C. */
 export async function up(opts: UpOptions): Promise<void> {
   const env = process.env;
@@ -230,9 +278,15 @@ export async function up(opts: UpOptions): Promise<void> {
   }
   const apiPort = portFrom(env, 'TRAINYARD_PORT', 8080)!;
   const natsPort = portFrom(env, 'TRAINYARD_NATS_PORT');
-  await ensureFree(apiPort, 'TRAINYARD_PORT', env.TRAINYARD_HOST);
-  if (!env.TRAINYARD_NATS_URL) await ensureFree(natsPort, 'TRAINYARD_NATS_PORT');
   const home = homeDirOf();
+  const unlock = await lockHome(home);
+  try {
+    await ensureFree(apiPort, 'TRAINYARD_PORT', env.TRAINYARD_HOST);
+    if (!env.TRAINYARD_NATS_URL) await ensureFree(natsPort, 'TRAINYARD_NATS_PORT');
+  } catch (err) {
+    await unlock();
+    throw err;
+  }
   const postgresDir = env.DATABASE_URL ? null : embeddedPostgresDir(home);
   const stack = await startStack({
     home,
@@ -249,6 +303,9 @@ export async function up(opts: UpOptions): Promise<void> {
           ...(opts.simulateGpus && { simulateGpus: opts.simulateGpus }),
         })
       : null,
+  }).catch(async (err: unknown) => {
+    await unlock();
+    throw err;
   });
   const info: StackInfo = {
     apiUrl: stack.api.url,
@@ -268,6 +325,8 @@ export async function up(opts: UpOptions): Promise<void> {
           const held = await readFile(file, 'utf8').catch(() => '');
           if (held.includes(`"pid": ${process.pid},`)) await rm(file, { force: true });
         }
+        await unlock();
+        console.log('Trainyard stopped.');
       },
     },
     stack.ctx.log,

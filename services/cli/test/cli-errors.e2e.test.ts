@@ -1,6 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
@@ -124,9 +124,21 @@ describe('the CLI, when it cannot reach the API or is not let in', () => {
       'http://trainyard.invalid:8080',
       'could not be resolved (DNS)',
     );
-    const tls = await cli(['ls', '--api', t.url.replace('http:', 'https:')]);
-    expectPlainFailure(tls, t.url.replace('http:', 'https:'));
-    expect(tls.stderr).toMatch(/TLS/);
+    expectPlainFailure(
+      await cli(['ls', '--api', t.url.replace('http:', 'https:')]),
+      'the server answered in plain HTTP, not TLS: use http:// rather than https://',
+    );
+    expectPlainFailure(
+      await cli(['ls', '--api', t.url.replace('http://', '')]),
+      'the API URL must look like http://host:port',
+    );
+    expectPlainFailure(
+      await cli(['ls', '--api', 'http://127.0.0.1:6000']),
+      'fetch refuses to connect to port 6000',
+    );
+    expect((await cli(['ls', '--api', 'http://trainyard.invalid:8080'])).stderr).not.toContain(
+      'npm run up',
+    );
     const other = createHttpServer((_req, res) => res.writeHead(404).end('<html>nope</html>'));
     const port = await listen(other);
     try {
@@ -140,20 +152,78 @@ describe('the CLI, when it cannot reach the API or is not let in', () => {
     }
   });
 
-  it('tells a missing login from a bad or an expired one', async () => {
+  it('tells a missing login from a bad or an expired TRAINYARD_TOKEN, naming it', async () => {
     expectPlainFailure(
       await cli(['ls', '--api', t.url]),
       `not logged in to ${t.url}: run \`trainyard login --api ${t.url}\``,
     );
     expectPlainFailure(
       await cli(['ls', '--api', t.url], { TRAINYARD_TOKEN: 'not.a.token' }),
-      'does not accept your saved login',
+      'does not accept the token in TRAINYARD_TOKEN',
     );
     const expired = await new TokenIssuer(SECRET, -60).issue({ username: 'admin', role: 'admin' });
     expectPlainFailure(
       await cli(['ls', '--api', t.url], { TRAINYARD_TOKEN: expired }),
-      `your login to ${t.url} has expired`,
+      'does not accept the token in TRAINYARD_TOKEN (the token has expired',
     );
+    expectPlainFailure(
+      await cli(['ls', '--api', t.url], { TRAINYARD_TOKEN: 'a\u0001b' }),
+      'the token in TRAINYARD_TOKEN holds characters no HTTP header may carry',
+    );
+  });
+
+  it('sends a saved login only to the server it was made for', async () => {
+    const login = await cli(['login', '--api', t.url, '-u', 'admin', '-p', ADMIN_PASSWORD]);
+    expect(login.code, login.stderr).toBe(0);
+    const seen: (string | undefined)[] = [];
+    const other = createHttpServer((req, res) => {
+      seen.push(req.headers.authorization);
+      res.writeHead(401, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { code: 'UNAUTHENTICATED', message: 'who are you' } }));
+    });
+    const port = await listen(other);
+    try {
+      const r = await cli(['ls', '--api', `http://127.0.0.1:${port}`]);
+      expectPlainFailure(r, `your saved login is for ${t.url}`);
+      expect(seen).toEqual([undefined]);
+    } finally {
+      other.close();
+    }
+    expect((await cli(['ls'], { TRAINYARD_TOKEN: '' })).code).toBe(0);
+  });
+
+  it('refreshes a saved login that has expired, and keeps the new one', async () => {
+    const file = join(work.path, 'config', 'trainyard', 'credentials.json');
+    const read = async () =>
+      JSON.parse(await readFile(file, 'utf8')) as {
+        profiles: { default: { token: string; refreshToken: string; expiresAt: string } };
+      };
+    const before = (await read()).profiles.default;
+    const stale = { ...before, expiresAt: new Date(Date.now() - 1000).toISOString() };
+    await writeFile(file, JSON.stringify({ profiles: { default: stale } }));
+    expect((await cli(['ls'])).code).toBe(0);
+    const after = (await read()).profiles.default;
+    expect(after.token).not.toBe(before.token);
+    expect(after.refreshToken).not.toBe(before.refreshToken);
+    expect(Date.parse(after.expiresAt)).toBeGreaterThan(Date.now());
+    const reused = await t.http('/v1/auth/refresh', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ refreshToken: before.refreshToken }),
+    });
+    expect(reused.status).toBe(401);
+  });
+
+  it('ends the session at the server on logout: a copied token stops working', async () => {
+    const login = await cli(['login', '--api', t.url, '-u', 'admin', '-p', ADMIN_PASSWORD]);
+    expect(login.code).toBe(0);
+    const file = join(work.path, 'config', 'trainyard', 'credentials.json');
+    const { token } = (
+      JSON.parse(await readFile(file, 'utf8')) as { profiles: { default: { token: string } } }
+    ).profiles.default;
+    expect((await cli(['logout'])).stdout).toContain('logged out of');
+    const copied = await cli(['ls', '--api', t.url], { TRAINYARD_TOKEN: token });
+    expectPlainFailure(copied, 'the token was revoked');
   });
 
   it('prints the code and message of an API error, and the stack only with --verbose', async () => {
@@ -179,7 +249,89 @@ describe('the CLI, when it cannot reach the API or is not let in', () => {
     expect(await t.stack.ctx.bus.store.lastSeq()).toBe(before);
   });
 
+  it('checks the flags of a submit before it uploads anything, naming the flag', async () => {
+    const dir = join(work.path, 'small');
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, 'run.sh'), 'true\n');
+    for (const [flags, words] of [
+      [['--gpus', '-1'], '--gpus: '],
+      [['--gpus', '1.5'], '--gpus: '],
+      [['--max-retries', '-3'], '--max-retries: '],
+      [['--name', 'x\u202Ey'], '--name: control and bidirectional characters'],
+    ] as const) {
+      const r = await cli(['submit', dir, '--command', 'sh run.sh', ...flags]);
+      expectPlainFailure(r, words);
+      expect(r.stderr).not.toContain('uploading');
+    }
+  });
+
+  it('asks for a password without showing it, and says how to give one without a terminal', async () => {
+    const piped = await cli(['login', '-u', 'admin']);
+    expectPlainFailure(
+      piped,
+      'the password is required: pass -p PASSWORD, or set TRAINYARD_PASSWORD',
+    );
+    const secret = ADMIN_PASSWORD;
+    const child = spawn(
+      'script',
+      ['-qfec', `${process.execPath} ${BIN} login --api ${t.url} -u admin`, '/dev/null'],
+      {
+        cwd: work.path,
+        env: { ...process.env, XDG_CONFIG_HOME: join(work.path, 'config-tty') },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
+    let seen = '';
+    child.stdout.on('data', (c: Buffer) => (seen += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (seen += c.toString()));
+    const exited = new Promise<number | null>((r) => child.once('exit', r));
+    await waitFor('the password prompt', () => seen.includes('password: '), { timeoutMs: 20_000 });
+    child.stdin.write(`${secret}\r`);
+    expect(await exited).toBe(0);
+    expect(seen).toContain('logged in to');
+    expect(seen).not.toContain(secret);
+  });
+
+  it('refuses a second up from the same state directory, naming the running one', async () => {
+    const home = join(work.path, 'shared-home');
+    const first = spawn(process.execPath, [BIN, 'up', '--no-worker'], {
+      cwd: work.path,
+      detached: true,
+      env: {
+        ...process.env,
+        TRAINYARD_HOME: home,
+        XDG_STATE_HOME: join(work.path, 'state'),
+        TRAINYARD_PORT: '0',
+        TRAINYARD_NATS_URL: t.natsUrl,
+        DATABASE_URL: inject('pgUrl'),
+        TRAINYARD_ADMIN_PASSWORD: ADMIN_PASSWORD,
+        TRAINYARD_LOG_LEVEL: 'error',
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    first.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    const exited = new Promise<void>((r) => first.once('exit', () => r()));
+    try {
+      await waitFor('the first up', () => out.includes('Trainyard is up.'), { timeoutMs: 60_000 });
+      const second = await cli(['up', '--no-worker'], {
+        TRAINYARD_HOME: home,
+        TRAINYARD_PORT: String(await freePort()),
+        TRAINYARD_NATS_PORT: String(await freePort()),
+      });
+      expectPlainFailure(second, `a Trainyard is already running from ${home} (pid ${first.pid})`);
+    } finally {
+      process.kill(-first.pid!, 'SIGINT');
+      await exited;
+    }
+    expect(out).toContain('Trainyard stopped.');
+  });
+
   it('says how to point an operator command at a stack when none runs', async () => {
+    expectPlainFailure(
+      await cli(['events', 'verify', '--api', t.url]),
+      'reads the event log through NATS, not the API, so --api does not apply',
+    );
     expectPlainFailure(
       await cli(['events', 'verify']),
       'no running Trainyard found',
@@ -239,6 +391,7 @@ describe('logs -f over a connection that drops', () => {
           ...process.env,
           XDG_CONFIG_HOME: join(work.path, 'config'),
           TRAINYARD_API_URL: '',
+          TRAINYARD_TOKEN: await t.token(),
         },
       });
       let stdout = '';

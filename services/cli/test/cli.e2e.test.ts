@@ -261,6 +261,8 @@ describe('the trainyard CLI against a running stack', () => {
     );
     expect((await complete('trainyard logs job_x --t')).split(' ')).toEqual(['--tail']);
     expect(await complete('trainyard users c')).toBe('create');
+    expect(await complete('npx trainyard su')).toBe('submit');
+    expect(await complete('npx tr')).toBe('trainyard');
     expect((await complete('trainyard ls --')).split(' ')).toEqual(
       expect.arrayContaining(['--all', '--limit', '--json', '--profile', '--verbose']),
     );

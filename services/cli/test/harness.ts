@@ -13,7 +13,7 @@ import {
 import { createTestDatabase, startTestNats, tempDir, waitFor } from '@trainyard/testkit';
 import { startStack, type Stack, type StackOptions } from '../src/index.ts';
 
-export const ADMIN_PASSWORD = 'admin-password-1';
+export const ADMIN_PASSWORD = 'correct-horse-battery-1';
 
 export interface TestStack {
   stack: Stack;
@@ -51,6 +51,7 @@ export async function startTestStack(
     /** Sign tokens with this secret, so that a test can mint its own. */
     jwtSecret?: string;
     maxUploadBytes?: number;
+    tokenTtlSeconds?: number;
   } = {},
 ): Promise<TestStack> {
   const nats = opts.natsUrl ? null : await startTestNats();
@@ -69,6 +70,7 @@ export async function startTestStack(
     adminPassword: ADMIN_PASSWORD,
     ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
     ...(opts.maxUploadBytes && { maxUploadBytes: opts.maxUploadBytes }),
+    ...(opts.tokenTtlSeconds && { tokenTtlSeconds: opts.tokenTtlSeconds }),
     ...(opts.heartbeatTimeoutMs && {
       watchdog: { heartbeatTimeoutMs: opts.heartbeatTimeoutMs, checkEveryMs: 200 },
     }),

@@ -27,10 +27,10 @@ beforeAll(async () => {
     method: 'POST',
     token: admin,
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ username: 'alice', password: 'alice-password-9', role: 'user' }),
+    body: JSON.stringify({ username: 'alice', password: 'wonderland-rabbit-7', role: 'user' }),
   });
   expect(res.status).toBe(201);
-  alice = await t.token('alice', 'alice-password-9');
+  alice = await t.token('alice', 'wonderland-rabbit-7');
 });
 
 afterAll(async () => t?.stop());
@@ -117,5 +117,124 @@ describe('an attempt whose dispatch NATS cannot carry', () => {
       await small.stop();
       await nats.stop();
     }
+  });
+});
+
+const json = (body: unknown) => ({
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify(body),
+});
+
+describe('logins and sessions under attack', () => {
+  it('throttles failed logins per user: past the limit even the right password waits', async () => {
+    await t.http('/v1/users', {
+      ...json({ username: 'target', password: 'many-guesses-later-9', role: 'user' }),
+      token: admin,
+    });
+    for (let i = 0; i < 10; i++) {
+      const res = await t.http(
+        '/v1/auth/login',
+        json({ username: 'target', password: `guess-${i}` }),
+      );
+      expect(res.status).toBe(401);
+    }
+    const blocked = await t.http(
+      '/v1/auth/login',
+      json({ username: 'target', password: 'many-guesses-later-9' }),
+    );
+    await refused(blocked, 429, 'TOO_MANY_LOGIN_ATTEMPTS', 'too many failed logins');
+    expect(Number(blocked.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(
+      (await t.http('/v1/auth/login', json({ username: 'alice', password: 'wonderland-rabbit-7' })))
+        .status,
+    ).toBe(200);
+  });
+
+  it('refuses weak passwords, naming why', async () => {
+    for (const [password, why] of [
+      ['short-1', 'at least 12 characters'],
+      ['weak-user-password', 'may not contain the username'],
+      ['aaaaaaaaaaaaaaaa', 'at least 4 different characters'],
+      ['Password123456', 'most common passwords'],
+    ] as const) {
+      const res = await t.http('/v1/users', {
+        ...json({ username: 'weak-user', password, role: 'user' }),
+        token: admin,
+      });
+      await refused(res, 400, 'VALIDATION_FAILED', why);
+    }
+  });
+
+  it('ends every session of a user whose password changes, and of one an admin disables', async () => {
+    await t.http('/v1/users', {
+      ...json({ username: 'carol', password: 'first-secret-of-c1', role: 'user' }),
+      token: admin,
+    });
+    const login = async (password: string) =>
+      (await (await t.http('/v1/auth/login', json({ username: 'carol', password }))).json()) as {
+        token: string;
+        refreshToken: string;
+      };
+    const first = await login('first-secret-of-c1');
+    const other = await login('first-secret-of-c1');
+    const changed = await t.http('/v1/me/password', {
+      ...json({ currentPassword: 'first-secret-of-c1', newPassword: 'second-secret-of-c2' }),
+      token: first.token,
+    });
+    expect(changed.status).toBe(204);
+    await refused(
+      await t.http('/v1/jobs', { token: other.token }),
+      401,
+      'TOKEN_REVOKED',
+      'revoked',
+    );
+    expect(
+      (await t.http('/v1/auth/refresh', json({ refreshToken: other.refreshToken }))).status,
+    ).toBe(401);
+    const second = await login('second-secret-of-c2');
+    expect((await t.http('/v1/jobs', { token: second.token })).status).toBe(200);
+
+    const disabled = await t.http('/v1/users/carol/disable', { ...json({}), token: admin });
+    expect(disabled.status).toBe(200);
+    await refused(
+      await t.http('/v1/jobs', { token: second.token }),
+      401,
+      'TOKEN_REVOKED',
+      'revoked',
+    );
+    await refused(
+      await t.http('/v1/auth/login', json({ username: 'carol', password: 'second-secret-of-c2' })),
+      403,
+      'ACCOUNT_DISABLED',
+      'disabled',
+    );
+    const users = (await (await t.http('/v1/users', { token: admin })).json()) as {
+      username: string;
+      disabled: boolean;
+    }[];
+    expect(users.find((u) => u.username === 'carol')?.disabled).toBe(true);
+    await refused(
+      await t.http('/v1/users/carol/disable', { ...json({}), token: alice }),
+      403,
+      'FORBIDDEN',
+      'admins only',
+    );
+  });
+
+  it('ends a session whose refresh token is used twice', async () => {
+    const { refreshToken } = (await (
+      await t.http('/v1/auth/login', json({ username: 'alice', password: 'wonderland-rabbit-7' }))
+    ).json()) as { refreshToken: string };
+    const next = (await (await t.http('/v1/auth/refresh', json({ refreshToken }))).json()) as {
+      token: string;
+      refreshToken: string;
+    };
+    expect((await t.http('/v1/jobs', { token: next.token })).status).toBe(200);
+    expect((await t.http('/v1/auth/refresh', json({ refreshToken }))).status).toBe(401);
+    await refused(await t.http('/v1/jobs', { token: next.token }), 401, 'TOKEN_REVOKED', 'revoked');
+    expect(
+      (await t.http('/v1/auth/refresh', json({ refreshToken: next.refreshToken }))).status,
+    ).toBe(401);
   });
 });

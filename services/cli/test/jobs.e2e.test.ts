@@ -20,6 +20,8 @@ cat prepared.txt > "$TRAINYARD_OUTPUT_DIR/setup-said.txt"
 echo done
 `;
 
+const PASSWORDS = { alice: 'wonderland-rabbit-7', bob: 'can-we-fix-it-8' };
+
 const cpuSpec = (over: object = {}) => ({
   name: 'e2e',
   command: 'true',
@@ -30,17 +32,17 @@ const cpuSpec = (over: object = {}) => ({
 beforeAll(async () => {
   t = await startTestStack();
   admin = await t.token();
-  for (const name of ['alice', 'bob']) {
+  for (const name of ['alice', 'bob'] as const) {
     const res = await t.http('/v1/users', {
       method: 'POST',
       token: admin,
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ username: name, password: `${name}-password`, role: 'user' }),
+      body: JSON.stringify({ username: name, password: PASSWORDS[name], role: 'user' }),
     });
     expect(res.status).toBe(201);
   }
-  alice = await t.token('alice', 'alice-password');
-  bob = await t.token('bob', 'bob-password');
+  alice = await t.token('alice', PASSWORDS.alice);
+  bob = await t.token('bob', PASSWORDS.bob);
 });
 
 afterAll(async () => t?.stop());

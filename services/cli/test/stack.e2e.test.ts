@@ -34,7 +34,7 @@ describe('an embedded stack that cannot start', () => {
         natsPort: 0,
         apiPort: port,
         apiHost: '127.0.0.1',
-        adminPassword: 'stack-admin-pass',
+        adminPassword: 'stack-keeper-pass',
         worker: null,
         fastPostgres: true,
       }),
@@ -71,7 +71,7 @@ describe('trainyard up', () => {
           TRAINYARD_HOME: upHome.path,
           XDG_STATE_HOME: upHome.path,
           TRAINYARD_PORT: '0',
-          TRAINYARD_ADMIN_PASSWORD: 'up-admin-pass',
+          TRAINYARD_ADMIN_PASSWORD: 'up-keeper-pass-1',
           TRAINYARD_LOG_LEVEL: 'warn',
         },
       });
@@ -89,7 +89,7 @@ describe('trainyard up', () => {
       const login = await fetch(`${api}/v1/auth/login`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ username: 'admin', password: 'up-admin-pass' }),
+        body: JSON.stringify({ username: 'admin', password: 'up-keeper-pass-1' }),
       });
       const { token } = (await login.json()) as { token: string };
       const queued = await fetch(`${api}/v1/jobs`, {
@@ -129,7 +129,7 @@ describe('the logs of trainyard up', () => {
       XDG_STATE_HOME: upHome.path,
       TRAINYARD_PORT: '0',
       TRAINYARD_LOG_LEVEL: 'info',
-      TRAINYARD_ADMIN_PASSWORD: 'up-admin-pass',
+      TRAINYARD_ADMIN_PASSWORD: 'up-keeper-pass-1',
       DATABASE_URL: inject('pgUrl'),
     };
     const command = `${process.execPath} ${BIN} up --no-worker`;

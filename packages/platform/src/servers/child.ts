@@ -18,7 +18,8 @@ process.on('exit', () => {
 
 /**
  * Spawns a long-running child in `cwd` (its own directory: a server may write stray files where
- * it runs), logging to `logFile`; it dies if it exits before `ready`. It runs in a process group
+ * it runs), logging both its outputs to `logFile`, which is closed once both have ended; it dies
+ * if it exits before `ready`. It runs in a process group
  * of its own, so that a Ctrl-C at the terminal reaches this process alone, which stops its
  * services before their servers; if this process exits with the child still running, the child
  * is told to stop (SIGTERM).
@@ -39,8 +40,14 @@ export function spawnLogged(
   });
   running.add(child);
   child.once('exit', () => running.delete(child));
-  child.stdout?.pipe(log);
-  child.stderr?.pipe(log);
+  let open = 2;
+  const closed = () => {
+    if (--open === 0) log.end();
+  };
+  for (const stream of [child.stdout, child.stderr]) {
+    stream?.pipe(log, { end: false });
+    stream?.once('close', closed);
+  }
   return child;
 }
 

@@ -10,7 +10,10 @@ function step(row: UserRow | undefined, event: StoredEvent): UserRow | undefined
         username: event.data.username,
         role: event.data.role,
         created_at: new Date(event.occurredAt),
+        disabled_at: null,
       };
+    case 'UserDisabled':
+      return row && { ...row, disabled_at: new Date(event.occurredAt) };
     default:
       return row;
   }

@@ -72,6 +72,14 @@ async function readSubmission(
   }
 }
 
+const SubmitQuery = z.object({
+  dryRun: z
+    .enum(['true', 'false', '1', '0'])
+    .optional()
+    .transform((v) => v === 'true' || v === '1')
+    .describe('check a JSON spec and answer 200 without submitting anything'),
+});
+
 const ListQuery = z.object({
   status: z.enum(Object.values(JobStatus)).optional(),
   owner: z.string().optional().describe("admins: only this user's jobs"),
@@ -106,13 +114,18 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
         summary: 'Submit a job',
         description:
           'Multipart with a `spec` field (JSON) and a `code` file (.tar.gz or .zip), or a JSON spec alone. Answers at once; the job goes on through its statuses.',
+        querystring: SubmitQuery,
         body: {
           content: {
             'application/json': { schema: SubmitSpecSchema },
             'multipart/form-data': { schema: SubmitFormSchema },
           },
         },
-        response: { 202: SubmittedSchema, ...errorResponses(400, 401, 413, 415, 503) },
+        response: {
+          202: SubmittedSchema,
+          200: z.object({ valid: z.literal(true) }).describe('dryRun: the spec would be taken'),
+          ...errorResponses(400, 401, 403, 413, 415, 503),
+        },
       },
     },
     async (req, reply) => {
@@ -124,6 +137,10 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
           'FORBIDDEN',
           'a priority above 0 needs an admin; you may lower your own jobs (down to -1000)',
         );
+      }
+      if (req.query.dryRun) {
+        await staged?.discard();
+        return reply.code(200).send({ valid: true as const });
       }
       const jobId = newId('job');
       const code = staged ? await keepUpload(deps.blobs, jobId, staged) : undefined;

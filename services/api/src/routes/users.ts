@@ -1,19 +1,30 @@
 import { z } from 'zod';
-import { ConcurrencyError, EMPTY_HEAD, USERNAME } from '@trainyard/events';
+import { ConcurrencyError, EMPTY_HEAD, USERNAME, type UserEvent } from '@trainyard/events';
 import { listUsers } from '@trainyard/projections';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
-import { errorResponses, LoginSchema, TokenSchema, UserViewSchema } from '../schemas.ts';
+import { MIN_PASSWORD_LENGTH, passwordProblem } from '../passwords.ts';
+import { errorResponses, UserViewSchema } from '../schemas.ts';
 import { actorOf, adminsOnly, readModel, requireAdmin } from './common.ts';
 import type { Caller } from '../auth.ts';
 
-export const NewUserSchema = z.object({
-  username: z
-    .string()
-    .regex(USERNAME, 'lowercase letters, digits, _ or -, 2 to 32 long, starting with a letter'),
-  password: z.string().min(8, 'at least 8 characters').max(256),
-  role: z.enum(['admin', 'user']).default('user'),
-});
+export const NewUserSchema = z
+  .object({
+    username: z
+      .string()
+      .regex(USERNAME, 'lowercase letters, digits, _ or -, 2 to 32 long, starting with a letter'),
+    password: z
+      .string()
+      .max(256)
+      .describe(
+        `at least ${MIN_PASSWORD_LENGTH} characters, not the username, not a common password`,
+      ),
+    role: z.enum(['admin', 'user']).default('user'),
+  })
+  .superRefine((u, ctx) => {
+    const problem = passwordProblem(u.username, u.password);
+    if (problem) ctx.addIssue({ code: 'custom', path: ['password'], message: problem });
+  });
 export type NewUser = z.infer<typeof NewUserSchema>;
 
 /** Records the user in the log, then keeps the password hash in the credentials bucket. */
@@ -38,28 +49,27 @@ export async function createUser(
   await deps.credentials.set(user.username, user.password, user.role);
 }
 
-/** Login, and user management for admins. */
-export function userRoutes(app: Api, deps: ApiDeps): void {
-  app.post(
-    '/v1/auth/login',
-    {
-      schema: {
-        tags: ['auth'],
-        summary: 'Exchange a username and password for a bearer token',
-        security: [],
-        body: LoginSchema,
-        response: { 200: TokenSchema, ...errorResponses(400, 401, 503) },
-      },
-    },
-    async (req) => {
-      const { username, password } = req.body;
-      const role = await deps.credentials.verify(username, password);
-      if (!role) throw new ApiError('UNAUTHENTICATED', 'wrong username or password');
-      const { token, expiresAt } = await deps.tokens.issueWithExpiry({ username, role });
-      return { token, username, role, expiresAt: expiresAt.toISOString() };
-    },
-  );
+/** Appends a user event after the user's last one. */
+export async function appendUserEvent(
+  deps: Pick<ApiDeps, 'bus'>,
+  username: string,
+  event: UserEvent,
+  by: Caller,
+): Promise<void> {
+  await deps.bus.store.append({
+    aggregate: 'user',
+    aggregateId: username,
+    head: await deps.bus.store.head('user', username),
+    events: [event],
+    meta: { actor: actorOf(by), now: new Date() },
+  });
+}
 
+const UsernameParams = z.object({ username: z.string() });
+const DisableBody = z.object({ reason: z.string().max(512).default('') });
+
+/** User management, for admins. */
+export function userRoutes(app: Api, deps: ApiDeps): void {
   app.post(
     '/v1/users',
     {
@@ -97,7 +107,42 @@ export function userRoutes(app: Api, deps: ApiDeps): void {
         username: u.username,
         role: u.role === 'admin' ? ('admin' as const) : ('user' as const),
         createdAt: u.created_at.toISOString(),
+        disabled: u.disabled_at !== null,
       }));
+    },
+  );
+
+  app.post(
+    '/v1/users/:username/disable',
+    {
+      preValidation: adminsOnly,
+      schema: {
+        tags: ['users'],
+        summary: 'Disable a user (admins): its logins are refused and its sessions end',
+        params: UsernameParams,
+        body: DisableBody.optional(),
+        response: {
+          200: z.object({ username: z.string(), disabled: z.literal(true) }),
+          ...errorResponses(400, 401, 403, 404, 503),
+        },
+      },
+    },
+    async (req) => {
+      const admin = requireAdmin(req);
+      const { username } = req.params;
+      if (username === admin.username)
+        throw new ApiError('VALIDATION_FAILED', 'you cannot disable yourself');
+      if (!(await deps.credentials.exists(username)))
+        throw new ApiError('NOT_FOUND', `user ${username} not found`);
+      await deps.credentials.disable(username);
+      await deps.sessions.endAll(username);
+      await appendUserEvent(
+        deps,
+        username,
+        { type: 'UserDisabled', data: { reason: req.body?.reason ?? '' } },
+        admin,
+      );
+      return { username, disabled: true as const };
     },
   );
 }

@@ -1,25 +1,56 @@
 import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
-import { apiUrl, profileName, removeCredentials, writeCredentials } from '../config.ts';
+import { profileName, readCredentials, removeCredentials, writeCredentials } from '../config.ts';
 import { printJson, printTable } from './table.ts';
 
-async function prompt(question: string, hidden = false): Promise<string> {
-  if (!process.stdin.isTTY)
-    throw new CliError(`${question.trim()} is required (pass it as an option)`);
-  const rl = createInterface({ input: process.stdin, output: process.stderr, terminal: true });
-  if (hidden) {
-    const out = rl as unknown as { _writeToOutput: (s: string) => void };
-    out._writeToOutput = (s: string) => {
-      if (s.includes(question)) process.stderr.write(s);
+/** Asks for a line on the terminal; a secret is read without echoing it. */
+async function prompt(question: string, what: string, hidden = false): Promise<string> {
+  if (!process.stdin.isTTY) throw new CliError(`${what} is required: ${HOW_TO_GIVE[what]}`);
+  if (!hidden) {
+    const rl = createInterface({ input: process.stdin, output: process.stderr, terminal: true });
+    try {
+      return (await rl.question(question)).trim();
+    } finally {
+      rl.close();
+    }
+  }
+  return readSecret(question);
+}
+
+const HOW_TO_GIVE: Record<string, string> = {
+  'the username': 'pass -u NAME',
+  'the password': 'pass -p PASSWORD, or set TRAINYARD_PASSWORD',
+  'a password for the new user': 'pass -p PASSWORD',
+};
+
+/** Reads a line from the terminal in raw mode, echoing nothing; Ctrl-C gives up. */
+function readSecret(question: string): Promise<string> {
+  const stdin = process.stdin;
+  process.stderr.write(question);
+  stdin.setRawMode(true);
+  stdin.resume();
+  return new Promise((resolve, reject) => {
+    let typed = '';
+    const done = (err: Error | null) => {
+      stdin.off('data', onData);
+      stdin.setRawMode(false);
+      stdin.pause();
+      process.stderr.write('\n');
+      if (err) reject(err);
+      else resolve(typed);
     };
-  }
-  try {
-    return (await rl.question(question)).trim();
-  } finally {
-    rl.close();
-    if (hidden) process.stderr.write('\n');
-  }
+    const onData = (chunk: Buffer) => {
+      for (const ch of chunk.toString('utf8')) {
+        if (ch === '\r' || ch === '\n') return done(null);
+        if (ch === '\u0003' || ch === '\u0004')
+          return done(new CliError('cancelled', 'CANCELLED', 130));
+        if (ch === '\u007f' || ch === '\b') typed = typed.slice(0, -1);
+        else if (ch >= ' ') typed += ch;
+      }
+    };
+    stdin.on('data', onData);
+  });
 }
 
 /** Login, logout, users and workers. */
@@ -30,32 +61,52 @@ export function registerAccountCommands(program: Command): void {
     .option('-u, --username <name>', 'username')
     .option('-p, --password <password>', 'password (default: prompt, or TRAINYARD_PASSWORD)')
     .action(async (o: { username?: string; password?: string }) => {
-      const url = apiUrl();
-      const username = o.username ?? (await prompt('username: '));
+      const url = ApiClient.fromEnv().baseUrl;
+      const username = o.username ?? (await prompt('username: ', 'the username'));
       const password =
-        o.password ?? process.env.TRAINYARD_PASSWORD ?? (await prompt('password: ', true));
+        o.password ||
+        process.env.TRAINYARD_PASSWORD ||
+        (await prompt('password: ', 'the password', true));
       const client = new ApiClient(url, null);
-      const { token, role, expiresAt } = await client.post<{
+      const { token, refreshToken, role, expiresAt } = await client.post<{
         token: string;
+        refreshToken: string;
         role: string;
         expiresAt: string;
       }>('/v1/auth/login', { username, password });
-      await writeCredentials({ apiUrl: url, token, username, expiresAt });
+      await writeCredentials({ apiUrl: url, token, refreshToken, username, expiresAt });
       const profile = profileName();
       console.log(
-        `logged in to ${url} as ${username} (${role})${profile === 'default' ? '' : ` in profile ${profile}`}, until ${expiresAt}`,
+        `logged in to ${url} as ${username} (${role})${profile === 'default' ? '' : ` in profile ${profile}`}`,
       );
     });
 
   program
     .command('logout')
-    .description("forget this profile's saved login")
+    .description("end this profile's login at the server, and forget it here")
     .action(async () => {
-      const had = await removeCredentials();
+      const saved = readCredentials();
       const profile = profileName();
-      if (!had)
+      if (!saved) {
         console.log(`not logged in${profile === 'default' ? '' : ` in profile ${profile}`}`);
-      else console.log(`logged out of ${had.apiUrl} (${had.username})`);
+        return;
+      }
+      const client = new ApiClient(saved.apiUrl, saved.token, { kind: 'saved', creds: saved });
+      const ended = await client
+        .request('/v1/auth/logout', { method: 'POST' })
+        .then(() => true)
+        .catch((err: unknown) => {
+          if (err instanceof CliError && /TOKEN_(EXPIRED|REVOKED)|UNAUTHENTICATED/.test(err.code))
+            return true;
+          console.error(
+            `warning: could not end the session at ${saved.apiUrl} (${(err as Error).message}); forgetting it here`,
+          );
+          return false;
+        });
+      await removeCredentials();
+      console.log(
+        `logged out of ${saved.apiUrl} (${saved.username})${ended ? '' : ', on this machine only'}`,
+      );
     });
 
   const users = program.command('users').description('manage users (admins)');
@@ -66,7 +117,9 @@ export function registerAccountCommands(program: Command): void {
     .option('-p, --password <password>', 'password (default: prompt)')
     .option('--json', 'print JSON')
     .action(async (username: string, o: { role: string; password?: string; json?: boolean }) => {
-      const password = o.password ?? (await prompt('password for the new user: ', true));
+      const password =
+        o.password ??
+        (await prompt('password for the new user: ', 'a password for the new user', true));
       const r = await ApiClient.fromEnv().post<{ username: string; role: string }>('/v1/users', {
         username,
         password,

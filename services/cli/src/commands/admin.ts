@@ -1,6 +1,19 @@
 import type { Command } from 'commander';
-import { ApiClient } from '../client.ts';
+import { ApiClient, CliError } from '../client.ts';
 import { printJson, printTable } from './table.ts';
+
+/**
+ * Operators' commands read the event log and the database directly, not through the API; an
+ * `--api` given to one would be ignored, so it is refused instead.
+ */
+function directOnly(cmd: Command, name: string): void {
+  if (cmd.optsWithGlobals<{ api?: string }>().api) {
+    throw new CliError(
+      `${name} reads the event log through NATS, not the API, so --api does not apply: point it at a stack with TRAINYARD_NATS_URL and DATABASE_URL, or run it where \`npm run up\` runs`,
+      'NOT_THROUGH_API',
+    );
+  }
+}
 
 /** The event log: a job's events, chain verification, and projection rebuilds. */
 export function registerAdminCommands(program: Command): void {
@@ -28,7 +41,8 @@ export function registerAdminCommands(program: Command): void {
     .command('verify')
     .description('walk the whole event log and verify every per-aggregate hash chain')
     .option('--json', 'print JSON')
-    .action(async (o: { json?: boolean }) => {
+    .action(async (o: { json?: boolean }, cmd: Command) => {
+      directOnly(cmd, 'events verify');
       const { ChainVerifier } = await import('@trainyard/events');
       const { operatorBus, operatorConfig } = await import('../env.ts');
       const bus = await operatorBus(operatorConfig());
@@ -66,7 +80,8 @@ export function registerAdminCommands(program: Command): void {
     .command('rebuild')
     .description('drop the projections and rebuild them by replaying the event log')
     .option('--json', 'print JSON')
-    .action(async (o: { json?: boolean }) => {
+    .action(async (o: { json?: boolean }, cmd: Command) => {
+      directOnly(cmd, 'projections rebuild');
       const { rebuildProjections } = await import('@trainyard/projections');
       const { database, operatorBus, operatorConfig } = await import('../env.ts');
       const config = operatorConfig();

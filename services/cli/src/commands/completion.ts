@@ -22,8 +22,9 @@ function walk(cmd: Command, path: string, globals: string[], out: Node[]): void 
 const quote = (words: string[]) => words.join(' ').replace(/[^A-Za-z0-9 _.:-]/g, '');
 
 /**
- * A bash completion function for the command tree: the word before the cursor path picks the
- * subcommands and options to offer. zsh loads the same function through `bashcompinit`.
+ * A bash completion function for the command tree: the words before the cursor pick the
+ * subcommands and options to offer. It serves `trainyard` and `npx trainyard` (unless npx has a
+ * completion of its own). zsh loads the same function through `bashcompinit`.
  */
 export function completionScript(program: Command, shell: 'bash' | 'zsh'): string {
   const globals = program.options.flatMap((o) => [o.long, o.short]).filter((f): f is string => !!f);
@@ -35,10 +36,18 @@ export function completionScript(program: Command, shell: 'bash' | 'zsh'): strin
     .map((n) => `    "${n.path}") subs="${quote(n.subcommands)}"; opts="${quote(n.options)}" ;;`)
     .join('\n');
   const bash = `${fn}() {
-  local cur path w i subs opts
+  local cur path w i subs opts first=1
   cur="\${COMP_WORDS[COMP_CWORD]}"
   path=""
-  for ((i = 1; i < COMP_CWORD; i++)); do
+  if [[ "\${COMP_WORDS[0]}" == npx ]]; then
+    if ((COMP_CWORD == 1)); then
+      COMPREPLY=($(compgen -W "${name}" -- "$cur"))
+      return
+    fi
+    [[ "\${COMP_WORDS[1]}" == ${name} ]] || { COMPREPLY=($(compgen -f -- "$cur")); return; }
+    first=2
+  fi
+  for ((i = first; i < COMP_CWORD; i++)); do
     w="\${COMP_WORDS[i]}"
     [[ "$w" == -* ]] && continue
     ${fn}_node "$path"
@@ -60,6 +69,7 @@ ${cases}
   esac
 }
 complete -F ${fn} ${name}
+complete -p npx >/dev/null 2>&1 || complete -o default -F ${fn} npx
 `;
   if (shell === 'bash')
     return `# ${name} completion for bash: eval "$(${name} completion bash)"\n${bash}`;

@@ -54,6 +54,30 @@ function specFrom(root: string, o: SubmitFlags) {
   };
 }
 
+/** The flag that sets each spec field, to name in an error. */
+const FLAGS: Record<string, string> = {
+  name: '--name',
+  command: '--command',
+  setup: '--setup',
+  'resources.gpus': '--gpus',
+  'resources.vramGb': '--vram-gb',
+  'resources.cpus': '--cpus',
+  priority: '--priority',
+  maxRetries: '--max-retries',
+  env: '--env',
+};
+
+/** The API's complaint about a spec field, told in the flag that sets it. */
+function inFlags(err: CliError): CliError {
+  const field = /^(?:spec\.)?([\w.]+): /.exec(err.message)?.[1];
+  const flag = field && (FLAGS[field] ?? (field.startsWith('env.') ? '--env' : undefined));
+  if (!flag) return err;
+  const said = err.message
+    .slice(err.message.indexOf(': ') + 2)
+    .replace(/ \(VALIDATION_FAILED\)$/, '');
+  return new CliError(`${flag}: ${said}`, err.code);
+}
+
 function printPlan(root: string, plan: PackPlan): void {
   console.log(`would upload ${plan.files.length} files (${bytes(plan.bytes)}) from ${root}:`);
   for (const f of plan.files) console.log(`  ${f}`);
@@ -73,6 +97,9 @@ export async function submitDirectory(
   const info = await stat(root).catch(() => null);
   if (!info?.isDirectory()) throw new CliError(`${dir} is not a directory`);
   const spec = specFrom(root, o);
+  await client.post('/v1/jobs?dryRun=true', spec).catch((err: unknown) => {
+    throw err instanceof CliError && err.code === 'VALIDATION_FAILED' ? inFlags(err) : err;
+  });
   const plan = planPack(root);
   const limits = await client.json<{ maxUploadBytes: number }>('/v1/limits');
   const archive = join(tmpdir(), `trainyard-code-${process.pid}-${Date.now()}.tar.gz`);
