@@ -155,6 +155,7 @@ async function diagnose(
 export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
   const log = opts.log ?? (() => undefined);
   const home = await tempDir('trainyard-chaos-');
+  const sandboxes = await tempDir('trainyard-chaos-sandboxes-');
   const nats = await startTestNatsCluster(3);
   const stack: Stack = await startStack({
     home: home.path,
@@ -170,6 +171,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
   }).catch(async (err: unknown) => {
     await nats.stop();
     await home.remove();
+    await sandboxes.remove();
     throw err;
   });
   const env = {
@@ -197,7 +199,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
         '--heartbeat-ms',
         '300',
         '--sandbox',
-        join(home.path, 'sandboxes', `chaos-${i}`),
+        join(sandboxes.path, `chaos-${i}`),
       ],
       child: null,
     })),
@@ -386,5 +388,6 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     await stack.stop();
     await nats.stop();
     await home.remove();
+    await sandboxes.remove();
   }
 }

@@ -33,6 +33,8 @@ export type ProcessExit =
   | { kind: 'signalled'; signal: string }
   | { kind: 'oom' }
   | { kind: 'launch-error'; message: string }
+  /** The job's `setup` command failed; its command never ran. */
+  | { kind: 'setup-failed'; exitCode: number }
   /** It ended while no worker watched it, without recording how. */
   | { kind: 'lost'; message: string };
 
@@ -49,6 +51,8 @@ export function classifyExit(exit: ProcessExit): Failure | null {
       return failure('oomKilled', 'the command ran out of memory');
     case 'launch-error':
       return failure('launchError', exit.message);
+    case 'setup-failed':
+      return failure('setupFailed', `setup exited with code ${exit.exitCode}`);
     case 'lost':
       return failure('processLost', exit.message);
     default: {

@@ -23,6 +23,8 @@ export const RunAttemptSchema = z.object({
   attempt: z.number().int().min(1),
   gpus: z.array(z.number().int()),
   command: z.string(),
+  /** Run before the command, in the sandbox, as the attempt's user. */
+  setup: z.string().optional(),
   env: z.record(z.string(), z.string()),
   artifact: BlobRefSchema.nullable(),
   code: CodeArchiveSchema.nullable(),

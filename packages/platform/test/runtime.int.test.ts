@@ -34,6 +34,8 @@ function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
     exitFile: join(dir.path, `run-${runs}.exit`),
     pidFile: join(dir.path, `run-${runs}.pid`),
     scriptFile: join(dir.path, `run-${runs}.sh`),
+    launchFile: join(dir.path, `run-${runs}.launch`),
+    resultFile: join(dir.path, `run-${runs}.result`),
     jobId: 'job_1',
     attemptId: 'att_1',
     attempt: 1,
@@ -232,17 +234,25 @@ describe('simulated runtime', () => {
   });
 });
 
-/** Starts `s` and waits until its process has set up its group, as a restarted worker finds it. */
+/** Starts `s` and waits until its group is recorded and set up, as a restarted worker finds it. */
 async function startedRun(s: RunSpec) {
   const run = await runtime.start(s, () => undefined);
-  await waitFor(
-    'the process to record its group',
-    async () => (await recordedPid(s.pidFile)) !== null,
-  );
+  await waitFor('the group to be recorded and set up', async () => {
+    const pid = await recordedPid(s.pidFile);
+    return pid !== null && processInfo(pid)?.group === pid;
+  });
   return run;
 }
 
 describe('process runtime, attaching to what an earlier worker started', () => {
+  it('hears how a command ended from its waiter, which outlives the worker that started it', async () => {
+    const s = spec('sleep 300');
+    const run = await startedRun(s);
+    const attached = await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined);
+    process.kill(-run.pid!, 'SIGKILL');
+    expect(await attached!.exited).toEqual({ kind: 'signalled', signal: 'SIGKILL' });
+  });
+
   it('reads the output on from an offset and gets the exit code the command recorded', async () => {
     const s = spec('for i in 1 2 3 4 5; do echo "line $i"; sleep 0.1; done; exit 4');
     const first: string[] = [];
@@ -258,9 +268,10 @@ describe('process runtime, attaching to what an earlier worker started', () => {
     expect(rest.join('')).toBe('line 2\nline 3\nline 4\nline 5\n');
   });
 
-  it('reports a command killed while no worker watched as lost, and a gone one as nothing', async () => {
+  it('reports a command killed while no worker or waiter watched as lost, and a gone one as nothing', async () => {
     const s = spec('sleep 300');
     const run = await startedRun(s);
+    process.kill(processInfo(run.pid!)!.parent, 'SIGKILL');
     const attached = await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined);
     process.kill(-run.pid!, 'SIGKILL');
     expect((await attached!.exited).kind).toBe('lost');

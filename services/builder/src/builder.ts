@@ -18,7 +18,6 @@ export interface BuilderOptions {
   /** Names the builder's saved position: builders that run side by side need names of their own. */
   name: string;
   concurrency: number;
-  setupTimeoutMs: number;
   /** How often the builder's position in the log is saved. */
   saveEveryMs: number;
   /** A builder silent this long is gone, and its builds are taken over. */
@@ -28,7 +27,6 @@ export interface BuilderOptions {
 export const DEFAULT_BUILDER_OPTIONS: BuilderOptions = {
   name: 'builder',
   concurrency: 2,
-  setupTimeoutMs: 30 * 60_000,
   saveEveryMs: 1_000,
   livenessTtlMs: 15_000,
 };
@@ -95,7 +93,6 @@ export async function startBuilder(
       jobId,
       spec,
       code,
-      opts.setupTimeoutMs,
       archiveLimits(ctx.config),
     );
     await runJobCommand(

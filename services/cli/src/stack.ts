@@ -1,4 +1,4 @@
-import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Kysely } from 'kysely';
@@ -92,7 +92,8 @@ const STOP_DEADLINE_MS = 30_000;
  * had started is stopped again before the error is passed on.
  */
 export async function startStack(opts: StackOptions): Promise<Stack> {
-  await mkdir(opts.home, { recursive: true });
+  await mkdir(opts.home, { recursive: true, mode: 0o711 });
+  await chmod(opts.home, 0o711);
   const children: ChildServer[] = [];
   const services: { name: string; service: Stoppable }[] = [];
   const add = (name: string, service: Stoppable) => services.push({ name, service });

@@ -1,25 +1,18 @@
-import { readFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { packDirectory } from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
-import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
+import { startTestStack, submit, type TestStack } from './harness.ts';
 import { startService, type ServiceProcess } from './processes.ts';
 
 let t: TestStack;
 let token: string;
 let scratch: Awaited<ReturnType<typeof tempDir>>;
 const builders: ServiceProcess[] = [];
-const groupAlive = (pgid: number) => {
-  try {
-    process.kill(-pgid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
-const setupPid = async (marker: string) =>
-  Number((await readFile(marker, 'utf8').catch(() => '')).trim());
-
 function builder(): ServiceProcess {
   const b = startService(['builder'], {
     TRAINYARD_NATS_URL: t.natsUrl,
@@ -44,32 +37,33 @@ afterAll(async () => {
 describe('a builder killed mid-build', () => {
   it('leaves the build to the next builder, which takes it over once the first is gone', async () => {
     const first = builder();
-    const marker = join(scratch.path, 'first-setup.pid');
-    const code = await codeArchive({ 'train.sh': 'cat built.txt\n' });
+    const code = join(scratch.path, 'code');
+    await mkdir(code, { recursive: true });
+    await writeFile(join(code, 'train.sh'), 'echo built from $(ls | wc -l) files\n');
+    await writeFile(join(code, 'weights.bin'), randomBytes(48 * 1024 * 1024));
+    const archive = join(scratch.path, 'code.tar.gz');
+    await pipeline(packDirectory(code), createWriteStream(archive));
     const res = await submit(
       t,
       token,
-      {
-        name: 'slow-build',
-        command: 'sh train.sh',
-        setup: `if [ -f ${marker} ]; then echo rebuilt > built.txt; else echo $$ > ${marker}; exec sleep 300; fi`,
-        resources: { gpus: 0 },
-      },
-      code,
+      { name: 'slow-build', command: 'sh train.sh', resources: { gpus: 0 } },
+      await readFile(archive),
     );
     const { id } = (await res.json()) as { id: string };
-    await t.waitForJob(id, token, (j) => j.status === 'building', 20_000);
-    const orphan = await waitFor(
-      'the first setup to start',
-      async () => (await setupPid(marker)) || undefined,
+    await waitFor(
+      'the first builder to claim the build',
+      async () => (await t.stack.ctx.bus.store.last('job', id))?.type === 'JobBuildStarted',
+      { intervalMs: 5, timeoutMs: 30_000 },
+    );
+    process.kill(first.child.pid!, 'SIGSTOP');
+    const last = await t.stack.ctx.bus.store.last('job', id);
+    expect(last?.type, 'the build ended before its builder could be stopped').toBe(
+      'JobBuildStarted',
     );
     await first.kill9();
-    await waitFor('the first setup to end with its builder', () => !groupAlive(orphan), {
-      timeoutMs: 5_000,
-    });
 
     builder();
-    const job = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 30_000);
+    const job = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 60_000);
     expect(job.exitCode).toBe(0);
     const events = (await (await t.http(`/v1/jobs/${id}/events`, { token })).json()) as {
       type: string;
@@ -78,6 +72,8 @@ describe('a builder killed mid-build', () => {
     const claims = events.filter((e) => e.type === 'JobBuildStarted').map((e) => e.data.builderId);
     expect(claims).toHaveLength(2);
     expect(claims[0]).not.toBe(claims[1]);
-    expect(await (await t.http(`/v1/jobs/${id}/logs`, { token })).text()).toContain('rebuilt');
+    expect(await (await t.http(`/v1/jobs/${id}/logs`, { token })).text()).toContain(
+      'built from 2 files',
+    );
   });
 });

@@ -11,6 +11,7 @@ import {
   type GpuInventory,
 } from '@trainyard/platform';
 import { createTestDatabase, startTestNats, tempDir, waitFor } from '@trainyard/testkit';
+import { JobUsers } from '@trainyard/worker';
 import { startStack, type Stack, type StackOptions } from '../src/index.ts';
 
 export const ADMIN_PASSWORD = 'correct-horse-battery-1';
@@ -18,6 +19,8 @@ export const ADMIN_PASSWORD = 'correct-horse-battery-1';
 export interface TestStack {
   stack: Stack;
   url: string;
+  /** Where the local worker keeps its attempts' sandboxes. */
+  sandboxes: string;
   natsUrl: string;
   databaseUrl: string;
   home: string;
@@ -58,6 +61,9 @@ export async function startTestStack(
   const natsUrl = opts.natsUrl ?? nats!.url;
   const databaseUrl = opts.ownPostgres ? undefined : await createTestDatabase(inject('pgUrl'));
   const home = await tempDir('trainyard-home-');
+  const sandboxes = await tempDir('trainyard-sandboxes-');
+  const runtime = new ProcessRuntime();
+  const users = process.getuid?.() === 0 ? new JobUsers((uid) => runtime.endUser(uid)) : undefined;
   const stack = await startStack({
     home: home.path,
     natsUrl,
@@ -80,9 +86,10 @@ export async function startTestStack(
         : {
             name: 'local',
             inventory: opts.inventory ?? new NoGpuInventory(),
-            runtime: new ProcessRuntime(),
+            runtime,
+            ...(users && { users }),
             cpuSlots: 2,
-            sandboxRoot: join(home.path, 'sandboxes'),
+            sandboxRoot: sandboxes.path,
             heartbeatMs: 500,
             outputSyncMs: 300,
             killGraceMs: 2_000,
@@ -108,6 +115,7 @@ export async function startTestStack(
   return {
     stack,
     url,
+    sandboxes: sandboxes.path,
     natsUrl,
     databaseUrl: stack.databaseUrl,
     home: home.path,
@@ -144,6 +152,7 @@ export async function startTestStack(
       await stack.stop();
       await nats?.stop();
       await home.remove();
+      await sandboxes.remove();
     },
   };
 }

@@ -25,6 +25,7 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
     attempt: attempt.number,
     gpus: attempt.gpus,
     command: state.spec.command,
+    ...(state.spec.setup && { setup: state.spec.setup }),
     env: state.spec.env,
     artifact: state.artifact,
     code: state.artifact ? null : state.code,

@@ -17,10 +17,12 @@ import {
   prepareSandbox,
   removeSandbox,
   runSpecIn,
+  sandboxDir,
   SandboxError,
   type Sandbox,
 } from './sandbox.ts';
 import type { WorkerOptions } from './options.ts';
+import type { JobUser } from './users.ts';
 
 /**
  * One attempt on this worker, from dispatch to its last event. Every event it appends goes
@@ -34,6 +36,8 @@ export class AttemptRun {
   #stoppedByWorker = false;
   #startedAt = 0;
   #box: Sandbox | null = null;
+  /** The account the attempt runs as, when the worker gives each attempt one. */
+  #user: JobUser | undefined;
   /** Settles once the attempt needs no more of the worker. */
   readonly done: Promise<void>;
   #resolveDone!: () => void;
@@ -98,24 +102,28 @@ export class AttemptRun {
   async start(): Promise<void> {
     let box: Sandbox;
     try {
+      const dir = sandboxDir(this.opts.sandboxRoot, this.msg);
+      this.#user = await this.opts.users?.claim(this.attemptId, dir);
       box = await prepareSandbox(
         this.opts.sandboxRoot,
         this.msg,
         this.ctx.blobs,
         archiveLimits(this.ctx.config),
+        this.#user,
       );
       this.#box = box;
     } catch (err) {
       const why =
         err instanceof SandboxError ? err.failure : failure('launchError', (err as Error).message);
       await this.#fail(why);
+      await this.#release();
       this.#resolveDone();
       return;
     }
     const started = await this.#command({ type: 'StartAttempt', attemptId: this.attemptId });
     const running = this.#snapshot.state.status === 'running';
     if (!started || !running) {
-      await removeSandbox(box);
+      await this.#release();
       this.#resolveDone();
       return;
     }
@@ -124,9 +132,10 @@ export class AttemptRun {
     });
     const outputs = new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs);
     this.#startedAt = Date.now();
-    markSandbox(box, this.msg, this.#startedAt);
-    this.#process = this.opts.runtime.start(runSpecIn(box, this.msg), (_stream, chunk) =>
-      shipper.write(chunk),
+    markSandbox(box, this.msg, this.#startedAt, this.#user);
+    this.#process = this.opts.runtime.start(
+      runSpecIn(box, this.msg, this.#user),
+      (_stream, chunk) => shipper.write(chunk),
     );
     void this.#supervise(await this.#process, shipper, outputs);
   }
@@ -141,8 +150,11 @@ export class AttemptRun {
     pid: number,
     startedAt: number,
     snapshot: JobSnapshot,
+    user?: JobUser,
   ): Promise<boolean> {
     this.#box = box;
+    this.#user = user;
+    if (user) await this.opts.users?.adopt(user, box.root);
     this.#snapshot = snapshot;
     this.#startedAt = startedAt;
     const offset = await shippedBytes(this.ctx.bus, this.msg.jobId, this.msg.attempt);
@@ -151,14 +163,14 @@ export class AttemptRun {
       offset,
     });
     const attached = await this.opts.runtime.attach?.(
-      runSpecIn(box, this.msg),
+      runSpecIn(box, this.msg, user),
       pid,
       offset,
       (_s, chunk) => shipper.write(chunk),
     );
     if (!attached) {
       await this.#fail(failure('processLost', 'the command was gone when its worker restarted'));
-      await removeSandbox(box);
+      await this.#release();
       this.#resolveDone();
       return false;
     }
@@ -206,11 +218,26 @@ export class AttemptRun {
       }
       if (!reported) return;
       await this.#untilDone('archive the log', () => shipper.archive(this.ctx.blobs));
-      await removeSandbox(this.#box);
+      await this.#release();
     } finally {
       clearInterval(timer);
       this.#resolveDone();
     }
+  }
+
+  /**
+   * Lets go of what the attempt held on the host: every process left of its user (one that left
+   * its process group, say), the uid itself, and the sandbox.
+   */
+  async #release(): Promise<void> {
+    if (this.#user) {
+      await this.opts.users
+        ?.release(this.#user)
+        .catch((err: unknown) =>
+          this.ctx.log.error({ err, jobId: this.msg.jobId }, 'could not release the attempt’s uid'),
+        );
+    }
+    await removeSandbox(this.#box);
   }
 
   /**

@@ -1,4 +1,5 @@
 import type { GpuInventory, Runtime } from '@trainyard/platform';
+import type { JobUsers } from './users.ts';
 
 export interface WorkerOptions {
   /** The worker's id: letters, digits, `_` and `-`. */
@@ -11,4 +12,9 @@ export interface WorkerOptions {
   outputSyncMs: number;
   killGraceMs: number;
   version: string;
+  /**
+   * Gives each attempt a uid of its own (a worker running as root); absent, attempts run as the
+   * worker's own user.
+   */
+  users?: JobUsers;
 }

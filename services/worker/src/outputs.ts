@@ -1,7 +1,8 @@
-import { lstat, readdir } from 'node:fs/promises';
-import { join, relative, sep } from 'node:path';
-import type { OutputFile } from '@trainyard/events';
-import { BlobKeys, putFile, type BlobStore } from '@trainyard/platform';
+import { constants, createReadStream } from 'node:fs';
+import { lstat, open, readdir, realpath } from 'node:fs/promises';
+import { dirname, join, relative, sep } from 'node:path';
+import { retryTransient, type BlobRef, type OutputFile } from '@trainyard/events';
+import { BlobKeys, type BlobStore } from '@trainyard/platform';
 
 interface Seen {
   sizeBytes: number;
@@ -17,6 +18,41 @@ async function walk(dir: string, into: string[] = []): Promise<string[]> {
     else if (entry.isFile()) into.push(full);
   }
   return into;
+}
+
+/**
+ * Uploads a file the job wrote, as no more than that file: it is opened without following a link
+ * in its name, only once its directory is still inside the output directory, and must be a
+ * regular file; what is read is what was opened. The worker reads with more rights than the
+ * job, and a job could otherwise point it at a file of the worker's.
+ */
+async function putJobFile(
+  blobs: BlobStore,
+  key: string,
+  file: string,
+  outputDir: string,
+): Promise<BlobRef | null> {
+  const [base, parent] = await Promise.all([realpath(outputDir), realpath(dirname(file))]);
+  if (parent !== base && !parent.startsWith(base + sep)) return null;
+  const handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  try {
+    const info = await handle.stat();
+    if (!info.isFile()) return null;
+    return await retryTransient(`store ${key}`, () =>
+      blobs.put(
+        key,
+        createReadStream('', {
+          fd: handle.fd,
+          start: 0,
+          end: Math.max(0, info.size - 1),
+          autoClose: false,
+        }),
+        info.size,
+      ),
+    );
+  } finally {
+    await handle.close();
+  }
 }
 
 /**
@@ -43,7 +79,16 @@ export class OutputMirror {
       present.add(path);
       const seen = this.#seen.get(path);
       if (seen && seen.sizeBytes === stat.size && seen.mtimeMs === stat.mtimeMs) continue;
-      const ref = await putFile(this.blobs, BlobKeys.output(this.jobId, path), file);
+      const ref = await putJobFile(
+        this.blobs,
+        BlobKeys.output(this.jobId, path),
+        file,
+        this.dir,
+      ).catch(() => null);
+      if (!ref) {
+        present.delete(path);
+        continue;
+      }
       this.#seen.set(path, { sizeBytes: ref.sizeBytes, mtimeMs: stat.mtimeMs, sha256: ref.sha256 });
       if (!seen || seen.sha256 !== ref.sha256 || seen.sizeBytes !== ref.sizeBytes) changed = true;
     }

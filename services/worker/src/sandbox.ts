@@ -1,7 +1,16 @@
-import { mkdirSync, rmdirSync, unlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  lchownSync,
+  mkdirSync,
+  readdirSync,
+  rmdirSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { failure } from '@trainyard/domain';
+import type { JobUser } from './users.ts';
 import type { Failure } from '@trainyard/events';
 import {
   ArchiveError,
@@ -27,6 +36,11 @@ export interface Sandbox {
   pidFile: string;
   /** The script the runtime starts the command with. */
   scriptFile: string;
+  /** What the runtime's launcher reads to start it. */
+  launchFile: string;
+  /** The attempt's own scratch directory, where its script records how its command ended. */
+  runDir: string;
+  resultFile: string;
 }
 
 function sandboxAt(dir: string): Sandbox {
@@ -38,12 +52,17 @@ function sandboxAt(dir: string): Sandbox {
     exitFile: join(dir, 'attempt.exit'),
     pidFile: join(dir, 'attempt.pid'),
     scriptFile: join(dir, 'attempt.sh'),
+    launchFile: join(dir, 'attempt.launch'),
+    runDir: join(dir, 'run'),
+    resultFile: join(dir, 'run', 'result'),
   };
 }
 
-/** What the runtime needs to run `msg`'s attempt in `box`. */
-export function runSpecIn(box: Sandbox, msg: RunAttempt): RunSpec {
+/** What the runtime needs to run `msg`'s attempt in `box`, as `user` when there is one. */
+export function runSpecIn(box: Sandbox, msg: RunAttempt, user?: JobUser): RunSpec {
   return {
+    ...(user && { user }),
+    ...(msg.setup && { setup: msg.setup }),
     jobId: msg.jobId,
     attemptId: msg.attemptId,
     attempt: msg.attempt,
@@ -55,6 +74,8 @@ export function runSpecIn(box: Sandbox, msg: RunAttempt): RunSpec {
     exitFile: box.exitFile,
     pidFile: box.pidFile,
     scriptFile: box.scriptFile,
+    launchFile: box.launchFile,
+    resultFile: box.resultFile,
     gpus: msg.gpus,
   };
 }
@@ -66,22 +87,55 @@ export class SandboxError extends Error {
   }
 }
 
-/** Lays out an attempt's directory and unpacks its code (the build's artifact, or the upload). */
+const SAFE_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/** The directory of `msg`'s attempt under `root`; ids that could leave it are refused. */
+export function sandboxDir(root: string, msg: Pick<RunAttempt, 'jobId' | 'attempt'>): string {
+  if (!SAFE_ID.test(msg.jobId) || !Number.isInteger(msg.attempt) || msg.attempt < 1)
+    throw new SandboxError(
+      failure('launchError', `not an attempt id: ${msg.jobId}-${msg.attempt}`),
+    );
+  return join(root, `${msg.jobId}-${msg.attempt}`);
+}
+
+/** Where `box` lives: the sandbox's directory, which names it in the uid lock. */
+export const sandboxOf = (root: string, msg: Pick<RunAttempt, 'jobId' | 'attempt'>) =>
+  sandboxAt(sandboxDir(root, msg));
+
+/**
+ * Lays out an attempt's directory and unpacks its code (the build's artifact, or the upload).
+ * With `user`, the attempt's own directories (work, outputs, run) and everything in them are
+ * its, closed to everyone else; the directory itself stays the worker's, passable (0711) but
+ * not listable, holding the files only the worker writes: the log, the process group, the end.
+ */
 export async function prepareSandbox(
   root: string,
   msg: RunAttempt,
   blobs: BlobStore,
   limits: ArchiveLimits,
+  user?: JobUser,
 ): Promise<Sandbox> {
-  const dir = join(root, `${msg.jobId}-${msg.attempt}`);
+  const dir = sandboxDir(root, msg);
   const box = sandboxAt(dir);
   await makeDirectory(dir);
   try {
+    chmodSync(dir, 0o711);
     await fill(box, msg, blobs, limits);
+    if (user) for (const d of [box.workDir, box.outputDir, box.runDir]) chownTree(d, user);
     return box;
   } catch (err) {
     await rm(dir, { recursive: true, force: true });
     throw err;
+  }
+}
+
+/** Gives `dir` and everything under it to `user`, links themselves rather than their targets. */
+function chownTree(dir: string, user: JobUser): void {
+  lchownSync(dir, user.uid, user.gid);
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) chownTree(path, user);
+    else lchownSync(path, user.uid, user.gid);
   }
 }
 
@@ -107,8 +161,9 @@ async function fill(
   blobs: BlobStore,
   limits: ArchiveLimits,
 ): Promise<void> {
-  mkdirSync(box.workDir);
-  mkdirSync(box.outputDir);
+  mkdirSync(box.workDir, { mode: 0o700 });
+  mkdirSync(box.outputDir, { mode: 0o700 });
+  mkdirSync(box.runDir, { mode: 0o700 });
   const source = msg.artifact
     ? { key: msg.artifact.key, format: 'tar.gz' as const }
     : msg.code && { key: msg.code.key, format: msg.code.format };
@@ -135,9 +190,17 @@ async function fill(
  */
 export async function removeSandbox(box: Sandbox | null): Promise<void> {
   if (!box) return;
-  for (const file of [box.scriptFile, box.logFile, box.pidFile, box.exitFile, markerOf(box)])
+  for (const file of [
+    box.scriptFile,
+    box.launchFile,
+    box.logFile,
+    box.pidFile,
+    box.exitFile,
+    box.resultFile,
+    markerOf(box),
+  ])
     unlinkIfThere(file);
-  for (const dir of [box.workDir, box.outputDir, box.root]) {
+  for (const dir of [box.workDir, box.outputDir, box.runDir, box.root]) {
     try {
       rmdirSync(dir);
     } catch (err) {
@@ -167,6 +230,8 @@ export interface SandboxMarker {
   msg: RunAttempt;
   pid: number | null;
   startedAt: number;
+  /** The account it runs as, when not the worker's. */
+  user?: JobUser;
 }
 
 /**
@@ -174,13 +239,20 @@ export interface SandboxMarker {
  * over; the process records its own group id beside it as it starts. Readable by the worker's
  * user only: the dispatch carries the job's environment.
  */
-export function markSandbox(box: Sandbox, msg: RunAttempt, startedAt: number): void {
-  writeFileSync(markerOf(box), JSON.stringify({ msg, startedAt }), { mode: 0o600 });
+export function markSandbox(
+  box: Sandbox,
+  msg: RunAttempt,
+  startedAt: number,
+  user?: JobUser,
+): void {
+  writeFileSync(markerOf(box), JSON.stringify({ msg, startedAt, ...(user && { user }) }), {
+    mode: 0o600,
+  });
 }
 
-/** Kills an attempt's whole process group, if it still runs. */
+/** Kills an attempt's whole process group, if it still runs; never a pid of 1 or less. */
 export function killGroup(pid: number | null): boolean {
-  if (!pid) return false;
+  if (!pid || pid <= 1) return false;
   try {
     process.kill(-pid, 'SIGKILL');
     return true;
@@ -206,7 +278,15 @@ export async function leftSandboxes(
     const marker = text ? parseMarker(text) : null;
     const pid = (await recordedPid(box.pidFile)) ?? marker?.pid ?? null;
     if (pid && marker?.msg) {
-      found.push({ box, marker: { msg: marker.msg, pid, startedAt: marker.startedAt } });
+      found.push({
+        box,
+        marker: {
+          msg: marker.msg,
+          pid,
+          startedAt: marker.startedAt,
+          ...(marker.user && { user: marker.user }),
+        },
+      });
       continue;
     }
     killGroup(pid);
@@ -216,16 +296,29 @@ export async function leftSandboxes(
 }
 
 /** A marker as written, or what is left of one written by another version: its pid, at least. */
-function parseMarker(
-  text: string,
-): { msg: RunAttempt | null; pid: number | null; startedAt: number } | null {
+function parseMarker(text: string): {
+  msg: RunAttempt | null;
+  pid: number | null;
+  startedAt: number;
+  user?: JobUser;
+} | null {
   try {
-    const raw = JSON.parse(text) as { msg?: unknown; pid?: unknown; startedAt?: unknown };
+    const raw = JSON.parse(text) as {
+      msg?: unknown;
+      pid?: unknown;
+      startedAt?: unknown;
+      user?: { uid?: unknown; gid?: unknown };
+    };
     const msg = RunAttemptSchema.safeParse(raw.msg);
+    const user =
+      Number.isInteger(raw.user?.uid) && Number.isInteger(raw.user?.gid)
+        ? { uid: raw.user!.uid as number, gid: raw.user!.gid as number }
+        : undefined;
     return {
       msg: msg.success ? msg.data : null,
-      pid: typeof raw.pid === 'number' ? raw.pid : null,
+      pid: typeof raw.pid === 'number' && raw.pid > 1 ? raw.pid : null,
       startedAt: typeof raw.startedAt === 'number' ? raw.startedAt : Date.now(),
+      ...(user && { user }),
     };
   } catch {
     return null;

@@ -1,3 +1,4 @@
+import { chmod, mkdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import {
@@ -79,6 +80,13 @@ export async function startWorker(
 ): Promise<RunningWorker> {
   const id = opts.name;
   const log = ctx.log.child({ component: 'worker', workerId: id });
+  await mkdir(opts.sandboxRoot, { recursive: true });
+  await chmod(opts.sandboxRoot, 0o711);
+  if (!opts.users && opts.runtime.kind === 'process') {
+    log.warn(
+      'jobs run as this worker’s own user and can reach what it can: run the worker as root to give each job a user of its own',
+    );
+  }
   const gpus = await opts.inventory.list();
   const attempts = new Map<string, AttemptRun>();
   const loops: Promise<void>[] = [];
@@ -100,6 +108,7 @@ export async function startWorker(
         attempt.workerId === id;
       if (!ours || !marker.pid) {
         killGroup(marker.pid);
+        if (marker.user) await opts.users?.release(marker.user).catch(() => undefined);
         await removeSandbox(box);
         log.warn(
           { jobId: marker.msg.jobId },
@@ -110,7 +119,7 @@ export async function startWorker(
       const run = new AttemptRun(ctx, opts, marker.msg, stopped.signal);
       attempts.set(run.attemptId, run);
       void run.done.then(() => attempts.delete(run.attemptId));
-      if (await run.resume(box, marker.pid, marker.startedAt, job)) {
+      if (await run.resume(box, marker.pid, marker.startedAt, job, marker.user)) {
         resumed.push(run.attemptId);
         log.info({ jobId: marker.msg.jobId, pid: marker.pid }, 're-attached to a running attempt');
       }

@@ -89,7 +89,7 @@ describe('a sandbox', () => {
     const again = await prepareSandbox(root, msg, noBlobs, DEFAULT_ARCHIVE_LIMITS);
     expect(again.root).toBe(first.root);
     expect(await readdir(again.root)).toEqual(expect.arrayContaining(['work', 'outputs']));
-    expect(await readdir(again.root)).toHaveLength(2);
+    expect(await readdir(again.root)).toHaveLength(3);
     expect(await readdir(again.workDir)).toEqual([]);
     await removeSandbox(again);
     expect(await exists(again.root)).toBe(false);

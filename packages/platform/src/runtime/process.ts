@@ -1,8 +1,16 @@
-import { constants } from 'node:os';
-import { closeSync, openSync, readSync, writeFileSync } from 'node:fs';
+import { constants as osConstants } from 'node:os';
+import {
+  chownSync,
+  closeSync,
+  constants,
+  fstatSync,
+  openSync,
+  readSync,
+  writeFileSync,
+} from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
-import { Spawner, type Launched } from './spawner.ts';
+import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
 const PASSED_THROUGH = ['PATH', 'LANG', 'LC_ALL', 'TZ', 'TMPDIR'];
@@ -46,8 +54,8 @@ function signalProcess(pid: number, signal: NodeJS.Signals | 0): boolean {
   }
 }
 
-/** How an attempt's script ends when it could not run its command (as a shell does, 126). */
-const SCRIPT_FAILED = 126;
+/** The status a script that ran `setup` and saw it fail ends with; the result file says more. */
+const SETUP_FAILED = 125;
 
 /** `value` as one shell word, quoted so that the shell reads it back unchanged. */
 export function shellQuote(value: string): string {
@@ -55,32 +63,57 @@ export function shellQuote(value: string): string {
 }
 
 /**
- * The script that runs one attempt (`RunSpec.scriptFile`), started in a new session. It sends
- * its output to the log file, records its process group id, enters the work directory, sets the
- * attempt's environment, runs the command in a subshell (a fork, no new program) and records
- * its exit code. It outlives its worker: nothing ties it to the worker's pipes. Each record is
- * one short write, read back only once it ends in a newline. It ends with its command's exit
- * code; its own failures end it with `SCRIPT_FAILED` after recording why, so that any lower
- * status is the command's exit code, with no need to read the record.
+ * The script that runs one attempt (`RunSpec.scriptFile`), as the attempt's user, in a new
+ * session, in the work directory, with its output already sent to the log (the runtime's
+ * launcher did those, as the worker). It sets the attempt's environment, runs `setup` if there
+ * is one, then the command, each in a subshell (a fork, no new program), and records how it
+ * ended in the result file. It ends with its command's exit code; a failed setup ends it with
+ * `SETUP_FAILED`.
  */
 export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.env): string {
   const env = Object.entries(attemptEnv(spec, host)).map(
     ([name, value]) => `export ${shellQuote(`${name}=${value}`)}`,
   );
-  const exitFile = shellQuote(spec.exitFile);
-  const failed = `exit ${SCRIPT_FAILED}`;
+  const result = shellQuote(spec.resultFile);
+  const setup = spec.setup
+    ? [
+        `__ty_setup=${shellQuote(spec.setup)}`,
+        'echo "[trainyard] running setup"',
+        '(eval "$__ty_setup")',
+        '__ty_code=$?',
+        `[ "$__ty_code" -eq 0 ] || { echo "setup-failed $__ty_code" > ${result}; exit ${SETUP_FAILED}; }`,
+      ]
+    : [];
   return [
-    `command exec >>${shellQuote(spec.logFile)} 2>&1 || { echo "launch-error cannot open the log file" > ${exitFile}; ${failed}; }`,
-    `echo $$ > ${shellQuote(spec.pidFile)}`,
-    `cd ${shellQuote(spec.workDir)} || { echo "launch-error cannot enter the work directory" > ${exitFile}; ${failed}; }`,
     ...env,
+    ...setup,
     `__ty_cmd=${shellQuote(spec.command)}`,
     '(eval "$__ty_cmd")',
     '__ty_code=$?',
-    `echo "$__ty_code" > ${exitFile}`,
+    `echo "exit $__ty_code" > ${result}`,
     'exit "$__ty_code"',
     '',
   ].join('\n');
+}
+
+/**
+ * What the launcher needs for one attempt, as shell assignments it reads (as the worker, before
+ * it drops to the attempt's user): where to run, where the output, the process group and the
+ * end go, and whom to run as.
+ */
+export function launchScript(spec: RunSpec): string {
+  const vars: Record<string, string> = {
+    TY_WORK: spec.workDir,
+    TY_LOG: spec.logFile,
+    TY_PID: spec.pidFile,
+    TY_EXIT: spec.exitFile,
+    TY_SCRIPT: spec.scriptFile,
+    TY_UID: spec.user ? String(spec.user.uid) : '',
+    TY_GID: spec.user ? String(spec.user.gid) : '',
+  };
+  return `${Object.entries(vars)
+    .map(([k, v]) => `${k}=${shellQuote(v)}`)
+    .join('\n')}\n`;
 }
 
 const TAIL_MS = 50;
@@ -150,41 +183,77 @@ class FileTail {
   }
 }
 
-/** A number the script recorded in `file`, once its write is whole; null before. */
+/** A number recorded in `file`, once its write is whole; null before. */
 async function recordedNumber(file: string): Promise<number | null> {
   const text = await readFile(file, 'utf8').catch(() => null);
   const match = text ? /^(\d+)\n$/.exec(text) : null;
   return match ? Number(match[1]) : null;
 }
 
-/** The exit the script recorded: its command's exit code, or why the command could not run. */
-async function recordedExit(exitFile: string): Promise<ProcessExit | null> {
-  const text = await readFile(exitFile, 'utf8').catch(() => null);
-  const code = text ? /^(\d+)\n$/.exec(text) : null;
-  if (code) return { kind: 'exited', exitCode: Number(code[1]) };
-  const error = text ? /^launch-error (.*)\n$/.exec(text) : null;
-  return error ? { kind: 'launch-error', message: error[1]! } : null;
+/** A short file the job may have written, read without following a link it put there. */
+function readJobFile(file: string): string | null {
+  let fd: number;
+  try {
+    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch {
+    return null;
+  }
+  try {
+    if (!fstatSync(fd).isFile()) return null;
+    const buf = Buffer.alloc(64);
+    return buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString('utf8');
+  } catch {
+    return null;
+  } finally {
+    closeSync(fd);
+  }
 }
 
-/** The process group an attempt's command recorded as it started (`RunSpec.pidFile`), if any. */
-export function recordedPid(pidFile: string): Promise<number | null> {
-  return recordedNumber(pidFile);
-}
-
-/** How a script that recorded no exit ended, from the status its waiter saw. */
-function unrecordedExit(status: number | null): ProcessExit {
+/** How the script's status reads, given what the script recorded of its command. */
+function fromStatus(status: number, result: string | null): ProcessExit {
+  const setup = result ? /^setup-failed (\d+)\n$/.exec(result) : null;
+  if (setup && status === SETUP_FAILED) return { kind: 'setup-failed', exitCode: Number(setup[1]) };
+  const exit = result ? /^exit (\d+)\n$/.exec(result) : null;
+  if (exit && Number(exit[1]) === status) return { kind: 'exited', exitCode: status };
   const signal =
-    status !== null && status > 128
-      ? Object.entries(constants.signals).find(([, n]) => n === status - 128)?.[0]
+    status > 128
+      ? Object.entries(osConstants.signals).find(([, n]) => n === status - 128)?.[0]
       : undefined;
   if (signal) return { kind: 'signalled', signal };
-  if (status === null) {
-    return { kind: 'lost', message: 'the command ended without recording how' };
-  }
-  return {
-    kind: 'launch-error',
-    message: `the attempt's shell ended with status ${status} before its command ran`,
-  };
+  return { kind: 'exited', exitCode: status };
+}
+
+/**
+ * The end the launcher recorded (`RunSpec.exitFile`), read with the script's result; with no
+ * launcher left to record it, what the script recorded of its own command. Null before either.
+ */
+async function recordedExit(spec: RunSpec): Promise<ProcessExit | null> {
+  const text = await readFile(spec.exitFile, 'utf8').catch(() => null);
+  const result = readJobFile(spec.resultFile);
+  const status = text ? /^status (\d+)\n$/.exec(text) : null;
+  if (status) return fromStatus(Number(status[1]), result);
+  const error = text ? /^launch-error (.*)\n$/.exec(text) : null;
+  if (error) return { kind: 'launch-error', message: error[1]! };
+  const own = result ? /^(exit|setup-failed) (\d+)\n$/.exec(result) : null;
+  if (!own) return null;
+  return own[1] === 'exit'
+    ? { kind: 'exited', exitCode: Number(own[2]) }
+    : { kind: 'setup-failed', exitCode: Number(own[2]) };
+}
+
+/** The process group the runtime started an attempt in (`RunSpec.pidFile`), if it recorded one. */
+export async function recordedPid(pidFile: string): Promise<number | null> {
+  const pid = await recordedNumber(pidFile);
+  return pid !== null && pid > 1 ? pid : null;
+}
+
+/** How a launch whose waiter went away without a word ended, from what was recorded. */
+async function endOf(spec: RunSpec, status: number | null): Promise<ProcessExit> {
+  if (status !== null && status < SETUP_FAILED) return { kind: 'exited', exitCode: status };
+  const recorded = await recordedExit(spec);
+  if (recorded) return recorded;
+  if (status !== null) return fromStatus(status, readJobFile(spec.resultFile));
+  return { kind: 'lost', message: 'the command ended without recording how' };
 }
 
 /**
@@ -256,7 +325,9 @@ export class ProcessRuntime implements Runtime {
     let pid: number;
     try {
       writeFileSync(spec.scriptFile, attemptScript(spec), { mode: 0o600 });
-      launched = this.#spawner.launch(spec.scriptFile);
+      if (spec.user) chownSync(spec.scriptFile, spec.user.uid, spec.user.gid);
+      writeFileSync(spec.launchFile, launchScript(spec), { mode: 0o600 });
+      launched = this.#spawner.launch(spec.launchFile);
       pid = await launched.pid;
     } catch (err) {
       return notStarted((err as Error).message);
@@ -266,10 +337,14 @@ export class ProcessRuntime implements Runtime {
     const exited = ended.then(async (status): Promise<ProcessExit> => {
       signalGroup(pid, 'SIGKILL');
       await tail.close();
-      if (status !== null && status < SCRIPT_FAILED) return { kind: 'exited', exitCode: status };
-      return (await recordedExit(spec.exitFile)) ?? unrecordedExit(status);
+      return endOf(spec, status);
     });
     return { pid, exited, kill: killer(pid, exited) };
+  }
+
+  async endUser(uid: number): Promise<void> {
+    const status = await this.#spawner.endUser(uid);
+    if (status !== 0) throw new SpawnError(`could not end the processes of uid ${uid} (${status})`);
   }
 
   /** Ends the spawner; the attempts it started run on. */
@@ -283,12 +358,13 @@ export class ProcessRuntime implements Runtime {
     offset: number,
     onOutput: (stream: LogStreamName, chunk: Buffer) => void,
   ): Promise<RunningAttempt | null> {
-    if (!signalGroup(pid, 0) && !(await recordedExit(spec.exitFile))) return null;
+    if (pid <= 1) return null;
+    if (!signalGroup(pid, 0) && !(await recordedExit(spec))) return null;
     const tail = new FileTail(spec.logFile, offset, (chunk) => onOutput('stdout', chunk));
     const exited = new Promise<ProcessExit>((resolve) => {
       const watch = async () => {
         const alive = signalGroup(pid, 0);
-        const exit = await recordedExit(spec.exitFile);
+        const exit = await recordedExit(spec);
         if (alive && !exit) return;
         clearInterval(timer);
         signalGroup(pid, 'SIGKILL');

@@ -4,17 +4,51 @@ import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
 
 /**
- * A small shell that starts scripts in new sessions for a large process, which would otherwise
- * copy its whole address space on every fork. It reads `ID SCRIPT` lines; for each it forks a
- * waiter and says `forked ID` on its stdout. The waiter starts `setsid /bin/sh SCRIPT`, says
- * `started ID PID` on fd 3, waits for it and says `ended ID STATUS` (128 + the signal, for a
- * script killed by one). Each line is one short write, which a pipe keeps whole. Waiters outlive
- * the shell, so their lines arrive after it has gone; a started script outlives both.
+ * A small shell that starts attempts for a large process, which would otherwise copy its whole
+ * address space on every fork. It reads `run ID LAUNCH` lines, where LAUNCH is a file of shell
+ * assignments (see `launchScript`); for each it forks a waiter and says `forked ID` on its
+ * stdout. The waiter enters the work directory and opens the log (as the worker: the attempt's
+ * user cannot write either file), starts `setsid /bin/sh SCRIPT` there (through `setpriv`, as
+ * the attempt's user, when one is named), records the process group and says `started ID PID`
+ * on fd 3, waits, records the status and says `ended ID STATUS` (128 + the signal, for a script
+ * killed by one). What it cannot start it records as a launch error and says `failed ID WHY`. Each line
+ * is one short write, which a pipe keeps whole. Waiters outlive the shell, so their lines arrive
+ * after it has gone; a started script outlives both. An `end ID UID` line ends every process of
+ * an unprivileged uid (see `Spawner.endUser`) and says `ended ID STATUS`.
  */
 const SPAWNER = [
   'command -v setsid >/dev/null 2>&1 || { echo "fatal setsid (util-linux) is not installed"; exit 1; }',
-  'while read -r __ty_id __ty_script; do',
-  '  { setsid /bin/sh "$__ty_script" </dev/null >/dev/null 2>&1 3>&- & echo "started $__ty_id $!"; wait $!; echo "ended $__ty_id $?"; } >&3 &',
+  'umask 077',
+  'while read -r __ty_kind __ty_id __ty_launch; do',
+  '  if [ "$__ty_kind" = end ]; then',
+  '    case "$__ty_launch" in *[!0-9]*|"") echo "ended $__ty_id 2" >&3; continue ;; esac',
+  '    if [ "$__ty_launch" -lt 1000 ]; then echo "ended $__ty_id 2" >&3; continue; fi',
+  '    { setpriv --reuid="$__ty_launch" --regid="$__ty_launch" --clear-groups --no-new-privs /bin/sh -c "kill -9 -1 2>/dev/null; exit 0" </dev/null >/dev/null 2>&1 3>&-; echo "ended $__ty_id $?"; } >&3 &',
+  '    echo "forked $__ty_id"',
+  '    continue',
+  '  fi',
+  '  {',
+  '    . "$__ty_launch"',
+  '    if ! cd "$TY_WORK" 2>/dev/null; then',
+  '      echo "launch-error cannot enter the work directory" > "$TY_EXIT"; echo "failed $__ty_id cannot enter the work directory"',
+  '    elif ! { : >>"$TY_LOG"; } 2>/dev/null; then',
+  '      echo "launch-error cannot open the log file" > "$TY_EXIT"; echo "failed $__ty_id cannot open the log file"',
+  '    elif [ -n "$TY_UID" ] && ! command -v setpriv >/dev/null 2>&1; then',
+  '      echo "launch-error setpriv (util-linux) is not installed" > "$TY_EXIT"; echo "failed $__ty_id setpriv (util-linux) is not installed"',
+  '    else',
+  '      if [ -n "$TY_UID" ]; then',
+  '        setsid setpriv --reuid="$TY_UID" --regid="$TY_GID" --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all /bin/sh "$TY_SCRIPT" </dev/null >>"$TY_LOG" 2>&1 3>&- &',
+  '      else',
+  '        setsid /bin/sh "$TY_SCRIPT" </dev/null >>"$TY_LOG" 2>&1 3>&- &',
+  '      fi',
+  '      __ty_pid=$!',
+  '      echo "$__ty_pid" > "$TY_PID"',
+  '      echo "started $__ty_id $__ty_pid"',
+  '      wait "$__ty_pid"; __ty_status=$?',
+  '      echo "status $__ty_status" > "$TY_EXIT"',
+  '      echo "ended $__ty_id $__ty_status"',
+  '    fi',
+  '  } >&3 &',
   '  echo "forked $__ty_id"',
   'done',
 ].join('\n');
@@ -69,8 +103,15 @@ class Shell {
       const launch = kind === 'forked' && id ? this.#launches.get(id) : undefined;
       if (launch) launch.forked = true;
     });
-    lines(waiters, ([kind, id, value]) => {
+    lines(waiters, ([kind, id, value], line) => {
       const launch = id === undefined ? undefined : this.#launches.get(id);
+      if (launch && kind === 'failed') {
+        this.#launches.delete(id!);
+        this.#hold();
+        launch.failed(new SpawnError(line.slice(`failed ${id} `.length)));
+        launch.ended(null);
+        return;
+      }
       const n = Number(value);
       if (!launch || !Number.isInteger(n)) return;
       if (kind === 'started') {
@@ -116,10 +157,17 @@ class Shell {
     this.#hold();
   }
 
-  launch(id: string, script: string, launch: Launch): void {
+  /** Ends every process of an unprivileged uid (see `Spawner.endUser`). */
+  endUser(id: string, uid: number, launch: Launch): void {
     this.#launches.set(id, launch);
     this.#hold();
-    this.child.stdin!.write(`${id} ${script}\n`);
+    this.child.stdin!.write(`end ${id} ${uid}\n`);
+  }
+
+  launch(id: string, launchFile: string, launch: Launch): void {
+    this.#launches.set(id, launch);
+    this.#hold();
+    this.child.stdin!.write(`run ${id} ${launchFile}\n`);
   }
 
   /** Keeps the process alive while a launch waits to start or to end, and only then. */
@@ -140,8 +188,10 @@ export class Spawner {
   /** `env` is what the shell, and so every script, starts with. */
   constructor(private readonly env: Record<string, string>) {}
 
-  launch(script: string): Launched {
-    if (script.includes('\n')) throw new SpawnError(`a script path holds a newline: ${script}`);
+  /** Starts the attempt a launch file describes (see `launchScript`). */
+  launch(launchFile: string): Launched {
+    if (/[\n\r]/.test(launchFile))
+      throw new SpawnError(`a launch file's path holds a newline: ${launchFile}`);
     const shell = (this.#shell ??= new Shell(this.env, () => {
       if (this.#shell === shell) this.#shell = null;
     }));
@@ -151,8 +201,31 @@ export class Spawner {
     });
     const ended = new Promise<number | null>((resolve) => (launch.ended = resolve));
     pid.catch(() => undefined);
-    shell.launch(String(++this.#next), script, launch);
+    shell.launch(String(++this.#next), launchFile, launch);
     return { pid, ended };
+  }
+
+  /**
+   * Ends every process running as `uid`: a shell started as that uid (through `setpriv`, which
+   * runs nothing when it cannot switch) sends SIGKILL to every process it may signal, which for
+   * an unprivileged uid is that uid's own. Refuses uids below 1000. Settles with the status.
+   */
+  endUser(uid: number): Promise<number | null> {
+    if (!Number.isInteger(uid) || uid < 1000)
+      return Promise.reject(new SpawnError(`refusing to end the processes of uid ${uid}`));
+    const shell = (this.#shell ??= new Shell(this.env, () => {
+      if (this.#shell === shell) this.#shell = null;
+    }));
+    return new Promise((resolve) => {
+      const launch: Launch = {
+        forked: false,
+        running: true,
+        started: () => undefined,
+        failed: () => undefined,
+        ended: resolve,
+      };
+      shell.endUser(String(++this.#next), uid, launch);
+    });
   }
 
   /** Ends the spawner shell; the scripts it started run on, and their waiters still report. */

@@ -11,16 +11,27 @@ export interface RunSpec {
   workDir: string;
   outputDir: string;
   /**
-   * Where the process's output goes (the runtime writes it) and where its exit code is recorded,
-   * so that a worker that restarts can read both while the process runs on.
+   * Where the process's output goes and where its end is recorded, both written by the runtime
+   * (never by the job), so that a worker that restarts can read them while the process runs on.
    */
   logFile: string;
   exitFile: string;
-  /** Where the process records its process group id, first thing, before the command runs. */
+  /** Where the runtime records the process group it started, as it starts it. */
   pidFile: string;
-  /** Where a runtime that launches through a script writes it (readable by the worker's user only). */
+  /** Where a runtime that launches through a script writes it (readable by the job alone). */
   scriptFile: string;
+  /** What the runtime needs to launch the script (readable by the worker alone). */
+  launchFile: string;
+  /**
+   * Where the script records how its command (or `setup`) ended. The job can write it, so it is
+   * read only for what the job decides anyway: its own exit code.
+   */
+  resultFile: string;
   gpus: number[];
+  /** A shell command run in the work directory before `command`, as the same user. */
+  setup?: string;
+  /** The account the attempt runs as; absent: the worker's own. */
+  user?: { uid: number; gid: number };
 }
 
 export type LogStreamName = 'stdout' | 'stderr';
@@ -52,6 +63,11 @@ export interface Runtime {
     offset: number,
     onOutput: (stream: LogStreamName, chunk: Buffer) => void,
   ): Promise<RunningAttempt | null>;
+  /**
+   * Ends every process still running as an attempt's unprivileged user, once the attempt is
+   * over: what left its process group goes too.
+   */
+  endUser?(uid: number): Promise<void>;
   /** Lets go of what the runtime holds to start attempts; what runs, runs on. */
   close?(): void;
 }

@@ -30,7 +30,7 @@ export function spawnLogged(
   logFile: string,
   opts: { cwd: string; env?: NodeJS.ProcessEnv; uid?: number; gid?: number },
 ): ChildProcess {
-  const log = createWriteStream(logFile, { flags: 'a' });
+  const log = createWriteStream(logFile, { flags: 'a', mode: 0o600 });
   const child = spawn(cmd, args, {
     cwd: opts.cwd,
     stdio: ['ignore', 'pipe', 'pipe'],

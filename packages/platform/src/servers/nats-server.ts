@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
+import { chmod, mkdir } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
@@ -54,7 +54,8 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<ChildSer
       'nats-server is not installed: install it with `apt-get install -y nats-server` (or run `npm run setup`), or set TRAINYARD_NATS_URL to a server you run',
     );
   }
-  await mkdir(opts.dir, { recursive: true });
+  await mkdir(opts.dir, { recursive: true, mode: 0o700 });
+  await chmod(opts.dir, 0o700);
   if (opts.port && (await portInUse(opts.port))) {
     throw new ServerError('PORT_IN_USE', `port ${opts.port} is already in use`);
   }

@@ -29,27 +29,32 @@ export function findPostgresBin(): string | null {
 
 const isRoot = () => process.getuid?.() === 0;
 
-/** Where root's embedded clusters live: a place the `postgres` user can always reach. */
-export const ROOT_POSTGRES_BASE = '/var/lib/trainyard/postgres';
+/** Where root keeps what other users must reach: a directory anyone may pass through. */
+export const ROOT_STATE_BASE = '/var/lib/trainyard';
+export const ROOT_POSTGRES_BASE = join(ROOT_STATE_BASE, 'postgres');
 
 /**
- * Where the embedded PostgreSQL of the stack whose state is in `home` keeps its files. As any
- * user but root that is `home/postgres`. As root, PostgreSQL must run as `postgres` (initdb
- * refuses root), and `postgres` cannot enter a private directory such as root's home or a
- * `mktemp -d` folder, so the cluster goes under `/var/lib/trainyard/postgres`, in a directory
- * named after `home` (its base name and a hash of its path). The read models are projections of
- * the log kept under `home`, so a cluster left behind there is rebuilt, never needed.
+ * Where the stack whose state is in `home` keeps `what` (`postgres`, `sandboxes`) when other
+ * users must reach it. As any user but root that is `home/what`. As root, PostgreSQL runs as
+ * `postgres` and jobs as users of their own, and none of them can enter a private directory
+ * such as root's home or a `mktemp -d` folder, so it goes under `/var/lib/trainyard/what`, in a
+ * directory named after `home` (its base name and a hash of its path). Neither holds what
+ * cannot be had again: the read models are rebuilt from the log kept under `home`, and a
+ * sandbox lives only as long as its attempt.
  */
-export function embeddedPostgresDir(home: string, base = ROOT_POSTGRES_BASE): string {
+export function sharedStateDir(home: string, what: string, base = ROOT_STATE_BASE): string {
   const path = resolve(home);
-  if (!isRoot()) return join(path, 'postgres');
+  if (!isRoot()) return join(path, what);
   const tag = createHash('sha256').update(path).digest('hex').slice(0, 12);
   const name =
     basename(dirname(path))
       .replace(/[^A-Za-z0-9_.-]/g, '_')
       .slice(0, 40) || 'home';
-  return join(base, `${name}-${tag}`);
+  return join(base, what, `${name}-${tag}`);
 }
+
+/** Where the embedded PostgreSQL of the stack whose state is in `home` keeps its files. */
+export const embeddedPostgresDir = (home: string) => sharedStateDir(home, 'postgres');
 
 interface Account {
   uid: number;
