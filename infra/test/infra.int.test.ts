@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { startNatsServer, type ChildServer } from '@trainyard/platform';
+import { startNatsServer, WORKER_PERMISSIONS, type ChildServer } from '@trainyard/platform';
 import { tempDir } from '@trainyard/testkit';
 
 const INFRA = resolve(fileURLToPath(new URL('..', import.meta.url)));
@@ -56,6 +56,18 @@ describe('the NATS configuration in infra/nats', () => {
       expect(await login(user, `$${variable}`)).toMatch(/authorization/i);
     }
     expect(await login('control', SECRETS.TRAINYARD_WORKER_PASSWORD)).toMatch(/authorization/i);
+  });
+
+  it('gives the worker user exactly the permissions the embedded stack gives it', () => {
+    const text = readFileSync(join(INFRA, 'nats', 'accounts.conf'), 'utf8');
+    const start = text.indexOf('{', text.indexOf('permissions:'));
+    let depth = 0;
+    let end = start;
+    for (; end < text.length; end++) {
+      if (text[end] === '{') depth++;
+      if (text[end] === '}' && --depth === 0) break;
+    }
+    expect(JSON.parse(text.slice(start, end + 1))).toEqual(WORKER_PERMISSIONS);
   });
 
   it('keeps every cluster node config valid as nats-server reads it', () => {

@@ -15,16 +15,24 @@ export interface ServiceContext {
   instanceId: string;
 }
 
-/** Connects to NATS and the blob store as the configuration says. */
+/**
+ * Connects to NATS and the blob store as the configuration says. A service that may not manage
+ * streams (a worker) passes `manage: false`.
+ */
 export async function openContext(
   service: string,
   config: BaseConfig = parseEnv(BaseConfigSchema),
+  opts: { manage?: boolean } = {},
 ): Promise<ServiceContext> {
   const log = createLogger(service);
   const instanceId = `${service}@${hostname()}:${process.pid}`;
-  const bus = await connectBus(config.TRAINYARD_NATS_URL, instanceId, {
-    replicas: config.TRAINYARD_STREAM_REPLICAS,
-  });
-  const blobs = await openBlobStore(config, bus.js);
+  const manage = opts.manage ?? true;
+  const bus = await connectBus(
+    config.TRAINYARD_NATS_URL,
+    instanceId,
+    { replicas: config.TRAINYARD_STREAM_REPLICAS },
+    manage,
+  );
+  const blobs = await openBlobStore(config, bus.js, manage);
   return { bus, blobs, log, config, instanceId };
 }

@@ -29,3 +29,4 @@ export * from './publish.ts';
 export * from './liveness.ts';
 export * from './follow.ts';
 export * from './stall.ts';
+export * from './servers/permissions.ts';

@@ -30,14 +30,35 @@ export interface Bus {
   close(): Promise<void>;
 }
 
-/** Connects to NATS, reconnecting forever, and makes sure the streams exist. */
+/**
+ * The servers of a comma-separated NATS URL, and the login written into it
+ * (`nats://user:password@host:port`), which the client takes as options, not in the URL.
+ */
+export function natsServers(url: string): { servers: string[]; user?: string; pass?: string } {
+  let login: { user: string; pass: string } | undefined;
+  const servers = url.split(',').map((raw) => {
+    const u = raw.trim();
+    const m = /^([a-z]+:\/\/)([^:@/]+):([^@/]*)@(.+)$/i.exec(u);
+    if (!m) return u;
+    login ??= { user: decodeURIComponent(m[2]!), pass: decodeURIComponent(m[3]!) };
+    return `${m[1]}${m[4]}`;
+  });
+  return { servers, ...login };
+}
+
+/**
+ * Connects to NATS, reconnecting forever, and makes sure the streams exist and are configured
+ * as Trainyard wants; with `manage: false` (a worker, allowed no such thing) it leaves them as
+ * the control plane made them.
+ */
 export async function connectBus(
   url: string,
   name: string,
   streams: Partial<StreamOptions> = {},
+  manage = true,
 ): Promise<Bus> {
   const nc = await connect({
-    servers: url.split(','),
+    ...natsServers(url),
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
@@ -47,7 +68,7 @@ export async function connectBus(
   const jsm = await retryTransient('reach JetStream', () =>
     jetstreamManager(nc, { timeout: API_TIMEOUT_MS }),
   );
-  await ensureStreams(jsm, { ...DEFAULT_STREAM_OPTIONS, ...streams });
+  if (manage) await ensureStreams(jsm, { ...DEFAULT_STREAM_OPTIONS, ...streams });
   const js = jetstream(nc, { timeout: API_TIMEOUT_MS });
   return {
     nc,

@@ -29,10 +29,11 @@ export function serviceConfig(env = process.env): BaseConfig {
   });
 }
 
+/** A service's connections; a worker's, which may not manage streams, leaves them be. */
 export async function serviceContext(name: string): Promise<ServiceContext> {
   const config = serviceConfig();
   return reach('NATS', config.TRAINYARD_NATS_URL, 'TRAINYARD_NATS_URL', () =>
-    openContext(name, config),
+    openContext(name, config, { manage: name !== 'worker' }),
   );
 }
 

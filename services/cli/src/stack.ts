@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +15,7 @@ import {
   startNatsServer,
   startPostgres,
   stopOnSignals,
+  WORKER_PERMISSIONS,
   withDeadline,
   type ChildServer,
   type ServiceContext,
@@ -32,7 +34,7 @@ import pretty from 'pino-pretty';
 import { ApiClient } from './client.ts';
 import { followToEnd, submitDirectory } from './commands/jobs.ts';
 import { homeDirOf, stackFile, userStackFile, writePrivate, type StackInfo } from './config.ts';
-import { reach } from './connect.ts';
+import { reach, redactUrl } from './connect.ts';
 import { CliError } from './errors.ts';
 import { workerOptions } from './worker-options.ts';
 
@@ -77,12 +79,41 @@ export interface Stack {
   db: Kysely<Database>;
   api: RunningApi;
   worker: RunningWorker | null;
+  /** The control plane's NATS URL, with its login when the stack started NATS itself. */
   natsUrl: string;
+  /** The URL a remote worker joins with (the `worker` login), when the stack started NATS. */
+  workerNatsUrl: string | null;
   databaseUrl: string;
   /** The NATS and Postgres servers this stack started (empty when given URLs). */
   children: ChildServer[];
   stop(): Promise<void>;
 }
+
+/** The logins of the embedded NATS, made on first start and kept in `home/secrets` (0600). */
+interface NatsLogins {
+  control: string;
+  worker: string;
+}
+
+async function natsLogins(home: string): Promise<NatsLogins> {
+  const dir = join(home, 'secrets');
+  const file = join(dir, 'nats.json');
+  const kept = await readFile(file, 'utf8')
+    .then((t) => JSON.parse(t) as NatsLogins)
+    .catch(() => null);
+  if (kept?.control && kept.worker) return kept;
+  const logins: NatsLogins = {
+    control: randomBytes(24).toString('base64url'),
+    worker: randomBytes(24).toString('base64url'),
+  };
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await chmod(dir, 0o700);
+  await writeFile(file, JSON.stringify(logins, null, 2), { mode: 0o600 });
+  return logins;
+}
+
+const withLogin = (url: string, user: string, password: string) =>
+  url.replace('nats://', `nats://${user}:${password}@`);
 
 /** A service that has not stopped after this long is left behind, so that the rest can stop. */
 const STOP_DEADLINE_MS = 30_000;
@@ -111,12 +142,22 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   };
   try {
     let natsUrl = opts.natsUrl;
+    let workerNatsUrl: string | null = null;
     if (!natsUrl) {
       const port =
         opts.natsPort ?? ((await portInUse(DEFAULT_NATS_PORT)) ? undefined : DEFAULT_NATS_PORT);
-      const nats = await startNatsServer({ dir: join(opts.home, 'nats'), ...(port && { port }) });
+      const logins = await natsLogins(opts.home);
+      const nats = await startNatsServer({
+        dir: join(opts.home, 'nats'),
+        ...(port && { port }),
+        users: [
+          { user: 'control', password: logins.control },
+          { user: 'worker', password: logins.worker, permissions: WORKER_PERMISSIONS },
+        ],
+      });
       children.push(nats);
-      natsUrl = nats.url;
+      natsUrl = withLogin(nats.url, 'control', logins.control);
+      workerNatsUrl = withLogin(nats.url, 'worker', logins.worker);
     }
     let databaseUrl = opts.databaseUrl;
     if (!databaseUrl) {
@@ -158,7 +199,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     add('api', api);
     const worker = opts.worker ? await startWorker(ctx, opts.worker) : null;
     if (worker) add('worker', worker);
-    return { ctx, db, api, worker, natsUrl, databaseUrl, children, stop };
+    return { ctx, db, api, worker, natsUrl, workerNatsUrl, databaseUrl, children, stop };
   } catch (err) {
     await stop().catch(() => undefined);
     throw err;
@@ -171,12 +212,22 @@ export interface UpOptions {
   simulateGpus?: string;
 }
 
-function banner(api: RunningApi, natsUrl: string, worker: boolean, postgresDir: string | null) {
+function banner(
+  api: RunningApi,
+  stack: Pick<Stack, 'natsUrl' | 'workerNatsUrl'>,
+  home: string,
+  worker: boolean,
+  postgresDir: string | null,
+) {
+  const nats = redactUrl(stack.natsUrl);
+  const joining = stack.workerNatsUrl
+    ? `workers join with the worker login in ${home}/secrets/nats.json: TRAINYARD_NATS_URL=${redactUrl(stack.workerNatsUrl)} npx trainyard worker --name NAME`
+    : `workers join: TRAINYARD_NATS_URL=${nats} npx trainyard worker --name NAME`;
   const lines = [
     '',
     'Trainyard is up.',
     `  API        ${api.url}  (API docs: ${api.url}/docs)`,
-    `  NATS       ${natsUrl}  (workers join: TRAINYARD_NATS_URL=${natsUrl} npx trainyard worker --name NAME)`,
+    `  NATS       ${nats}  (${joining})`,
     `  worker     ${worker ? 'local (this process)' : 'none (--no-worker)'}`,
   ];
   if (postgresDir) lines.push(`  postgres   data in ${postgresDir}`);
@@ -317,7 +368,7 @@ export async function up(opts: UpOptions): Promise<void> {
   };
   const files = [stackFile(), userStackFile()];
   for (const file of files) await writePrivate(file, JSON.stringify(info, null, 2));
-  banner(stack.api, stack.natsUrl, opts.worker, postgresDir);
+  banner(stack.api, stack, home, opts.worker, postgresDir);
   stopOnSignals(
     {
       stop: async () => {

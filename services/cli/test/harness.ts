@@ -47,6 +47,8 @@ export async function startTestStack(
     without?: StackOptions['without'];
     /** Start a PostgreSQL of this stack's own, to stop and start it. */
     ownPostgres?: boolean;
+    /** Start a NATS of this stack's own, with the logins `up` gives it. */
+    ownNats?: boolean;
     inventory?: GpuInventory;
     /** Use this NATS (a cluster, or a server the test restarts) instead of one of its own. */
     natsUrl?: string;
@@ -57,8 +59,8 @@ export async function startTestStack(
     tokenTtlSeconds?: number;
   } = {},
 ): Promise<TestStack> {
-  const nats = opts.natsUrl ? null : await startTestNats();
-  const natsUrl = opts.natsUrl ?? nats!.url;
+  const nats = opts.natsUrl || opts.ownNats ? null : await startTestNats();
+  const natsUrl = opts.natsUrl ?? nats?.url;
   const databaseUrl = opts.ownPostgres ? undefined : await createTestDatabase(inject('pgUrl'));
   const home = await tempDir('trainyard-home-');
   const sandboxes = await tempDir('trainyard-sandboxes-');
@@ -66,7 +68,7 @@ export async function startTestStack(
   const users = process.getuid?.() === 0 ? new JobUsers((uid) => runtime.endUser(uid)) : undefined;
   const stack = await startStack({
     home: home.path,
-    natsUrl,
+    ...(natsUrl && { natsUrl }),
     ...(opts.streamReplicas && { streamReplicas: opts.streamReplicas }),
     ...(databaseUrl && { databaseUrl }),
     ...(opts.without && { without: opts.without }),
@@ -116,7 +118,7 @@ export async function startTestStack(
     stack,
     url,
     sandboxes: sandboxes.path,
-    natsUrl,
+    natsUrl: stack.natsUrl,
     databaseUrl: stack.databaseUrl,
     home: home.path,
     token,

@@ -143,3 +143,39 @@ describe.runIf(asRoot)('a job, as the worker runs it', () => {
     expect(outputs.map((o) => o.path)).toEqual(['real.txt']);
   });
 });
+
+describe.runIf(asRoot)('a job on the embedded stack', () => {
+  it('finds no way into its NATS or its PostgreSQL', async () => {
+    const own = await startTestStack({ ownNats: true, ownPostgres: true });
+    try {
+      const natsPort = new URL(own.natsUrl.replace(/\/\/[^@]*@/, '//')).port;
+      const pgPort = new URL(own.databaseUrl).port;
+      expect(own.natsUrl).toMatch(/^nats:\/\/control:[^@]+@/);
+      expect(own.databaseUrl).toMatch(/^postgres:\/\/postgres:[^@]+@/);
+      const probe = [
+        'import socket',
+        `s = socket.create_connection(("127.0.0.1", ${natsPort}))`,
+        's.recv(4096)',
+        's.sendall(b"CONNECT {\\"verbose\\":true}\\r\\nPING\\r\\n")',
+        'print("nats said:", s.recv(4096).decode().strip())',
+      ].join('\n');
+      const admin = await own.token();
+      const code = await codeArchive({ 'probe.py': `${probe}\n` });
+      const res = await submit(
+        own,
+        admin,
+        cpuSpec(
+          `python3 probe.py; psql -h 127.0.0.1 -p ${pgPort} -U postgres -w -c 'select 1' postgres 2>&1 | head -1`,
+        ),
+        code,
+      );
+      const { id } = (await res.json()) as { id: string };
+      await own.waitForJob(id, admin, (j) => ['succeeded', 'failed'].includes(j.status));
+      const log = await (await own.http(`/v1/jobs/${id}/logs`, { token: admin })).text();
+      expect(log).toMatch(/nats said: -ERR 'Authorization Violation'/);
+      expect(log).toMatch(/password authentication failed|no password supplied/);
+    } finally {
+      await own.stop();
+    }
+  });
+});

@@ -16,13 +16,18 @@ export class JetStreamBlobStore implements BlobStore {
   readonly kind = 'nats';
   private constructor(private readonly os: ObjectStore) {}
 
+  /**
+   * Opens the bucket, creating it when `manage` (a worker, allowed no stream of its own, opens
+   * the one the control plane made).
+   */
   static async open(
     js: JetStreamClient,
     bucket = 'trainyard',
     replicas = 1,
+    manage = true,
   ): Promise<JetStreamBlobStore> {
     const os = await retryTransient(`open the object store ${bucket}`, () =>
-      new Objm(js).create(bucket, { replicas }),
+      manage ? new Objm(js).create(bucket, { replicas }) : new Objm(js).open(bucket),
     );
     return new JetStreamBlobStore(os);
   }

@@ -6,9 +6,13 @@ import { S3BlobStore } from './s3.ts';
 import type { BlobStore } from './types.ts';
 
 /** Opens the blob store the configuration names. */
-export async function openBlobStore(config: BaseConfig, js: JetStreamClient): Promise<BlobStore> {
+export async function openBlobStore(
+  config: BaseConfig,
+  js: JetStreamClient,
+  manage = true,
+): Promise<BlobStore> {
   if (config.TRAINYARD_BLOB_STORE === 'nats') {
-    return JetStreamBlobStore.open(js, 'trainyard', config.TRAINYARD_STREAM_REPLICAS);
+    return JetStreamBlobStore.open(js, 'trainyard', config.TRAINYARD_STREAM_REPLICAS, manage);
   }
   const { TRAINYARD_S3_ENDPOINT: endpoint, TRAINYARD_S3_ACCESS_KEY: accessKey } = config;
   const secretKey = config.TRAINYARD_S3_SECRET_KEY;

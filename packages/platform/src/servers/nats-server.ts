@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { chmod, mkdir } from 'node:fs/promises';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
@@ -14,6 +14,27 @@ export interface NatsServerOptions {
   args?: string[];
   /** The server's environment (a config file may read passwords from it). */
   env?: NodeJS.ProcessEnv;
+  /** When given, only these users may connect, each with its permissions. */
+  users?: NatsUser[];
+}
+
+/** Subjects a NATS user may or may not publish to, or subscribe to. */
+export interface NatsPermissions {
+  publish?: { allow?: string[]; deny?: string[] };
+  subscribe?: { allow?: string[]; deny?: string[] };
+}
+
+/** A user of a nats-server that requires a login. */
+export interface NatsUser {
+  user: string;
+  password: string;
+  /** Absent: the user may publish and subscribe to anything. */
+  permissions?: NatsPermissions;
+}
+
+/** An `authorization` block naming the users, in the JSON that nats-server's config reads. */
+function authorizationConfig(users: NatsUser[]): string {
+  return `authorization ${JSON.stringify({ users }, null, 2)}\n`;
 }
 
 /** Where `nats-server` is, or null when it is not installed. */
@@ -60,18 +81,15 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<ChildSer
     throw new ServerError('PORT_IN_USE', `port ${opts.port} is already in use`);
   }
   const port = opts.port ?? (await freePort());
+  const args = [...(opts.args ?? [])];
+  if (opts.users) {
+    const auth = join(opts.dir, 'auth.conf');
+    await writeFile(auth, authorizationConfig(opts.users), { mode: 0o600 });
+    args.push('-c', auth);
+  }
   const child = spawnLogged(
     binary,
-    [
-      '-js',
-      '-sd',
-      join(opts.dir, 'jetstream'),
-      '-a',
-      '127.0.0.1',
-      '-p',
-      String(port),
-      ...(opts.args ?? []),
-    ],
+    ['-js', '-sd', join(opts.dir, 'jetstream'), '-a', '127.0.0.1', '-p', String(port), ...args],
     join(opts.dir, 'nats-server.log'),
     { cwd: opts.dir, ...(opts.env && { env: opts.env }) },
   );

@@ -1,7 +1,7 @@
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readdirSync, statSync } from 'node:fs';
-import { chmod, chown, mkdir } from 'node:fs/promises';
+import { chmod, chown, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
 import { ServerError } from './errors.ts';
@@ -114,8 +114,48 @@ async function ownDir(dir: string): Promise<void> {
 }
 
 /**
+ * Makes a cluster whose superuser `postgres` logs in with `password` (scram-sha-256), over the
+ * socket and over TCP alike. The password reaches initdb in a file only `postgres` can read,
+ * removed once it has been read.
+ */
+async function initCluster(bin: string, dir: string, data: string, password: string) {
+  await ownDir(data);
+  const pwfile = join(dir, 'initdb.pw');
+  await writeFile(pwfile, password, { mode: 0o600 });
+  const { uid, gid } = owner();
+  if (uid !== undefined && gid !== undefined) await chown(pwfile, uid, gid);
+  try {
+    execFileSync(
+      join(bin, 'initdb'),
+      [
+        '-D',
+        data,
+        '-U',
+        'postgres',
+        '--auth=scram-sha-256',
+        `--pwfile=${pwfile}`,
+        '-E',
+        'UTF8',
+        '--locale=C.UTF-8',
+        '--no-sync',
+      ],
+      { stdio: 'pipe', ...owner(), env: { ...process.env, HOME: dir } },
+    );
+  } catch (err) {
+    const stderr = String((err as { stderr?: Buffer }).stderr ?? '').trim();
+    throw new ServerError('START_FAILED', `initdb failed in ${data}: ${stderr}`, {
+      cause: err,
+    });
+  } finally {
+    await rm(pwfile, { force: true });
+  }
+}
+
+/**
  * Starts a PostgreSQL server of our own on 127.0.0.1, creating its cluster under `dir` on the
- * first start. Trust auth, loopback only. As root it runs as `postgres`, which must be able to
+ * first start. Loopback only, and a password for everyone, kept in `dir/password` (0600): a
+ * job on the host cannot log in. A cluster made before passwords (trust) is made again: it
+ * holds only projections, which are rebuilt from the log. As root it runs as `postgres`, which must be able to
  * reach `dir` (see `embeddedPostgresDir`).
  */
 export async function startPostgres(opts: PostgresOptions): Promise<ChildServer> {
@@ -136,33 +176,16 @@ export async function startPostgres(opts: PostgresOptions): Promise<ChildServer>
   }
   const data = join(opts.dir, 'data');
   const sockets = join(opts.dir, 'sockets');
+  const passwordFile = join(opts.dir, 'password');
   await mkdir(dirname(opts.dir), { recursive: true, mode: 0o755 });
   await mkdir(opts.dir, { recursive: true, mode: 0o755 });
   await chmod(opts.dir, 0o755);
+  let password = await readFile(passwordFile, 'utf8').catch(() => null);
+  if (existsSync(join(data, 'PG_VERSION')) && !password) await rm(data, { recursive: true });
   if (!existsSync(join(data, 'PG_VERSION'))) {
-    await ownDir(data);
-    try {
-      execFileSync(
-        join(bin, 'initdb'),
-        [
-          '-D',
-          data,
-          '-U',
-          'postgres',
-          '--auth=trust',
-          '-E',
-          'UTF8',
-          '--locale=C.UTF-8',
-          '--no-sync',
-        ],
-        { stdio: 'pipe', ...owner(), env: { ...process.env, HOME: opts.dir } },
-      );
-    } catch (err) {
-      const stderr = String((err as { stderr?: Buffer }).stderr ?? '').trim();
-      throw new ServerError('START_FAILED', `initdb failed in ${data}: ${stderr}`, {
-        cause: err,
-      });
-    }
+    password = randomBytes(24).toString('base64url');
+    await initCluster(bin, opts.dir, data, password);
+    await writeFile(passwordFile, password, { mode: 0o600 });
   }
   await ownDir(sockets);
   const port = opts.port ?? (await freePort());
@@ -200,7 +223,7 @@ export async function startPostgres(opts: PostgresOptions): Promise<ChildServer>
   });
   return {
     pid: child.pid!,
-    url: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     stop: () => stopChild(child, 'SIGINT'),
     kill: () => stopChild(child, 'SIGKILL'),
   };
