@@ -78,6 +78,9 @@ export interface ArchiveEntry {
   executable?: boolean;
 }
 
+/** How deep an entry may lie: code is not nested deeper, and a path too deep breaks unpacking. */
+const MAX_DEPTH = 64;
+
 /** `name` as a clean relative path inside the destination, or an error naming it. */
 function safeRelative(name: string): string {
   const slashed = name.replace(/\\/g, '/');
@@ -92,6 +95,13 @@ function safeRelative(name: string): string {
     throw new ArchiveError(`entry "${name}" points outside the archive`);
   }
   if (/[\0]/.test(name)) throw new ArchiveError(`entry "${name}" has a NUL in its name`);
+  const parts = clean.split('/');
+  if (parts.some((p) => Buffer.byteLength(p) > 255))
+    throw new ArchiveError(`entry "${name.slice(0, 80)}…" has a name longer than 255 bytes`);
+  if (parts.length > MAX_DEPTH)
+    throw new ArchiveError(
+      `entry "${name.slice(0, 80)}…" lies more than ${MAX_DEPTH} directories deep`,
+    );
   return clean === '.' ? '.' : clean;
 }
 
@@ -186,6 +196,10 @@ async function listTar(file: string, limits: ArchiveLimits): Promise<ArchiveEntr
         if (!kind)
           throw new ArchiveError(`entry "${entry.path}" is a ${entry.type}, which is not allowed`);
         const path = safeRelative(entry.path);
+        if (path === '.' && kind !== 'directory')
+          throw new ArchiveError(
+            `entry "${entry.path}" is the archive's root, but not a directory`,
+          );
         if (path !== '.') {
           entries.push({
             path,
@@ -257,6 +271,10 @@ async function listZip(file: string, limits: ArchiveLimits): Promise<ArchiveEntr
       throw new ArchiveError(`it holds ${zip.entryCount} entries, more than ${limits.maxEntries}`);
     await walkZip(zip, async (entry) => {
       const path = safeRelative(entry.fileName);
+      if (path === '.' && !entry.fileName.endsWith('/'))
+        throw new ArchiveError(
+          `entry "${entry.fileName}" is the archive's root, but not a directory`,
+        );
       if (entry.fileName.endsWith('/')) {
         entries.push({ path, kind: 'directory', size: 0 });
         return;
@@ -353,7 +371,18 @@ export async function unpackArchive(
 ): Promise<void> {
   const entries = await inspectArchive(file, format, limits);
   await mkdir(dest, { recursive: true });
-  if (format === 'zip') return extractZip(file, dest, entries);
+  try {
+    if (format === 'zip') await extractZip(file, dest, entries);
+    else await extractTar(file, dest, entries);
+  } catch (err) {
+    if (err instanceof ArchiveError) throw err;
+    const code = (err as NodeJS.ErrnoException).code ?? '';
+    if (/^(ENOSPC|EIO|EMFILE|ENFILE)$/.test(code)) throw err;
+    throw new ArchiveError(`it could not be unpacked: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+async function extractTar(file: string, dest: string, entries: ArchiveEntry[]): Promise<void> {
   const allowed = new Set(entries.map((e) => e.path));
   await tar.x({
     file,
@@ -381,8 +410,8 @@ export function packDirectory(dir: string): Readable {
   ) as unknown as Readable;
 }
 
-/** Writes a stream to a file, creating its directory. */
+/** Writes a stream to a new file readable by its owner alone, creating its directory. */
 export async function streamToFile(stream: Readable, file: string): Promise<void> {
   await mkdir(dirname(file), { recursive: true });
-  await pipeline(stream, createWriteStream(file));
+  await pipeline(stream, createWriteStream(file, { mode: 0o600 }));
 }

@@ -151,7 +151,7 @@ describe('process runtime, starting through its spawner', () => {
   });
 
   it('says why nothing can start on a host without setsid', async () => {
-    const bare = new ProcessRuntime({ PATH: join(dir.path, 'no-such-bin') });
+    const bare = new ProcessRuntime({}, join(dir.path, 'no-such-bin'));
     const run = await bare.start(spec('true'), () => undefined);
     expect(await run.exited).toEqual({
       kind: 'launch-error',
@@ -243,6 +243,27 @@ async function startedRun(s: RunSpec) {
   });
   return run;
 }
+
+describe('process runtime, and the PATH of the host', () => {
+  it('starts nothing through a directory on the worker’s PATH that others can write', async () => {
+    const planted = join(dir.path, 'writable-bin');
+    await mkdir(planted, { recursive: true, mode: 0o777 });
+    const marker = join(dir.path, 'planted-ran');
+    for (const tool of ['setsid', 'sh', 'setpriv', 'unshare', 'env']) {
+      await writeFile(join(planted, tool), `#!/bin/sh\ntouch ${marker}\nexit 1\n`);
+      await chmod(join(planted, tool), 0o755);
+    }
+    const hijacked = new ProcessRuntime({ PATH: `${planted}:${process.env.PATH}` });
+    const out: string[] = [];
+    const run = await hijacked.start(spec('echo "path=$PATH"'), (_s, c) => out.push(c.toString()));
+    expect(await run.exited).toEqual({ kind: 'exited', exitCode: 0 });
+    hijacked.close();
+    expect(out.join('')).toContain(
+      'path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+    );
+    await expect(readFile(marker)).rejects.toThrow();
+  });
+});
 
 describe('process runtime, attaching to what an earlier worker started', () => {
   it('hears how a command ended from its waiter, which outlives the worker that started it', async () => {

@@ -151,7 +151,7 @@ export class TokenIssuer {
   }
 
   async verify(header: string | undefined): Promise<Caller> {
-    const token = header?.startsWith('Bearer ') ? header.slice(7) : null;
+    const token = /^bearer /i.test(header ?? '') ? header!.slice(7).trim() : null;
     if (!token) throw new ApiError('UNAUTHENTICATED', 'missing bearer token');
     const cached = this.#verified.get(token);
     if (cached && cached.expiresMs > Date.now())

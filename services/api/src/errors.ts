@@ -90,7 +90,12 @@ export function toErrorResponse(err: unknown): { status: number; body: ErrorBody
     e = new ApiError('EVENT_LOG_UNAVAILABLE', 'the event log is unavailable; try again shortly');
   } else {
     const fastifyErr = err as { statusCode?: number; code?: string; message?: string };
-    if (fastifyErr.code === 'FST_REQ_FILE_TOO_LARGE' || fastifyErr.statusCode === 413) {
+    if (/^FST_(FILES|PARTS|FIELDS)_LIMIT$/.test(fastifyErr.code ?? '')) {
+      e = new ApiError(
+        'VALIDATION_FAILED',
+        'a submission is one `spec` field and at most one `code` file',
+      );
+    } else if (fastifyErr.code === 'FST_REQ_FILE_TOO_LARGE' || fastifyErr.statusCode === 413) {
       e = new ApiError('PAYLOAD_TOO_LARGE', 'the upload is too large');
     } else if (fastifyErr.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
       e = new ApiError('UNSUPPORTED_MEDIA_TYPE', fastifyErr.message ?? 'unsupported content type');

@@ -240,3 +240,11 @@ export function errorResponses(...statuses: number[]) {
   }
   return out;
 }
+
+/** A yes/no query parameter: `true`/`1` or `false`/`0`, absent meaning no. */
+export const queryFlag = (description: string) =>
+  z
+    .enum(['true', 'false', '1', '0'])
+    .optional()
+    .transform((v) => v === 'true' || v === '1')
+    .describe(description);

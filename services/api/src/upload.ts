@@ -1,5 +1,5 @@
 import { createWriteStream } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -10,7 +10,6 @@ import {
   BlobKeys,
   inspectArchive,
   type ArchiveLimits,
-  newId,
   putFile,
   sniffFile,
   type BlobStore,
@@ -25,7 +24,8 @@ export interface StagedUpload {
 }
 
 /**
- * Writes the upload to a temporary file and checks it is a zip or a gzipped tarball that obeys
+ * Writes the upload to a file in a directory of its own (mkdtemp: 0700), readable by the API's
+ * user alone, and checks it is a zip or a gzipped tarball that obeys
  * the archive rules (read from its directory: nothing is unpacked here), so that a bad archive
  * is refused at once rather than failing the job's build.
  */
@@ -33,10 +33,11 @@ export async function stageUpload(
   stream: Readable & { truncated?: boolean },
   limits: ArchiveLimits,
 ): Promise<StagedUpload> {
-  const file = join(tmpdir(), newId('upload'));
-  const discard = () => rm(file, { force: true });
+  const dir = await mkdtemp(join(tmpdir(), 'trainyard-upload-'));
+  const file = join(dir, 'code');
+  const discard = () => rm(dir, { recursive: true, force: true });
   try {
-    await pipeline(stream, createWriteStream(file));
+    await pipeline(stream, createWriteStream(file, { flags: 'wx', mode: 0o600 }));
     if (stream.truncated) throw new ApiError('PAYLOAD_TOO_LARGE', 'the code archive is too large');
     const format = await sniffFile(file);
     if (!format) throw new ArchiveError('code must be a .zip or .tar.gz archive');

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ApiClient } from './client.ts';
 import { CliError } from './errors.ts';
-import { cleanLog, safeJson } from './output.ts';
+import { cleanLog, cleanName, safeJson } from './output.ts';
 import { readEvents } from './sse.ts';
 
 /** Who ran an attempt, as the API's `attempt` event says. */
@@ -162,6 +162,6 @@ export function exitStatusOf(end: LogEnd | null): number {
 export function outcomeLine(id: string, end: LogEnd | null): string {
   if (!end) return `job ${id}: the log ended without its outcome`;
   const exit = end.exitCode !== null ? ` (exit ${end.exitCode})` : '';
-  const why = end.failure ? `: ${end.failure.reason}: ${end.failure.message}` : '';
+  const why = end.failure ? `: ${end.failure.reason}: ${cleanName(end.failure.message)}` : '';
   return `job ${id} ${end.status}${exit}${why}`;
 }

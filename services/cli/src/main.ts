@@ -30,12 +30,19 @@ export function buildProgram(): Command {
 }
 
 /**
- * Runs the command line. A failure prints one line saying what went wrong and what to do, and
+ * Runs the command line. Output piped into a reader that stops early (`| head`) ends the CLI
+ * quietly. A failure prints one line saying what went wrong and what to do, and
  * exits non-zero; `--verbose` (or `TRAINYARD_DEBUG=1`) adds the stack. An unexpected error ends
  * the process at once: a service that failed to start must exit (for its process manager to
  * start it again), not linger on an open connection.
  */
 export async function main(argv: string[]): Promise<void> {
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+      throw err;
+    });
+  }
   try {
     await buildProgram().parseAsync(argv);
   } catch (err) {

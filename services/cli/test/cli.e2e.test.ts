@@ -139,6 +139,28 @@ describe('the trainyard CLI against a running stack', () => {
     expect(plain.stdout).toContain('going\n');
   });
 
+  it('takes env values from a file, so that secrets stay off the command line', async () => {
+    const file = join(work.path, 'secrets.env');
+    await writeFile(file, '# keys\nAPI_KEY=s3cr3t=with=equals\n\nOTHER=two\n');
+    const r = await cli([
+      'submit',
+      project(),
+      '--command',
+      'echo "$API_KEY|$OTHER"',
+      '--env-file',
+      file,
+      '--env',
+      'OTHER=three',
+      '-f',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain('s3cr3t=with=equals|three');
+    await writeFile(file, 'not a pair\n');
+    const bad = await cli(['submit', project(), '--command', 'true', '--env-file', file]);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain(`--env-file ${file} wants NAME=VALUE, got "not a pair"`);
+  });
+
   it('prints the last N lines with --tail', async () => {
     const r = await cli([
       'submit',

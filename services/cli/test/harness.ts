@@ -63,7 +63,7 @@ export async function startTestStack(
   const natsUrl = opts.natsUrl ?? nats?.url;
   const databaseUrl = opts.ownPostgres ? undefined : await createTestDatabase(inject('pgUrl'));
   const home = await tempDir('trainyard-home-');
-  const sandboxes = await tempDir('trainyard-sandboxes-');
+  const sandboxes = await tempDir('trainyard-sandboxes-', '/var/tmp');
   const runtime = new ProcessRuntime();
   const users = process.getuid?.() === 0 ? new JobUsers((uid) => runtime.endUser(uid)) : undefined;
   const stack = await startStack({

@@ -98,6 +98,9 @@ describe.runIf(asRoot)('a job, as the worker runs it', () => {
       `cat /proc/${victimPid}/environ`,
       `kill -0 ${process.pid}`,
       `kill -0 ${victimPid}`,
+      `test -d /proc/${process.pid}`,
+      `grep -qs correct-horse /proc/[0-9]*/cmdline`,
+      `(for d in $(echo "$PATH" | tr : ' '); do [ -w "$d" ] && exit 0; done; exit 1)`,
       `echo 1 > ../attempt.pid`,
       `echo 'status 0' > ../attempt.exit`,
     ];
@@ -119,6 +122,15 @@ describe.runIf(asRoot)('a job, as the worker runs it', () => {
     expect(held.attempts[0]!.status).toBe('running');
     await t.http(`/v1/jobs/${victim}/cancel`, { method: 'POST', token });
     await t.waitForJob(victim, token, (j) => j.status === 'cancelled');
+  });
+
+  it('has a /tmp of its own, gone when it ends', async () => {
+    const first = await run('echo mine > /tmp/left-behind; ls /tmp');
+    expect((await finished(first)).log).toContain('left-behind');
+    const second = await run('test -e /tmp/left-behind && echo found || echo clean');
+    const { log } = await finished(second);
+    expect(log).toContain('clean');
+    expect(() => readFileSync('/tmp/left-behind')).toThrow();
   });
 
   it('leaves no process behind, not even one that left its process group', async () => {

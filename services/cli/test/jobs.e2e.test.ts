@@ -1,3 +1,5 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { ChainVerifier, type StoredEvent } from '@trainyard/events';
@@ -151,20 +153,29 @@ describe('a training job end to end over HTTP', () => {
   });
 
   it('cancels a running job and its process is gone', async () => {
-    const res = await submit(t, alice, cpuSpec({ command: 'echo pid=$$; exec sleep 300' }));
+    const res = await submit(t, alice, cpuSpec({ command: 'exec sleep 300' }));
     const { id } = (await res.json()) as { id: string };
     await t.waitForJob(id, alice, (j) => j.status === 'running');
-    const pid = await waitFor('the pid in the log', async () => {
-      const text = await (await t.http(`/v1/jobs/${id}/logs`, { token: alice })).text();
-      const m = /pid=(\d+)/.exec(text);
-      return m ? Number(m[1]) : undefined;
-    });
+    const pidFile = join(t.sandboxes, `${id}-1`, 'attempt.pid');
+    const pid = await waitFor(
+      'the attempt’s process group',
+      async () => Number(await readFile(pidFile, 'utf8').catch(() => '')) || undefined,
+    );
+    const groupAlive = () => {
+      try {
+        process.kill(-pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
     expect(processAlive(pid)).toBe(true);
+    expect(groupAlive()).toBe(true);
     const cancel = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: alice });
     expect(cancel.status).toBe(202);
     const job = await t.waitForJob(id, alice, (j) => j.status === 'cancelled');
     expect(job.attempts[0]!.status).toBe('cancelled');
-    await waitFor('the process to be gone', () => !processAlive(pid), { timeoutMs: 5_000 });
+    await waitFor('the process group to be gone', () => !groupAlive(), { timeoutMs: 5_000 });
     const again = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: alice });
     expect(again.status).toBe(409);
     expect(((await again.json()) as { error: { code: string } }).error.code).toBe('JOB_FINISHED');

@@ -1,3 +1,5 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runJobCommand, loadJob } from '@trainyard/platform';
 import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
@@ -33,26 +35,35 @@ async function online(name: string) {
 }
 
 /**
+ * The process group an attempt runs in, as its worker recorded it in the sandbox (the attempt
+ * itself runs in a PID namespace of its own, where its pids mean nothing here).
+ */
+function attemptPid(workerName: string, id: string, attempt = 1): Promise<number> {
+  const file = join(dir.path, workerName, `${id}-${attempt}`, 'attempt.pid');
+  return waitFor(
+    `the process group of ${id}-${attempt}`,
+    async () => Number(await readFile(file, 'utf8').catch(() => '')) || undefined,
+  );
+}
+
+/**
  * Submits a job whose first attempt hangs (later ones succeed), waits until that attempt runs,
- * and returns the job and the attempt's pid.
+ * and returns the job and the attempt's process group.
  */
 async function firstAttemptHangs(name: string): Promise<{ id: string; pid: number }> {
   const res = await submit(t, token, {
     name,
-    command:
-      'echo "attempt $TRAINYARD_ATTEMPT pid=$$"; if [ "$TRAINYARD_ATTEMPT" = 1 ]; then exec sleep 300; fi',
+    command: 'if [ "$TRAINYARD_ATTEMPT" = 1 ]; then exec sleep 300; fi',
     resources: { gpus: 0 },
     maxRetries: 2,
   });
   const { id } = (await res.json()) as { id: string };
-  await t.waitForJob(id, token, (j) => j.status === 'running' && j.attempts.length === 1);
-  const pid = await waitFor('the first attempt pid', async () => {
-    const m = /attempt 1 pid=(\d+)/.exec(
-      await (await t.http(`/v1/jobs/${id}/logs`, { token })).text(),
-    );
-    return m ? Number(m[1]) : undefined;
-  });
-  return { id, pid };
+  const running = await t.waitForJob(
+    id,
+    token,
+    (j) => j.status === 'running' && j.attempts.length === 1,
+  );
+  return { id, pid: await attemptPid(running.attempts[0]!.workerId, id) };
 }
 
 beforeAll(async () => {
@@ -116,17 +127,14 @@ describe('a worker that dies mid-run', () => {
   it('fails the job as a system failure once retries run out', async () => {
     const res = await submit(t, token, {
       name: 'doomed',
-      command: 'echo pid=$$; exec sleep 300',
+      command: 'exec sleep 300',
       resources: { gpus: 0 },
       maxRetries: 0,
     });
     const { id } = (await res.json()) as { id: string };
     const running = await t.waitForJob(id, token, (j) => j.status === 'running');
     const holder = running.attempts[0]!.workerId;
-    const pid = await waitFor('the attempt pid', async () => {
-      const m = /pid=(\d+)/.exec(await (await t.http(`/v1/jobs/${id}/logs`, { token })).text());
-      return m ? Number(m[1]) : undefined;
-    });
+    const pid = await attemptPid(holder, id);
     const proc = workers.filter((w) => w.child.exitCode === null && w.child.signalCode === null);
     for (const w of proc) await w.kill9();
     const failed = await t.waitForJob(id, token, (j) => j.status === 'failed', 15_000);

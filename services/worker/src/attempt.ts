@@ -130,7 +130,12 @@ export class AttemptRun {
     const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
       writtenBy: 'process',
     });
-    const outputs = new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs);
+    const outputs = new OutputMirror(
+      box.outputDir,
+      this.msg.jobId,
+      this.ctx.blobs,
+      this.#user?.uid,
+    );
     this.#startedAt = Date.now();
     markSandbox(box, this.msg, this.#startedAt, this.#user);
     this.#process = this.opts.runtime.start(
@@ -178,7 +183,7 @@ export class AttemptRun {
     void this.#supervise(
       attached,
       shipper,
-      new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs),
+      new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs, this.#user?.uid),
     );
     return true;
   }

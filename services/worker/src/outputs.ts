@@ -23,21 +23,24 @@ async function walk(dir: string, into: string[] = []): Promise<string[]> {
 /**
  * Uploads a file the job wrote, as no more than that file: it is opened without following a link
  * in its name, only once its directory is still inside the output directory, and must be a
- * regular file; what is read is what was opened. The worker reads with more rights than the
- * job, and a job could otherwise point it at a file of the worker's.
+ * regular file owned by the attempt's user (`owner`), checked on what was opened, so that a job
+ * that swaps a directory for a link at the wrong moment still finds only its own files read.
+ * The worker reads with more rights than the job, and a job could otherwise point it at a file
+ * of the worker's.
  */
 async function putJobFile(
   blobs: BlobStore,
   key: string,
   file: string,
   outputDir: string,
+  owner: number | undefined,
 ): Promise<BlobRef | null> {
   const [base, parent] = await Promise.all([realpath(outputDir), realpath(dirname(file))]);
   if (parent !== base && !parent.startsWith(base + sep)) return null;
   const handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   try {
     const info = await handle.stat();
-    if (!info.isFile()) return null;
+    if (!info.isFile() || (owner !== undefined && info.uid !== owner)) return null;
     return await retryTransient(`store ${key}`, () =>
       blobs.put(
         key,
@@ -66,6 +69,8 @@ export class OutputMirror {
     private readonly dir: string,
     private readonly jobId: string,
     private readonly blobs: BlobStore,
+    /** The uid of the attempt's user, when it has one of its own: only its files are read. */
+    private readonly owner?: number,
   ) {}
 
   /** Uploads what changed; returns the new manifest, or null when nothing changed. */
@@ -84,6 +89,7 @@ export class OutputMirror {
         BlobKeys.output(this.jobId, path),
         file,
         this.dir,
+        this.owner,
       ).catch(() => null);
       if (!ref) {
         present.delete(path);

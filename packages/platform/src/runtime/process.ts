@@ -13,11 +13,18 @@ import type { ProcessExit } from '@trainyard/domain';
 import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
-const PASSED_THROUGH = ['PATH', 'LANG', 'LC_ALL', 'TZ', 'TMPDIR'];
+/**
+ * The PATH the spawner and attempts start with: system directories only, which no job can
+ * write. The worker's own PATH may hold directories anyone can write (npm puts every
+ * `node_modules/.bin` from the working directory up to / on it), and the spawner runs as root.
+ */
+export const SAFE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
-/** The few host variables an attempt sees. */
-function hostEnv(host: NodeJS.ProcessEnv): Record<string, string> {
-  const env: Record<string, string> = {};
+const PASSED_THROUGH = ['LANG', 'LC_ALL', 'TZ'];
+
+/** The few host variables an attempt sees, and the safe PATH. */
+function hostEnv(host: NodeJS.ProcessEnv, path = SAFE_PATH): Record<string, string> {
+  const env: Record<string, string> = { PATH: path };
   for (const name of PASSED_THROUGH) {
     const value = host[name];
     if (value !== undefined) env[name] = value;
@@ -96,6 +103,11 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
   ].join('\n');
 }
 
+/** Whether `path` lies in /tmp or /dev/shm, which an attempt cannot have private copies of then. */
+export function underSharedTmp(path: string): boolean {
+  return /^\/(tmp|dev\/shm)(\/|$)/.test(path);
+}
+
 /**
  * What the launcher needs for one attempt, as shell assignments it reads (as the worker, before
  * it drops to the attempt's user): where to run, where the output, the process group and the
@@ -110,6 +122,7 @@ export function launchScript(spec: RunSpec): string {
     TY_SCRIPT: spec.scriptFile,
     TY_UID: spec.user ? String(spec.user.uid) : '',
     TY_GID: spec.user ? String(spec.user.gid) : '',
+    TY_PRIVATE_TMP: spec.user && !underSharedTmp(spec.workDir) ? '1' : '0',
   };
   return `${Object.entries(vars)
     .map(([k, v]) => `${k}=${shellQuote(v)}`)
@@ -313,8 +326,9 @@ export class ProcessRuntime implements Runtime {
   readonly kind = 'process';
   readonly #spawner: Spawner;
 
-  constructor(host: NodeJS.ProcessEnv = process.env) {
-    this.#spawner = new Spawner(hostEnv(host));
+  /** `path` replaces the safe PATH for the spawner: for tests of a host without util-linux. */
+  constructor(host: NodeJS.ProcessEnv = process.env, path = SAFE_PATH) {
+    this.#spawner = new Spawner(hostEnv(host, path));
   }
 
   async start(

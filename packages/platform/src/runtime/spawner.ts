@@ -16,9 +16,29 @@ import type { Readable } from 'node:stream';
  * after it has gone; a started script outlives both. An `end ID UID` line ends every process of
  * an unprivileged uid (see `Spawner.endUser`) and says `ended ID STATUS`.
  */
+/**
+ * The first process of an attempt that runs as a user of its own, as root, in new PID and mount
+ * namespaces: the attempt sees only its own processes (not their command lines or environment),
+ * and, unless its sandbox is under one of them, /tmp and /dev/shm of its own, gone when it ends. It drops to the attempt's user for the
+ * script, passes on SIGTERM (as the first process of a PID namespace it would otherwise ignore
+ * it) and ends with the script's status; when it ends, the kernel ends whatever is left in the
+ * namespace.
+ */
+const ATTEMPT_INIT = [
+  'if [ "$4" = 1 ]; then',
+  '  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp || exit 126',
+  '  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm || exit 126',
+  'fi',
+  'setpriv --reuid="$1" --regid="$2" --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all /bin/sh "$3" & __ty_child=$!',
+  'trap \'kill -TERM "$__ty_child" 2>/dev/null\' TERM INT HUP',
+  'while :; do wait "$__ty_child"; __ty_status=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',
+  'exit "$__ty_status"',
+].join('\n');
+
 const SPAWNER = [
   'command -v setsid >/dev/null 2>&1 || { echo "fatal setsid (util-linux) is not installed"; exit 1; }',
   'umask 077',
+  `__ty_inner=${shellWord(ATTEMPT_INIT)}`,
   'while read -r __ty_kind __ty_id __ty_launch; do',
   '  if [ "$__ty_kind" = end ]; then',
   '    case "$__ty_launch" in *[!0-9]*|"") echo "ended $__ty_id 2" >&3; continue ;; esac',
@@ -33,11 +53,11 @@ const SPAWNER = [
   '      echo "launch-error cannot enter the work directory" > "$TY_EXIT"; echo "failed $__ty_id cannot enter the work directory"',
   '    elif ! { : >>"$TY_LOG"; } 2>/dev/null; then',
   '      echo "launch-error cannot open the log file" > "$TY_EXIT"; echo "failed $__ty_id cannot open the log file"',
-  '    elif [ -n "$TY_UID" ] && ! command -v setpriv >/dev/null 2>&1; then',
-  '      echo "launch-error setpriv (util-linux) is not installed" > "$TY_EXIT"; echo "failed $__ty_id setpriv (util-linux) is not installed"',
+  '    elif [ -n "$TY_UID" ] && ! { command -v setpriv && command -v unshare; } >/dev/null 2>&1; then',
+  '      echo "launch-error setpriv and unshare (util-linux) are needed" > "$TY_EXIT"; echo "failed $__ty_id setpriv and unshare (util-linux) are needed"',
   '    else',
   '      if [ -n "$TY_UID" ]; then',
-  '        setsid setpriv --reuid="$TY_UID" --regid="$TY_GID" --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all /bin/sh "$TY_SCRIPT" </dev/null >>"$TY_LOG" 2>&1 3>&- &',
+  '        setsid unshare --pid --fork --mount-proc --propagation private /bin/sh -c "$__ty_inner" trainyard-attempt "$TY_UID" "$TY_GID" "$TY_SCRIPT" "$TY_PRIVATE_TMP" </dev/null >>"$TY_LOG" 2>&1 3>&- &',
   '      else',
   '        setsid /bin/sh "$TY_SCRIPT" </dev/null >>"$TY_LOG" 2>&1 3>&- &',
   '      fi',
@@ -52,6 +72,11 @@ const SPAWNER = [
   '  echo "forked $__ty_id"',
   'done',
 ].join('\n');
+
+/** `value` as one shell word. */
+function shellWord(value: string): string {
+  return `'${value.replaceAll("'", "'\\''")}'`;
+}
 
 /** How long a launch may still start after its spawner shell has gone. */
 const UNFORKED_GRACE_MS = 1_000;

@@ -6,15 +6,17 @@ import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { logEventStream, type AttemptHeader, type LogEnd } from '../log-events.ts';
 import { parsePosition, readLog } from '../logs.ts';
-import { errorResponses, EventViewSchema, IdParamsSchema, OutputViewSchema } from '../schemas.ts';
+import {
+  errorResponses,
+  EventViewSchema,
+  IdParamsSchema,
+  OutputViewSchema,
+  queryFlag,
+} from '../schemas.ts';
 import { callerOf, jobIdParam, visibleJob, visibleJobHistory } from './common.ts';
 
 const LogQuery = z.object({
-  follow: z
-    .enum(['true', 'false', '1', '0'])
-    .optional()
-    .transform((v) => v === 'true' || v === '1')
-    .describe('stream until the job ends'),
+  follow: queryFlag('stream until the job ends'),
   from: z
     .string()
     .regex(/^\d+:\d+$/)

@@ -12,6 +12,7 @@ import {
   errorResponses,
   IdParamsSchema,
   JobViewSchema,
+  queryFlag,
   SubmitFormSchema,
   SubmitSpecSchema,
   SubmittedSchema,
@@ -73,11 +74,7 @@ async function readSubmission(
 }
 
 const SubmitQuery = z.object({
-  dryRun: z
-    .enum(['true', 'false', '1', '0'])
-    .optional()
-    .transform((v) => v === 'true' || v === '1')
-    .describe('check a JSON spec and answer 200 without submitting anything'),
+  dryRun: queryFlag('check a JSON spec and answer 200 without submitting anything'),
 });
 
 const ListQuery = z.object({

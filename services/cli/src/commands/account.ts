@@ -59,7 +59,10 @@ export function registerAccountCommands(program: Command): void {
     .command('login')
     .description('log in and save a token for the other commands (per --profile)')
     .option('-u, --username <name>', 'username')
-    .option('-p, --password <password>', 'password (default: prompt, or TRAINYARD_PASSWORD)')
+    .option(
+      '-p, --password <password>',
+      'password (default: prompt, or TRAINYARD_PASSWORD); other processes can read a command line',
+    )
     .action(async (o: { username?: string; password?: string }) => {
       const url = ApiClient.fromEnv().baseUrl;
       const username = o.username ?? (await prompt('username: ', 'the username'));

@@ -1,5 +1,5 @@
-import { createWriteStream } from 'node:fs';
-import { rm, stat } from 'node:fs/promises';
+import { createWriteStream, readFileSync } from 'node:fs';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve, sep } from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -15,14 +15,32 @@ import { bytes, printJson, printTable } from './table.ts';
 
 const collect = (value: string, previous: string[]) => [...previous, value];
 
-function parseEnv(pairs: string[]): Record<string, string> {
+function parseEnv(pairs: string[], from = '--env'): Record<string, string> {
   const env: Record<string, string> = {};
   for (const pair of pairs) {
     const i = pair.indexOf('=');
-    if (i <= 0) throw new CliError(`--env wants NAME=VALUE, got "${pair}"`);
+    if (i <= 0) throw new CliError(`${from} wants NAME=VALUE, got "${pair}"`);
     env[pair.slice(0, i)] = pair.slice(i + 1);
   }
   return env;
+}
+
+/**
+ * `NAME=VALUE` lines from a file, `#` comments and blank lines skipped: secrets given this way
+ * stay off the command line, which other processes on the host can read.
+ */
+function envFile(path: string): Record<string, string> {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new CliError(`--env-file ${path}: ${(err as Error).message}`);
+  }
+  const lines = text
+    .split(/\r?\n/)
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('#'));
+  return parseEnv(lines, `--env-file ${path}`);
 }
 
 function wholeNumber(flag: string, value: unknown): number | undefined {
@@ -50,7 +68,10 @@ function specFrom(root: string, o: SubmitFlags) {
     },
     ...(o.priority !== undefined && { priority: num('--priority', 'priority') }),
     ...(o.maxRetries !== undefined && { maxRetries: num('--max-retries', 'maxRetries') }),
-    env: parseEnv((o.env as string[]) ?? []),
+    env: {
+      ...(o.envFile ? envFile(o.envFile as string) : {}),
+      ...parseEnv((o.env as string[]) ?? []),
+    },
   };
 }
 
@@ -102,7 +123,8 @@ export async function submitDirectory(
   });
   const plan = planPack(root);
   const limits = await client.json<{ maxUploadBytes: number }>('/v1/limits');
-  const archive = join(tmpdir(), `trainyard-code-${process.pid}-${Date.now()}.tar.gz`);
+  const scratch = await mkdtemp(join(tmpdir(), 'trainyard-code-'));
+  const archive = join(scratch, 'code.tar.gz');
   try {
     await pipeline(packFiles(root, plan.files), createWriteStream(archive, { mode: 0o600 }));
     const { size } = await stat(archive);
@@ -116,7 +138,7 @@ export async function submitDirectory(
     const res = await client.request('/v1/jobs', { method: 'POST', body, headers, duplex: 'half' });
     return (await res.json()) as { id: string; status: string; seq: number };
   } finally {
-    await rm(archive, { force: true });
+    await rm(scratch, { recursive: true, force: true });
   }
 }
 
@@ -180,6 +202,7 @@ export function registerJobCommands(program: Command): void {
     .option('--priority <n>', 'higher runs first')
     .option('--max-retries <n>', 'retries after platform failures')
     .option('--env <NAME=VALUE>', 'an environment variable (repeatable)', collect, [])
+    .option('--env-file <file>', 'NAME=VALUE lines: secrets that stay off the command line')
     .option('-f, --follow', "follow the log; exit with the job's outcome")
     .option('--dry-run', 'show what would be uploaded and what is left out, and send nothing')
     .option('--json', 'print JSON')
@@ -303,12 +326,12 @@ export function registerJobCommands(program: Command): void {
       for (const f of files) {
         const target = resolve(into, f.path);
         if (!target.startsWith(into + sep))
-          throw new CliError(`refusing to write outside ${o.download}: ${f.path}`);
+          throw new CliError(`refusing to write outside ${o.download}: ${cleanName(f.path)}`);
         const res = await client.request(
           `/v1/jobs/${encodeURIComponent(id)}/outputs/${f.path.split('/').map(encodeURIComponent).join('/')}`,
         );
         await download(res, target, f.sha256);
-        if (!o.json) console.log(`${f.path} (${bytes(f.size)}, sha256 ok)`);
+        if (!o.json) console.log(`${cleanName(f.path)} (${bytes(f.size)}, sha256 ok)`);
       }
       if (o.json) printJson(files.map((f) => ({ ...f, file: resolve(into, f.path) })));
     });
