@@ -5,7 +5,7 @@ import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startNatsServer, WORKER_PERMISSIONS, type ChildServer } from '@trainyard/platform';
-import { tempDir } from '@trainyard/testkit';
+import { tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
 import { startWorkerProcess, type ServiceProcess } from './processes.ts';
 
@@ -96,9 +96,10 @@ describe('a NATS that requires a login', () => {
       await expect(jsm.streams.add({ name: 'MINE', subjects: ['mine.>'] })).rejects.toThrow();
       nc.publish('ty.dispatch.remote.cpu', 'a forged dispatch');
       await nc.flush();
-      const log = readFileSync(join(dir.path, 'nats', 'nats-server.log'), 'utf8');
-      expect(log).toMatch(
-        /Publish Violation - User \\?"worker\\?", Subject \\?"ty\.dispatch\.remote\.cpu/,
+      await waitFor('the server to log the refusal', () =>
+        /Publish Violation - User \\?"worker\\?", Subject \\?"ty\.dispatch\.remote\.cpu/.test(
+          readFileSync(join(dir.path, 'nats', 'nats-server.log'), 'utf8'),
+        ),
       );
     } finally {
       await nc.close();

@@ -231,13 +231,14 @@ export class AttemptRun {
   }
 
   /**
-   * Lets go of what the attempt held on the host: every process left of its user (one that left
-   * its process group, say), the uid itself, and the sandbox.
+   * Lets go of what the attempt held on the host: the uid and the sandbox. Nothing of its user
+   * outlives it: it ran in a PID namespace of its own, which the kernel emptied when it ended; a
+   * attempt that never started had no processes.
    */
   async #release(): Promise<void> {
     if (this.#user) {
       await this.opts.users
-        ?.release(this.#user)
+        ?.release(this.#user, true)
         .catch((err: unknown) =>
           this.ctx.log.error({ err, jobId: this.msg.jobId }, 'could not release the attempt’s uid'),
         );

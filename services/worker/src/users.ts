@@ -69,9 +69,13 @@ export class JobUsers {
     await writeFile(join(this.#lock(user.uid), 'owner'), owner, { mode: 0o600 });
   }
 
-  /** Ends every process of `user` and gives the uid back. */
-  async release(user: JobUser): Promise<void> {
-    await this.endAll(user.uid);
+  /**
+   * Gives the uid back, ending every process of `user` first unless `ended` says they are gone
+   * (an attempt that ran in a PID namespace of its own: the kernel ends what is left in it when
+   * its first process ends).
+   */
+  async release(user: JobUser, ended = false): Promise<void> {
+    if (!ended) await this.endAll(user.uid);
     await rm(this.#lock(user.uid), { recursive: true, force: true });
   }
 }

@@ -73,9 +73,9 @@ export function shellQuote(value: string): string {
  * The script that runs one attempt (`RunSpec.scriptFile`), as the attempt's user, in a new
  * session, in the work directory, with its output already sent to the log (the runtime's
  * launcher did those, as the worker). It sets the attempt's environment, runs `setup` if there
- * is one, then the command, each in a subshell (a fork, no new program), and records how it
- * ended in the result file. It ends with its command's exit code; a failed setup ends it with
- * `SETUP_FAILED`.
+ * is one, then the command, each in a subshell (a fork, no new program) that it passes stop
+ * signals on to, and records how it ended in the result file. It ends with its command's exit
+ * code; a failed setup ends it with `SETUP_FAILED`.
  */
 export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.env): string {
   const env = Object.entries(attemptEnv(spec, host)).map(
@@ -84,24 +84,36 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
   const result = shellQuote(spec.resultFile);
   const setup = spec.setup
     ? [
-        `__ty_setup=${shellQuote(spec.setup)}`,
-        'echo "[trainyard] running setup"',
-        '(eval "$__ty_setup")',
-        '__ty_code=$?',
+        `echo "[trainyard] running setup"`,
+        `__ty_run ${shellQuote(spec.setup)}`,
         `[ "$__ty_code" -eq 0 ] || { echo "setup-failed $__ty_code" > ${result}; exit ${SETUP_FAILED}; }`,
       ]
     : [];
   return [
     ...env,
+    RUN,
     ...setup,
-    `__ty_cmd=${shellQuote(spec.command)}`,
-    '(eval "$__ty_cmd")',
-    '__ty_code=$?',
-    `echo "exit $__ty_code" > ${result}`,
+    `__ty_run ${shellQuote(spec.command)}`,
+    `if [ -n "$__ty_stopped" ] && [ "$__ty_code" -gt 128 ]; then echo "signal $((__ty_code - 128))" > ${result}; else echo "exit $__ty_code" > ${result}; fi`,
     'exit "$__ty_code"',
     '',
   ].join('\n');
 }
+
+/**
+ * Runs a command in a subshell and waits for it, passing on SIGTERM, SIGINT and SIGHUP: the
+ * script may be the first process of a PID namespace, which ignores a signal it has no trap
+ * for, and a stopping attempt must hear SIGTERM to save its work.
+ */
+const RUN = [
+  '__ty_run() {',
+  '  __ty_torun=$1',
+  '  (set --; eval "$__ty_torun") & __ty_child=$!',
+  '  trap \'__ty_stopped=1; kill -TERM "$__ty_child" 2>/dev/null\' TERM INT HUP',
+  '  while :; do wait "$__ty_child"; __ty_code=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',
+  '  trap - TERM INT HUP',
+  '}',
+].join('\n');
 
 /** Whether `path` lies in /tmp or /dev/shm, which an attempt cannot have private copies of then. */
 export function underSharedTmp(path: string): boolean {
@@ -228,6 +240,8 @@ function fromStatus(status: number, result: string | null): ProcessExit {
   if (setup && status === SETUP_FAILED) return { kind: 'setup-failed', exitCode: Number(setup[1]) };
   const exit = result ? /^exit (\d+)\n$/.exec(result) : null;
   if (exit && Number(exit[1]) === status) return { kind: 'exited', exitCode: status };
+  const stopped = result ? /^signal (\d+)\n$/.exec(result) : null;
+  if (stopped && Number(stopped[1]) + 128 !== status) return { kind: 'exited', exitCode: status };
   const signal =
     status > 128
       ? Object.entries(osConstants.signals).find(([, n]) => n === status - 128)?.[0]

@@ -19,20 +19,16 @@ import type { Readable } from 'node:stream';
 /**
  * The first process of an attempt that runs as a user of its own, as root, in new PID and mount
  * namespaces: the attempt sees only its own processes (not their command lines or environment),
- * and, unless its sandbox is under one of them, /tmp and /dev/shm of its own, gone when it ends. It drops to the attempt's user for the
- * script, passes on SIGTERM (as the first process of a PID namespace it would otherwise ignore
- * it) and ends with the script's status; when it ends, the kernel ends whatever is left in the
- * namespace.
+ * and, unless its sandbox is under one of them, /tmp and /dev/shm of its own, gone when it ends.
+ * It becomes the attempt's script as the attempt's user; when that first process ends, the
+ * kernel ends whatever is left in the namespace.
  */
 const ATTEMPT_INIT = [
   'if [ "$4" = 1 ]; then',
   '  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp || exit 126',
   '  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm || exit 126',
   'fi',
-  'setpriv --reuid="$1" --regid="$2" --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all /bin/sh "$3" & __ty_child=$!',
-  'trap \'kill -TERM "$__ty_child" 2>/dev/null\' TERM INT HUP',
-  'while :; do wait "$__ty_child"; __ty_status=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',
-  'exit "$__ty_status"',
+  'exec setpriv --reuid="$1" --regid="$2" --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all /bin/sh "$3"',
 ].join('\n');
 
 const SPAWNER = [
