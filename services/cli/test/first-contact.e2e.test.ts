@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { freePort } from '@trainyard/platform';
+import { freePort, sharedStateDir } from '@trainyard/platform';
 import { pidsMatching, processAlive, waitFor } from '@trainyard/testkit';
 
 const REPO = resolve(fileURLToPath(new URL('../../..', import.meta.url)));
@@ -126,6 +126,10 @@ describe('a newcomer in a private directory', () => {
       }
       rmSync(root, { recursive: true, force: true });
       if (pgDir && !pgDir.startsWith(root)) rmSync(pgDir, { recursive: true, force: true });
+      rmSync(sharedStateDir(join(clone, '.trainyard'), 'sandboxes'), {
+        recursive: true,
+        force: true,
+      });
     }
   }, 300_000);
 });
