@@ -10,6 +10,7 @@ import {
 } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
+import { shellQuote } from './shell.ts';
 import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
@@ -64,10 +65,7 @@ function signalProcess(pid: number, signal: NodeJS.Signals | 0): boolean {
 /** The status a script that ran `setup` and saw it fail ends with; the result file says more. */
 const SETUP_FAILED = 125;
 
-/** `value` as one shell word, quoted so that the shell reads it back unchanged. */
-export function shellQuote(value: string): string {
-  return `'${value.replaceAll("'", "'\\''")}'`;
-}
+export { shellQuote } from './shell.ts';
 
 /**
  * The script that runs one attempt (`RunSpec.scriptFile`), as the attempt's user, in a new

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Socket } from 'node:net';
 import type { Readable } from 'node:stream';
+import { shellQuote } from './shell.ts';
 
 /**
  * A small shell that starts attempts for a large process, which would otherwise copy its whole
@@ -34,7 +35,7 @@ const ATTEMPT_INIT = [
 const SPAWNER = [
   'command -v setsid >/dev/null 2>&1 || { echo "fatal setsid (util-linux) is not installed"; exit 1; }',
   'umask 077',
-  `__ty_inner=${shellWord(ATTEMPT_INIT)}`,
+  `__ty_inner=${shellQuote(ATTEMPT_INIT)}`,
   'while read -r __ty_kind __ty_id __ty_launch; do',
   '  if [ "$__ty_kind" = end ]; then',
   '    case "$__ty_launch" in *[!0-9]*|"") echo "ended $__ty_id 2" >&3; continue ;; esac',
@@ -68,11 +69,6 @@ const SPAWNER = [
   '  echo "forked $__ty_id"',
   'done',
 ].join('\n');
-
-/** `value` as one shell word. */
-function shellWord(value: string): string {
-  return `'${value.replaceAll("'", "'\\''")}'`;
-}
 
 /** How long a launch may still start after its spawner shell has gone. */
 const UNFORKED_GRACE_MS = 1_000;
