@@ -4,5 +4,5 @@
 # --kill-every-ms MS --kills N --timeout-ms MS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --cluster-tools
 exec node --import tsx bench/chaos-main.ts "$@"

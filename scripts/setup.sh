@@ -38,3 +38,27 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
     exit 1
   fi
 fi
+
+# With --cluster-tools (tests, benchmarks, chaos): nats-server 2.10 for NATS clusters, from
+# Debian trixie, unpacked under .tools/ (its binary runs on bookworm). The 2.9 of bookworm can
+# fork a hash chain under concurrent appends to a clustered stream (nats-server#4320). Without
+# the download, clusters run on the installed nats-server, and say so.
+if [ "${1:-}" = --cluster-tools ]; then
+  nats210=.tools/nats-server-2.10/usr/sbin/nats-server
+  if [ ! -x "$nats210" ]; then
+    say "fetching nats-server 2.10 from Debian trixie, for NATS clusters"
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/lists/partial" "$tmp/cache"
+    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' >"$tmp/trixie.sources"
+    apt_private=(-o Dir::Etc::sourcelist=- -o "Dir::Etc::sourceparts=$tmp" -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o Debug::NoLocking=1)
+    if (cd "$tmp" && apt-get -qq "${apt_private[@]}" update >/dev/null 2>&1 && apt-get -qq "${apt_private[@]}" download nats-server >/dev/null 2>&1) &&
+      mkdir -p .tools/nats-server-2.10 && dpkg -x "$tmp"/nats-server_*.deb .tools/nats-server-2.10 && "$nats210" --version >/dev/null 2>&1; then
+      say "nats-server $("$nats210" --version | sed 's/.*v//') is in .tools/ for NATS clusters"
+    else
+      rm -rf .tools/nats-server-2.10
+      say "could not fetch nats-server 2.10 (no Debian mirror?); NATS clusters will run on the installed one"
+    fi
+    rm -rf "$tmp"
+  fi
+fi
+

@@ -1,9 +1,35 @@
+import { accessSync, constants } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { freePort, startNatsServer, type ChildServer } from '@trainyard/platform';
 import { tempDir } from './tmp.ts';
 import { waitFor } from './wait.ts';
+
+/**
+ * The nats-server clusters run on: the 2.10 that `scripts/setup.sh --cluster-tools` unpacks
+ * under `.tools/` (2.9's clustered streams can fork a hash chain under concurrent appends), or
+ * `TRAINYARD_NATS_SERVER_CLUSTER`; else the installed one.
+ */
+export function clusterNatsServer(): string | undefined {
+  const candidates = [
+    process.env.TRAINYARD_NATS_SERVER_CLUSTER,
+    fileURLToPath(
+      new URL('../../../.tools/nats-server-2.10/usr/sbin/nats-server', import.meta.url),
+    ),
+  ];
+  for (const path of candidates) {
+    if (!path) continue;
+    try {
+      accessSync(path, constants.X_OK);
+      return path;
+    } catch {
+      continue;
+    }
+  }
+  return undefined;
+}
 
 /** One server of a test cluster; it can be killed and started again with its own store. */
 export interface ClusterNode {
@@ -30,6 +56,7 @@ export interface TestNatsCluster {
  */
 export async function startTestNatsCluster(size = 3): Promise<TestNatsCluster> {
   const dir = await tempDir('trainyard-nats-cluster-');
+  const binary = clusterNatsServer();
   const clientPorts = await Promise.all(Array.from({ length: size }, () => freePort()));
   const routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
   const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`).join(',');
@@ -48,6 +75,7 @@ export async function startTestNatsCluster(size = 3): Promise<TestNatsCluster> {
         if (node.server) return;
         node.server = await startNatsServer({
           dir: join(dir.path, name),
+          ...(binary && { binary }),
           port,
           args: [
             '--server_name',

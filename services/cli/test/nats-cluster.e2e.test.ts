@@ -1,6 +1,11 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { ChainVerifier, Streams } from '@trainyard/events';
-import { startTestNatsCluster, waitFor, type TestNatsCluster } from '@trainyard/testkit';
+import {
+  clusterNatsServer,
+  startTestNatsCluster,
+  waitFor,
+  type TestNatsCluster,
+} from '@trainyard/testkit';
 import { startTestStack, submit, type TestStack } from './harness.ts';
 
 const cleanup: (() => Promise<void>)[] = [];
@@ -45,6 +50,7 @@ describe('a 3-node NATS cluster losing a node mid-run', () => {
     t = await startTestStack({ natsUrl: cluster.url, streamReplicas: 3 });
     cleanup.push(() => t.stop());
     const token = await t.token();
+    if (clusterNatsServer()) expect(t.stack.ctx.bus.nc.info?.version).toMatch(/^2\.10\./);
 
     const before: string[] = [];
     for (let i = 0; i < 4; i++) before.push(await submitJob(t, token, i));
