@@ -1,4 +1,5 @@
 import type { Actor } from './common.ts';
+import type { EventSignature } from './signing.ts';
 import type { Aggregate, AggregateEvents, DomainEvent } from './catalog.ts';
 
 export const SCHEMA_VERSION = 1;
@@ -17,6 +18,8 @@ export interface EnvelopeMeta {
   causationId: string | null;
   prevHash: string;
   hash: string;
+  /** The appending identity's signature of `hash`; outside what the hash covers. */
+  signature?: EventSignature;
 }
 
 /** An event as it is written to the log. */

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Envelope } from './envelope.ts';
 import { GENESIS_HASH } from './envelope.ts';
+import type { SignatureProblem, SignatureVerifier } from './signing.ts';
 
 /** JSON with object keys sorted at every depth, so equal values hash equally. */
 export function canonicalJson(value: unknown): string {
@@ -14,7 +15,7 @@ export function canonicalJson(value: unknown): string {
 
 /** The hash of an event: sha256 over its predecessor's hash and its canonical form. */
 export function hashEvent(event: Omit<Envelope, 'hash'> & { hash?: string; seq?: number }): string {
-  const { hash: _hash, seq: _seq, ...body } = event;
+  const { hash: _hash, seq: _seq, signature: _signature, ...body } = event;
   return createHash('sha256').update(body.prevHash).update(canonicalJson(body)).digest('hex');
 }
 
@@ -27,13 +28,18 @@ export interface ChainBreak {
    * `hash-mismatch`: the event is not what was hashed. `prev-hash-mismatch`: it follows an event
    * the chain does not hold. `fork`: it follows an earlier event of its chain than the newest,
    * so two events were accepted at one position; nats-server before 2.9.21 can do that for
-   * concurrent appends to a clustered stream (nats-server#4320).
+   * concurrent appends to a clustered stream (nats-server#4320). `unsigned`, `unknown-key` and
+   * `bad-signature`: the event was not signed by an identity the verifier trusts (checked only
+   * when it was given keys): appended by hand, forged, or signed again after a change.
    */
-  problem: 'prev-hash-mismatch' | 'hash-mismatch' | 'fork';
+  problem: 'prev-hash-mismatch' | 'hash-mismatch' | 'fork' | SignatureProblem;
 }
 
 /** Walks events in log order and reports every place where a per-aggregate chain breaks. */
 export class ChainVerifier {
+  /** With `signatures`, every event must also be signed by a key it trusts. */
+  constructor(private readonly signatures: SignatureVerifier | null = null) {}
+
   readonly #heads = new Map<string, string>();
   /** Every hash seen per chain, shortened: enough to tell a fork from a missing link. */
   readonly #seen = new Map<string, Set<string>>();
@@ -57,6 +63,8 @@ export class ChainVerifier {
       this.breaks.push({ ...where, problem: fork ? 'fork' : 'prev-hash-mismatch' });
     }
     if (hashEvent(event) !== event.hash) this.breaks.push({ ...where, problem: 'hash-mismatch' });
+    const unsigned = this.signatures?.check(event);
+    if (unsigned) this.breaks.push({ ...where, problem: unsigned });
     this.#heads.set(key, event.hash);
     seen.add(event.hash.slice(0, 16));
   }

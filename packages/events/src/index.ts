@@ -5,6 +5,7 @@ export * from './errors.ts';
 export * from './hash.ts';
 export * from './job.ts';
 export * from './retry.ts';
+export * from './signing.ts';
 export * from './store.ts';
 export * from './streams.ts';
 export * from './subjects.ts';

@@ -14,6 +14,7 @@ import type { AggregateHead, AppendMeta, Envelope, StoredEvent } from './envelop
 import { EMPTY_HEAD, SCHEMA_VERSION } from './envelope.ts';
 import { ConcurrencyError, CorruptEventError, EventStoreError } from './errors.ts';
 import { hashEvent } from './hash.ts';
+import type { EventSigner } from './signing.ts';
 import { getStoredMessage, isTransient, retryDelayMs, retryTransient } from './retry.ts';
 import { Streams, Subjects } from './subjects.ts';
 
@@ -64,6 +65,8 @@ export class EventStore {
   constructor(
     readonly js: JetStreamClient,
     readonly jsm: JetStreamManager,
+    /** Signs every event this store appends; without one, events go unsigned. */
+    readonly signer: EventSigner | null = null,
   ) {}
 
   /** Appends events to one aggregate in order, each guarded by the one before it. */
@@ -87,7 +90,12 @@ export class EventStore {
         prevHash: head.hash,
         data: event.data,
       } as unknown as Omit<Envelope<AggregateEvents[A]>, 'hash'>;
-      const envelope = { ...unhashed, hash: hashEvent(unhashed) } as Envelope<AggregateEvents[A]>;
+      const hash = hashEvent(unhashed);
+      const envelope = {
+        ...unhashed,
+        hash,
+        ...(this.signer && { signature: this.signer.sign(hash) }),
+      } as Envelope<AggregateEvents[A]>;
       const seq = await this.#publish(subject, envelope, head.seq);
       stored.push({ ...envelope, seq } as unknown as StoredEvent<AggregateEvents[A]>);
       head = { seq, hash: envelope.hash };

@@ -17,6 +17,10 @@ export const BaseConfigSchema = z.object({
     .positive()
     .default(4 * 1024 ** 3),
   TRAINYARD_ARCHIVE_MAX_ENTRIES: z.coerce.number().int().positive().default(50_000),
+  /** The Ed25519 key (base64 PKCS#8) that signs the events this process appends. */
+  TRAINYARD_SIGNING_KEY: z.string().optional(),
+  /** Public keys (base64 SPKI, comma-separated) whose signatures `events verify` accepts. */
+  TRAINYARD_TRUSTED_KEYS: z.string().optional(),
 });
 export type BaseConfig = z.infer<typeof BaseConfigSchema>;
 

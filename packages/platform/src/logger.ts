@@ -17,6 +17,10 @@ export const REDACT_PATHS = [
   '*.spec.env',
   'secretKey',
   '*.secretKey',
+  'privateKey',
+  '*.privateKey',
+  'TRAINYARD_SIGNING_KEY',
+  '*.TRAINYARD_SIGNING_KEY',
 ];
 
 /** Where loggers made from now on write: stdout, as JSON lines, unless a program says else. */

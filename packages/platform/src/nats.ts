@@ -11,6 +11,7 @@ import {
   EventStore,
   DEFAULT_STREAM_OPTIONS,
   retryTransient,
+  type EventSigner,
   type StreamOptions,
 } from '@trainyard/events';
 
@@ -49,13 +50,14 @@ export function natsServers(url: string): { servers: string[]; user?: string; pa
 /**
  * Connects to NATS, reconnecting forever, and makes sure the streams exist and are configured
  * as Trainyard wants; with `manage: false` (a worker, allowed no such thing) it leaves them as
- * the control plane made them.
+ * the control plane made them. Events it appends are signed with `signer` when there is one.
  */
 export async function connectBus(
   url: string,
   name: string,
   streams: Partial<StreamOptions> = {},
   manage = true,
+  signer: EventSigner | null = null,
 ): Promise<Bus> {
   const nc = await connect({
     ...natsServers(url),
@@ -74,7 +76,7 @@ export async function connectBus(
     nc,
     js,
     jsm,
-    store: new EventStore(js, jsm),
+    store: new EventStore(js, jsm, signer),
     close: async () => {
       if (!nc.isClosed()) await nc.drain().catch(() => nc.close());
     },

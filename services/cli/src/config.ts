@@ -9,6 +9,8 @@ export interface StackInfo {
   apiUrl: string;
   natsUrl: string;
   databaseUrl: string;
+  /** The public key that signs the stack's events, which `events verify` trusts. */
+  publicKey?: string;
   pid: number;
   home: string;
 }
@@ -55,6 +57,14 @@ export function readStack(env = process.env): StackInfo | null {
     if (info && Number.isInteger(info.pid) && alive(info.pid)) return info;
   }
   return null;
+}
+
+/** Where a stack keeps the private key that signs its events (0600, in a 0700 directory). */
+export const signingKeyFile = (home: string) => join(home, 'secrets', 'signing.json');
+
+/** The signing key a stack keeps in `home`, base64 PKCS#8; undefined when there is none. */
+export function readSigningKey(home: string): string | undefined {
+  return readJson<{ privateKey?: string }>(signingKeyFile(home))?.privateKey || undefined;
 }
 
 /** Writes a file readable by its owner only, whole or not at all. */

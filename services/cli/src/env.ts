@@ -8,7 +8,7 @@ import {
   type ServiceContext,
 } from '@trainyard/platform';
 import { connectDb, migrate } from '@trainyard/projections';
-import { readStack } from './config.ts';
+import { readSigningKey, readStack } from './config.ts';
 import { reach } from './connect.ts';
 import { CliError } from './errors.ts';
 
@@ -18,7 +18,7 @@ const HOW_TO_POINT =
 /**
  * The configuration for a service started on its own: the environment, falling back to the
  * embedded stack that `trainyard up` runs (found through `TRAINYARD_HOME`, `./.trainyard`, or
- * the latest one this user started).
+ * the latest one this user started), whose signing key it then signs its events with.
  */
 export function serviceConfig(env = process.env): BaseConfig {
   const stack = readStack(env);
@@ -26,7 +26,22 @@ export function serviceConfig(env = process.env): BaseConfig {
     ...env,
     ...(!env.TRAINYARD_NATS_URL && stack && { TRAINYARD_NATS_URL: stack.natsUrl }),
     ...(!env.DATABASE_URL && stack && { DATABASE_URL: stack.databaseUrl }),
+    ...(!env.TRAINYARD_SIGNING_KEY &&
+      stack && { TRAINYARD_SIGNING_KEY: readSigningKey(stack.home) }),
   });
+}
+
+/**
+ * The public keys an operator's `events verify` trusts: the embedded stack's (from its
+ * `stack.json`) and those listed in `TRAINYARD_TRUSTED_KEYS`.
+ */
+export function trustedKeys(config: BaseConfig, env = process.env): string[] {
+  const listed = (config.TRAINYARD_TRUSTED_KEYS ?? '')
+    .split(',')
+    .map((k) => k.trim())
+    .filter(Boolean);
+  const own = readStack(env)?.publicKey;
+  return [...new Set([...(own ? [own] : []), ...listed])];
 }
 
 /** A service's connections; a worker's, which may not manage streams, leaves them be. */

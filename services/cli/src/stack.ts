@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Kysely } from 'kysely';
 import { startApi, type RunningApi } from '@trainyard/api';
@@ -31,9 +32,18 @@ import {
 import { DEFAULT_WATCHDOG_OPTIONS, startWatchdog, type WatchdogOptions } from '@trainyard/watchdog';
 import { startWorker, type RunningWorker, type WorkerOptions } from '@trainyard/worker';
 import pretty from 'pino-pretty';
+import { EventSigner } from '@trainyard/events';
 import { ApiClient } from './client.ts';
 import { followToEnd, submitDirectory } from './commands/jobs.ts';
-import { homeDirOf, stackFile, userStackFile, writePrivate, type StackInfo } from './config.ts';
+import {
+  homeDirOf,
+  readSigningKey,
+  signingKeyFile,
+  stackFile,
+  userStackFile,
+  writePrivate,
+  type StackInfo,
+} from './config.ts';
 import { reach, redactUrl } from './connect.ts';
 import { CliError } from './errors.ts';
 import { workerOptions } from './worker-options.ts';
@@ -83,6 +93,8 @@ export interface Stack {
   natsUrl: string;
   /** The URL a remote worker joins with (the `worker` login), when the stack started NATS. */
   workerNatsUrl: string | null;
+  /** The public key of the key that signs the stack's events. */
+  publicKey: string;
   databaseUrl: string;
   /** The NATS and Postgres servers this stack started (empty when given URLs). */
   children: ChildServer[];
@@ -110,6 +122,30 @@ async function natsLogins(home: string): Promise<NatsLogins> {
   await chmod(dir, 0o700);
   await writeFile(file, JSON.stringify(logins, null, 2), { mode: 0o600 });
   return logins;
+}
+
+/**
+ * The key that signs the events of `up`'s services: `TRAINYARD_SIGNING_KEY`, else one made on
+ * first start and kept in `home/secrets/signing.json` (0600).
+ */
+async function signingKey(home: string, fromEnv: string | undefined): Promise<EventSigner> {
+  const kept = fromEnv ?? readSigningKey(home);
+  if (kept) return EventSigner.fromPrivateKey(kept);
+  const file = signingKeyFile(home);
+  if (existsSync(file)) {
+    throw new CliError(
+      `${file} holds no signing key: restore it from a backup, or remove it to start signing with a new key (events signed with the old one then verify as signed by an unknown key)`,
+      'BAD_SIGNING_KEY',
+    );
+  }
+  const signer = EventSigner.generate();
+  await mkdir(dirname(file), { recursive: true, mode: 0o700 });
+  await chmod(dirname(file), 0o700);
+  await writePrivate(
+    file,
+    JSON.stringify({ privateKey: signer.exportPrivateKey(), publicKey: signer.publicKey }, null, 2),
+  );
+  return signer;
 }
 
 const withLogin = (url: string, user: string, password: string) =>
@@ -174,8 +210,9 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       DATABASE_URL: databaseUrl,
       ...(opts.streamReplicas && { TRAINYARD_STREAM_REPLICAS: String(opts.streamReplicas) }),
     });
+    const signer = await signingKey(opts.home, config.TRAINYARD_SIGNING_KEY);
     ctx = await reach('NATS', natsUrl, 'TRAINYARD_NATS_URL', () =>
-      openContext('trainyard', config),
+      openContext('trainyard', config, { signer }),
     );
     const database = connectDb(databaseUrl);
     db = database;
@@ -199,7 +236,18 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     add('api', api);
     const worker = opts.worker ? await startWorker(ctx, opts.worker) : null;
     if (worker) add('worker', worker);
-    return { ctx, db, api, worker, natsUrl, workerNatsUrl, databaseUrl, children, stop };
+    return {
+      ctx,
+      db,
+      api,
+      worker,
+      natsUrl,
+      workerNatsUrl,
+      databaseUrl,
+      publicKey: signer.publicKey,
+      children,
+      stop,
+    };
   } catch (err) {
     await stop().catch(() => undefined);
     throw err;
@@ -363,6 +411,7 @@ export async function up(opts: UpOptions): Promise<void> {
     apiUrl: stack.api.url,
     natsUrl: stack.natsUrl,
     databaseUrl: stack.databaseUrl,
+    publicKey: stack.publicKey,
     pid: process.pid,
     home,
   };

@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { readFile, writeFile, mkdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EMPTY_HEAD, EventSigner, EventStore, type EventSignature } from '@trainyard/events';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { ADMIN_PASSWORD, startTestStack, type TestStack } from './harness.ts';
 import { BIN } from './processes.ts';
@@ -245,10 +246,16 @@ describe('the trainyard CLI against a running stack', () => {
     await cli(['login', '-u', 'admin', '-p', ADMIN_PASSWORD]);
   });
 
-  it('verifies every hash chain and rebuilds the projections', async () => {
-    const verify = await cli(['events', 'verify']);
-    expect(verify.code).toBe(0);
-    expect(verify.stdout).toMatch(/\d+ events, \d+ chains, 0 broken/);
+  it('verifies every hash chain and signature and rebuilds the projections', async () => {
+    const unkeyed = await cli(['events', 'verify']);
+    expect(unkeyed.code).toBe(0);
+    expect(unkeyed.stdout).toMatch(/\d+ events, \d+ chains, 0 broken\n/);
+    expect(unkeyed.stderr).toContain('signatures not checked: no trusted key known');
+    const verify = await cli(['events', 'verify'], { TRAINYARD_TRUSTED_KEYS: t.stack.publicKey });
+    expect(verify.code, verify.stderr).toBe(0);
+    expect(verify.stdout).toMatch(
+      /\d+ events, \d+ chains, 0 broken, signatures checked against 1 trusted key\n/,
+    );
     const before = await (await t.http(`/v1/jobs/${jobId}`, { token: await t.token() })).json();
     const rebuild = await cli(['projections', 'rebuild']);
     expect(rebuild.code).toBe(0);
@@ -260,6 +267,17 @@ describe('the trainyard CLI against a running stack', () => {
     expect(await (await t.http(`/v1/jobs/${jobId}`, { token: await t.token() })).json()).toEqual(
       before,
     );
+  });
+
+  it('makes a signing key with events keygen, printing the public key to trust', async () => {
+    const made = await cli(['events', 'keygen', '--json']);
+    expect(made.code, made.stderr).toBe(0);
+    const key = JSON.parse(made.stdout) as { keyId: string; privateKey: string; publicKey: string };
+    const signer = EventSigner.fromPrivateKey(key.privateKey);
+    expect(signer.publicKey).toBe(key.publicKey);
+    expect(signer.keyId).toBe(key.keyId);
+    const env = await cli(['events', 'keygen']);
+    expect(env.stdout).toMatch(/^TRAINYARD_SIGNING_KEY=\S+\nTRAINYARD_TRUSTED_KEYS=\S+\n$/);
   });
 
   it('completes commands and options in bash', async () => {
@@ -322,5 +340,42 @@ describe('the trainyard CLI against a running stack', () => {
     expect(new Set(all.map((j) => j.id)).size).toBe(all.length);
     const table = (await cli(['ls'])).stdout.trim().split('\n');
     expect(table).toHaveLength(51);
+  });
+
+  it("names events appended without the stack's key, by a foreign key, or with a stolen signature", async () => {
+    const { js, jsm, store } = t.stack.ctx.bus;
+    let genuine: EventSignature | undefined;
+    for await (const e of store.replay()) genuine ??= e.signature;
+    expect(genuine).toBeDefined();
+    const forge = (signer: Pick<EventSigner, 'sign'> | null, username: string) =>
+      new EventStore(js, jsm, signer as EventSigner | null).append({
+        aggregate: 'user',
+        aggregateId: username,
+        head: EMPTY_HEAD,
+        events: [{ type: 'UserCreated', data: { username, role: 'admin' } }],
+        meta: { actor: { kind: 'user', id: 'admin' }, now: new Date() },
+      });
+    await forge(null, 'forged-bare');
+    await forge(EventSigner.generate(), 'forged-foreign');
+    await forge({ sign: () => genuine! }, 'forged-stolen');
+    const trusted = { TRAINYARD_TRUSTED_KEYS: t.stack.publicKey };
+    const verify = await cli(['events', 'verify'], trusted);
+    expect(verify.code).toBe(2);
+    expect(verify.stderr).toMatch(/BROKEN user\/forged-bare at seq \d+: unsigned \(/);
+    expect(verify.stderr).toMatch(/BROKEN user\/forged-foreign at seq \d+: unknown-key \(/);
+    expect(verify.stderr).toMatch(/BROKEN user\/forged-stolen at seq \d+: bad-signature \(/);
+    expect(verify.stdout).toMatch(/ 3 broken, signatures checked/);
+    const json = await cli(['events', 'verify', '--json'], trusted);
+    expect(json.code).toBe(2);
+    const report = JSON.parse(json.stdout) as {
+      trustedKeys: number;
+      broken: { aggregateId: string; problem: string }[];
+    };
+    expect(report.trustedKeys).toBe(1);
+    expect(report.broken.map((b) => [b.aggregateId, b.problem])).toEqual([
+      ['forged-bare', 'unsigned'],
+      ['forged-foreign', 'unknown-key'],
+      ['forged-stolen', 'bad-signature'],
+    ]);
   });
 });

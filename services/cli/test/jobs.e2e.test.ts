@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { ChainVerifier, type StoredEvent } from '@trainyard/events';
+import { ChainVerifier, SignatureVerifier, type StoredEvent } from '@trainyard/events';
 import { compareWithRebuild } from '@trainyard/projections';
 import { createTestDatabase, processAlive, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
@@ -321,7 +321,7 @@ describe('the system around the jobs', () => {
     const { live, rebuilt } = await compareWithRebuild(t.stack.db, scratch, t.stack.ctx.bus.store);
     expect(rebuilt).toEqual(live);
     expect(live.jobs.length).toBeGreaterThan(5);
-    const verifier = new ChainVerifier();
+    const verifier = new ChainVerifier(new SignatureVerifier([t.stack.publicKey]));
     for await (const e of t.stack.ctx.bus.store.replay()) verifier.add(e as StoredEvent);
     expect(verifier.breaks).toEqual([]);
     expect(verifier.count).toBe(lastSeq);

@@ -15,6 +15,15 @@ function directOnly(cmd: Command, name: string): void {
   }
 }
 
+/** What `events verify` adds to a break's name. */
+const BREAK_HINTS: Partial<Record<string, string>> = {
+  fork: ' (two events accepted at one position: nats-server before 2.9.21, see docs/operations.md)',
+  unsigned: ' (appended without a signing key: by hand, or by a process given no key)',
+  'unknown-key':
+    ' (signed by a key not trusted here: forged, re-signed, or a key not listed in TRAINYARD_TRUSTED_KEYS)',
+  'bad-signature': ' (the signature does not match the event: changed after it was signed)',
+};
+
 /** The event log: a job's events, chain verification, and projection rebuilds. */
 export function registerAdminCommands(program: Command): void {
   const events = program
@@ -39,39 +48,68 @@ export function registerAdminCommands(program: Command): void {
 
   events
     .command('verify')
-    .description('walk the whole event log and verify every per-aggregate hash chain')
+    .description(
+      'walk the whole event log and verify every per-aggregate hash chain and every signature',
+    )
     .option('--json', 'print JSON')
     .action(async (o: { json?: boolean }, cmd: Command) => {
       directOnly(cmd, 'events verify');
-      const { ChainVerifier } = await import('@trainyard/events');
-      const { operatorBus, operatorConfig } = await import('../env.ts');
-      const bus = await operatorBus(operatorConfig());
+      const { ChainVerifier, SignatureVerifier } = await import('@trainyard/events');
+      const { operatorBus, operatorConfig, trustedKeys } = await import('../env.ts');
+      const config = operatorConfig();
+      const keys = trustedKeys(config);
+      const signatures = keys.length > 0 ? new SignatureVerifier(keys) : null;
+      const bus = await operatorBus(config);
       try {
-        const verifier = new ChainVerifier();
+        const verifier = new ChainVerifier(signatures);
         for await (const event of bus.store.replay()) verifier.add(event);
         if (verifier.breaks.length > 0) process.exitCode = 2;
         if (o.json || events.opts<{ json?: boolean }>().json) {
           return printJson({
             events: verifier.count,
             chains: verifier.aggregates,
+            trustedKeys: signatures?.size ?? 0,
             broken: verifier.breaks,
           });
         }
         for (const b of verifier.breaks) {
-          const why =
-            b.problem === 'fork'
-              ? ' (two events accepted at one position: nats-server before 2.9.21, see docs/operations.md)'
-              : '';
           console.error(
-            `BROKEN ${b.aggregate}/${b.aggregateId} at seq ${b.seq}: ${b.problem}${why}`,
+            `BROKEN ${b.aggregate}/${b.aggregateId} at seq ${b.seq}: ${b.problem}${BREAK_HINTS[b.problem] ?? ''}`,
+          );
+        }
+        if (!signatures) {
+          console.error(
+            'signatures not checked: no trusted key known (run where `npm run up` runs, or set TRAINYARD_TRUSTED_KEYS)',
           );
         }
         console.log(
-          `${verifier.count} events, ${verifier.aggregates} chains, ${verifier.breaks.length} broken`,
+          `${verifier.count} events, ${verifier.aggregates} chains, ${verifier.breaks.length} broken${signatures ? `, signatures checked against ${signatures.size} trusted key${signatures.size === 1 ? '' : 's'}` : ''}`,
         );
       } finally {
         await bus.close();
       }
+    });
+
+  events
+    .command('keygen')
+    .description(
+      'make a signing key for a service or worker run on its own (TRAINYARD_SIGNING_KEY) and print the public key to trust (TRAINYARD_TRUSTED_KEYS)',
+    )
+    .option('--json', 'print JSON')
+    .action(async (o: { json?: boolean }) => {
+      const { EventSigner } = await import('@trainyard/events');
+      const signer = EventSigner.generate();
+      const key = {
+        keyId: signer.keyId,
+        privateKey: signer.exportPrivateKey(),
+        publicKey: signer.publicKey,
+      };
+      if (o.json) return printJson(key);
+      console.log(`TRAINYARD_SIGNING_KEY=${key.privateKey}`);
+      console.log(`TRAINYARD_TRUSTED_KEYS=${key.publicKey}`);
+      console.error(
+        `key ${key.keyId}: give the first line to the process that signs (keep it secret), the second to whoever runs \`events verify\``,
+      );
     });
 
   program
