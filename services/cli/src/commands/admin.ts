@@ -46,6 +46,9 @@ export function registerAdminCommands(program: Command): void {
       );
     });
 
+  /** `events` takes `--json` too, so commander gives it to whichever comes first. */
+  const wantsJson = (o: { json?: boolean }) => o.json || events.opts<{ json?: boolean }>().json;
+
   events
     .command('verify')
     .description(
@@ -64,7 +67,7 @@ export function registerAdminCommands(program: Command): void {
         const verifier = new ChainVerifier(signatures);
         for await (const event of bus.store.replay()) verifier.add(event);
         if (verifier.breaks.length > 0) process.exitCode = 2;
-        if (o.json || events.opts<{ json?: boolean }>().json) {
+        if (wantsJson(o)) {
           return printJson({
             events: verifier.count,
             chains: verifier.aggregates,
@@ -104,7 +107,7 @@ export function registerAdminCommands(program: Command): void {
         privateKey: signer.exportPrivateKey(),
         publicKey: signer.publicKey,
       };
-      if (o.json) return printJson(key);
+      if (wantsJson(o)) return printJson(key);
       console.log(`TRAINYARD_SIGNING_KEY=${key.privateKey}`);
       console.log(`TRAINYARD_TRUSTED_KEYS=${key.publicKey}`);
       console.error(
