@@ -86,6 +86,12 @@ describe('job decider', () => {
     );
   });
 
+  it('takes a start said again as the start already recorded', () => {
+    expect(
+      when([submitted(), assigned(), started()], { type: 'StartAttempt', attemptId: 'a1' }),
+    ).toEqual([]);
+  });
+
   it('records success on exit 0', () => {
     const events = when([submitted(), assigned(), started()], {
       type: 'FinishAttempt',

@@ -30,6 +30,9 @@ export const Subjects = {
   dispatchCpu: (workerId: string) => `ty.dispatch.${assertSubjectToken(workerId, 'worker')}.cpu`,
   dispatchControl: (workerId: string) =>
     `ty.dispatch.${assertSubjectToken(workerId, 'worker')}.ctl`,
+  /** Every worker's reports; the token after `ty.report.` names the worker. */
+  allReports: 'ty.report.*',
+  report: (workerId: string) => `ty.report.${assertSubjectToken(workerId, 'worker')}`,
   allLogs: 'ty.log.>',
   jobLogs: (jobId: string) => `ty.log.${assertSubjectToken(jobId, 'job')}.*`,
   attemptLogs: (jobId: string, attempt: number) =>

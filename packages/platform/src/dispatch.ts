@@ -1,20 +1,11 @@
 /**
  * Messages on the dispatch stream. They are derived from committed events, never the truth:
  * the scheduler turns `JobAssigned` into a `RunAttempt` for the worker's slot, and
- * `JobCancelRequested` into a `StopAttempt` on the worker's control subject.
+ * `JobCancelRequested` into a `StopAttempt` on the worker's control subject. A worker decides
+ * nothing on them: what it reports is decided on the log by the control plane.
  */
 import { z } from 'zod';
-import type { JobState } from '@trainyard/domain';
 import { BlobRefSchema, CodeArchiveSchema } from '@trainyard/events';
-
-const JobStateSchema = z.custom<JobState>(
-  (v) =>
-    typeof v === 'object' &&
-    v !== null &&
-    typeof (v as JobState).id === 'string' &&
-    Array.isArray((v as JobState).attempts),
-  'a job state',
-);
 
 export const RunAttemptSchema = z.object({
   kind: z.literal('run'),
@@ -28,13 +19,6 @@ export const RunAttemptSchema = z.object({
   env: z.record(z.string(), z.string()),
   artifact: BlobRefSchema.nullable(),
   code: CodeArchiveSchema.nullable(),
-  /**
-   * The job as the log had it right after `JobAssigned`, and the head it was folded to. The
-   * worker decides on this snapshot; the head guard on its first append proves it current, and
-   * a conflict sends it back to the log.
-   */
-  job: JobStateSchema,
-  head: z.object({ seq: z.number().int(), hash: z.string() }),
 });
 export type RunAttempt = z.infer<typeof RunAttemptSchema>;
 

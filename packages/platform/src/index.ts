@@ -30,3 +30,4 @@ export * from './liveness.ts';
 export * from './follow.ts';
 export * from './stall.ts';
 export * from './servers/permissions.ts';
+export * from './reports.ts';

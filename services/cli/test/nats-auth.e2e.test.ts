@@ -4,7 +4,13 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startNatsServer, WORKER_PERMISSIONS, type ChildServer } from '@trainyard/platform';
+import {
+  setLogDestination,
+  startNatsServer,
+  WORKER_PERMISSIONS,
+  type ChildServer,
+  type ReportReply,
+} from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
 import { startWorkerProcess, type ServiceProcess } from './processes.ts';
@@ -16,10 +22,16 @@ let nats: ChildServer;
 let t: TestStack;
 let worker: ServiceProcess;
 
+const js = (nc: Parameters<typeof jetstream>[0]) => jetstream(nc, { timeout: 2_000 });
+
 const withLogin = (url: string, user: string, pass: string) =>
   url.replace('nats://', `nats://${user}:${pass}@`);
 
+/** What the stack logs, to see that refused reports are logged. */
+const logged: string[] = [];
+
 beforeAll(async () => {
+  setLogDestination({ write: (line: string) => void logged.push(line) });
   dir = await tempDir('trainyard-nats-auth-');
   nats = await startNatsServer({
     dir: join(dir.path, 'nats'),
@@ -103,6 +115,88 @@ describe('a NATS that requires a login', () => {
       );
     } finally {
       await nc.close();
+    }
+  });
+
+  it('appends only what a worker reports for attempts it holds, refusing and logging the rest', async () => {
+    const token = await t.token();
+    const res = await submit(
+      t,
+      token,
+      { name: 'held', command: 'sleep 60', resources: { gpus: 0 } },
+      await codeArchive({ 'x.txt': 'x' }),
+    );
+    const { id } = (await res.json()) as { id: string };
+    const job = await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
+    const attemptId = job.attempts[0]!.id;
+    const nc = await login('worker', WORKER);
+    try {
+      const report = async (workerId: string, body: unknown) =>
+        (
+          await nc.request(`ty.report.${workerId}`, JSON.stringify(body), { timeout: 5_000 })
+        ).json<ReportReply>();
+      const finish = {
+        kind: 'attempt',
+        jobId: id,
+        report: {
+          type: 'FinishAttempt',
+          attemptId,
+          exit: { kind: 'exited', exitCode: 0 },
+          durationMs: 1,
+        },
+      };
+      const { store } = t.stack.ctx.bus;
+      const before = await store.head('job', id);
+      expect(await report('intruder', finish)).toMatchObject({
+        ok: false,
+        code: 'NOT_YOUR_ATTEMPT',
+      });
+      expect(
+        await report('remote', { ...finish, report: { ...finish.report, attemptId: 'att_other' } }),
+      ).toMatchObject({ ok: false, code: 'NOT_YOUR_ATTEMPT' });
+      expect(await report('remote', { kind: 'attempt', jobId: id })).toMatchObject({
+        ok: false,
+        code: 'BAD_REPORT',
+      });
+      const registration = {
+        kind: 'worker',
+        event: {
+          type: 'WorkerRegistered',
+          data: {
+            name: 'remote',
+            hostname: 'h',
+            gpus: [],
+            cpuSlots: 1,
+            runtime: 'process',
+            version: 'x',
+          },
+        },
+      };
+      expect(await report('intruder', registration)).toMatchObject({
+        ok: false,
+        code: 'NOT_YOURS',
+      });
+      expect(await store.head('job', id)).toEqual(before);
+      expect(await store.head('worker', 'intruder')).toEqual({ seq: 0, hash: expect.any(String) });
+      const refusals = logged.filter(
+        (l) => l.includes('"component":"reports"') && l.includes('"level":40'),
+      );
+      expect(refusals.some((l) => l.includes('NOT_YOUR_ATTEMPT') && l.includes('intruder'))).toBe(
+        true,
+      );
+      expect(refusals.some((l) => l.includes('NOT_YOURS'))).toBe(true);
+
+      const appended = js(nc).publish(`ty.ev.job.${id}`, JSON.stringify({ forged: true }));
+      await expect(appended).rejects.toThrow();
+      await waitFor('the server to log the refused append', () =>
+        /Publish Violation - User \\?"worker\\?", Subject \\?"ty\.ev\.job\./.test(
+          readFileSync(join(dir.path, 'nats', 'nats-server.log'), 'utf8'),
+        ),
+      );
+      expect(await store.head('job', id)).toEqual(before);
+    } finally {
+      await nc.close();
+      await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
     }
   });
 });

@@ -15,7 +15,7 @@ import {
  * than leaving it assigned, holding its slot.
  */
 export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promise<void> {
-  const { state, head } = job;
+  const { state } = job;
   const attempt = state.attempts[state.attempts.length - 1];
   if (!attempt || !state.spec) return;
   const message: DispatchMessage = {
@@ -29,8 +29,6 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
     env: state.spec.env,
     artifact: state.artifact,
     code: state.artifact ? null : state.code,
-    job: state,
-    head,
   };
   const subject =
     attempt.gpus.length > 0

@@ -7,6 +7,7 @@ import {
   Subjects,
 } from '@trainyard/events';
 import { followLog, supervise, takeFromDurable, type ServiceContext } from '@trainyard/platform';
+import { startReports } from './reports.ts';
 
 export interface WatchdogOptions {
   heartbeatTimeoutMs: number;
@@ -30,9 +31,10 @@ interface Watched {
 }
 
 /**
- * Marks workers lost. It follows worker events to know who should be alive, and is a durable
+ * Watches the workers. It follows worker events to know who should be alive, and is a durable
  * consumer of the heartbeat subjects to know who is; silence past the timeout becomes
  * `WorkerLost`, appended at the worker's head so that a worker that just re-registered wins.
+ * It also answers the workers' reports (`startReports`): workers append nothing themselves.
  */
 export async function startWatchdog(
   ctx: ServiceContext,
@@ -143,12 +145,14 @@ export async function startWatchdog(
   const timer = setInterval(() => {
     checking = checking.then(check);
   }, opts.checkEveryMs);
+  const reports = startReports(ctx);
   log.info({ timeoutMs: opts.heartbeatTimeoutMs }, 'watchdog started');
   return {
     stop: async () => {
       clearInterval(timer);
       stopping.abort();
       await Promise.all([followEvents, followBeats, checking]);
+      await reports.stop();
     },
   };
 }

@@ -1,12 +1,13 @@
-import { DomainError, failure, type JobCommand, type ProcessExit } from '@trainyard/domain';
-import type { AppendMeta, Failure } from '@trainyard/events';
+import { failure, type ProcessExit } from '@trainyard/domain';
+import type { Failure } from '@trainyard/events';
 import {
   archiveLimits,
   LogShipper,
-  runJobCommand,
+  sendReport,
   shippedBytes,
   sleep,
-  type JobSnapshot,
+  type AttemptReport,
+  type ReportedJob,
   type RunAttempt,
   type RunningAttempt,
   type ServiceContext,
@@ -25,11 +26,10 @@ import type { WorkerOptions } from './options.ts';
 import type { JobUser } from './users.ts';
 
 /**
- * One attempt on this worker, from dispatch to its last event. Every event it appends goes
- * through the job's decider at the head it last saw, so a fenced attempt cannot report.
+ * One attempt on this worker, from dispatch to its last report. It appends nothing itself: it
+ * reports to the control plane, which decides on the log, so a fenced attempt cannot report.
  */
 export class AttemptRun {
-  #snapshot: JobSnapshot;
   #queue: Promise<unknown> = Promise.resolve();
   /** The attempt's process, once it is being started. */
   #process: Promise<RunningAttempt> | null = null;
@@ -50,49 +50,32 @@ export class AttemptRun {
     private readonly stopping: AbortSignal,
   ) {
     this.done = new Promise((resolve) => (this.#resolveDone = resolve));
-    this.#snapshot = { state: msg.job, head: msg.head };
   }
 
   get attemptId(): string {
     return this.msg.attemptId;
   }
 
-  #meta(): AppendMeta {
-    return {
-      actor: { kind: 'service', id: this.ctx.instanceId },
-      now: new Date(),
-      causationId: this.msg.attemptId,
-    };
-  }
-
-  /** Runs a command in order with this attempt's others; false when the domain refused it. */
-  #command(command: JobCommand | (() => JobCommand)): Promise<boolean> {
+  /**
+   * Reports to the control plane, in order with this attempt's other reports. The answer says
+   * where the job stands (null when the control plane refused the report).
+   */
+  #report(report: AttemptReport): Promise<ReportedJob | null> {
     const next = this.#queue.then(async () => {
-      try {
-        const result = await runJobCommand(
-          this.ctx.bus.store,
-          this.msg.jobId,
-          command,
-          this.#meta(),
-          {
-            snapshot: this.#snapshot,
-          },
-        );
-        this.#snapshot = result;
-        return result.events;
-      } catch (err) {
-        if (err instanceof DomainError) {
-          this.ctx.log.info(
-            { jobId: this.msg.jobId, attemptId: this.attemptId, code: err.code },
-            err.message,
-          );
-          return null;
-        }
-        throw err;
-      }
+      const reply = await sendReport(this.ctx.bus.nc, this.opts.name, {
+        kind: 'attempt',
+        jobId: this.msg.jobId,
+        report,
+      });
+      if (reply.ok) return reply.job ?? null;
+      this.ctx.log.info(
+        { jobId: this.msg.jobId, attemptId: this.attemptId, code: reply.code },
+        reply.message,
+      );
+      return null;
     });
     this.#queue = next.catch(() => undefined);
-    return next.then((events) => events !== null && events.length > 0);
+    return next;
   }
 
   /**
@@ -120,9 +103,12 @@ export class AttemptRun {
       this.#resolveDone();
       return;
     }
-    const started = await this.#command({ type: 'StartAttempt', attemptId: this.attemptId });
-    const running = this.#snapshot.state.status === 'running';
-    if (!started || !running) {
+    const job = await this.#report({ type: 'StartAttempt', attemptId: this.attemptId });
+    const running =
+      job?.status === 'running' &&
+      job.attemptId === this.attemptId &&
+      job.attemptStatus === 'running';
+    if (!running) {
       await this.#release();
       this.#resolveDone();
       return;
@@ -150,17 +136,10 @@ export class AttemptRun {
    * gives it: reads its output on from what the live log holds, and reports its end. False when
    * the runtime cannot attach to it (it is gone without a recorded exit); it is failed then.
    */
-  async resume(
-    box: Sandbox,
-    pid: number,
-    startedAt: number,
-    snapshot: JobSnapshot,
-    user?: JobUser,
-  ): Promise<boolean> {
+  async resume(box: Sandbox, pid: number, startedAt: number, user?: JobUser): Promise<boolean> {
     this.#box = box;
     this.#user = user;
     if (user) await this.opts.users?.adopt(user, box.root);
-    this.#snapshot = snapshot;
     this.#startedAt = startedAt;
     const offset = await shippedBytes(this.ctx.bus, this.msg.jobId, this.msg.attempt);
     const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
@@ -195,7 +174,7 @@ export class AttemptRun {
   ): Promise<void> {
     const sync = async () => {
       const files = await outputs.scan();
-      if (files) await this.#command({ type: 'SyncOutputs', attemptId: this.attemptId, files });
+      if (files) await this.#report({ type: 'SyncOutputs', attemptId: this.attemptId, files });
     };
     let syncing: Promise<void> = Promise.resolve();
     const timer = setInterval(() => {
@@ -274,24 +253,16 @@ export class AttemptRun {
       await this.#fail(failure('workerStopped', 'the worker stopped while the attempt ran'));
       return;
     }
-    await this.#command({
+    await this.#report({
       type: 'FinishAttempt',
       attemptId: this.attemptId,
       exit,
       durationMs: Date.now() - this.#startedAt,
-      now: new Date(),
-      jitter: Math.random(),
     });
   }
 
   async #fail(why: Failure): Promise<void> {
-    await this.#command(() => ({
-      type: 'FailAttempt',
-      attemptId: this.attemptId,
-      failure: why,
-      now: new Date(),
-      jitter: Math.random(),
-    }));
+    await this.#report({ type: 'FailAttempt', attemptId: this.attemptId, failure: why });
   }
 
   /** Stops the process for a cancel: its exit is reported and the decider records the cancel. */

@@ -2,7 +2,6 @@ import { chmod, mkdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import {
-  ConcurrencyError,
   retryTransient,
   Streams,
   Subjects,
@@ -14,6 +13,7 @@ import { currentAttempt } from '@trainyard/domain';
 import {
   DispatchMessageSchema,
   loadJob,
+  sendReport,
   supervise,
   takeFromDurable,
   type RunAttempt,
@@ -32,26 +32,15 @@ export interface RunningWorker {
   stop(): Promise<void>;
 }
 
-async function appendWorkerEvent(
+/** Reports an event of this worker's own; the control plane appends it. Its sequence. */
+async function reportWorkerEvent(
   ctx: ServiceContext,
   id: string,
-  event: WorkerEvent,
+  event: Extract<WorkerEvent, { type: 'WorkerRegistered' | 'WorkerLeft' }>,
 ): Promise<number> {
-  for (let tries = 0; ; tries++) {
-    const head = await ctx.bus.store.head('worker', id);
-    try {
-      const appended = await ctx.bus.store.append({
-        aggregate: 'worker',
-        aggregateId: id,
-        head,
-        events: [event],
-        meta: { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
-      });
-      return appended.head.seq;
-    } catch (err) {
-      if (!(err instanceof ConcurrencyError) || tries >= 5) throw err;
-    }
-  }
+  const reply = await sendReport(ctx.bus.nc, id, { kind: 'worker', event });
+  if (!reply.ok) throw new Error(`${event.type} refused: ${reply.message} (${reply.code})`);
+  return reply.seq;
 }
 
 /** How often a worker asks the log whether it was declared lost. */
@@ -119,7 +108,7 @@ export async function startWorker(
       const run = new AttemptRun(ctx, opts, marker.msg, stopped.signal);
       attempts.set(run.attemptId, run);
       void run.done.then(() => attempts.delete(run.attemptId));
-      if (await run.resume(box, marker.pid, marker.startedAt, job, marker.user)) {
+      if (await run.resume(box, marker.pid, marker.startedAt, marker.user)) {
         resumed.push(run.attemptId);
         log.info({ jobId: marker.msg.jobId, pid: marker.pid }, 're-attached to a running attempt');
       }
@@ -127,7 +116,7 @@ export async function startWorker(
     return resumed;
   }
   const register = (runningAttempts: string[]) =>
-    appendWorkerEvent(ctx, id, {
+    reportWorkerEvent(ctx, id, {
       type: 'WorkerRegistered',
       data: {
         name: id,
@@ -260,7 +249,7 @@ export async function startWorker(
       clearInterval(heartbeat);
       await Promise.all([...attempts.values()].map((a) => a.abandon()));
       opts.runtime.close?.();
-      await appendWorkerEvent(ctx, id, { type: 'WorkerLeft', data: { reason: 'stopped' } }).catch(
+      await reportWorkerEvent(ctx, id, { type: 'WorkerLeft', data: { reason: 'stopped' } }).catch(
         (err: unknown) => log.warn({ err }, 'could not record leaving'),
       );
     },

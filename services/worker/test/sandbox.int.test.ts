@@ -1,7 +1,6 @@
 import { access, mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { JobState } from '@trainyard/domain';
 import {
   DEFAULT_ARCHIVE_LIMITS,
   ProcessRuntime,
@@ -37,8 +36,6 @@ function attempt(jobId: string): RunAttempt {
     env: {},
     artifact: null,
     code: null,
-    job: { id: jobId, attempts: [] } as unknown as JobState,
-    head: { seq: 1, hash: 'h' },
   };
 }
 

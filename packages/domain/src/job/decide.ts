@@ -135,6 +135,8 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
     case 'StartAttempt': {
       const attempt = liveAttempt(state, command.attemptId);
       if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId: attempt.id } }];
+      // A start said twice (its first answer lost on the way back) is the start already recorded.
+      if (attempt.status === 'running') return [];
       if (attempt.status !== 'assigned') {
         return reject('INVALID_TRANSITION', `attempt ${attempt.id} is already ${attempt.status}`);
       }

@@ -22,9 +22,10 @@ const readerOf = (stream: string) => [
 
 /**
  * What the shared `worker` user may do on the embedded stack and in `infra/nats`: heartbeat,
- * take work from the dispatch stream, read and append job and worker events, ship logs, and read
- * and write the object store. It may not manage streams, read the buckets that hold secrets
- * (credentials, sessions, the token key), nor publish dispatches.
+ * report, take work from the dispatch stream, read job and worker events, ship logs, and read
+ * and write the object store. It may not append events (the control plane appends what workers
+ * report), manage streams, read the buckets that hold secrets (credentials, sessions, the token
+ * key), nor publish dispatches.
  */
 export const WORKER_PERMISSIONS: NatsPermissions = {
   publish: {
@@ -41,9 +42,8 @@ export const WORKER_PERMISSIONS: NatsPermissions = {
       ...readerOf(OBJECTS),
       '$JS.FC.>',
       '$O.trainyard.>',
-      'ty.ev.job.>',
-      'ty.ev.worker.>',
       'ty.hb.>',
+      'ty.report.*',
       'ty.log.>',
       '_INBOX.>',
     ],

@@ -1,0 +1,243 @@
+import type { Msg, Subscription } from '@nats-io/nats-core';
+import {
+  currentAttempt,
+  DomainError,
+  isTerminal,
+  type JobCommand,
+  type JobState,
+} from '@trainyard/domain';
+import {
+  ConcurrencyError,
+  EventStoreError,
+  isTransient,
+  Subjects,
+  type WorkerEvent,
+} from '@trainyard/events';
+import {
+  ReportSchema,
+  runJobCommand,
+  type AttemptReport,
+  type JobSnapshot,
+  type ReportedJob,
+  type ReportReply,
+  type ServiceContext,
+} from '@trainyard/platform';
+
+/** Reports handled at once; more wait in the subscription. */
+const CONCURRENCY = 64;
+/** Job snapshots kept between reports, newest last. */
+const CACHE_SIZE = 10_000;
+const WORKER_APPEND_TRIES = 5;
+
+export interface RunningReports {
+  stop(): Promise<void>;
+}
+
+/** A report that is refused, with the code its answer names. */
+class Refused extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const reportedJob = (state: JobState): ReportedJob => {
+  const attempt = currentAttempt(state);
+  return {
+    status: state.status,
+    attemptId: attempt?.id ?? null,
+    attemptStatus: attempt?.status ?? null,
+  };
+};
+
+/**
+ * Appends what workers report, for the attempts they hold. Every control-plane replica answers
+ * reports (a queue group shares them); the worker is named by the subject it reported on, which
+ * only it may publish to, never by anything in the report. Each report is decided on the log as
+ * it stands: a snapshot kept from an earlier report is tried first, and a refusal or a conflict
+ * on it is decided again on the job read afresh, so that a refusal is never a stale one.
+ */
+export function startReports(ctx: ServiceContext): RunningReports {
+  const log = ctx.log.child({ component: 'reports' });
+  const snapshots = new Map<string, JobSnapshot>();
+  /** Reports of one job are handled one at a time, in the order they came. */
+  const perJob = new Map<string, Promise<unknown>>();
+  const running = new Set<Promise<void>>();
+
+  const remember = (jobId: string, snapshot: JobSnapshot) => {
+    snapshots.delete(jobId);
+    if (isTerminal(snapshot.state.status)) return;
+    snapshots.set(jobId, snapshot);
+    if (snapshots.size > CACHE_SIZE) snapshots.delete(snapshots.keys().next().value!);
+  };
+
+  function commandFor(report: AttemptReport): JobCommand {
+    switch (report.type) {
+      case 'StartAttempt':
+      case 'SyncOutputs':
+        return report;
+      case 'FinishAttempt':
+      case 'FailAttempt':
+        return { ...report, now: new Date(), jitter: Math.random() };
+    }
+  }
+
+  async function decide(
+    workerId: string,
+    jobId: string,
+    report: AttemptReport,
+    snapshot: JobSnapshot | undefined,
+  ) {
+    return runJobCommand(
+      ctx.bus.store,
+      jobId,
+      (state) => {
+        const holder = state.attempts.find((a) => a.id === report.attemptId)?.workerId;
+        if (holder !== workerId) {
+          throw new Refused(
+            'NOT_YOUR_ATTEMPT',
+            `attempt ${report.attemptId} of job ${jobId} is not held by worker ${workerId}`,
+          );
+        }
+        return commandFor(report);
+      },
+      {
+        actor: { kind: 'service', id: `worker:${workerId}` },
+        now: new Date(),
+        causationId: report.attemptId,
+      },
+      snapshot ? { snapshot } : {},
+    );
+  }
+
+  async function onAttempt(
+    workerId: string,
+    jobId: string,
+    report: AttemptReport,
+  ): Promise<ReportReply> {
+    const cached = snapshots.get(jobId);
+    let result;
+    try {
+      result = await decide(workerId, jobId, report, cached);
+    } catch (err) {
+      if (!cached || !(err instanceof Refused || err instanceof DomainError)) throw err;
+      result = await decide(workerId, jobId, report, undefined);
+    }
+    remember(jobId, result);
+    return {
+      ok: true,
+      seq: result.head.seq,
+      applied: result.events.length > 0,
+      job: reportedJob(result.state),
+    };
+  }
+
+  async function onWorker(workerId: string, event: WorkerEvent): Promise<ReportReply> {
+    if (event.type === 'WorkerRegistered' && event.data.name !== workerId) {
+      throw new Refused('NOT_YOURS', `worker ${workerId} may not register as ${event.data.name}`);
+    }
+    for (let tries = 1; ; tries++) {
+      const head = await ctx.bus.store.head('worker', workerId);
+      try {
+        const appended = await ctx.bus.store.append({
+          aggregate: 'worker',
+          aggregateId: workerId,
+          head,
+          events: [event],
+          meta: { actor: { kind: 'service', id: `worker:${workerId}` }, now: new Date() },
+        });
+        return { ok: true, seq: appended.head.seq, applied: true };
+      } catch (err) {
+        if (!(err instanceof ConcurrencyError) || tries >= WORKER_APPEND_TRIES) throw err;
+      }
+    }
+  }
+
+  async function answer(workerId: string, body: unknown): Promise<ReportReply> {
+    const parsed = ReportSchema.safeParse(body);
+    if (!parsed.success) {
+      throw new Refused('BAD_REPORT', parsed.error.issues[0]?.message ?? 'malformed report');
+    }
+    const report = parsed.data;
+    if (report.kind === 'worker') return onWorker(workerId, report.event);
+    const jobId = report.jobId;
+    const before = perJob.get(jobId) ?? Promise.resolve();
+    const reply = before.then(() => onAttempt(workerId, jobId, report.report));
+    const settled = reply.catch(() => undefined);
+    perJob.set(jobId, settled);
+    void settled.then(() => perJob.get(jobId) === settled && perJob.delete(jobId));
+    return reply;
+  }
+
+  async function handle(msg: Msg): Promise<void> {
+    const workerId = msg.subject.slice('ty.report.'.length);
+    let body: unknown;
+    let reply: ReportReply;
+    try {
+      body = msg.json();
+      reply = await answer(workerId, body);
+    } catch (err) {
+      if (err instanceof Refused || err instanceof DomainError) {
+        const level = err instanceof Refused ? 'warn' : 'info';
+        log[level]({ workerId, code: err.code, report: describe(body) }, err.message);
+        const jobId = (body as { jobId?: unknown } | undefined)?.jobId;
+        const snapshot = typeof jobId === 'string' ? snapshots.get(jobId) : undefined;
+        reply = {
+          ok: false,
+          code: err.code,
+          message: err.message,
+          ...(snapshot && { job: reportedJob(snapshot.state) }),
+        };
+      } else if (err instanceof SyntaxError) {
+        reply = { ok: false, code: 'BAD_REPORT', message: 'a report is JSON' };
+      } else {
+        const unavailable = isTransient(err) || err instanceof EventStoreError;
+        log.error({ err, workerId }, 'could not handle a report');
+        reply = {
+          ok: false,
+          code: unavailable ? 'UNAVAILABLE' : 'REPORT_FAILED',
+          message: (err as Error).message,
+        };
+      }
+    }
+    msg.respond(JSON.stringify(reply));
+  }
+
+  const sub: Subscription = ctx.bus.nc.subscribe(Subjects.allReports, { queue: 'reports' });
+  const loop = (async () => {
+    for await (const msg of sub) {
+      while (running.size >= CONCURRENCY) await Promise.race(running);
+      const done: Promise<void> = handle(msg)
+        .catch((err: unknown) => log.error({ err }, 'report answer failed'))
+        .finally(() => running.delete(done));
+      running.add(done);
+    }
+  })();
+
+  return {
+    stop: async () => {
+      await sub.drain();
+      await loop;
+      await Promise.all(running);
+    },
+  };
+}
+
+/** What a refused report was about, for the log: never its whole body. */
+function describe(body: unknown): Record<string, unknown> | undefined {
+  if (typeof body !== 'object' || body === null) return undefined;
+  const b = body as {
+    kind?: unknown;
+    jobId?: unknown;
+    report?: { type?: unknown; attemptId?: unknown };
+    event?: { type?: unknown };
+  };
+  return {
+    kind: b.kind,
+    jobId: b.jobId,
+    type: b.report?.type ?? b.event?.type,
+    attemptId: b.report?.attemptId,
+  };
+}
