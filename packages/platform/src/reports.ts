@@ -44,12 +44,18 @@ export const AttemptReportSchema = z.discriminatedUnion('type', [
 ]);
 export type AttemptReport = z.infer<typeof AttemptReportSchema>;
 
+/**
+ * A report, or a question: `job` asks where a job stands (its attempt is named only to the
+ * worker that holds it), `self` asks for the worker's own latest event (was it declared lost?).
+ */
 export const ReportSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('attempt'), jobId: Id, report: AttemptReportSchema }),
   z.object({
     kind: z.literal('worker'),
     event: z.discriminatedUnion('type', [WorkerRegistered, WorkerLeft]),
   }),
+  z.object({ kind: z.literal('job'), jobId: Id }),
+  z.object({ kind: z.literal('self') }),
 ]);
 export type Report = z.infer<typeof ReportSchema>;
 
@@ -67,7 +73,14 @@ export interface ReportedJob {
  * such as `STALE_ATTEMPT`, or `UNAVAILABLE` (the log could not be reached; try again).
  */
 export type ReportReply =
-  | { ok: true; seq: number; applied: boolean; job?: ReportedJob }
+  | {
+      ok: true;
+      seq: number;
+      applied: boolean;
+      job?: ReportedJob;
+      /** For `self`: the worker's latest event, null when it has none. */
+      latest?: { seq: number; type: string } | null;
+    }
   | { ok: false; code: string; message: string; job?: ReportedJob };
 
 /** How long a report waits for its answer before it is sent again. */
@@ -78,6 +91,17 @@ class ReportUnavailable extends Error {
   override name = 'ReportUnavailable';
   readonly status = 503;
 }
+
+const reportName = (report: Report): string => {
+  switch (report.kind) {
+    case 'attempt':
+      return report.report.type;
+    case 'worker':
+      return report.event.type;
+    default:
+      return `question (${report.kind})`;
+  }
+};
 
 /**
  * Sends a report and waits for its answer, sending it again after no answer, no responder or a
@@ -90,13 +114,10 @@ export function sendReport(
   report: Report,
 ): Promise<ReportReply> {
   const subject = Subjects.report(workerId);
-  return retryTransient(
-    `report ${report.kind === 'attempt' ? report.report.type : report.event.type}`,
-    async () => {
-      const msg = await nc.request(subject, JSON.stringify(report), { timeout: REPORT_TIMEOUT_MS });
-      const reply = msg.json<ReportReply>();
-      if (!reply.ok && reply.code === 'UNAVAILABLE') throw new ReportUnavailable(reply.message);
-      return reply;
-    },
-  );
+  return retryTransient(`report ${reportName(report)}`, async () => {
+    const msg = await nc.request(subject, JSON.stringify(report), { timeout: REPORT_TIMEOUT_MS });
+    const reply = msg.json<ReportReply>();
+    if (!reply.ok && reply.code === 'UNAVAILABLE') throw new ReportUnavailable(reply.message);
+    return reply;
+  });
 }

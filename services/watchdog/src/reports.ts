@@ -1,3 +1,4 @@
+import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
 import type { Msg, Subscription } from '@nats-io/nats-core';
 import {
   currentAttempt,
@@ -10,10 +11,15 @@ import {
   ConcurrencyError,
   EventStoreError,
   isTransient,
+  retryTransient,
+  Streams,
   Subjects,
   type WorkerEvent,
 } from '@trainyard/events';
 import {
+  dispatchSlots,
+  loadJob,
+  MAX_GPUS_PER_WORKER,
   ReportSchema,
   runJobCommand,
   type AttemptReport,
@@ -28,6 +34,8 @@ const CONCURRENCY = 64;
 /** Job snapshots kept between reports, newest last. */
 const CACHE_SIZE = 10_000;
 const WORKER_APPEND_TRIES = 5;
+/** How long a worker may hold a dispatch before it is delivered again (it says it is working). */
+const DISPATCH_ACK_WAIT_NS = 60_000 * 1_000_000;
 
 export interface RunningReports {
   stop(): Promise<void>;
@@ -134,9 +142,52 @@ export function startReports(ctx: ServiceContext): RunningReports {
     };
   }
 
+  /** Makes the dispatch consumers of a registering worker's slots: it may only read them. */
+  async function openSlots(workerId: string, gpus: number[], cpuSlots: number): Promise<void> {
+    for (const slot of dispatchSlots(workerId, gpus, cpuSlots)) {
+      await retryTransient(`open the dispatch consumer ${slot.durable}`, () =>
+        ctx.bus.jsm.consumers.add(Streams.dispatch, {
+          durable_name: slot.durable,
+          filter_subject: slot.subject,
+          ack_policy: AckPolicy.Explicit,
+          deliver_policy: DeliverPolicy.All,
+          ack_wait: DISPATCH_ACK_WAIT_NS,
+          max_deliver: 20,
+        }),
+      );
+    }
+  }
+
+  /** Where a job stands, as far as this worker may know: its attempt only if the worker holds it. */
+  async function onQuestion(workerId: string, jobId: string): Promise<ReportReply> {
+    const { state, head } = await loadJob(ctx.bus.store, jobId);
+    const attempt = currentAttempt(state);
+    const held = attempt?.workerId === workerId;
+    return {
+      ok: true,
+      seq: head.seq,
+      applied: false,
+      job: {
+        status: state.status,
+        attemptId: held ? attempt.id : null,
+        attemptStatus: held ? attempt.status : null,
+      },
+    };
+  }
+
   async function onWorker(workerId: string, event: WorkerEvent): Promise<ReportReply> {
-    if (event.type === 'WorkerRegistered' && event.data.name !== workerId) {
-      throw new Refused('NOT_YOURS', `worker ${workerId} may not register as ${event.data.name}`);
+    if (event.type === 'WorkerRegistered') {
+      if (event.data.name !== workerId) {
+        throw new Refused('NOT_YOURS', `worker ${workerId} may not register as ${event.data.name}`);
+      }
+      const indexes = event.data.gpus.map((g) => g.index);
+      if (indexes.some((i) => i >= MAX_GPUS_PER_WORKER) || new Set(indexes).size < indexes.length) {
+        throw new Refused(
+          'BAD_REPORT',
+          `a worker offers distinct GPUs numbered 0 to ${MAX_GPUS_PER_WORKER - 1}`,
+        );
+      }
+      await openSlots(workerId, indexes, event.data.cpuSlots);
     }
     for (let tries = 1; ; tries++) {
       const head = await ctx.bus.store.head('worker', workerId);
@@ -162,6 +213,16 @@ export function startReports(ctx: ServiceContext): RunningReports {
     }
     const report = parsed.data;
     if (report.kind === 'worker') return onWorker(workerId, report.event);
+    if (report.kind === 'self') {
+      const latest = await ctx.bus.store.last('worker', workerId);
+      return {
+        ok: true,
+        seq: latest?.seq ?? 0,
+        applied: false,
+        latest: latest && { seq: latest.seq, type: latest.type },
+      };
+    }
+    if (report.kind === 'job') return onQuestion(workerId, report.jobId);
     const jobId = report.jobId;
     const before = perJob.get(jobId) ?? Promise.resolve();
     const reply = before.then(() => onAttempt(workerId, jobId, report.report));

@@ -1,6 +1,6 @@
 import { chmod, mkdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import { AckPolicy, DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
+import type { JsMsg } from '@nats-io/jetstream';
 import {
   retryTransient,
   Streams,
@@ -9,11 +9,11 @@ import {
   type Heartbeat,
   type WorkerEvent,
 } from '@trainyard/events';
-import { currentAttempt } from '@trainyard/domain';
 import {
+  dispatchSlots,
   DispatchMessageSchema,
-  loadJob,
   sendReport,
+  type Report,
   supervise,
   takeFromDurable,
   type RunAttempt,
@@ -22,8 +22,6 @@ import {
 import { AttemptRun } from './attempt.ts';
 import { killGroup, leftSandboxes, removeSandbox } from './sandbox.ts';
 import type { WorkerOptions } from './options.ts';
-
-const ACK_WAIT_NS = 60_000 * 1_000_000;
 
 export interface RunningWorker {
   readonly id: string;
@@ -43,20 +41,14 @@ async function reportWorkerEvent(
   return reply.seq;
 }
 
-/** How often a worker asks the log whether it was declared lost. */
+/** How often a worker asks the control plane whether it was declared lost. */
 const LOST_CHECK_MS = 1_000;
 
-/** The subjects this worker takes work from: one per GPU, the CPU pool, and control. */
-function slotSubjects(
-  id: string,
-  gpus: Gpu[],
-  cpuSlots: number,
-): { name: string; subject: string }[] {
-  return [
-    ...gpus.map((g) => ({ name: `gpu${g.index}`, subject: Subjects.dispatchGpu(id, g.index) })),
-    ...(cpuSlots > 0 ? [{ name: 'cpu', subject: Subjects.dispatchCpu(id) }] : []),
-    { name: 'ctl', subject: Subjects.dispatchControl(id) },
-  ];
+/** Asks the control plane a question about this worker or its jobs; its answer. */
+async function ask(ctx: ServiceContext, id: string, question: Report) {
+  const reply = await sendReport(ctx.bus.nc, id, question);
+  if (!reply.ok) throw new Error(`${reply.message} (${reply.code})`);
+  return reply;
 }
 
 /**
@@ -89,12 +81,8 @@ export async function startWorker(
   async function recover(): Promise<string[]> {
     const resumed: string[] = [];
     for (const { box, marker } of await leftSandboxes(opts.sandboxRoot)) {
-      const job = await loadJob(ctx.bus.store, marker.msg.jobId);
-      const attempt = currentAttempt(job.state);
-      const ours =
-        job.state.status === 'running' &&
-        attempt?.id === marker.msg.attemptId &&
-        attempt.workerId === id;
+      const { job } = await ask(ctx, id, { kind: 'job', jobId: marker.msg.jobId });
+      const ours = job?.status === 'running' && job.attemptId === marker.msg.attemptId;
       if (!ours || !marker.pid) {
         killGroup(marker.pid);
         if (marker.user) await opts.users?.release(marker.user).catch(() => undefined);
@@ -135,8 +123,8 @@ export async function startWorker(
    * had its attempts failed and given to others: it stops them, then registers again.
    */
   async function comeBackIfLost(): Promise<void> {
-    const last = await ctx.bus.store.last('worker', id);
-    if (!last || last.seq <= registeredSeq || last.type !== 'WorkerLost') return;
+    const { latest } = await ask(ctx, id, { kind: 'self' });
+    if (!latest || latest.seq <= registeredSeq || latest.type !== 'WorkerLost') return;
     log.warn(
       { attempts: attempts.size },
       'this worker was declared lost; stopping its attempts and registering again',
@@ -202,19 +190,15 @@ export async function startWorker(
     msg.ack();
   }
 
-  for (const slot of slotSubjects(id, gpus, opts.cpuSlots)) {
-    const durable = `worker_${id}_${slot.name}`;
-    const consumer = await retryTransient(`open the dispatch consumer ${durable}`, async () => {
-      await ctx.bus.jsm.consumers.add(Streams.dispatch, {
-        durable_name: durable,
-        filter_subject: slot.subject,
-        ack_policy: AckPolicy.Explicit,
-        deliver_policy: DeliverPolicy.All,
-        ack_wait: ACK_WAIT_NS,
-        max_deliver: 20,
-      });
-      return ctx.bus.js.consumers.get(Streams.dispatch, durable);
-    });
+  const slots = dispatchSlots(
+    id,
+    gpus.map((g) => g.index),
+    opts.cpuSlots,
+  );
+  for (const { durable } of slots) {
+    const consumer = await retryTransient(`open the dispatch consumer ${durable}`, () =>
+      ctx.bus.js.consumers.get(Streams.dispatch, durable),
+    );
     loops.push(
       supervise(
         durable,

@@ -2,7 +2,6 @@ import type { NatsPermissions } from './nats-server.ts';
 
 /** The streams a worker reads from or writes to, and the object store bucket it shares. */
 const DISPATCH = 'TY_DISPATCH';
-const EVENTS = 'TY_EVENTS';
 const LOGS = 'TY_LOGS';
 const OBJECTS = 'OBJ_trainyard';
 
@@ -20,24 +19,29 @@ const readerOf = (stream: string) => [
   `$JS.ACK.${stream}.>`,
 ];
 
+/** The JetStream calls that reading consumers someone else made takes: no creating them. */
+const bindingTo = (stream: string) => [
+  `$JS.API.CONSUMER.INFO.${stream}.>`,
+  `$JS.API.CONSUMER.MSG.NEXT.${stream}.>`,
+  `$JS.ACK.${stream}.>`,
+];
+
 /**
- * What the shared `worker` user may do on the embedded stack and in `infra/nats`: heartbeat,
- * report, take work from the dispatch stream, read job and worker events, ship logs, and read
- * and write the object store. It may not append events (the control plane appends what workers
- * report), manage streams, read the buckets that hold secrets (credentials, sessions, the token
- * key), nor publish dispatches.
+ * What the shared `worker` user may do in `infra/nats`: heartbeat, report and ask (the control
+ * plane answers what a worker may know of its jobs), take work from the dispatch stream, ship
+ * logs, and read and write the object store. It may not read or append events (the control
+ * plane appends what workers report), manage streams, read the buckets that hold secrets
+ * (credentials, sessions, the token key), nor publish dispatches.
  */
 export const WORKER_PERMISSIONS: NatsPermissions = {
   publish: {
     allow: [
       '$JS.API.INFO',
       `$JS.API.STREAM.INFO.${DISPATCH}`,
-      `$JS.API.STREAM.INFO.${EVENTS}`,
       `$JS.API.STREAM.INFO.${LOGS}`,
       `$JS.API.STREAM.INFO.${OBJECTS}`,
       `$JS.API.STREAM.PURGE.${OBJECTS}`,
-      ...readerOf(DISPATCH),
-      ...readerOf(EVENTS),
+      ...bindingTo(DISPATCH),
       ...readerOf(LOGS),
       ...readerOf(OBJECTS),
       '$JS.FC.>',
