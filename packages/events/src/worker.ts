@@ -35,7 +35,12 @@ export const WorkerLeft = z.object({
 
 export const WorkerLost = z.object({
   type: z.literal('WorkerLost'),
-  data: z.object({ lastSeenAt: z.iso.datetime().nullable(), timeoutMs: z.number().int() }),
+  data: z.object({
+    lastSeenAt: z.iso.datetime().nullable(),
+    timeoutMs: z.number().int(),
+    /** An admin revoked the worker's key: it is cut off, not silent. */
+    revoked: z.literal(true).optional(),
+  }),
 });
 
 export const WorkerEventSchema = z.discriminatedUnion('type', [

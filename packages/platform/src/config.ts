@@ -21,6 +21,8 @@ export const BaseConfigSchema = z.object({
   TRAINYARD_SIGNING_KEY: z.string().optional(),
   /** Public keys (base64 SPKI, comma-separated) whose signatures `events verify` accepts. */
   TRAINYARD_TRUSTED_KEYS: z.string().optional(),
+  /** The NATS URL the API tells enrolled workers to connect to (default: its own, no login). */
+  TRAINYARD_WORKER_NATS_URL: z.string().optional(),
 });
 export type BaseConfig = z.infer<typeof BaseConfigSchema>;
 

@@ -24,7 +24,7 @@ export interface ServiceContext {
 export async function openContext(
   service: string,
   config: BaseConfig = parseEnv(BaseConfigSchema),
-  opts: { manage?: boolean; signer?: EventSigner } = {},
+  opts: { manage?: boolean; signer?: EventSigner; nkeySeed?: string } = {},
 ): Promise<ServiceContext> {
   const log = createLogger(service);
   const instanceId = `${service}@${hostname()}:${process.pid}`;
@@ -40,6 +40,7 @@ export async function openContext(
     { replicas: config.TRAINYARD_STREAM_REPLICAS },
     manage,
     signer,
+    opts.nkeySeed ?? null,
   );
   const blobs = await openBlobStore(config, bus.js, manage);
   return { bus, blobs, log, config, instanceId };

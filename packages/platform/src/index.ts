@@ -31,3 +31,4 @@ export * from './follow.ts';
 export * from './stall.ts';
 export * from './servers/permissions.ts';
 export * from './reports.ts';
+export * from './worker-keys.ts';

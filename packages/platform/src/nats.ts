@@ -4,7 +4,7 @@ import {
   type JetStreamClient,
   type JetStreamManager,
 } from '@nats-io/jetstream';
-import type { NatsConnection } from '@nats-io/nats-core';
+import { nkeyAuthenticator, type NatsConnection } from '@nats-io/nats-core';
 import { connect } from '@nats-io/transport-node';
 import {
   ensureStreams,
@@ -51,6 +51,7 @@ export function natsServers(url: string): { servers: string[]; user?: string; pa
  * Connects to NATS, reconnecting forever, and makes sure the streams exist and are configured
  * as Trainyard wants; with `manage: false` (a worker, allowed no such thing) it leaves them as
  * the control plane made them. Events it appends are signed with `signer` when there is one.
+ * A worker enrolled for a key of its own logs in with that key's seed.
  */
 export async function connectBus(
   url: string,
@@ -58,9 +59,11 @@ export async function connectBus(
   streams: Partial<StreamOptions> = {},
   manage = true,
   signer: EventSigner | null = null,
+  nkeySeed: string | null = null,
 ): Promise<Bus> {
   const nc = await connect({
     ...natsServers(url),
+    ...(nkeySeed && { authenticator: nkeyAuthenticator(new TextEncoder().encode(nkeySeed)) }),
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,

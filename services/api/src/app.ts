@@ -16,8 +16,9 @@ import { jobDataRoutes } from './routes/job-data.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { systemRoutes } from './routes/system.ts';
 import { userRoutes } from './routes/users.ts';
+import { workerRoutes } from './routes/workers.ts';
 
-const PUBLIC = new Set(['/v1/auth/login', '/v1/auth/refresh']);
+const PUBLIC = new Set(['/v1/auth/login', '/v1/auth/refresh', '/v1/workers/enrol']);
 
 /** Builds the HTTP API. Tests call `app.inject()`; `start` listens. */
 export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
@@ -68,5 +69,6 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
   jobRoutes(typed, deps);
   jobDataRoutes(typed, deps);
   systemRoutes(typed, deps);
+  workerRoutes(typed, deps);
   return app;
 }

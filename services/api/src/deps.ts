@@ -8,7 +8,7 @@ import type {
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Kysely } from 'kysely';
 import type { Database } from '@trainyard/projections';
-import type { ArchiveLimits, BlobStore, Bus, Logger } from '@trainyard/platform';
+import type { ArchiveLimits, BlobStore, Bus, Logger, WorkerKeys } from '@trainyard/platform';
 import type { CredentialStore, TokenIssuer } from './auth.ts';
 import type { SessionStore } from './sessions.ts';
 import type { LoginThrottle } from './throttle.ts';
@@ -23,6 +23,10 @@ export interface ApiDeps {
   sessions: SessionStore;
   throttle: LoginThrottle;
   tokens: TokenIssuer;
+  /** Enrolment tokens and the keys of enrolled workers. */
+  workerKeys: WorkerKeys;
+  /** The NATS URL an enrolled worker is told to connect to (no login in it). */
+  workerNatsUrl: string;
   log: Logger;
   metrics: ApiMetrics;
   /** Largest code archive accepted, in bytes. */

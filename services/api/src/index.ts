@@ -1,6 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import type { Kysely } from 'kysely';
-import { archiveLimits, ConfigError, type ServiceContext } from '@trainyard/platform';
+import {
+  archiveLimits,
+  ConfigError,
+  natsServers,
+  WorkerKeys,
+  type ServiceContext,
+} from '@trainyard/platform';
 import type { Database } from '@trainyard/projections';
 import { buildApp } from './app.ts';
 import {
@@ -33,6 +39,8 @@ export interface ApiOptions {
   maxUploadBytes?: number;
   /** How long an access token lasts (`TRAINYARD_TOKEN_TTL_S`). */
   tokenTtlSeconds?: number;
+  /** The NATS URL enrolled workers connect to (default: this API's own, without its login). */
+  workerNatsUrl?: string;
 }
 
 export interface RunningApi {
@@ -80,6 +88,11 @@ export async function apiDeps(
     blobs: ctx.blobs,
     log: ctx.log,
     credentials: await CredentialStore.open(ctx.bus.js, replicas),
+    workerKeys: await WorkerKeys.open(ctx.bus.js, replicas),
+    workerNatsUrl:
+      opts.workerNatsUrl ??
+      ctx.config.TRAINYARD_WORKER_NATS_URL ??
+      natsServers(ctx.config.TRAINYARD_NATS_URL).servers.join(','),
     sessions,
     throttle: new LoginThrottle(),
     tokens: new TokenIssuer(secret, opts.tokenTtlSeconds ?? DEFAULT_TOKEN_TTL_S, (u, sid, at) =>

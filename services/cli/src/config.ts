@@ -37,7 +37,7 @@ function alive(pid: number): boolean {
   }
 }
 
-function readJson<T>(file: string): T | null {
+export function readJson<T>(file: string): T | null {
   if (!existsSync(file)) return null;
   try {
     return JSON.parse(readFileSync(file, 'utf8')) as T;

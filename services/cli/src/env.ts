@@ -10,6 +10,7 @@ import {
 import { connectDb, migrate } from '@trainyard/projections';
 import { readSigningKey, readStack } from './config.ts';
 import { reach } from './connect.ts';
+import { workerCredential } from './enrol.ts';
 import { CliError } from './errors.ts';
 
 const HOW_TO_POINT =
@@ -50,6 +51,47 @@ export async function serviceContext(name: string): Promise<ServiceContext> {
   return reach('NATS', config.TRAINYARD_NATS_URL, 'TRAINYARD_NATS_URL', () =>
     openContext(name, config, { manage: name !== 'worker' }),
   );
+}
+
+/** How long a freshly enrolled worker waits for NATS to take its new key. */
+const NEW_KEY_WAIT_MS = 15_000;
+
+/**
+ * A worker's connections: with its own key when it enrolled (`--token`, or a key it kept),
+ * else as any service (a URL's login, or the local stack's).
+ */
+export async function workerContext(
+  name: string,
+  opts: { token?: string; key?: string; api?: string },
+  env = process.env,
+): Promise<ServiceContext> {
+  const enrolled = await workerCredential(name, opts, env);
+  if (!enrolled) return serviceContext('worker');
+  const { credential, fresh } = enrolled;
+  const url = env.TRAINYARD_NATS_URL ?? credential.natsUrl;
+  const config = parseEnv(BaseConfigSchema, { ...env, TRAINYARD_NATS_URL: url });
+  const open = () => openContext('worker', config, { manage: false, nkeySeed: credential.seed });
+  const deadline = Date.now() + (fresh ? NEW_KEY_WAIT_MS : 0);
+  for (;;) {
+    try {
+      return await open();
+    } catch (err) {
+      const refused = /authorization/i.test(String((err as Error).message));
+      if (refused && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 250));
+        continue;
+      }
+      if (refused) {
+        throw new CliError(
+          `NATS at ${url} refused the key of worker ${name}: it was revoked, or this is not the server it enrolled with. Enrol again with a new token (--token)`,
+          'WORKER_KEY_REFUSED',
+          1,
+          { cause: err },
+        );
+      }
+      return reach('NATS', url, 'TRAINYARD_NATS_URL', () => Promise.reject(err));
+    }
+  }
 }
 
 /**

@@ -16,9 +16,11 @@ import {
   startNatsServer,
   startPostgres,
   stopOnSignals,
-  WORKER_PERMISSIONS,
+  authorizeWorkers,
   withDeadline,
+  WorkerKeys,
   type ChildServer,
+  type NatsServer,
   type ServiceContext,
   type Stoppable,
 } from '@trainyard/platform';
@@ -91,7 +93,7 @@ export interface Stack {
   worker: RunningWorker | null;
   /** The control plane's NATS URL, with its login when the stack started NATS itself. */
   natsUrl: string;
-  /** The URL a remote worker joins with (the `worker` login), when the stack started NATS. */
+  /** The URL a remote worker connects to with its own key, when the stack started NATS. */
   workerNatsUrl: string | null;
   /** The public key of the key that signs the stack's events. */
   publicKey: string;
@@ -101,10 +103,12 @@ export interface Stack {
   stop(): Promise<void>;
 }
 
-/** The logins of the embedded NATS, made on first start and kept in `home/secrets` (0600). */
+/**
+ * The control plane's login to the embedded NATS, made on first start and kept in
+ * `home/secrets` (0600). Workers have none here: each enrols for a key of its own.
+ */
 interface NatsLogins {
   control: string;
-  worker: string;
 }
 
 async function natsLogins(home: string): Promise<NatsLogins> {
@@ -113,11 +117,8 @@ async function natsLogins(home: string): Promise<NatsLogins> {
   const kept = await readFile(file, 'utf8')
     .then((t) => JSON.parse(t) as NatsLogins)
     .catch(() => null);
-  if (kept?.control && kept.worker) return kept;
-  const logins: NatsLogins = {
-    control: randomBytes(24).toString('base64url'),
-    worker: randomBytes(24).toString('base64url'),
-  };
+  if (kept?.control) return { control: kept.control };
+  const logins: NatsLogins = { control: randomBytes(24).toString('base64url') };
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await chmod(dir, 0o700);
   await writeFile(file, JSON.stringify(logins, null, 2), { mode: 0o600 });
@@ -179,6 +180,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   try {
     let natsUrl = opts.natsUrl;
     let workerNatsUrl: string | null = null;
+    let embeddedNats: NatsServer | null = null;
     if (!natsUrl) {
       const port =
         opts.natsPort ?? ((await portInUse(DEFAULT_NATS_PORT)) ? undefined : DEFAULT_NATS_PORT);
@@ -186,14 +188,12 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       const nats = await startNatsServer({
         dir: join(opts.home, 'nats'),
         ...(port && { port }),
-        users: [
-          { user: 'control', password: logins.control },
-          { user: 'worker', password: logins.worker, permissions: WORKER_PERMISSIONS },
-        ],
+        users: [{ user: 'control', password: logins.control }],
       });
       children.push(nats);
+      embeddedNats = nats;
       natsUrl = withLogin(nats.url, 'control', logins.control);
-      workerNatsUrl = withLogin(nats.url, 'worker', logins.worker);
+      workerNatsUrl = nats.url;
     }
     let databaseUrl = opts.databaseUrl;
     if (!databaseUrl) {
@@ -218,6 +218,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     db = database;
     await reach('PostgreSQL', databaseUrl, 'DATABASE_URL', () => migrate(database));
 
+    if (embeddedNats) {
+      const keys = await WorkerKeys.open(ctx.bus.js, config.TRAINYARD_STREAM_REPLICAS);
+      add('worker logins', authorizeWorkers(keys, embeddedNats, ctx.log));
+    }
     const without = new Set(opts.without ?? []);
     if (!without.has('projector')) add('projector', await startProjector(ctx, db));
     if (!without.has('scheduler')) {
@@ -232,6 +236,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
       ...(opts.maxUploadBytes && { maxUploadBytes: opts.maxUploadBytes }),
       ...(opts.tokenTtlSeconds && { tokenTtlSeconds: opts.tokenTtlSeconds }),
+      ...(workerNatsUrl && { workerNatsUrl }),
     });
     add('api', api);
     const worker = opts.worker ? await startWorker(ctx, opts.worker) : null;
@@ -269,7 +274,7 @@ function banner(
 ) {
   const nats = redactUrl(stack.natsUrl);
   const joining = stack.workerNatsUrl
-    ? `workers join with the worker login in ${home}/secrets/nats.json: TRAINYARD_NATS_URL=${redactUrl(stack.workerNatsUrl)} npx trainyard worker --name NAME`
+    ? `workers join with a token from \`trainyard worker token create\`: npx trainyard worker --name NAME --token TOKEN --api ${api.url}`
     : `workers join: TRAINYARD_NATS_URL=${nats} npx trainyard worker --name NAME`;
   const lines = [
     '',

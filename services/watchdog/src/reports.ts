@@ -26,6 +26,7 @@ import {
   type JobSnapshot,
   type ReportedJob,
   type ReportReply,
+  WorkerKeys,
   type ServiceContext,
 } from '@trainyard/platform';
 
@@ -73,6 +74,7 @@ export function startReports(ctx: ServiceContext): RunningReports {
   /** Reports of one job are handled one at a time, in the order they came. */
   const perJob = new Map<string, Promise<unknown>>();
   const running = new Set<Promise<void>>();
+  let keys: WorkerKeys | undefined;
 
   const remember = (jobId: string, snapshot: JobSnapshot) => {
     snapshots.delete(jobId);
@@ -142,6 +144,20 @@ export function startReports(ctx: ServiceContext): RunningReports {
     };
   }
 
+  /**
+   * A revoked worker registers again only once enrolled again: its connection may outlive the
+   * revocation by a moment, and must not bring it back.
+   */
+  async function refuseIfRevoked(workerId: string): Promise<void> {
+    const last = await ctx.bus.store.last('worker', workerId);
+    if (last?.type !== 'WorkerLost' || !(last.data as { revoked?: boolean }).revoked) return;
+    keys ??= await WorkerKeys.open(ctx.bus.js, ctx.config.TRAINYARD_STREAM_REPLICAS);
+    const key = await keys.get(workerId);
+    if (!key || Date.parse(key.enrolledAt) <= Date.parse(last.occurredAt)) {
+      throw new Refused('REVOKED', `worker ${workerId} was revoked: it must enrol again`);
+    }
+  }
+
   /** Makes the dispatch consumers of a registering worker's slots: it may only read them. */
   async function openSlots(workerId: string, gpus: number[], cpuSlots: number): Promise<void> {
     for (const slot of dispatchSlots(workerId, gpus, cpuSlots)) {
@@ -187,6 +203,7 @@ export function startReports(ctx: ServiceContext): RunningReports {
           `a worker offers distinct GPUs numbered 0 to ${MAX_GPUS_PER_WORKER - 1}`,
         );
       }
+      await refuseIfRevoked(workerId);
       await openSlots(workerId, indexes, event.data.cpuSlots);
     }
     for (let tries = 1; ; tries++) {

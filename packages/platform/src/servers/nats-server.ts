@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, rename, writeFile } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
@@ -32,9 +32,24 @@ export interface NatsUser {
   permissions?: NatsPermissions;
 }
 
+/** A user that proves itself with an nkey: nats-server keeps only the public half. */
+export interface NatsKeyUser {
+  nkey: string;
+  permissions: NatsPermissions;
+}
+
 /** An `authorization` block naming the users, in the JSON that nats-server's config reads. */
-function authorizationConfig(users: NatsUser[]): string {
+function authorizationConfig(users: (NatsUser | NatsKeyUser)[]): string {
   return `authorization ${JSON.stringify({ users }, null, 2)}\n`;
+}
+
+/** A nats-server this process started; `setUsers` replaces who may log in, at once. */
+export interface NatsServer extends ChildServer {
+  /**
+   * Writes the users (those given at start, plus `extra`) and has the server reload them: a
+   * connection whose user is gone is closed. Only for a server started with `users`.
+   */
+  setUsers(extra: NatsKeyUser[]): Promise<void>;
 }
 
 /** Where `nats-server` is, or null when it is not installed. */
@@ -67,7 +82,7 @@ function tcpOpen(port: number): Promise<boolean> {
 }
 
 /** Starts `nats-server -js` on 127.0.0.1 with its store under `dir`. */
-export async function startNatsServer(opts: NatsServerOptions): Promise<ChildServer> {
+export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServer> {
   const binary = opts.binary ?? findNatsServer();
   if (!binary) {
     throw new ServerError(
@@ -82,14 +97,29 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<ChildSer
   }
   const port = opts.port ?? (await freePort());
   const args = [...(opts.args ?? [])];
+  const auth = join(opts.dir, 'auth.conf');
+  const store = join(opts.dir, 'jetstream');
+  // JetStream is named in the file a server with logins reloads: a 2.9 server reloading a file
+  // without it shuts JetStream down, whatever its flags said.
+  const jetstreamConfig = `jetstream ${JSON.stringify({ store_dir: store })}\n`;
+  const writeUsers = async (extra: NatsKeyUser[]) => {
+    const next = `${auth}.next`;
+    await writeFile(
+      next,
+      jetstreamConfig + authorizationConfig([...(opts.users ?? []), ...extra]),
+      {
+        mode: 0o600,
+      },
+    );
+    await rename(next, auth);
+  };
   if (opts.users) {
-    const auth = join(opts.dir, 'auth.conf');
-    await writeFile(auth, authorizationConfig(opts.users), { mode: 0o600 });
+    await writeUsers([]);
     args.push('-c', auth);
   }
   const child = spawnLogged(
     binary,
-    ['-js', '-sd', join(opts.dir, 'jetstream'), '-a', '127.0.0.1', '-p', String(port), ...args],
+    [...(opts.users ? [] : ['-js', '-sd', store]), '-a', '127.0.0.1', '-p', String(port), ...args],
     join(opts.dir, 'nats-server.log'),
     { cwd: opts.dir, ...(opts.env && { env: opts.env }) },
   );
@@ -106,5 +136,10 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<ChildSer
     url: `nats://127.0.0.1:${port}`,
     stop: () => stopChild(child, 'SIGTERM'),
     kill: () => stopChild(child, 'SIGKILL'),
+    setUsers: async (extra) => {
+      if (!opts.users) throw new Error('this nats-server takes no logins');
+      await writeUsers(extra);
+      child.kill('SIGHUP');
+    },
   };
 }

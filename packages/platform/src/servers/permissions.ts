@@ -1,3 +1,5 @@
+import { Subjects } from '@trainyard/events';
+import { possibleDispatchSlots } from '../dispatch.ts';
 import type { NatsPermissions } from './nats-server.ts';
 
 /** The streams a worker reads from or writes to, and the object store bucket it shares. */
@@ -54,3 +56,35 @@ export const WORKER_PERMISSIONS: NatsPermissions = {
   },
   subscribe: { allow: ['_INBOX.>'] },
 };
+
+/**
+ * What an enrolled worker's own user may do: heartbeat and report as itself only, read only its
+ * own dispatch consumers (which the control plane makes), ship logs and use the object store.
+ */
+export function workerPermissions(workerId: string): NatsPermissions {
+  const own = possibleDispatchSlots(workerId).flatMap(({ durable }) => [
+    `$JS.API.CONSUMER.INFO.${DISPATCH}.${durable}`,
+    `$JS.API.CONSUMER.MSG.NEXT.${DISPATCH}.${durable}`,
+    `$JS.ACK.${DISPATCH}.${durable}.>`,
+  ]);
+  return {
+    publish: {
+      allow: [
+        '$JS.API.INFO',
+        `$JS.API.STREAM.INFO.${LOGS}`,
+        `$JS.API.STREAM.INFO.${OBJECTS}`,
+        `$JS.API.STREAM.PURGE.${OBJECTS}`,
+        ...own,
+        ...readerOf(LOGS),
+        ...readerOf(OBJECTS),
+        '$JS.FC.>',
+        '$O.trainyard.>',
+        Subjects.heartbeat(workerId),
+        Subjects.report(workerId),
+        'ty.log.>',
+        '_INBOX.>',
+      ],
+    },
+    subscribe: { allow: ['_INBOX.>'] },
+  };
+}

@@ -53,6 +53,21 @@ async function runAlone(
   );
 }
 
+/**
+ * A worker whose key NATS no longer takes (it was revoked) cannot do anything: it says so and
+ * exits, leaving its attempts to be run elsewhere.
+ */
+function stopOnClose(ctx: ServiceContext): void {
+  void ctx.bus.nc.closed().then((err) => {
+    if (!err) return;
+    ctx.log.fatal(
+      { err },
+      'NATS closed this worker’s connection and will not take its key: it was revoked, or this is not the server it enrolled with. Enrol again with a new token (--token).',
+    );
+    process.exit(3);
+  });
+}
+
 const ms = (v: string | undefined, fallback: number) => (v ? Number(v) : fallback);
 
 /** `trainyard up` and one command per service. */
@@ -161,9 +176,26 @@ export function registerServiceCommands(program: Command): void {
     .option('--cpu-slots <n>', 'CPU-only job slots (default: CPU count)')
     .option('--sandbox <dir>', 'where attempts run')
     .option('--heartbeat-ms <ms>', 'heartbeat interval', '2000')
-    .action(async (flags: WorkerFlags) => {
-      const { startWorker, workerOptions } = await server();
+    .option(
+      '--token <token>',
+      'enrol with this one-time token from `trainyard worker token create` (or TRAINYARD_ENROL_TOKEN)',
+    )
+    .option('--key <file>', "this worker's key (default: TRAINYARD_HOME/secrets/worker-NAME.json)")
+    .action(async (flags: WorkerFlags & { token?: string; key?: string }, cmd: Command) => {
+      const { startWorker, stopOnSignals, workerOptions, workerContext } = await server();
       const opts = await workerOptions(flags);
-      await runAlone('worker', (ctx) => startWorker(ctx, opts));
+      const api = cmd.optsWithGlobals<{ api?: string }>().api;
+      const ctx = await workerContext(opts.name, { ...flags, ...(api && { api }) });
+      const worker = await startWorker(ctx, opts);
+      stopOnClose(ctx);
+      stopOnSignals(
+        {
+          stop: async () => {
+            await worker.stop();
+            await ctx.bus.close();
+          },
+        },
+        ctx.log,
+      );
     });
 }

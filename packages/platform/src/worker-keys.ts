@@ -1,0 +1,219 @@
+/**
+ * Worker identities. An admin issues a one-time enrolment token; a worker redeems it with the
+ * public half of an nkey it made, and from then on connects to NATS with that key, as a user of
+ * its own allowed only its own subjects (`workerPermissions`). Revoking the key takes the user
+ * away: nats-server closes its connection when it reloads its users.
+ *
+ * Tokens are kept by their sha256 only, in `ty_enrolments`; keys in `ty_worker_keys`. Neither
+ * bucket is open to a worker login.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import type { JetStreamClient } from '@nats-io/jetstream';
+import type { KV } from '@nats-io/kv';
+import { fromPublic } from '@nats-io/nkeys';
+import { openBucket } from './buckets.ts';
+import { supervise } from './lifecycle.ts';
+import type { Logger } from './logger.ts';
+import type { NatsServer } from './servers/nats-server.ts';
+import { workerPermissions } from './servers/permissions.ts';
+
+/** A worker name: one NATS subject token, also a consumer name's part. */
+export const WORKER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
+const TOKEN_PREFIX = 'tyw_';
+export const DEFAULT_ENROLMENT_TTL_S = 3600;
+export const MAX_ENROLMENT_TTL_S = 7 * 24 * 3600;
+
+export interface EnrolmentToken {
+  /** The worker it is for; null lets the worker choose a name that is not taken. */
+  name: string | null;
+  createdBy: string;
+  expiresAt: string;
+}
+
+export interface WorkerKey {
+  name: string;
+  /** The worker's nkey public key (`U…`). */
+  publicKey: string;
+  enrolledAt: string;
+  /** Who issued the token it enrolled with. */
+  issuedBy: string;
+}
+
+/** Why an enrolment was refused; `code` is the API's. */
+export class EnrolmentError extends Error {
+  override name = 'EnrolmentError';
+  constructor(
+    readonly code: 'ENROLMENT_REFUSED' | 'WORKER_EXISTS' | 'VALIDATION_FAILED',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const digest = (token: string) => createHash('sha256').update(token).digest('hex');
+
+/** True when `key` is an nkey user's public key. */
+export function isUserPublicKey(key: string): boolean {
+  if (!key.startsWith('U')) return false;
+  try {
+    fromPublic(key);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export class WorkerKeys {
+  private constructor(
+    private readonly tokens: KV,
+    private readonly keys: KV,
+  ) {}
+
+  static async open(js: JetStreamClient, replicas: number): Promise<WorkerKeys> {
+    return new WorkerKeys(
+      await openBucket(js, 'ty_enrolments', { history: 1, replicas }),
+      await openBucket(js, 'ty_worker_keys', { history: 1, replicas }),
+    );
+  }
+
+  /** Makes a one-time token; only its digest is kept. */
+  async issue(name: string | null, ttlSeconds: number, createdBy: string) {
+    const token = TOKEN_PREFIX + randomBytes(32).toString('base64url');
+    const expiresAt = new Date(Date.now() + ttlSeconds * 1000).toISOString();
+    const entry: EnrolmentToken = { name, createdBy, expiresAt };
+    await this.tokens.create(digest(token), JSON.stringify(entry));
+    return { token, name, expiresAt };
+  }
+
+  /**
+   * Spends a token on a worker's key. The token works once, before it expires, for the name it
+   * names (or any name not enrolled yet). Enrolling a name again replaces its key, so a token
+   * naming a worker is how an admin gives a rebuilt host its name back.
+   */
+  async redeem(token: string, name: string, publicKey: string): Promise<WorkerKey> {
+    if (!WORKER_NAME.test(name)) {
+      throw new EnrolmentError(
+        'VALIDATION_FAILED',
+        'a worker name is 1 to 64 letters, digits, _ or -',
+      );
+    }
+    if (!isUserPublicKey(publicKey)) {
+      throw new EnrolmentError('VALIDATION_FAILED', 'publicKey is not an nkey user public key');
+    }
+    const refused = new EnrolmentError(
+      'ENROLMENT_REFUSED',
+      'this enrolment token is unknown, used or expired: ask an admin for a new one (trainyard worker token create)',
+    );
+    if (!token.startsWith(TOKEN_PREFIX)) throw refused;
+    const key = digest(token);
+    const found = await this.tokens.get(key);
+    if (!found || found.operation !== 'PUT' || found.length === 0) throw refused;
+    const issued = found.json<EnrolmentToken>();
+    if (Date.parse(issued.expiresAt) <= Date.now()) {
+      await this.tokens.purge(key).catch(() => undefined);
+      throw refused;
+    }
+    if (issued.name !== null && issued.name !== name) {
+      throw new EnrolmentError(
+        'ENROLMENT_REFUSED',
+        `this enrolment token is for the worker ${issued.name}, not ${name}`,
+      );
+    }
+    if (issued.name === null && (await this.get(name))) {
+      throw new EnrolmentError(
+        'WORKER_EXISTS',
+        `a worker named ${name} is enrolled: choose another name, or ask for a token that names it`,
+      );
+    }
+    try {
+      await this.tokens.delete(key, { previousSeq: found.revision });
+    } catch {
+      throw refused;
+    }
+    const worker: WorkerKey = {
+      name,
+      publicKey,
+      enrolledAt: new Date().toISOString(),
+      issuedBy: issued.createdBy,
+    };
+    await this.keys.put(name, JSON.stringify(worker));
+    return worker;
+  }
+
+  async get(name: string): Promise<WorkerKey | null> {
+    if (!WORKER_NAME.test(name)) return null;
+    const found = await this.keys.get(name);
+    return found && found.operation === 'PUT' && found.length > 0 ? found.json<WorkerKey>() : null;
+  }
+
+  /** Takes a worker's key away; false when it had none. */
+  async revoke(name: string): Promise<boolean> {
+    if (!(await this.get(name))) return false;
+    await this.keys.purge(name);
+    return true;
+  }
+
+  /**
+   * Calls `onChange` with every enrolled worker, first with those enrolled now, then after each
+   * change, until `signal` aborts.
+   */
+  async watch(signal: AbortSignal, onChange: (keys: WorkerKey[]) => void): Promise<void> {
+    const current = new Map<string, WorkerKey>();
+    const watcher = await this.keys.watch();
+    const stop = () => watcher.stop();
+    signal.addEventListener('abort', stop, { once: true });
+    let caughtUp = false;
+    const emit = () => onChange([...current.values()]);
+    try {
+      for await (const e of watcher) {
+        if (e.operation === 'PUT' && e.length > 0) current.set(e.key, e.json<WorkerKey>());
+        else current.delete(e.key);
+        if (caughtUp || e.delta === 0) {
+          caughtUp = true;
+          emit();
+        }
+      }
+    } finally {
+      signal.removeEventListener('abort', stop);
+    }
+  }
+}
+
+/**
+ * Keeps a nats-server's users in step with the enrolled workers: each gets a user of its own,
+ * by its key, allowed only its own subjects. A revoked worker's connection is closed when the
+ * server reloads.
+ */
+export function authorizeWorkers(
+  keys: WorkerKeys,
+  server: NatsServer,
+  log: Logger,
+): { stop(): Promise<void> } {
+  const stopping = new AbortController();
+  let applying: Promise<void> = Promise.resolve();
+  const apply = (workers: WorkerKey[]) => {
+    applying = applying
+      .then(() =>
+        server.setUsers(
+          workers.map((w) => ({ nkey: w.publicKey, permissions: workerPermissions(w.name) })),
+        ),
+      )
+      .then(
+        () => log.info({ workers: workers.length }, 'worker logins updated'),
+        (err: unknown) => log.error({ err }, 'could not update the worker logins'),
+      );
+  };
+  const loop = supervise(
+    'worker logins',
+    () => keys.watch(stopping.signal, apply),
+    stopping.signal,
+    log,
+  );
+  return {
+    stop: async () => {
+      stopping.abort();
+      await loop;
+      await applying;
+    },
+  };
+}

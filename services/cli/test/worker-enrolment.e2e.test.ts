@@ -1,0 +1,235 @@
+import { execFile } from 'node:child_process';
+import { readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { nkeyAuthenticator } from '@nats-io/nats-core';
+import { createUser } from '@nats-io/nkeys';
+import { connect } from '@nats-io/transport-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempDir, waitFor } from '@trainyard/testkit';
+import { startTestStack, submit, type Job, type TestStack } from './harness.ts';
+import { BIN, startService, type ServiceProcess } from './processes.ts';
+
+let t: TestStack;
+let admin: string;
+let dir: Awaited<ReturnType<typeof tempDir>>;
+let worker: ServiceProcess;
+let exitCode: Promise<number | null>;
+
+const json = (body: unknown, token?: string) => ({
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify(body),
+  ...(token && { token }),
+});
+
+const serverLog = () => readFileSync(join(t.home, 'nats', 'nats-server.log'), 'utf8');
+const natsAddress = () => t.natsUrl.replace(/\/\/[^@]*@/, '//');
+
+async function issue(body: object = {}): Promise<string> {
+  const res = await t.http('/v1/workers/tokens', json(body, admin));
+  expect(res.status).toBe(201);
+  return ((await res.json()) as { token: string }).token;
+}
+
+async function refused(res: Response, status: number, code: string) {
+  expect(res.status).toBe(status);
+  expect(((await res.json()) as { error: { code: string } }).error.code).toBe(code);
+}
+
+/** Runs the CLI as the admin, as an operator would. */
+function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((done) => {
+    execFile(
+      process.execPath,
+      [BIN, ...args],
+      {
+        timeout: 30_000,
+        env: {
+          ...process.env,
+          TRAINYARD_API_URL: t.url,
+          TRAINYARD_TOKEN: admin,
+          XDG_CONFIG_HOME: join(dir.path, 'config'),
+          TRAINYARD_HOME: join(dir.path, 'cli-home'),
+        },
+      },
+      (err, stdout, stderr) =>
+        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+/** A connection with a worker's key, as a compromised worker host would make. */
+function withKey(seed: string) {
+  return connect({
+    servers: natsAddress(),
+    authenticator: nkeyAuthenticator(new TextEncoder().encode(seed)),
+    reconnect: false,
+  });
+}
+
+beforeAll(async () => {
+  t = await startTestStack({ ownNats: true, localWorker: false });
+  admin = await t.token();
+  dir = await tempDir('trainyard-enrol-');
+  const made = await cli(['worker', 'token', 'create', 'w1', '--ttl', '10m']);
+  expect(made.code).toBe(0);
+  expect(made.stderr).toContain('trainyard worker --name w1');
+  const token = made.stdout.trim();
+  expect(token).toMatch(/^tyw_/);
+  worker = startService(
+    [
+      'worker',
+      '--name',
+      'w1',
+      '--token',
+      token,
+      '--api',
+      t.url,
+      '--cpu-slots',
+      '1',
+      '--heartbeat-ms',
+      '500',
+      '--sandbox',
+      join(dir.path, 'sandboxes'),
+    ],
+    { TRAINYARD_HOME: join(dir.path, 'home') },
+  );
+  exitCode = new Promise((r) => worker.child.once('exit', (code) => r(code)));
+  await waitFor(
+    'w1 to register',
+    async () => {
+      const res = await t.http('/v1/workers', { token: admin });
+      const list = (await res.json()) as { id: string; status: string }[];
+      return list.some((w) => w.id === 'w1' && w.status === 'online');
+    },
+    { timeoutMs: 30_000 },
+  );
+});
+
+afterAll(async () => {
+  await worker?.stop();
+  await t?.stop();
+  await dir?.remove();
+});
+
+const keyOfW1 = () =>
+  JSON.parse(readFileSync(join(dir.path, 'home', 'secrets', 'worker-w1.json'), 'utf8')) as {
+    seed: string;
+    publicKey: string;
+  };
+
+describe('worker enrolment', () => {
+  it('issues tokens to admins only, and takes each token once', async () => {
+    await refused(await t.http('/v1/workers/tokens', json({})), 401, 'UNAUTHENTICATED');
+    await t.http(
+      '/v1/users',
+      json({ username: 'plain', password: 'a-long-enough-secret-7', role: 'user' }, admin),
+    );
+    const plain = await t.token('plain', 'a-long-enough-secret-7');
+    await refused(await t.http('/v1/workers/tokens', json({}, plain)), 403, 'FORBIDDEN');
+
+    const publicKey = createUser().getPublicKey();
+    const token = await issue();
+    const enrol = (body: object) => t.http('/v1/workers/enrol', json(body));
+    await refused(
+      await enrol({ token: 'tyw_guess', name: 'w9', publicKey }),
+      403,
+      'ENROLMENT_REFUSED',
+    );
+    await refused(
+      await enrol({ token, name: 'w9', publicKey: 'not-a-key' }),
+      400,
+      'VALIDATION_FAILED',
+    );
+    await refused(await enrol({ token, name: '../w9', publicKey }), 400, 'VALIDATION_FAILED');
+    await refused(await enrol({ token, name: 'w1', publicKey }), 409, 'WORKER_EXISTS');
+    const ok = await enrol({ token, name: 'w9', publicKey });
+    expect(ok.status).toBe(201);
+    expect(((await ok.json()) as { natsUrl: string }).natsUrl).toBe(natsAddress());
+    await refused(await enrol({ token, name: 'w10', publicKey }), 403, 'ENROLMENT_REFUSED');
+
+    const named = await issue({ name: 'w11' });
+    await refused(await enrol({ token: named, name: 'w12', publicKey }), 403, 'ENROLMENT_REFUSED');
+  });
+
+  it('runs a job on an enrolled worker, which keeps its key private and is refused nothing', async () => {
+    const res = await submit(t, admin, {
+      name: 'enrolled',
+      command: 'echo on-w1',
+      resources: { gpus: 0 },
+    });
+    const { id } = (await res.json()) as { id: string };
+    const job = await t.waitForJob(id, admin, (j) => j.status === 'succeeded', 30_000);
+    expect(job.attempts[0]!.workerId).toBe('w1');
+    const file = join(dir.path, 'home', 'secrets', 'worker-w1.json');
+    expect(readFileSync(file, 'utf8')).toContain(keyOfW1().publicKey);
+    expect(statSync(file).mode & 0o777).toBe(0o600);
+    expect(serverLog()).not.toMatch(/Violation/);
+  });
+
+  it('lets a worker’s key act only as that worker', async () => {
+    const nc = await withKey(keyOfW1().seed);
+    try {
+      nc.publish('ty.hb.w9', JSON.stringify({ workerId: 'w9' }));
+      await expect(
+        nc.request('ty.report.w9', JSON.stringify({ kind: 'self' }), { timeout: 1_000 }),
+      ).rejects.toThrow();
+      nc.publish('ty.ev.job.job_x', 'forged');
+      const js = jetstream(nc, { timeout: 1_000 });
+      await expect(js.consumers.get('TY_DISPATCH', 'worker_w9_cpu')).rejects.toThrow();
+      const jsm = await jetstreamManager(nc, { timeout: 1_000 });
+      await expect(
+        jsm.consumers.add('TY_DISPATCH', {
+          durable_name: 'mine',
+          filter_subject: 'ty.dispatch.w9.cpu',
+        }),
+      ).rejects.toThrow();
+      await expect(jsm.streams.delete('TY_EVENTS')).rejects.toThrow();
+      const keys = await new Kvm(js).open('ty_worker_keys').catch((err: Error) => err);
+      if (!(keys instanceof Error)) await expect(keys.get('w1')).rejects.toThrow();
+      await nc.flush();
+      await waitFor('the server to log each refusal', () => {
+        const log = serverLog();
+        return ['"ty.hb.w9"', '"ty.report.w9"', '"ty.ev.job.job_x"'].every((s) =>
+          log.includes(`Publish Violation - Nkey "${keyOfW1().publicKey}", Subject ${s}`),
+        );
+      });
+      const self = await nc.request('ty.report.w1', JSON.stringify({ kind: 'self' }), {
+        timeout: 5_000,
+      });
+      expect(self.json<{ ok: boolean }>().ok).toBe(true);
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it('cuts a revoked worker off within seconds and runs its attempt elsewhere', async () => {
+    const res = await submit(t, admin, {
+      name: 'cut-off',
+      command: 'sleep 120',
+      resources: { gpus: 0 },
+      maxRetries: 1,
+    });
+    const { id } = (await res.json()) as { id: string };
+    await t.waitForJob(id, admin, (j) => j.status === 'running', 30_000);
+
+    await refused(
+      await t.http('/v1/workers/nobody', { method: 'DELETE', token: admin }),
+      404,
+      'WORKER_NOT_FOUND',
+    );
+    const startedAt = Date.now();
+    const revoked = await cli(['worker', 'revoke', 'w1', '--json']);
+    expect(revoked.code).toBe(0);
+    expect(JSON.parse(revoked.stdout)).toEqual({ name: 'w1', markedLost: true });
+
+    expect(await exitCode).toBe(3);
+    expect(Date.now() - startedAt).toBeLessThan(10_000);
+    const job: Job = await t.waitForJob(id, admin, (j) => j.attempts[0]?.status === 'failed');
+    expect(job.attempts[0]!.failure).toMatchObject({ kind: 'system', reason: 'workerLost' });
+    expect(['retrying', 'queued']).toContain(job.status);
+    await expect(withKey(keyOfW1().seed)).rejects.toThrow(/authorization/i);
+  });
+});
