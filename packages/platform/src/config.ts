@@ -23,6 +23,8 @@ export const BaseConfigSchema = z.object({
   TRAINYARD_TRUSTED_KEYS: z.string().optional(),
   /** The NATS URL the API tells enrolled workers to connect to (default: its own, no login). */
   TRAINYARD_WORKER_NATS_URL: z.string().optional(),
+  /** A CA certificate (PEM file) to trust for a NATS that requires TLS. */
+  TRAINYARD_NATS_CA: z.string().optional(),
 });
 export type BaseConfig = z.infer<typeof BaseConfigSchema>;
 

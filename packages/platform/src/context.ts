@@ -4,7 +4,7 @@ import type { BlobStore } from './blob/types.ts';
 import { openBlobStore } from './blob/open.ts';
 import { BaseConfigSchema, parseEnv, type BaseConfig } from './config.ts';
 import { createLogger, type Logger } from './logger.ts';
-import { connectBus, type Bus } from './nats.ts';
+import { connectBus, type Bus, type NatsTlsOptions } from './nats.ts';
 
 /** What every service is started with. */
 export interface ServiceContext {
@@ -24,7 +24,14 @@ export interface ServiceContext {
 export async function openContext(
   service: string,
   config: BaseConfig = parseEnv(BaseConfigSchema),
-  opts: { manage?: boolean; signer?: EventSigner; nkeySeed?: string } = {},
+  opts: {
+    manage?: boolean;
+    signer?: EventSigner;
+    nkeySeed?: string;
+    tls?: NatsTlsOptions;
+    inboxPrefix?: string;
+    connectTimeoutMs?: number;
+  } = {},
 ): Promise<ServiceContext> {
   const log = createLogger(service);
   const instanceId = `${service}@${hostname()}:${process.pid}`;
@@ -34,14 +41,17 @@ export async function openContext(
     (config.TRAINYARD_SIGNING_KEY
       ? EventSigner.fromPrivateKey(config.TRAINYARD_SIGNING_KEY)
       : null);
-  const bus = await connectBus(
-    config.TRAINYARD_NATS_URL,
-    instanceId,
-    { replicas: config.TRAINYARD_STREAM_REPLICAS },
+  const tls: NatsTlsOptions | undefined =
+    opts.tls ?? (config.TRAINYARD_NATS_CA ? { caFile: config.TRAINYARD_NATS_CA } : undefined);
+  const bus = await connectBus(config.TRAINYARD_NATS_URL, instanceId, {
+    streams: { replicas: config.TRAINYARD_STREAM_REPLICAS },
     manage,
     signer,
-    opts.nkeySeed ?? null,
-  );
+    nkeySeed: opts.nkeySeed ?? null,
+    ...(tls && { tls }),
+    ...(opts.inboxPrefix && { inboxPrefix: opts.inboxPrefix }),
+    ...(opts.connectTimeoutMs && { connectTimeoutMs: opts.connectTimeoutMs }),
+  });
   const blobs = await openBlobStore(config, bus.js, manage);
   return { bus, blobs, log, config, instanceId };
 }

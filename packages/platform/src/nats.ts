@@ -47,23 +47,53 @@ export function natsServers(url: string): { servers: string[]; user?: string; pa
   return { servers, ...login };
 }
 
+/** A NATS URL with any login taken out of it (user and password, or a token), for others to see. */
+export function natsUrlWithoutLogin(url: string): string {
+  return url
+    .split(',')
+    .map((raw) => {
+      const u = raw.trim();
+      const at = u.lastIndexOf('@');
+      const scheme = u.indexOf('://');
+      return at > scheme && scheme >= 0 ? u.slice(0, scheme + 3) + u.slice(at + 1) : u;
+    })
+    .join(',');
+}
+
 /**
  * Connects to NATS, reconnecting forever, and makes sure the streams exist and are configured
  * as Trainyard wants; with `manage: false` (a worker, allowed no such thing) it leaves them as
  * the control plane made them. Events it appends are signed with `signer` when there is one.
  * A worker enrolled for a key of its own logs in with that key's seed.
  */
-export async function connectBus(
-  url: string,
-  name: string,
-  streams: Partial<StreamOptions> = {},
-  manage = true,
-  signer: EventSigner | null = null,
-  nkeySeed: string | null = null,
-): Promise<Bus> {
+export interface BusOptions {
+  streams?: Partial<StreamOptions>;
+  /** False for a worker, which may not manage streams. Default true. */
+  manage?: boolean;
+  signer?: EventSigner | null;
+  /** An enrolled worker's nkey seed, to log in with. */
+  nkeySeed?: string | null;
+  /** TLS options for a server that requires TLS (a CA file to trust, for one). */
+  tls?: NatsTlsOptions;
+  /** Where replies to this connection arrive (a worker's own, see `workerInbox`). */
+  inboxPrefix?: string;
+  /** How long the first connection may take (nats.js's default: 20 s). */
+  connectTimeoutMs?: number;
+}
+
+/** What a NATS connection trusts: `caFile` (PEM), or, for a loopback server of our own only, any certificate. */
+export type NatsTlsOptions = { caFile: string } | { rejectUnauthorized: false };
+
+export async function connectBus(url: string, name: string, opts: BusOptions = {}): Promise<Bus> {
+  const manage = opts.manage ?? true;
   const nc = await connect({
     ...natsServers(url),
-    ...(nkeySeed && { authenticator: nkeyAuthenticator(new TextEncoder().encode(nkeySeed)) }),
+    ...(opts.nkeySeed && {
+      authenticator: nkeyAuthenticator(new TextEncoder().encode(opts.nkeySeed)),
+    }),
+    ...(opts.tls && { tls: opts.tls }),
+    ...(opts.inboxPrefix && { inboxPrefix: opts.inboxPrefix }),
+    ...(opts.connectTimeoutMs && { timeout: opts.connectTimeoutMs }),
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 250,
@@ -73,13 +103,13 @@ export async function connectBus(
   const jsm = await retryTransient('reach JetStream', () =>
     jetstreamManager(nc, { timeout: API_TIMEOUT_MS }),
   );
-  if (manage) await ensureStreams(jsm, { ...DEFAULT_STREAM_OPTIONS, ...streams });
+  if (manage) await ensureStreams(jsm, { ...DEFAULT_STREAM_OPTIONS, ...opts.streams });
   const js = jetstream(nc, { timeout: API_TIMEOUT_MS });
   return {
     nc,
     js,
     jsm,
-    store: new EventStore(js, jsm, signer),
+    store: new EventStore(js, jsm, opts.signer ?? null),
     close: async () => {
       if (!nc.isClosed()) await nc.drain().catch(() => nc.close());
     },

@@ -12,7 +12,7 @@ import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { fromPublic } from '@nats-io/nkeys';
 import { openBucket } from './buckets.ts';
-import { supervise } from './lifecycle.ts';
+import { sleep, supervise } from './lifecycle.ts';
 import type { Logger } from './logger.ts';
 import type { NatsServer } from './servers/nats-server.ts';
 import { workerPermissions } from './servers/permissions.ts';
@@ -31,6 +31,7 @@ export interface EnrolmentToken {
 }
 
 export interface WorkerKey {
+  status: 'enrolled';
   name: string;
   /** The worker's nkey public key (`U…`). */
   publicKey: string;
@@ -38,6 +39,16 @@ export interface WorkerKey {
   /** Who issued the token it enrolled with. */
   issuedBy: string;
 }
+
+/** What is kept of a worker whose key was revoked: it may come back only with a named token. */
+export interface WorkerRevocation {
+  status: 'revoked';
+  name: string;
+  revokedAt: string;
+  revokedBy: string;
+}
+
+export type WorkerRecord = WorkerKey | WorkerRevocation;
 
 /** Why an enrolment was refused; `code` is the API's. */
 export class EnrolmentError extends Error {
@@ -119,46 +130,70 @@ export class WorkerKeys {
         `this enrolment token is for the worker ${issued.name}, not ${name}`,
       );
     }
-    if (issued.name === null && (await this.get(name))) {
-      throw new EnrolmentError(
-        'WORKER_EXISTS',
-        `a worker named ${name} is enrolled: choose another name, or ask for a token that names it`,
-      );
-    }
+    const taken = new EnrolmentError(
+      'WORKER_EXISTS',
+      `the name ${name} is taken (enrolled, or revoked): choose another name, or ask for a token that names it`,
+    );
+    if (issued.name === null && (await this.record(name))) throw taken;
     try {
       await this.tokens.delete(key, { previousSeq: found.revision });
     } catch {
       throw refused;
     }
     const worker: WorkerKey = {
+      status: 'enrolled',
       name,
       publicKey,
       enrolledAt: new Date().toISOString(),
       issuedBy: issued.createdBy,
     };
-    await this.keys.put(name, JSON.stringify(worker));
+    if (issued.name === null) {
+      await this.keys.create(name, JSON.stringify(worker)).catch(() => {
+        throw taken;
+      });
+    } else {
+      await this.keys.put(name, JSON.stringify(worker));
+    }
     return worker;
   }
 
-  async get(name: string): Promise<WorkerKey | null> {
+  /** What is kept of a worker: its key, its revocation, or null. */
+  async record(name: string): Promise<WorkerRecord | null> {
     if (!WORKER_NAME.test(name)) return null;
     const found = await this.keys.get(name);
-    return found && found.operation === 'PUT' && found.length > 0 ? found.json<WorkerKey>() : null;
+    return found && found.operation === 'PUT' && found.length > 0
+      ? found.json<WorkerRecord>()
+      : null;
   }
 
-  /** Takes a worker's key away; false when it had none. */
-  async revoke(name: string): Promise<boolean> {
-    if (!(await this.get(name))) return false;
-    await this.keys.purge(name);
+  /** A worker's key, unless it has none or it was revoked. */
+  async get(name: string): Promise<WorkerKey | null> {
+    const record = await this.record(name);
+    return record?.status === 'enrolled' ? record : null;
+  }
+
+  /** Takes a worker's key away, keeping that it was revoked; false when it had none. */
+  async revoke(name: string, by: string): Promise<boolean> {
+    if (!WORKER_NAME.test(name)) return false;
+    const found = await this.keys.get(name);
+    if (!found || found.operation !== 'PUT' || found.length === 0) return false;
+    if (found.json<WorkerRecord>().status !== 'enrolled') return false;
+    const revocation: WorkerRevocation = {
+      status: 'revoked',
+      name,
+      revokedAt: new Date().toISOString(),
+      revokedBy: by,
+    };
+    await this.keys.update(name, JSON.stringify(revocation), found.revision);
     return true;
   }
 
   /**
-   * Calls `onChange` with every enrolled worker, first with those enrolled now, then after each
+   * Calls `onChange` with every worker's record, first with those kept now, then after each
    * change, until `signal` aborts.
    */
-  async watch(signal: AbortSignal, onChange: (keys: WorkerKey[]) => void): Promise<void> {
-    const current = new Map<string, WorkerKey>();
+  async watch(signal: AbortSignal, onChange: (records: WorkerRecord[]) => void): Promise<void> {
+    const current = new Map<string, WorkerRecord>();
     const watcher = await this.keys.watch();
     const stop = () => watcher.stop();
     signal.addEventListener('abort', stop, { once: true });
@@ -166,7 +201,7 @@ export class WorkerKeys {
     const emit = () => onChange([...current.values()]);
     try {
       for await (const e of watcher) {
-        if (e.operation === 'PUT' && e.length > 0) current.set(e.key, e.json<WorkerKey>());
+        if (e.operation === 'PUT' && e.length > 0) current.set(e.key, e.json<WorkerRecord>());
         else current.delete(e.key);
         if (caughtUp || e.delta === 0) {
           caughtUp = true;
@@ -191,17 +226,26 @@ export function authorizeWorkers(
 ): { stop(): Promise<void> } {
   const stopping = new AbortController();
   let applying: Promise<void> = Promise.resolve();
-  const apply = (workers: WorkerKey[]) => {
-    applying = applying
-      .then(() =>
-        server.setUsers(
+  /** The latest list wins; a failed update is tried again until it holds. */
+  let wanted: WorkerKey[] | null = null;
+  const update = async () => {
+    for (let attempt = 1; wanted && !stopping.signal.aborted; attempt++) {
+      const workers = wanted;
+      try {
+        await server.setUsers(
           workers.map((w) => ({ nkey: w.publicKey, permissions: workerPermissions(w.name) })),
-        ),
-      )
-      .then(
-        () => log.info({ workers: workers.length }, 'worker logins updated'),
-        (err: unknown) => log.error({ err }, 'could not update the worker logins'),
-      );
+        );
+        if (wanted === workers) wanted = null;
+        log.info({ workers: workers.length }, 'worker logins updated');
+      } catch (err) {
+        log.error({ err, attempt }, 'could not update the worker logins; trying again');
+        await sleep(Math.min(5_000, 100 * 2 ** attempt), stopping.signal).catch(() => undefined);
+      }
+    }
+  };
+  const apply = (records: WorkerRecord[]) => {
+    wanted = records.filter((r): r is WorkerKey => r.status === 'enrolled');
+    applying = applying.then(update);
   };
   const loop = supervise(
     'worker logins',

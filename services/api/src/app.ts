@@ -21,8 +21,12 @@ import { workerRoutes } from './routes/workers.ts';
 const PUBLIC = new Set(['/v1/auth/login', '/v1/auth/refresh', '/v1/workers/enrol']);
 
 /** Builds the HTTP API. Tests call `app.inject()`; `start` listens. */
-export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
+export async function buildApp(
+  deps: ApiDeps,
+  opts: { https?: { cert: Buffer; key: Buffer } } = {},
+): Promise<FastifyInstance> {
   const app = Fastify({
+    ...(opts.https && { https: opts.https }),
     loggerInstance: deps.log as FastifyBaseLogger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: 1024 * 1024,

@@ -1,9 +1,10 @@
 import { randomBytes } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import type { Kysely } from 'kysely';
 import {
   archiveLimits,
   ConfigError,
-  natsServers,
+  natsUrlWithoutLogin,
   WorkerKeys,
   type ServiceContext,
 } from '@trainyard/platform';
@@ -41,6 +42,8 @@ export interface ApiOptions {
   tokenTtlSeconds?: number;
   /** The NATS URL enrolled workers connect to (default: this API's own, without its login). */
   workerNatsUrl?: string;
+  /** Serve HTTPS with this certificate and key (PEM files). */
+  tls?: { cert: string; key: string };
 }
 
 export interface RunningApi {
@@ -92,7 +95,7 @@ export async function apiDeps(
     workerNatsUrl:
       opts.workerNatsUrl ??
       ctx.config.TRAINYARD_WORKER_NATS_URL ??
-      natsServers(ctx.config.TRAINYARD_NATS_URL).servers.join(','),
+      natsUrlWithoutLogin(ctx.config.TRAINYARD_NATS_URL),
     sessions,
     throttle: new LoginThrottle(),
     tokens: new TokenIssuer(secret, opts.tokenTtlSeconds ?? DEFAULT_TOKEN_TTL_S, (u, sid, at) =>
@@ -113,7 +116,12 @@ export async function startApi(
 ): Promise<RunningApi> {
   const deps = await apiDeps(ctx, db, opts);
   const generatedAdminPassword = await ensureAdmin(deps, opts.adminPassword);
-  const app = await buildApp(deps);
+  const app = await buildApp(
+    deps,
+    opts.tls
+      ? { https: { cert: await readFile(opts.tls.cert), key: await readFile(opts.tls.key) } }
+      : {},
+  );
   const address = await app.listen({ port: opts.port, host: opts.host });
   ctx.log.info({ address }, 'api listening');
   return {

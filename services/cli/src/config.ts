@@ -11,6 +11,8 @@ export interface StackInfo {
   databaseUrl: string;
   /** The public key that signs the stack's events, which `events verify` trusts. */
   publicKey?: string;
+  /** The embedded NATS requires TLS; local commands reach it on loopback. */
+  natsTls?: boolean;
   pid: number;
   home: string;
 }

@@ -27,9 +27,11 @@ export async function workerCredential(
   env = process.env,
 ): Promise<{ credential: WorkerCredential; fresh: boolean } | null> {
   const file = workerKeyFile(name, opts.key, env);
-  const token = opts.token ?? env.TRAINYARD_ENROL_TOKEN;
+  const kept = readJson<WorkerCredential>(file);
+  // A token left in the environment (a service unit's, say) does not enrol again a worker that
+  // holds its key; `--token` does.
+  const token = opts.token ?? (kept ? undefined : env.TRAINYARD_ENROL_TOKEN);
   if (!token) {
-    const kept = readJson<WorkerCredential>(file);
     if (!kept) return null;
     if (kept.name !== name || !kept.seed || !kept.natsUrl) {
       throw new CliError(

@@ -3,8 +3,10 @@ import {
   connectBus,
   parseEnv,
   openContext,
+  workerInbox,
   type BaseConfig,
   type Bus,
+  type NatsTlsOptions,
   type ServiceContext,
 } from '@trainyard/platform';
 import { connectDb, migrate } from '@trainyard/projections';
@@ -45,11 +47,23 @@ export function trustedKeys(config: BaseConfig, env = process.env): string[] {
   return [...new Set([...(own ? [own] : []), ...listed])];
 }
 
+/**
+ * How a command trusts the local stack's NATS when that requires TLS: it reaches it on
+ * loopback, which the certificate need not name. Elsewhere `TRAINYARD_NATS_CA` says whom to trust.
+ */
+function localTls(env = process.env): { tls: NatsTlsOptions } | Record<string, never> {
+  if (env.TRAINYARD_NATS_URL || !readStack(env)?.natsTls) return {};
+  return { tls: { rejectUnauthorized: false } };
+}
+
 /** A service's connections; a worker's, which may not manage streams, leaves them be. */
-export async function serviceContext(name: string): Promise<ServiceContext> {
+export async function serviceContext(
+  name: string,
+  opts: { inboxPrefix?: string } = {},
+): Promise<ServiceContext> {
   const config = serviceConfig();
   return reach('NATS', config.TRAINYARD_NATS_URL, 'TRAINYARD_NATS_URL', () =>
-    openContext(name, config, { manage: name !== 'worker' }),
+    openContext(name, config, { manage: name !== 'worker', ...localTls(), ...opts }),
   );
 }
 
@@ -66,18 +80,28 @@ export async function workerContext(
   env = process.env,
 ): Promise<ServiceContext> {
   const enrolled = await workerCredential(name, opts, env);
-  if (!enrolled) return serviceContext('worker');
+  const inboxPrefix = workerInbox(name);
+  if (!enrolled) return serviceContext('worker', { inboxPrefix });
   const { credential, fresh } = enrolled;
   const url = env.TRAINYARD_NATS_URL ?? credential.natsUrl;
   const config = parseEnv(BaseConfigSchema, { ...env, TRAINYARD_NATS_URL: url });
-  const open = () => openContext('worker', config, { manage: false, nkeySeed: credential.seed });
+  // A server that knew no key when the worker dialled may not answer it at all until it has
+  // reloaded with the new key: a fresh key is tried in short attempts.
+  const open = () =>
+    openContext('worker', config, {
+      manage: false,
+      nkeySeed: credential.seed,
+      inboxPrefix,
+      ...(fresh && { connectTimeoutMs: 2_000 }),
+    });
   const deadline = Date.now() + (fresh ? NEW_KEY_WAIT_MS : 0);
   for (;;) {
     try {
       return await open();
     } catch (err) {
       const refused = /authorization/i.test(String((err as Error).message));
-      if (refused && Date.now() < deadline) {
+      const timedOut = (err as Error).name === 'TimeoutError';
+      if ((refused || timedOut) && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 250));
         continue;
       }
@@ -108,7 +132,10 @@ export function operatorConfig(env = process.env): BaseConfig {
 /** The event log's connection for an operator's command. */
 export function operatorBus(config: BaseConfig): Promise<Bus> {
   return reach('NATS', config.TRAINYARD_NATS_URL, 'TRAINYARD_NATS_URL', () =>
-    connectBus(config.TRAINYARD_NATS_URL, 'trainyard-cli'),
+    connectBus(config.TRAINYARD_NATS_URL, 'trainyard-cli', {
+      ...(config.TRAINYARD_NATS_CA && { tls: { caFile: config.TRAINYARD_NATS_CA } }),
+      ...localTls(),
+    }),
   );
 }
 

@@ -21,6 +21,7 @@ import {
   WorkerKeys,
   type ChildServer,
   type NatsServer,
+  urlHost,
   type ServiceContext,
   type Stoppable,
 } from '@trainyard/platform';
@@ -81,6 +82,13 @@ export interface StackOptions {
   fastPostgres?: boolean;
   /** Stream replicas: 3 on a NATS cluster. */
   streamReplicas?: number;
+  /**
+   * Serve NATS and the API on this address (e.g. 0.0.0.0) for workers on other hosts, instead
+   * of loopback and `apiHost`.
+   */
+  listen?: string;
+  /** Serve NATS and the API over TLS with this certificate and key (PEM files). */
+  tls?: { cert: string; key: string };
   /** Services to leave out, to run them in processes of their own. */
   without?: readonly ('scheduler' | 'projector' | 'builder')[];
 }
@@ -149,6 +157,12 @@ async function signingKey(home: string, fromEnv: string | undefined): Promise<Ev
   return signer;
 }
 
+/**
+ * How `up`'s services trust the TLS of the nats-server it started: they reach it on loopback,
+ * which the certificate, made for the name other hosts use, need not name.
+ */
+const LOOPBACK_TLS = { rejectUnauthorized: false } as const;
+
 const withLogin = (url: string, user: string, password: string) =>
   url.replace('nats://', `nats://${user}:${password}@`);
 
@@ -188,12 +202,15 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       const nats = await startNatsServer({
         dir: join(opts.home, 'nats'),
         ...(port && { port }),
+        ...(opts.listen && { host: opts.listen }),
+        ...(opts.tls && { tls: opts.tls }),
         users: [{ user: 'control', password: logins.control }],
       });
       children.push(nats);
       embeddedNats = nats;
       natsUrl = withLogin(nats.url, 'control', logins.control);
-      workerNatsUrl = nats.url;
+      const scheme = opts.tls ? 'tls' : 'nats';
+      workerNatsUrl = `${scheme}://${urlHost(opts.listen ?? '127.0.0.1')}:${new URL(nats.url).port}`;
     }
     let databaseUrl = opts.databaseUrl;
     if (!databaseUrl) {
@@ -212,7 +229,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     });
     const signer = await signingKey(opts.home, config.TRAINYARD_SIGNING_KEY);
     ctx = await reach('NATS', natsUrl, 'TRAINYARD_NATS_URL', () =>
-      openContext('trainyard', config, { signer }),
+      openContext('trainyard', config, {
+        signer,
+        ...(embeddedNats && opts.tls && { tls: LOOPBACK_TLS }),
+      }),
     );
     const database = connectDb(databaseUrl);
     db = database;
@@ -231,7 +251,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     add('watchdog', await startWatchdog(ctx, opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS));
     const api = await startApi(ctx, db, {
       port: opts.apiPort,
-      host: opts.apiHost,
+      host: opts.listen ?? opts.apiHost,
+      ...(opts.tls && { tls: opts.tls }),
       ...(opts.adminPassword && { adminPassword: opts.adminPassword }),
       ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
       ...(opts.maxUploadBytes && { maxUploadBytes: opts.maxUploadBytes }),
@@ -263,7 +284,30 @@ export interface UpOptions {
   demo: boolean;
   worker: boolean;
   simulateGpus?: string;
+  listen?: string;
+  tlsCert?: string;
+  tlsKey?: string;
 }
+
+/** The certificate and key `up` serves TLS with: both, or neither. */
+function tlsFiles(opts: UpOptions, env: NodeJS.ProcessEnv): { cert: string; key: string } | null {
+  const cert = opts.tlsCert ?? env.TRAINYARD_TLS_CERT;
+  const key = opts.tlsKey ?? env.TRAINYARD_TLS_KEY;
+  if (!cert && !key) return null;
+  if (!cert || !key) {
+    throw new CliError(
+      'TLS takes a certificate and its key: give both --tls-cert and --tls-key (or TRAINYARD_TLS_CERT and TRAINYARD_TLS_KEY)',
+      'BAD_TLS',
+    );
+  }
+  for (const file of [cert, key]) {
+    if (!existsSync(file)) throw new CliError(`${file} does not exist`, 'BAD_TLS');
+  }
+  return { cert: resolve(cert), key: resolve(key) };
+}
+
+const isLoopbackHost = (host: string) =>
+  host === 'localhost' || host === '::1' || host.startsWith('127.');
 
 function banner(
   api: RunningApi,
@@ -384,6 +428,13 @@ export async function up(opts: UpOptions): Promise<void> {
   const apiPort = portFrom(env, 'TRAINYARD_PORT', 8080)!;
   const natsPort = portFrom(env, 'TRAINYARD_NATS_PORT');
   const home = homeDirOf();
+  const tls = tlsFiles(opts, env);
+  if (opts.listen && env.TRAINYARD_NATS_URL) {
+    throw new CliError(
+      '--listen serves the embedded NATS, and TRAINYARD_NATS_URL names another one: unset it, or leave out --listen',
+      'BAD_LISTEN',
+    );
+  }
   const unlock = await lockHome(home);
   try {
     await ensureFree(apiPort, 'TRAINYARD_PORT', env.TRAINYARD_HOST);
@@ -401,6 +452,8 @@ export async function up(opts: UpOptions): Promise<void> {
     ...(natsPort !== undefined && { natsPort }),
     apiPort,
     apiHost: env.TRAINYARD_HOST ?? '127.0.0.1',
+    ...(opts.listen && { listen: opts.listen }),
+    ...(tls && { tls }),
     ...apiSettings(env),
     worker: opts.worker
       ? await workerOptions({
@@ -417,12 +470,18 @@ export async function up(opts: UpOptions): Promise<void> {
     natsUrl: stack.natsUrl,
     databaseUrl: stack.databaseUrl,
     publicKey: stack.publicKey,
+    ...(tls && !env.TRAINYARD_NATS_URL && { natsTls: true }),
     pid: process.pid,
     home,
   };
   const files = [stackFile(), userStackFile()];
   for (const file of files) await writePrivate(file, JSON.stringify(info, null, 2));
   banner(stack.api, stack, home, opts.worker, postgresDir);
+  if (opts.listen && !isLoopbackHost(opts.listen) && !tls) {
+    console.log(
+      `  warning    the API and NATS are served on ${opts.listen} without TLS: passwords, tokens and jobs cross the network in the clear. Give --tls-cert and --tls-key.\n`,
+    );
+  }
   stopOnSignals(
     {
       stop: async () => {

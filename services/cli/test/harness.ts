@@ -57,6 +57,9 @@ export async function startTestStack(
     jwtSecret?: string;
     maxUploadBytes?: number;
     tokenTtlSeconds?: number;
+    /** Serve NATS and the API on this address, over TLS with `tls` (with `ownNats`). */
+    listen?: string;
+    tls?: { cert: string; key: string };
   } = {},
 ): Promise<TestStack> {
   const nats = opts.natsUrl || opts.ownNats ? null : await startTestNats();
@@ -79,6 +82,8 @@ export async function startTestStack(
     ...(opts.jwtSecret && { jwtSecret: opts.jwtSecret }),
     ...(opts.maxUploadBytes && { maxUploadBytes: opts.maxUploadBytes }),
     ...(opts.tokenTtlSeconds && { tokenTtlSeconds: opts.tokenTtlSeconds }),
+    ...(opts.listen && { listen: opts.listen }),
+    ...(opts.tls && { tls: opts.tls }),
     ...(opts.heartbeatTimeoutMs && {
       watchdog: { heartbeatTimeoutMs: opts.heartbeatTimeoutMs, checkEveryMs: 200 },
     }),

@@ -8,6 +8,7 @@ import {
   setLogDestination,
   startNatsServer,
   WORKER_PERMISSIONS,
+  workerInbox,
   type ChildServer,
   type ReportReply,
 } from '@trainyard/platform';
@@ -58,7 +59,12 @@ afterAll(async () => {
 });
 
 async function login(user?: string, pass?: string) {
-  return connect({ servers: nats.url, reconnect: false, ...(user && { user, pass }) });
+  return connect({
+    servers: nats.url,
+    reconnect: false,
+    inboxPrefix: workerInbox('intruder'),
+    ...(user && { user, pass }),
+  });
 }
 
 describe('a NATS that requires a login', () => {

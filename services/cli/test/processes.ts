@@ -26,6 +26,34 @@ export function startService(args: string[], env: NodeJS.ProcessEnv): ServicePro
   return { child, kill9: () => signal('SIGKILL'), stop: () => signal('SIGTERM') };
 }
 
+/**
+ * A worker that enrols with a one-time token at `apiUrl`, keeping its key under `dir/home` and
+ * its sandboxes under `dir/sandboxes`.
+ */
+export function startEnrollingWorker(
+  name: string,
+  opts: { token: string; apiUrl: string; dir: string; env?: NodeJS.ProcessEnv },
+): ServiceProcess {
+  return startService(
+    [
+      'worker',
+      '--name',
+      name,
+      '--token',
+      opts.token,
+      '--api',
+      opts.apiUrl,
+      '--cpu-slots',
+      '1',
+      '--heartbeat-ms',
+      '500',
+      '--sandbox',
+      join(opts.dir, 'sandboxes'),
+    ],
+    { TRAINYARD_HOME: join(opts.dir, 'home'), ...opts.env },
+  );
+}
+
 /** A worker in a process of its own with CPU slots, its sandboxes under `sandboxRoot/name`. */
 export function startWorkerProcess(
   name: string,

@@ -7,9 +7,10 @@ import { nkeyAuthenticator } from '@nats-io/nats-core';
 import { createUser } from '@nats-io/nkeys';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { workerInbox } from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { startTestStack, submit, type Job, type TestStack } from './harness.ts';
-import { BIN, startService, type ServiceProcess } from './processes.ts';
+import { BIN, startEnrollingWorker, type ServiceProcess } from './processes.ts';
 
 let t: TestStack;
 let admin: string;
@@ -23,6 +24,12 @@ const json = (body: unknown, token?: string) => ({
   body: JSON.stringify(body),
   ...(token && { token }),
 });
+
+/** The control plane's login, from the NATS URL the stack holds. */
+function login() {
+  const m = /\/\/([^:]+):([^@]+)@/.exec(t.natsUrl)!;
+  return { user: m[1]!, pass: m[2]! };
+}
 
 const serverLog = () => readFileSync(join(t.home, 'nats', 'nats-server.log'), 'utf8');
 const natsAddress = () => t.natsUrl.replace(/\/\/[^@]*@/, '//');
@@ -65,6 +72,7 @@ function withKey(seed: string) {
   return connect({
     servers: natsAddress(),
     authenticator: nkeyAuthenticator(new TextEncoder().encode(seed)),
+    inboxPrefix: workerInbox('w1'),
     reconnect: false,
   });
 }
@@ -78,24 +86,7 @@ beforeAll(async () => {
   expect(made.stderr).toContain('trainyard worker --name w1');
   const token = made.stdout.trim();
   expect(token).toMatch(/^tyw_/);
-  worker = startService(
-    [
-      'worker',
-      '--name',
-      'w1',
-      '--token',
-      token,
-      '--api',
-      t.url,
-      '--cpu-slots',
-      '1',
-      '--heartbeat-ms',
-      '500',
-      '--sandbox',
-      join(dir.path, 'sandboxes'),
-    ],
-    { TRAINYARD_HOME: join(dir.path, 'home') },
-  );
+  worker = startEnrollingWorker('w1', { token, apiUrl: t.url, dir: dir.path });
   exitCode = new Promise((r) => worker.child.once('exit', (code) => r(code)));
   await waitFor(
     'w1 to register',
@@ -177,6 +168,7 @@ describe('worker enrolment', () => {
         nc.request('ty.report.w9', JSON.stringify({ kind: 'self' }), { timeout: 1_000 }),
       ).rejects.toThrow();
       nc.publish('ty.ev.job.job_x', 'forged');
+      nc.subscribe('_INBOX.>');
       const js = jetstream(nc, { timeout: 1_000 });
       await expect(js.consumers.get('TY_DISPATCH', 'worker_w9_cpu')).rejects.toThrow();
       const jsm = await jetstreamManager(nc, { timeout: 1_000 });
@@ -192,8 +184,11 @@ describe('worker enrolment', () => {
       await nc.flush();
       await waitFor('the server to log each refusal', () => {
         const log = serverLog();
-        return ['"ty.hb.w9"', '"ty.report.w9"', '"ty.ev.job.job_x"'].every((s) =>
-          log.includes(`Publish Violation - Nkey "${keyOfW1().publicKey}", Subject ${s}`),
+        const key = keyOfW1().publicKey;
+        return (
+          ['"ty.hb.w9"', '"ty.report.w9"', '"ty.ev.job.job_x"'].every((s) =>
+            log.includes(`Publish Violation - Nkey "${key}", Subject ${s}`),
+          ) && log.includes(`Subscription Violation - Nkey "${key}", Subject "_INBOX.>"`)
         );
       });
       const self = await nc.request('ty.report.w1', JSON.stringify({ kind: 'self' }), {
@@ -231,5 +226,41 @@ describe('worker enrolment', () => {
     expect(job.attempts[0]!.failure).toMatchObject({ kind: 'system', reason: 'workerLost' });
     expect(['retrying', 'queued']).toContain(job.status);
     await expect(withKey(keyOfW1().seed)).rejects.toThrow(/authorization/i);
+
+    const control = await connect({ servers: t.natsUrl.replace(/\/\/[^@]*@/, '//'), ...login() });
+    try {
+      const register = {
+        kind: 'worker',
+        event: {
+          type: 'WorkerRegistered',
+          data: {
+            name: 'w1',
+            hostname: 'h',
+            gpus: [],
+            cpuSlots: 1,
+            runtime: 'process',
+            version: 't',
+          },
+        },
+      };
+      const answer = await control.request('ty.report.w1', JSON.stringify(register), {
+        timeout: 5_000,
+      });
+      expect(answer.json()).toMatchObject({ ok: false, code: 'REVOKED' });
+    } finally {
+      await control.close();
+    }
+  });
+
+  it('gives a revoked name back only through a token that names it', async () => {
+    const publicKey = createUser().getPublicKey();
+    const enrol = (body: object) => t.http('/v1/workers/enrol', json(body));
+    await refused(
+      await enrol({ token: await issue(), name: 'w1', publicKey }),
+      409,
+      'WORKER_EXISTS',
+    );
+    const back = await enrol({ token: await issue({ name: 'w1' }), name: 'w1', publicKey });
+    expect(back.status).toBe(201);
   });
 });

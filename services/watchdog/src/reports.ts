@@ -22,6 +22,7 @@ import {
   MAX_GPUS_PER_WORKER,
   ReportSchema,
   runJobCommand,
+  supervise,
   type AttemptReport,
   type JobSnapshot,
   type ReportedJob,
@@ -35,12 +36,21 @@ const CONCURRENCY = 64;
 /** Job snapshots kept between reports, newest last. */
 const CACHE_SIZE = 10_000;
 const WORKER_APPEND_TRIES = 5;
+/** Reports one worker may have waiting at once; more are answered `UNAVAILABLE`. */
+const PER_WORKER_CONCURRENCY = 16;
+/** How often a worker may register. */
+const REGISTER_EVERY_MS = 1_000;
+/** The largest registration a worker may send. */
+const MAX_WORKER_EVENT_BYTES = 64 * 1024;
 /** How long a worker may hold a dispatch before it is delivered again (it says it is working). */
 const DISPATCH_ACK_WAIT_NS = 60_000 * 1_000_000;
 
 export interface RunningReports {
   stop(): Promise<void>;
 }
+
+/** A report that cannot be taken now: answered `UNAVAILABLE`, so that the worker sends it again. */
+class Busy extends Error {}
 
 /** A report that is refused, with the code its answer names. */
 class Refused extends Error {
@@ -52,12 +62,14 @@ class Refused extends Error {
   }
 }
 
-const reportedJob = (state: JobState): ReportedJob => {
+/** Where a job stands, as far as `workerId` may know: its attempt only if that worker holds it. */
+const reportedJob = (state: JobState, workerId: string): ReportedJob => {
   const attempt = currentAttempt(state);
+  const held = attempt?.workerId === workerId;
   return {
     status: state.status,
-    attemptId: attempt?.id ?? null,
-    attemptStatus: attempt?.status ?? null,
+    attemptId: held ? attempt.id : null,
+    attemptStatus: held ? attempt.status : null,
   };
 };
 
@@ -74,7 +86,22 @@ export function startReports(ctx: ServiceContext): RunningReports {
   /** Reports of one job are handled one at a time, in the order they came. */
   const perJob = new Map<string, Promise<unknown>>();
   const running = new Set<Promise<void>>();
-  let keys: WorkerKeys | undefined;
+  const inFlight = new Map<string, number>();
+  const registeredAt = new Map<string, number>();
+  /** Workers whose keys were revoked: nothing they report is taken. */
+  const revoked = new Set<string>();
+  const stopping = new AbortController();
+  const keysReady = WorkerKeys.open(ctx.bus.js, ctx.config.TRAINYARD_STREAM_REPLICAS);
+  const watching = supervise(
+    'revoked workers',
+    async () =>
+      (await keysReady).watch(stopping.signal, (records) => {
+        revoked.clear();
+        for (const r of records) if (r.status === 'revoked') revoked.add(r.name);
+      }),
+    stopping.signal,
+    log,
+  );
 
   const remember = (jobId: string, snapshot: JobSnapshot) => {
     snapshots.delete(jobId);
@@ -140,22 +167,20 @@ export function startReports(ctx: ServiceContext): RunningReports {
       ok: true,
       seq: result.head.seq,
       applied: result.events.length > 0,
-      job: reportedJob(result.state),
+      job: reportedJob(result.state, workerId),
     };
   }
 
   /**
-   * A revoked worker registers again only once enrolled again: its connection may outlive the
-   * revocation by a moment, and must not bring it back.
+   * A revoked worker is heard no more: its connection may outlive the revocation by a moment
+   * (or for as long as a nats-server reload fails), and must not bring it back. Registrations
+   * read the record itself; other reports rely on the watched set.
    */
-  async function refuseIfRevoked(workerId: string): Promise<void> {
-    const last = await ctx.bus.store.last('worker', workerId);
-    if (last?.type !== 'WorkerLost' || !(last.data as { revoked?: boolean }).revoked) return;
-    keys ??= await WorkerKeys.open(ctx.bus.js, ctx.config.TRAINYARD_STREAM_REPLICAS);
-    const key = await keys.get(workerId);
-    if (!key || Date.parse(key.enrolledAt) <= Date.parse(last.occurredAt)) {
-      throw new Refused('REVOKED', `worker ${workerId} was revoked: it must enrol again`);
-    }
+  async function refuseIfRevoked(workerId: string, fresh: boolean): Promise<void> {
+    const gone = fresh
+      ? (await (await keysReady).record(workerId))?.status === 'revoked'
+      : revoked.has(workerId);
+    if (gone) throw new Refused('REVOKED', `worker ${workerId} was revoked: it must enrol again`);
   }
 
   /** Makes the dispatch consumers of a registering worker's slots: it may only read them. */
@@ -174,21 +199,10 @@ export function startReports(ctx: ServiceContext): RunningReports {
     }
   }
 
-  /** Where a job stands, as far as this worker may know: its attempt only if the worker holds it. */
+  /** Where a job stands, as far as this worker may know. */
   async function onQuestion(workerId: string, jobId: string): Promise<ReportReply> {
     const { state, head } = await loadJob(ctx.bus.store, jobId);
-    const attempt = currentAttempt(state);
-    const held = attempt?.workerId === workerId;
-    return {
-      ok: true,
-      seq: head.seq,
-      applied: false,
-      job: {
-        status: state.status,
-        attemptId: held ? attempt.id : null,
-        attemptStatus: held ? attempt.status : null,
-      },
-    };
+    return { ok: true, seq: head.seq, applied: false, job: reportedJob(state, workerId) };
   }
 
   async function onWorker(workerId: string, event: WorkerEvent): Promise<ReportReply> {
@@ -203,7 +217,12 @@ export function startReports(ctx: ServiceContext): RunningReports {
           `a worker offers distinct GPUs numbered 0 to ${MAX_GPUS_PER_WORKER - 1}`,
         );
       }
-      await refuseIfRevoked(workerId);
+      const last = registeredAt.get(workerId) ?? 0;
+      if (Date.now() - last < REGISTER_EVERY_MS) {
+        throw new Busy(`worker ${workerId} registers too often`);
+      }
+      registeredAt.set(workerId, Date.now());
+      await refuseIfRevoked(workerId, true);
       await openSlots(workerId, indexes, event.data.cpuSlots);
     }
     for (let tries = 1; ; tries++) {
@@ -229,7 +248,16 @@ export function startReports(ctx: ServiceContext): RunningReports {
       throw new Refused('BAD_REPORT', parsed.error.issues[0]?.message ?? 'malformed report');
     }
     const report = parsed.data;
-    if (report.kind === 'worker') return onWorker(workerId, report.event);
+    await refuseIfRevoked(workerId, false);
+    if (report.kind === 'worker') {
+      if (JSON.stringify(report.event).length > MAX_WORKER_EVENT_BYTES) {
+        throw new Refused(
+          'BAD_REPORT',
+          `a worker event is at most ${MAX_WORKER_EVENT_BYTES} bytes`,
+        );
+      }
+      return onWorker(workerId, report.event);
+    }
     if (report.kind === 'self') {
       const latest = await ctx.bus.store.last('worker', workerId);
       return {
@@ -266,8 +294,10 @@ export function startReports(ctx: ServiceContext): RunningReports {
           ok: false,
           code: err.code,
           message: err.message,
-          ...(snapshot && { job: reportedJob(snapshot.state) }),
+          ...(snapshot && { job: reportedJob(snapshot.state, workerId) }),
         };
+      } else if (err instanceof Busy) {
+        reply = { ok: false, code: 'UNAVAILABLE', message: err.message };
       } else if (err instanceof SyntaxError) {
         reply = { ok: false, code: 'BAD_REPORT', message: 'a report is JSON' };
       } else {
@@ -286,10 +316,27 @@ export function startReports(ctx: ServiceContext): RunningReports {
   const sub: Subscription = ctx.bus.nc.subscribe(Subjects.allReports, { queue: 'reports' });
   const loop = (async () => {
     for await (const msg of sub) {
+      const workerId = msg.subject.slice('ty.report.'.length);
+      const busy = inFlight.get(workerId) ?? 0;
+      if (busy >= PER_WORKER_CONCURRENCY) {
+        const reply: ReportReply = {
+          ok: false,
+          code: 'UNAVAILABLE',
+          message: `worker ${workerId} has ${busy} reports waiting; send again later`,
+        };
+        msg.respond(JSON.stringify(reply));
+        continue;
+      }
       while (running.size >= CONCURRENCY) await Promise.race(running);
+      inFlight.set(workerId, busy + 1);
       const done: Promise<void> = handle(msg)
         .catch((err: unknown) => log.error({ err }, 'report answer failed'))
-        .finally(() => running.delete(done));
+        .finally(() => {
+          running.delete(done);
+          const left = (inFlight.get(workerId) ?? 1) - 1;
+          if (left > 0) inFlight.set(workerId, left);
+          else inFlight.delete(workerId);
+        });
       running.add(done);
     }
   })();
@@ -299,6 +346,8 @@ export function startReports(ctx: ServiceContext): RunningReports {
       await sub.drain();
       await loop;
       await Promise.all(running);
+      stopping.abort();
+      await watching;
     },
   };
 }

@@ -1,5 +1,6 @@
 /** Why an embedded server could not start. */
-export type ServerErrorCode = 'NOT_INSTALLED' | 'UNREACHABLE_DIR' | 'PORT_IN_USE' | 'START_FAILED';
+export type ServerErrorCode =
+  'NOT_INSTALLED' | 'UNREACHABLE_DIR' | 'PORT_IN_USE' | 'START_FAILED' | 'BAD_CONFIG';
 
 /**
  * A server that `up` or the tests start could not be started. The message says what to do: it

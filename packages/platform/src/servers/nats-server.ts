@@ -1,7 +1,8 @@
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { chmod, mkdir, rename, writeFile } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
 import { ServerError } from './errors.ts';
 import { freePort, portInUse } from './ports.ts';
@@ -16,6 +17,10 @@ export interface NatsServerOptions {
   env?: NodeJS.ProcessEnv;
   /** When given, only these users may connect, each with its permissions. */
   users?: NatsUser[];
+  /** The address to listen on (default 127.0.0.1). */
+  host?: string;
+  /** Require TLS of every client, with this certificate and key (PEM files); needs `users`. */
+  tls?: { cert: string; key: string };
 }
 
 /** Subjects a NATS user may or may not publish to, or subscribe to. */
@@ -31,6 +36,8 @@ export interface NatsUser {
   /** Absent: the user may publish and subscribe to anything. */
   permissions?: NatsPermissions;
 }
+
+const execFileAsync = promisify(execFile);
 
 /** A user that proves itself with an nkey: nats-server keeps only the public half. */
 export interface NatsKeyUser {
@@ -70,9 +77,15 @@ export function findNatsServer(): string | null {
   return null;
 }
 
-function tcpOpen(port: number): Promise<boolean> {
+/** Where this machine reaches a server listening on `host`: loopback for any address. */
+const reachableHost = (host: string) => (host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host);
+
+/** A host as a URL names it: an IPv6 address in brackets. */
+export const urlHost = (host: string) => (host.includes(':') ? `[${host}]` : host);
+
+function tcpOpen(port: number, host: string): Promise<boolean> {
   return new Promise((resolve) => {
-    const socket = netConnect(port, '127.0.0.1');
+    const socket = netConnect(port, host);
     socket.once('connect', () => {
       socket.destroy();
       resolve(true);
@@ -95,13 +108,20 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServ
   if (opts.port && (await portInUse(opts.port))) {
     throw new ServerError('PORT_IN_USE', `port ${opts.port} is already in use`);
   }
+  if (opts.tls && !opts.users) throw new Error('a nats-server with TLS takes logins');
+  const host = opts.host ?? '127.0.0.1';
   const port = opts.port ?? (await freePort());
   const args = [...(opts.args ?? [])];
   const auth = join(opts.dir, 'auth.conf');
   const store = join(opts.dir, 'jetstream');
   // JetStream is named in the file a server with logins reloads: a 2.9 server reloading a file
   // without it shuts JetStream down, whatever its flags said.
-  const jetstreamConfig = `jetstream ${JSON.stringify({ store_dir: store })}\n`;
+  const jetstreamConfig =
+    `jetstream ${JSON.stringify({ store_dir: store })}\n` +
+    (opts.tls
+      ? `tls ${JSON.stringify({ cert_file: opts.tls.cert, key_file: opts.tls.key, timeout: 5 })}\n`
+      : '');
+  /** Writes the users; a file nats-server would not take is refused before it replaces the old. */
   const writeUsers = async (extra: NatsKeyUser[]) => {
     const next = `${auth}.next`;
     await writeFile(
@@ -111,6 +131,15 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServ
         mode: 0o600,
       },
     );
+    try {
+      await execFileAsync(binary, ['-t', '-c', next]);
+    } catch (err) {
+      throw new ServerError(
+        'BAD_CONFIG',
+        `nats-server refuses the users it was given: ${(err as { stderr?: string }).stderr?.trim() ?? (err as Error).message}`,
+        { cause: err },
+      );
+    }
     await rename(next, auth);
   };
   if (opts.users) {
@@ -119,21 +148,23 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServ
   }
   const child = spawnLogged(
     binary,
-    [...(opts.users ? [] : ['-js', '-sd', store]), '-a', '127.0.0.1', '-p', String(port), ...args],
+    [...(opts.users ? [] : ['-js', '-sd', store]), '-a', host, '-p', String(port), ...args],
     join(opts.dir, 'nats-server.log'),
     { cwd: opts.dir, ...(opts.env && { env: opts.env }) },
   );
   const log = join(opts.dir, 'nats-server.log');
-  await waitUntil('nats-server', () => tcpOpen(port), 15_000, child).catch((cause: unknown) => {
-    throw new ServerError(
-      'START_FAILED',
-      `nats-server did not start on port ${port} (${(cause as Error).message}); its log: ${log}`,
-      { cause },
-    );
-  });
+  await waitUntil('nats-server', () => tcpOpen(port, reachableHost(host)), 15_000, child).catch(
+    (cause: unknown) => {
+      throw new ServerError(
+        'START_FAILED',
+        `nats-server did not start on port ${port} (${(cause as Error).message}); its log: ${log}`,
+        { cause },
+      );
+    },
+  );
   return {
     pid: child.pid!,
-    url: `nats://127.0.0.1:${port}`,
+    url: `nats://${urlHost(reachableHost(host))}:${port}`,
     stop: () => stopChild(child, 'SIGTERM'),
     kill: () => stopChild(child, 'SIGKILL'),
     setUsers: async (extra) => {

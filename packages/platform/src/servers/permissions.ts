@@ -22,6 +22,14 @@ const readerOf = (stream: string) => [
 ];
 
 /** The JetStream calls that reading consumers someone else made takes: no creating them. */
+/**
+ * Where workers' replies arrive: each worker's connection takes its inboxes under
+ * `workerInbox(name)`, so that no worker can subscribe to the control plane's replies
+ * (`_INBOX.>`), which carry other workers' dispatches and the secrets the services read.
+ */
+const WORKER_INBOXES = '_INBOX_W';
+export const workerInbox = (workerId: string) => `${WORKER_INBOXES}.${workerId}`;
+
 const bindingTo = (stream: string) => [
   `$JS.API.CONSUMER.INFO.${stream}.>`,
   `$JS.API.CONSUMER.MSG.NEXT.${stream}.>`,
@@ -51,10 +59,9 @@ export const WORKER_PERMISSIONS: NatsPermissions = {
       'ty.hb.>',
       'ty.report.*',
       'ty.log.>',
-      '_INBOX.>',
     ],
   },
-  subscribe: { allow: ['_INBOX.>'] },
+  subscribe: { allow: [`${WORKER_INBOXES}.>`] },
 };
 
 /**
@@ -82,9 +89,8 @@ export function workerPermissions(workerId: string): NatsPermissions {
         Subjects.heartbeat(workerId),
         Subjects.report(workerId),
         'ty.log.>',
-        '_INBOX.>',
       ],
     },
-    subscribe: { allow: ['_INBOX.>'] },
+    subscribe: { allow: [`${workerInbox(workerId)}.>`] },
   };
 }

@@ -31,6 +31,22 @@ const EnrolledSchema = z
   })
   .meta({ id: 'EnrolledWorker' });
 
+/**
+ * The NATS URL as the worker can reach it: a server listening on every address is named by the
+ * host the worker reached the API at.
+ */
+function reachableFrom(natsUrl: string, apiHost: string): string {
+  return natsUrl
+    .split(',')
+    .map((u) => {
+      const url = new URL(u);
+      if (!['0.0.0.0', '[::]'].includes(url.hostname)) return u;
+      url.hostname = apiHost.replace(/:\d+$/, '');
+      return url.toString().replace(/\/$/, '');
+    })
+    .join(',');
+}
+
 /** How many times a revocation's `WorkerLost` is tried against a racing worker event. */
 const REVOKE_APPEND_TRIES = 5;
 
@@ -117,7 +133,9 @@ export function workerRoutes(app: Api, deps: ApiDeps): void {
           { worker: worker.name, issuedBy: worker.issuedBy, publicKey: worker.publicKey },
           'worker enrolled',
         );
-        return reply.code(201).send({ name: worker.name, natsUrl: deps.workerNatsUrl });
+        return reply
+          .code(201)
+          .send({ name: worker.name, natsUrl: reachableFrom(deps.workerNatsUrl, req.hostname) });
       } catch (err) {
         if (err instanceof EnrolmentError) {
           req.log.warn({ worker: req.body.name, code: err.code }, 'enrolment refused');
@@ -146,7 +164,7 @@ export function workerRoutes(app: Api, deps: ApiDeps): void {
     async (req) => {
       const caller = requireAdmin(req);
       const { name } = req.params;
-      if (!(await deps.workerKeys.revoke(name))) {
+      if (!(await deps.workerKeys.revoke(name, caller.username))) {
         throw new ApiError('WORKER_NOT_FOUND', `no enrolled worker is named ${name}`);
       }
       const markedLost = await markRevoked(deps, name, caller);

@@ -80,12 +80,29 @@ export function registerServiceCommands(program: Command): void {
     .option('--demo', 'submit the example job and follow its logs')
     .option('--no-worker', 'run the control plane only; workers join with `trainyard worker`')
     .option('--simulate-gpus <shape>', 'give the local worker simulated GPUs, e.g. 2x24GiB')
-    .action(async (o: { demo?: boolean; worker: boolean; simulateGpus?: string }) =>
-      (await server()).up({
-        demo: Boolean(o.demo),
-        worker: o.worker,
-        ...(o.simulateGpus && { simulateGpus: o.simulateGpus }),
-      }),
+    .option(
+      '--listen <host>',
+      'serve the API and NATS on this address (e.g. 0.0.0.0) for workers on other hosts',
+    )
+    .option('--tls-cert <file>', 'serve the API and NATS over TLS with this certificate (PEM)')
+    .option('--tls-key <file>', "the certificate's private key (PEM)")
+    .action(
+      async (o: {
+        demo?: boolean;
+        worker: boolean;
+        simulateGpus?: string;
+        listen?: string;
+        tlsCert?: string;
+        tlsKey?: string;
+      }) =>
+        (await server()).up({
+          demo: Boolean(o.demo),
+          worker: o.worker,
+          ...(o.simulateGpus && { simulateGpus: o.simulateGpus }),
+          ...(o.listen && { listen: o.listen }),
+          ...(o.tlsCert && { tlsCert: o.tlsCert }),
+          ...(o.tlsKey && { tlsKey: o.tlsKey }),
+        }),
     );
 
   program
