@@ -75,16 +75,27 @@ export function isUserPublicKey(key: string): boolean {
 }
 
 export class WorkerKeys {
+  #tokens: Promise<KV> | null = null;
+
   private constructor(
-    private readonly tokens: KV,
+    private readonly js: JetStreamClient,
+    private readonly replicas: number,
     private readonly keys: KV,
   ) {}
 
   static async open(js: JetStreamClient, replicas: number): Promise<WorkerKeys> {
     return new WorkerKeys(
-      await openBucket(js, 'ty_enrolments', { history: 1, replicas }),
+      js,
+      replicas,
       await openBucket(js, 'ty_worker_keys', { history: 1, replicas }),
     );
+  }
+
+  /** The enrolment tokens, opened when first used: only the API issues and redeems them. */
+  private get tokens(): Promise<KV> {
+    this.#tokens ??= openBucket(this.js, 'ty_enrolments', { history: 1, replicas: this.replicas });
+    this.#tokens.catch(() => (this.#tokens = null));
+    return this.#tokens;
   }
 
   /** Makes a one-time token; only its digest is kept. */
@@ -92,7 +103,7 @@ export class WorkerKeys {
     const token = TOKEN_PREFIX + randomBytes(32).toString('base64url');
     const expiresAt = new Date(Date.now() + ttlSeconds * 1000).toISOString();
     const entry: EnrolmentToken = { name, createdBy, expiresAt };
-    await this.tokens.create(digest(token), JSON.stringify(entry));
+    await (await this.tokens).create(digest(token), JSON.stringify(entry));
     return { token, name, expiresAt };
   }
 
@@ -117,11 +128,12 @@ export class WorkerKeys {
     );
     if (!token.startsWith(TOKEN_PREFIX)) throw refused;
     const key = digest(token);
-    const found = await this.tokens.get(key);
+    const tokens = await this.tokens;
+    const found = await tokens.get(key);
     if (!found || found.operation !== 'PUT' || found.length === 0) throw refused;
     const issued = found.json<EnrolmentToken>();
     if (Date.parse(issued.expiresAt) <= Date.now()) {
-      await this.tokens.purge(key).catch(() => undefined);
+      await tokens.purge(key).catch(() => undefined);
       throw refused;
     }
     if (issued.name !== null && issued.name !== name) {
@@ -136,7 +148,7 @@ export class WorkerKeys {
     );
     if (issued.name === null && (await this.record(name))) throw taken;
     try {
-      await this.tokens.delete(key, { previousSeq: found.revision });
+      await tokens.delete(key, { previousSeq: found.revision });
     } catch {
       throw refused;
     }

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { freePort, startNatsServer, type ChildServer } from '@trainyard/platform';
+import { freePorts, startNatsServer, type ChildServer } from '@trainyard/platform';
 import { tempDir } from './tmp.ts';
 import { waitFor } from './wait.ts';
 
@@ -55,10 +55,22 @@ export interface TestNatsCluster {
  * stream, so a test may start services on it at once.
  */
 export async function startTestNatsCluster(size = 3): Promise<TestNatsCluster> {
+  try {
+    return await startCluster(size);
+  } catch (err) {
+    // On a loaded machine a port chosen a moment ago can be taken before a node binds it, and
+    // the cluster never forms: one more try, on other ports.
+    if (!/meta leader/.test((err as Error).message)) throw err;
+    return startCluster(size);
+  }
+}
+
+async function startCluster(size: number): Promise<TestNatsCluster> {
   const dir = await tempDir('trainyard-nats-cluster-');
   const binary = clusterNatsServer();
-  const clientPorts = await Promise.all(Array.from({ length: size }, () => freePort()));
-  const routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
+  const ports = await freePorts(size * 2);
+  const clientPorts = ports.slice(0, size);
+  const routePorts = ports.slice(size);
   const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`).join(',');
   const nodes = clientPorts.map((port, i): ClusterNode & { server: ChildServer | null } => {
     const name = `n${i + 1}`;

@@ -21,6 +21,13 @@ import {
   WorkerKeys,
   type ChildServer,
   type NatsServer,
+  type NatsUser,
+  type ControlService,
+  CONTROL_SERVICES,
+  servicePermissions,
+  serviceInbox,
+  workerInbox,
+  workerPermissions,
   urlHost,
   type ServiceContext,
   type Stoppable,
@@ -112,26 +119,51 @@ export interface Stack {
 }
 
 /**
- * The control plane's login to the embedded NATS, made on first start and kept in
- * `home/secrets` (0600). Workers have none here: each enrols for a key of its own.
+ * The logins of the embedded NATS, made on first start and kept in `home/secrets` (0600):
+ * `control` (streams and buckets, and operators' commands), one per control-plane service, and
+ * one for the local worker. Workers on other hosts have none here: each enrols for a key.
  */
-interface NatsLogins {
-  control: string;
-}
+type NatsLogins = Record<'control' | ControlService | 'localWorker', string>;
 
 async function natsLogins(home: string): Promise<NatsLogins> {
   const dir = join(home, 'secrets');
   const file = join(dir, 'nats.json');
   const kept = await readFile(file, 'utf8')
-    .then((t) => JSON.parse(t) as NatsLogins)
-    .catch(() => null);
-  if (kept?.control) return { control: kept.control };
-  const logins: NatsLogins = { control: randomBytes(24).toString('base64url') };
+    .then((t) => JSON.parse(t) as Partial<NatsLogins>)
+    .catch(() => ({}) as Partial<NatsLogins>);
+  const names = ['control', ...CONTROL_SERVICES, 'localWorker'] as const;
+  if (names.every((n) => kept[n])) return kept as NatsLogins;
+  const logins = Object.fromEntries(
+    names.map((n) => [n, kept[n] ?? randomBytes(24).toString('base64url')]),
+  ) as NatsLogins;
   await mkdir(dir, { recursive: true, mode: 0o700 });
   await chmod(dir, 0o700);
   await writeFile(file, JSON.stringify(logins, null, 2), { mode: 0o600 });
   return logins;
 }
+
+/** The users of the embedded NATS: each service and the local worker allowed what it needs. */
+function natsUsers(logins: NatsLogins, localWorker: string | null): NatsUser[] {
+  return [
+    { user: 'control', password: logins.control },
+    ...CONTROL_SERVICES.map((s) => ({
+      user: s,
+      password: logins[s],
+      permissions: servicePermissions(s),
+    })),
+    ...(localWorker
+      ? [
+          {
+            user: LOCAL_WORKER_USER,
+            password: logins.localWorker,
+            permissions: workerPermissions(localWorker),
+          },
+        ]
+      : []),
+  ];
+}
+
+const LOCAL_WORKER_USER = 'local-worker';
 
 /**
  * The key that signs the events of `up`'s services: `TRAINYARD_SIGNING_KEY`, else one made on
@@ -180,6 +212,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
   const services: { name: string; service: Stoppable }[] = [];
   const add = (name: string, service: Stoppable) => services.push({ name, service });
   let ctx: ServiceContext | null = null;
+  const ownContexts: ServiceContext[] = [];
   let db: Kysely<Database> | null = null;
   const stop = async () => {
     for (const { name, service } of [...services].reverse()) {
@@ -188,6 +221,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       );
     }
     await db?.destroy();
+    for (const own of ownContexts) await own.bus.close();
     await ctx?.bus.close();
     for (const c of [...children].reverse()) await c.stop();
   };
@@ -195,16 +229,18 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     let natsUrl = opts.natsUrl;
     let workerNatsUrl: string | null = null;
     let embeddedNats: NatsServer | null = null;
+    let embeddedLogins: NatsLogins | null = null;
     if (!natsUrl) {
       const port =
         opts.natsPort ?? ((await portInUse(DEFAULT_NATS_PORT)) ? undefined : DEFAULT_NATS_PORT);
       const logins = await natsLogins(opts.home);
+      embeddedLogins = logins;
       const nats = await startNatsServer({
         dir: join(opts.home, 'nats'),
         ...(port && { port }),
         ...(opts.listen && { host: opts.listen }),
         ...(opts.tls && { tls: opts.tls }),
-        users: [{ user: 'control', password: logins.control }],
+        users: natsUsers(logins, opts.worker?.name ?? null),
       });
       children.push(nats);
       embeddedNats = nats;
@@ -238,18 +274,67 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     db = database;
     await reach('PostgreSQL', databaseUrl, 'DATABASE_URL', () => migrate(database));
 
+    const control = ctx;
+    /**
+     * On the embedded NATS every service connects with a login of its own; on a NATS given by
+     * URL they share the one connection, as that URL's login is all there is.
+     */
+    const contextOf = async (
+      service: ControlService | 'localWorker',
+      user: string,
+      inboxPrefix: string,
+    ): Promise<ServiceContext> => {
+      if (!embeddedNats || !embeddedLogins) return control;
+      const own = await openContext(
+        service === 'localWorker' ? 'worker' : service,
+        {
+          ...config,
+          TRAINYARD_NATS_URL: withLogin(embeddedNats.url, user, embeddedLogins[service]),
+        },
+        {
+          signer,
+          manage: false,
+          inboxPrefix,
+          ...(opts.tls && { tls: LOOPBACK_TLS }),
+        },
+      );
+      ownContexts.push(own);
+      return own;
+    };
+    const serviceContextOf = (service: ControlService) =>
+      contextOf(service, service, serviceInbox(service));
+
     if (embeddedNats) {
       const keys = await WorkerKeys.open(ctx.bus.js, config.TRAINYARD_STREAM_REPLICAS);
       add('worker logins', authorizeWorkers(keys, embeddedNats, ctx.log));
     }
     const without = new Set(opts.without ?? []);
-    if (!without.has('projector')) add('projector', await startProjector(ctx, db));
-    if (!without.has('scheduler')) {
-      add('scheduler', await startScheduler(ctx, opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS));
+    if (!without.has('projector')) {
+      add('projector', await startProjector(await serviceContextOf('projector'), db));
     }
-    if (!without.has('builder')) add('builder', await startBuilder(ctx, DEFAULT_BUILDER_OPTIONS));
-    add('watchdog', await startWatchdog(ctx, opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS));
-    const api = await startApi(ctx, db, {
+    if (!without.has('scheduler')) {
+      add(
+        'scheduler',
+        await startScheduler(
+          await serviceContextOf('scheduler'),
+          opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS,
+        ),
+      );
+    }
+    if (!without.has('builder')) {
+      add(
+        'builder',
+        await startBuilder(await serviceContextOf('builder'), DEFAULT_BUILDER_OPTIONS),
+      );
+    }
+    add(
+      'watchdog',
+      await startWatchdog(
+        await serviceContextOf('watchdog'),
+        opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS,
+      ),
+    );
+    const api = await startApi(await serviceContextOf('api'), db, {
       port: opts.apiPort,
       host: opts.listen ?? opts.apiHost,
       ...(opts.tls && { tls: opts.tls }),
@@ -260,7 +345,12 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       ...(workerNatsUrl && { workerNatsUrl }),
     });
     add('api', api);
-    const worker = opts.worker ? await startWorker(ctx, opts.worker) : null;
+    const worker = opts.worker
+      ? await startWorker(
+          await contextOf('localWorker', LOCAL_WORKER_USER, workerInbox(opts.worker.name)),
+          opts.worker,
+        )
+      : null;
     if (worker) add('worker', worker);
     return {
       ctx,

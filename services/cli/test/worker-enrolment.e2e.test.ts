@@ -9,7 +9,7 @@ import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workerInbox } from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
-import { startTestStack, submit, type Job, type TestStack } from './harness.ts';
+import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
 import { BIN, startEnrollingWorker, type ServiceProcess } from './processes.ts';
 
 let t: TestStack;
@@ -145,15 +145,24 @@ describe('worker enrolment', () => {
     await refused(await enrol({ token: named, name: 'w12', publicKey }), 403, 'ENROLMENT_REFUSED');
   });
 
-  it('runs a job on an enrolled worker, which keeps its key private and is refused nothing', async () => {
-    const res = await submit(t, admin, {
-      name: 'enrolled',
-      command: 'echo on-w1',
-      resources: { gpus: 0 },
+  it('runs a job on an enrolled worker, each service on its own login, with nothing refused', async () => {
+    const code = await codeArchive({
+      'train.sh': 'echo on-w1; echo 42 > "$TRAINYARD_OUTPUT_DIR/result.txt"\n',
     });
+    const res = await submit(
+      t,
+      admin,
+      { name: 'enrolled', command: 'sh train.sh', resources: { gpus: 0 }, setup: 'true' },
+      code,
+    );
     const { id } = (await res.json()) as { id: string };
     const job = await t.waitForJob(id, admin, (j) => j.status === 'succeeded', 30_000);
     expect(job.attempts[0]!.workerId).toBe('w1');
+    expect(await (await t.http(`/v1/jobs/${id}/logs`, { token: admin })).text()).toContain('on-w1');
+    const outputs = (await (await t.http(`/v1/jobs/${id}/outputs`, { token: admin })).json()) as {
+      path: string;
+    }[];
+    expect(outputs.map((o) => o.path)).toEqual(['result.txt']);
     const file = join(dir.path, 'home', 'secrets', 'worker-w1.json');
     expect(readFileSync(file, 'utf8')).toContain(keyOfW1().publicKey);
     expect(statSync(file).mode & 0o777).toBe(0o600);
@@ -227,7 +236,11 @@ describe('worker enrolment', () => {
     expect(['retrying', 'queued']).toContain(job.status);
     await expect(withKey(keyOfW1().seed)).rejects.toThrow(/authorization/i);
 
-    const control = await connect({ servers: t.natsUrl.replace(/\/\/[^@]*@/, '//'), ...login() });
+    const control = await connect({
+      servers: natsAddress(),
+      inboxPrefix: workerInbox('w1'),
+      ...login(),
+    });
     try {
       const register = {
         kind: 'worker',
@@ -262,5 +275,72 @@ describe('worker enrolment', () => {
     );
     const back = await enrol({ token: await issue({ name: 'w1' }), name: 'w1', publicKey });
     expect(back.status).toBe(201);
+  });
+});
+
+describe('the control plane’s own logins on up’s NATS', () => {
+  const logins = () =>
+    JSON.parse(readFileSync(join(t.home, 'secrets', 'nats.json'), 'utf8')) as Record<
+      string,
+      string
+    >;
+  const as = (user: string) =>
+    connect({
+      servers: natsAddress(),
+      user,
+      pass: logins()[user]!,
+      inboxPrefix: `_INBOX_S.${user}`,
+      reconnect: false,
+    });
+
+  it('lets only the API read the secret buckets', async () => {
+    const api = await as('api');
+    try {
+      const kv = await new Kvm(jetstream(api, { timeout: 2_000 })).open('ty_credentials');
+      expect(await kv.get('admin')).not.toBeNull();
+    } finally {
+      await api.close();
+    }
+    for (const user of ['builder', 'scheduler', 'projector', 'watchdog']) {
+      const nc = await as(user);
+      try {
+        const js = jetstream(nc, { timeout: 1_000 });
+        for (const bucket of ['ty_credentials', 'ty_config', 'ty_sessions']) {
+          const kv = await new Kvm(js).open(bucket).catch((err: Error) => err);
+          if (kv instanceof Error) continue;
+          await expect(kv.get('admin'), `${user} reading ${bucket}`).rejects.toThrow();
+        }
+      } finally {
+        await nc.close();
+      }
+    }
+  });
+
+  it('keeps each service to what it does, and none may take the log apart', async () => {
+    const builder = await as('builder');
+    const projector = await as('projector');
+    try {
+      builder.publish('ty.ev.user.mallory', 'forged');
+      builder.subscribe('_INBOX.>');
+      projector.publish('ty.ev.job.job_x', 'forged');
+      const jsm = await jetstreamManager(builder, { timeout: 1_000 });
+      await expect(jsm.streams.delete('TY_EVENTS')).rejects.toThrow();
+      await expect(jsm.streams.purge('TY_DISPATCH')).rejects.toThrow();
+      await Promise.all([builder.flush(), projector.flush()]);
+      await waitFor('the server to log each refusal', () => {
+        const log = serverLog();
+        return (
+          log.includes('Publish Violation - User "builder", Subject "ty.ev.user.mallory"') &&
+          log.includes('Subscription Violation - User "builder", Subject "_INBOX.>"') &&
+          log.includes('Publish Violation - User "projector", Subject "ty.ev.job.job_x"') &&
+          log.includes(
+            'Publish Violation - User "builder", Subject "$JS.API.STREAM.DELETE.TY_EVENTS"',
+          )
+        );
+      });
+    } finally {
+      await builder.close();
+      await projector.close();
+    }
   });
 });

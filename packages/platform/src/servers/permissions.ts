@@ -94,3 +94,88 @@ export function workerPermissions(workerId: string): NatsPermissions {
     subscribe: { allow: [`${workerInbox(workerId)}.>`] },
   };
 }
+
+/** The services of the control plane, each with a NATS login of its own on `up`'s server. */
+export const CONTROL_SERVICES = ['api', 'scheduler', 'builder', 'projector', 'watchdog'] as const;
+export type ControlService = (typeof CONTROL_SERVICES)[number];
+
+/** Where a control-plane service's replies arrive: no other service may read them. */
+const SERVICE_INBOXES = '_INBOX_S';
+export const serviceInbox = (service: ControlService) => `${SERVICE_INBOXES}.${service}`;
+
+/** Buckets that hold secrets: password hashes, sessions, the token key, worker enrolment. */
+const SECRET_BUCKETS = [
+  'ty_credentials',
+  'ty_sessions',
+  'ty_revocations',
+  'ty_config',
+  'ty_enrolments',
+  'ty_worker_keys',
+];
+
+/** Every JetStream call that reads or writes a KV bucket. */
+const bucketCalls = (bucket: string) => {
+  const stream = `KV_${bucket}`;
+  return [
+    `$KV.${bucket}.>`,
+    `$JS.API.STREAM.*.${stream}`,
+    `$JS.API.STREAM.MSG.*.${stream}`,
+    `$JS.API.DIRECT.GET.${stream}`,
+    `$JS.API.DIRECT.GET.${stream}.>`,
+    `$JS.API.CONSUMER.*.${stream}`,
+    `$JS.API.CONSUMER.*.${stream}.>`,
+    `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.>`,
+  ];
+};
+
+/** What no service may do: take streams apart, or answer in another's name. */
+const NO_SERVICE_MAY = [
+  '$JS.API.STREAM.DELETE.>',
+  '$JS.API.STREAM.UPDATE.>',
+  '$JS.API.STREAM.MSG.DELETE.>',
+  ...['TY_EVENTS', 'TY_DISPATCH', 'TY_HEARTBEATS', 'TY_LOGS'].map(
+    (s) => `$JS.API.STREAM.PURGE.${s}`,
+  ),
+  '_INBOX.>',
+  `${SERVICE_INBOXES}.>`,
+  'ty.hb.>',
+  'ty.report.>',
+];
+
+/** What each service may not publish, beyond `NO_SERVICE_MAY`. */
+const SERVICE_DENIES: Record<ControlService, string[]> = {
+  api: ['ty.dispatch.>'],
+  scheduler: [...SECRET_BUCKETS.flatMap(bucketCalls), 'ty.ev.user.>'],
+  builder: [
+    ...SECRET_BUCKETS.flatMap(bucketCalls),
+    'ty.ev.user.>',
+    'ty.ev.worker.>',
+    'ty.dispatch.>',
+  ],
+  projector: [
+    ...SECRET_BUCKETS.flatMap(bucketCalls),
+    'ty.ev.>',
+    'ty.dispatch.>',
+    'ty.log.>',
+    '$O.>',
+  ],
+  watchdog: [
+    ...SECRET_BUCKETS.filter((b) => b !== 'ty_worker_keys').flatMap(bucketCalls),
+    'ty.ev.user.>',
+    'ty.dispatch.>',
+  ],
+};
+
+/**
+ * What one control-plane service's login may do on `up`'s server: anything it needs, nothing
+ * that takes the log apart, and only the API reads the secret buckets (the watchdog also reads
+ * worker keys, to refuse revoked workers). Replies reach it under its own inbox.
+ */
+export function servicePermissions(service: ControlService): NatsPermissions {
+  return {
+    publish: { deny: [...NO_SERVICE_MAY, ...SERVICE_DENIES[service]] },
+    subscribe: {
+      allow: [`${serviceInbox(service)}.>`, ...(service === 'watchdog' ? ['ty.report.*'] : [])],
+    },
+  };
+}

@@ -14,6 +14,28 @@ export function freePort(): Promise<number> {
   });
 }
 
+/** `count` distinct TCP ports on 127.0.0.1, all held at once while they are chosen. */
+export async function freePorts(count: number): Promise<number[]> {
+  const servers = Array.from({ length: count }, () => createServer());
+  try {
+    return await Promise.all(
+      servers.map(
+        (srv) =>
+          new Promise<number>((resolve, reject) => {
+            srv.unref();
+            srv.once('error', reject);
+            srv.listen(0, '127.0.0.1', () => {
+              const address = srv.address();
+              resolve(typeof address === 'object' && address ? address.port : 0);
+            });
+          }),
+      ),
+    );
+  } finally {
+    await Promise.all(servers.map((srv) => new Promise((r) => srv.close(r))));
+  }
+}
+
 /** Whether something accepts connections on 127.0.0.1:port. */
 export function portInUse(port: number): Promise<boolean> {
   return new Promise((resolve) => {
