@@ -8,12 +8,22 @@
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { workerOptions } from '@trainyard/cli';
-import { BaseConfigSchema, openContext, parseEnv, stopOnSignals } from '@trainyard/platform';
+import {
+  BaseConfigSchema,
+  openContext,
+  parseEnv,
+  stopOnSignals,
+  workerInbox,
+} from '@trainyard/platform';
 import { startWorker, type RunningWorker } from '@trainyard/worker';
 
 const [prefix = 'host', count = '1', shape = '8x80GiB', sandboxes = tmpdir(), ...flags] =
   process.argv.slice(2);
-const ctx = await openContext('worker-host', parseEnv(BaseConfigSchema));
+// Replies to workers arrive under a workers' inbox: the control plane answers reports nowhere else.
+const ctx = await openContext('worker-host', parseEnv(BaseConfigSchema), {
+  manage: false,
+  inboxPrefix: workerInbox(`host-${prefix}`),
+});
 const workers: RunningWorker[] = [];
 for (let i = 0; i < Number(count); i++) {
   const name = `${prefix}${i}`;

@@ -2,18 +2,30 @@ import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { startNatsServer, WORKER_PERMISSIONS, type ChildServer } from '@trainyard/platform';
+import {
+  CONTROL_SERVICES,
+  natsAccountsConfig,
+  servicePasswordVariable,
+  startNatsServer,
+  type ChildServer,
+} from '@trainyard/platform';
 import { tempDir } from '@trainyard/testkit';
 
 const INFRA = resolve(fileURLToPath(new URL('..', import.meta.url)));
-const SECRETS = {
-  TRAINYARD_CONTROL_PASSWORD: 'control-secret-1',
-  TRAINYARD_WORKER_PASSWORD: 'worker-secret-2',
-  TRAINYARD_SYS_PASSWORD: 'sys-secret-3',
-};
+/** Every login of accounts.conf, the variable its password comes from, and a password. */
+const LOGINS: [user: string, variable: string][] = [
+  ['control', 'TRAINYARD_CONTROL_PASSWORD'],
+  ...CONTROL_SERVICES.map((s): [string, string] => [s, servicePasswordVariable(s)]),
+  ['worker', 'TRAINYARD_WORKER_PASSWORD'],
+  ['sys', 'TRAINYARD_SYS_PASSWORD'],
+];
+const SECRETS: Record<string, string> = Object.fromEntries(
+  LOGINS.map(([user, variable]) => [variable, `${user}-secret-${variable.length}`]),
+);
 
 let server: ChildServer;
 let dir: Awaited<ReturnType<typeof tempDir>>;
@@ -45,29 +57,45 @@ async function login(user: string, pass: string): Promise<'ok' | string> {
 
 describe('the NATS configuration in infra/nats', () => {
   it('lets each user in with the password from the environment, and not with the literal $VAR', async () => {
-    expect(await login('control', SECRETS.TRAINYARD_CONTROL_PASSWORD)).toBe('ok');
-    expect(await login('worker', SECRETS.TRAINYARD_WORKER_PASSWORD)).toBe('ok');
-    expect(await login('sys', SECRETS.TRAINYARD_SYS_PASSWORD)).toBe('ok');
-    for (const [user, variable] of [
-      ['control', 'TRAINYARD_CONTROL_PASSWORD'],
-      ['worker', 'TRAINYARD_WORKER_PASSWORD'],
-      ['sys', 'TRAINYARD_SYS_PASSWORD'],
-    ] as const) {
-      expect(await login(user, `$${variable}`)).toMatch(/authorization/i);
+    for (const [user, variable] of LOGINS) {
+      expect(await login(user, SECRETS[variable]!), user).toBe('ok');
+      expect(await login(user, `$${variable}`), user).toMatch(/authorization/i);
     }
-    expect(await login('control', SECRETS.TRAINYARD_WORKER_PASSWORD)).toMatch(/authorization/i);
+    expect(await login('control', SECRETS.TRAINYARD_WORKER_PASSWORD!)).toMatch(/authorization/i);
   });
 
-  it('gives the worker user exactly the permissions the embedded stack gives it', () => {
-    const text = readFileSync(join(INFRA, 'nats', 'accounts.conf'), 'utf8');
-    const start = text.indexOf('{', text.indexOf('permissions:'));
-    let depth = 0;
-    let end = start;
-    for (; end < text.length; end++) {
-      if (text[end] === '{') depth++;
-      if (text[end] === '}' && --depth === 0) break;
+  it('lets the control login make the streams with trainyard nats setup', async () => {
+    const bin = join(INFRA, '..', 'services', 'cli', 'bin', 'trainyard.js');
+    const url = server.url.replace(
+      'nats://',
+      `nats://control:${SECRETS.TRAINYARD_CONTROL_PASSWORD}@`,
+    );
+    const out = await new Promise<{ code: number; stdout: string }>((done) =>
+      execFile(
+        process.execPath,
+        [bin, 'nats', 'setup'],
+        { env: { ...process.env, TRAINYARD_NATS_URL: url }, timeout: 60_000 },
+        (err, stdout) => done({ code: err ? 1 : 0, stdout }),
+      ),
+    );
+    expect(out).toEqual({ code: 0, stdout: 'the streams and buckets are ready\n' });
+    const nc = await connect({
+      servers: server.url,
+      user: 'projector',
+      pass: SECRETS[servicePasswordVariable('projector')]!,
+      inboxPrefix: '_INBOX_S.projector',
+      reconnect: false,
+    });
+    try {
+      const jsm = await jetstreamManager(nc, { timeout: 5_000 });
+      expect((await jsm.streams.info('TY_EVENTS')).config.subjects).toEqual(['ty.ev.>']);
+    } finally {
+      await nc.close();
     }
-    expect(JSON.parse(text.slice(start, end + 1))).toEqual(WORKER_PERMISSIONS);
+  });
+
+  it('is the file made from the permissions the embedded stack gives (npm run nats:accounts)', () => {
+    expect(readFileSync(join(INFRA, 'nats', 'accounts.conf'), 'utf8')).toBe(natsAccountsConfig());
   });
 
   it('keeps every cluster node config valid as nats-server reads it', () => {
@@ -95,9 +123,7 @@ describe('the production compose file', () => {
 
   it('gives no secret a default that would work', () => {
     for (const name of [
-      'TRAINYARD_CONTROL_PASSWORD',
-      'TRAINYARD_WORKER_PASSWORD',
-      'TRAINYARD_SYS_PASSWORD',
+      ...LOGINS.map(([, variable]) => variable),
       'POSTGRES_PASSWORD',
       'MINIO_ROOT_PASSWORD',
       'TRAINYARD_JWT_SECRET',
@@ -105,6 +131,17 @@ describe('the production compose file', () => {
       const uses = [...text.matchAll(new RegExp(`\\$\\{${name}([^}]*)\\}`, 'g'))];
       expect(uses.length, name).toBeGreaterThan(0);
       for (const use of uses) expect(use[1], `${name} in ${use[0]}`).toMatch(/^:\?/);
+    }
+  });
+
+  it('gives every service its own NATS login, and only nats-setup the control one', () => {
+    for (const [name, s] of Object.entries(compose.services)) {
+      const url = s.environment?.TRAINYARD_NATS_URL;
+      if (!url) continue;
+      const users = new Set([...url.matchAll(/nats:\/\/([^:]+):/g)].map((m) => m[1]));
+      const command = (s as { command?: string[] }).command?.[0];
+      const expected = name === 'nats-setup' ? 'control' : command;
+      expect([...users], name).toEqual([expected]);
     }
   });
 
@@ -117,8 +154,13 @@ describe('the production compose file', () => {
       expect(compose.services[name]!.healthcheck?.test.length, name).toBeGreaterThan(1);
     for (const [name, s] of services.filter(([, s]) => s.depends_on)) {
       expect(Array.isArray(s.depends_on), name).toBe(false);
-      for (const dep of Object.values(s.depends_on as Record<string, { condition: string }>))
-        expect(dep.condition, name).toBe('service_healthy');
+      for (const [dep, { condition }] of Object.entries(
+        s.depends_on as Record<string, { condition: string }>,
+      )) {
+        expect(condition, `${name} on ${dep}`).toBe(
+          dep === 'nats-setup' ? 'service_completed_successfully' : 'service_healthy',
+        );
+      }
     }
   });
 

@@ -23,6 +23,11 @@ export const BaseConfigSchema = z.object({
   TRAINYARD_TRUSTED_KEYS: z.string().optional(),
   /** The NATS URL the API tells enrolled workers to connect to (default: its own, no login). */
   TRAINYARD_WORKER_NATS_URL: z.string().optional(),
+  /**
+   * `false`: leave the streams and buckets as `trainyard nats setup` made them, for a login that
+   * may not change them (a service's own in `infra/`).
+   */
+  TRAINYARD_MANAGE_STREAMS: z.enum(['true', 'false']).default('true'),
   /** A CA certificate (PEM file) to trust for a NATS that requires TLS. */
   TRAINYARD_NATS_CA: z.string().optional(),
 });

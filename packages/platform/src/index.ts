@@ -32,3 +32,4 @@ export * from './stall.ts';
 export * from './servers/permissions.ts';
 export * from './reports.ts';
 export * from './worker-keys.ts';
+export * from './servers/accounts.ts';

@@ -3,6 +3,8 @@ import {
   connectBus,
   parseEnv,
   openContext,
+  CONTROL_SERVICES,
+  serviceInbox,
   workerInbox,
   type BaseConfig,
   type Bus,
@@ -62,8 +64,14 @@ export async function serviceContext(
   opts: { inboxPrefix?: string } = {},
 ): Promise<ServiceContext> {
   const config = serviceConfig();
+  const service = CONTROL_SERVICES.find((s) => s === name);
   return reach('NATS', config.TRAINYARD_NATS_URL, 'TRAINYARD_NATS_URL', () =>
-    openContext(name, config, { manage: name !== 'worker', ...localTls(), ...opts }),
+    openContext(name, config, {
+      manage: name !== 'worker' && config.TRAINYARD_MANAGE_STREAMS === 'true',
+      ...(service && { inboxPrefix: serviceInbox(service) }),
+      ...localTls(),
+      ...opts,
+    }),
   );
 }
 

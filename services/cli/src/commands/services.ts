@@ -106,6 +106,24 @@ export function registerServiceCommands(program: Command): void {
     );
 
   program
+    .command('nats')
+    .description('the NATS side of Trainyard')
+    .command('setup')
+    .description(
+      'make or update the streams and buckets (with a login that may, such as control); services given TRAINYARD_MANAGE_STREAMS=false then leave them be',
+    )
+    .action(async () => {
+      const { openContext, serviceConfig } = await server();
+      const { reach } = await import('../connect.ts');
+      const config = serviceConfig();
+      const ctx = await reach('NATS', config.TRAINYARD_NATS_URL, 'TRAINYARD_NATS_URL', () =>
+        openContext('nats-setup', config, { manage: true }),
+      );
+      await ctx.bus.close();
+      console.log('the streams and buckets are ready');
+    });
+
+  program
     .command('api')
     .description('run the HTTP API (TRAINYARD_PORT, default 8080)')
     .action(async () => {
