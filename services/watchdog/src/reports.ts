@@ -36,8 +36,12 @@ const CONCURRENCY = 64;
 /** Job snapshots kept between reports, newest last. */
 const CACHE_SIZE = 10_000;
 const WORKER_APPEND_TRIES = 5;
-/** Reports one worker may have waiting at once; more are answered `UNAVAILABLE`. */
-const PER_WORKER_CONCURRENCY = 16;
+/**
+ * Reports of one worker answered at once, so that one worker cannot take every answer; the
+ * rest wait their turn, up to `PER_WORKER_WAITING`, past which they are answered `UNAVAILABLE`.
+ */
+const PER_WORKER_CONCURRENCY = 32;
+const PER_WORKER_WAITING = 1_000;
 /** How often a worker may register. */
 const REGISTER_EVERY_MS = 1_000;
 /** The largest registration a worker may send. */
@@ -314,30 +318,46 @@ export function startReports(ctx: ServiceContext): RunningReports {
   }
 
   const sub: Subscription = ctx.bus.nc.subscribe(Subjects.allReports, { queue: 'reports' });
+  /** Reports of one worker beyond what it may have answered at once, oldest first. */
+  const waiting = new Map<string, Msg[]>();
+
+  /** Answers `msg`; when done, the next waiting report of the same worker takes its place. */
+  function start(workerId: string, msg: Msg): void {
+    inFlight.set(workerId, (inFlight.get(workerId) ?? 0) + 1);
+    const done: Promise<void> = handle(msg)
+      .catch((err: unknown) => log.error({ err }, 'report answer failed'))
+      .finally(() => {
+        running.delete(done);
+        const next = waiting.get(workerId)?.shift();
+        if (waiting.get(workerId)?.length === 0) waiting.delete(workerId);
+        const left = (inFlight.get(workerId) ?? 1) - 1;
+        if (left > 0) inFlight.set(workerId, left);
+        else inFlight.delete(workerId);
+        if (next) start(workerId, next);
+      });
+    running.add(done);
+  }
+
   const loop = (async () => {
     for await (const msg of sub) {
       const workerId = msg.subject.slice('ty.report.'.length);
-      const busy = inFlight.get(workerId) ?? 0;
-      if (busy >= PER_WORKER_CONCURRENCY) {
-        const reply: ReportReply = {
-          ok: false,
-          code: 'UNAVAILABLE',
-          message: `worker ${workerId} has ${busy} reports waiting; send again later`,
-        };
-        msg.respond(JSON.stringify(reply));
+      if ((inFlight.get(workerId) ?? 0) >= PER_WORKER_CONCURRENCY) {
+        const queue = waiting.get(workerId) ?? [];
+        if (queue.length >= PER_WORKER_WAITING) {
+          const reply: ReportReply = {
+            ok: false,
+            code: 'UNAVAILABLE',
+            message: `worker ${workerId} has ${queue.length} reports waiting; send again later`,
+          };
+          msg.respond(JSON.stringify(reply));
+        } else {
+          queue.push(msg);
+          waiting.set(workerId, queue);
+        }
         continue;
       }
       while (running.size >= CONCURRENCY) await Promise.race(running);
-      inFlight.set(workerId, busy + 1);
-      const done: Promise<void> = handle(msg)
-        .catch((err: unknown) => log.error({ err }, 'report answer failed'))
-        .finally(() => {
-          running.delete(done);
-          const left = (inFlight.get(workerId) ?? 1) - 1;
-          if (left > 0) inFlight.set(workerId, left);
-          else inFlight.delete(workerId);
-        });
-      running.add(done);
+      start(workerId, msg);
     }
   })();
 
