@@ -52,6 +52,11 @@ export async function openContext(
     ...(opts.inboxPrefix && { inboxPrefix: opts.inboxPrefix }),
     ...(opts.connectTimeoutMs && { connectTimeoutMs: opts.connectTimeoutMs }),
   });
-  const blobs = await openBlobStore(config, bus.js, manage);
-  return { bus, blobs, log, config, instanceId };
+  try {
+    const blobs = await openBlobStore(config, bus.js, manage);
+    return { bus, blobs, log, config, instanceId };
+  } catch (err) {
+    await bus.close();
+    throw err;
+  }
 }

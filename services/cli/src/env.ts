@@ -89,7 +89,15 @@ export async function workerContext(
 ): Promise<ServiceContext> {
   const enrolled = await workerCredential(name, opts, env);
   const inboxPrefix = workerInbox(name);
-  if (!enrolled) return serviceContext('worker', { inboxPrefix });
+  if (!enrolled) {
+    if (opts.api && !env.TRAINYARD_NATS_URL) {
+      throw new CliError(
+        `worker ${name} has no key yet: enrol it with a one-time token, --token TOKEN (an admin makes one with \`trainyard worker token create ${name}\`)`,
+        'NOT_ENROLLED',
+      );
+    }
+    return serviceContext('worker', { inboxPrefix });
+  }
   const { credential, fresh } = enrolled;
   const url = env.TRAINYARD_NATS_URL ?? credential.natsUrl;
   const config = parseEnv(BaseConfigSchema, { ...env, TRAINYARD_NATS_URL: url });

@@ -61,6 +61,8 @@ export function connectionProblem(err: unknown, url: string): string {
   if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return 'the connection was reset';
   if (code === 'EHOSTUNREACH' || code === 'ENETUNREACH') return `${host} is unreachable`;
   const message = (err as Error)?.message ?? String(err);
+  if (/(object store|stream) not found/i.test(message))
+    return `${host} answers, but holds no Trainyard streams (${message}): is it the NATS of a running Trainyard? \`npm run up\` starts one; a worker joins one with --token`;
   return code ? `${message} (${code})` : message;
 }
 

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { TokenIssuer } from '@trainyard/api';
 import { freePort } from '@trainyard/platform';
-import { tempDir, waitFor } from '@trainyard/testkit';
+import { startTestNats, tempDir, waitFor } from '@trainyard/testkit';
 import { ADMIN_PASSWORD, codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
 import { BIN } from './processes.ts';
 
@@ -108,6 +108,22 @@ describe('trainyard up, when it cannot start', () => {
       nats,
       `cannot connect to NATS at nats://127.0.0.1:${closed} (TRAINYARD_NATS_URL): connection refused`,
     );
+  });
+});
+
+describe('a worker that cannot join', () => {
+  it('is told to enrol when it has no key, and that a NATS holds no Trainyard', async () => {
+    const noKey = await cli(['worker', '--name', 'gpu-q', '--api', 'http://127.0.0.1:1']);
+    expectPlainFailure(noKey, 'worker gpu-q has no key yet', 'trainyard worker token create gpu-q');
+    const bare = await startTestNats();
+    try {
+      const elsewhere = await cli(['worker', '--name', 'gpu-q', '--cpu-slots', '1'], {
+        TRAINYARD_NATS_URL: bare.url,
+      });
+      expectPlainFailure(elsewhere, 'holds no Trainyard streams', '--token');
+    } finally {
+      await bare.stop();
+    }
   });
 });
 

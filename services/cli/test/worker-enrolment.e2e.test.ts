@@ -234,6 +234,11 @@ describe('worker enrolment', () => {
     const job: Job = await t.waitForJob(id, admin, (j) => j.attempts[0]?.status === 'failed');
     expect(job.attempts[0]!.failure).toMatchObject({ kind: 'system', reason: 'workerLost' });
     expect(['retrying', 'queued']).toContain(job.status);
+    await waitFor('w1 to show as revoked', async () => {
+      const res = await t.http('/v1/workers', { token: admin });
+      const list = (await res.json()) as { id: string; status: string }[];
+      return list.find((w) => w.id === 'w1')?.status === 'revoked';
+    });
     await expect(withKey(keyOfW1().seed)).rejects.toThrow(/authorization/i);
 
     const control = await connect({

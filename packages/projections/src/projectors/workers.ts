@@ -21,7 +21,7 @@ function step(row: WorkerRow | undefined, event: StoredEvent): WorkerRow | undef
     case 'WorkerLeft':
       return row && { ...row, status: 'offline', updated_at: at };
     case 'WorkerLost':
-      return row && { ...row, status: 'lost', updated_at: at };
+      return row && { ...row, status: event.data.revoked ? 'revoked' : 'lost', updated_at: at };
     default: {
       const never: never = event;
       throw new Error(`unhandled worker event ${JSON.stringify(never)}`);

@@ -60,9 +60,9 @@ async function runAlone(
 function stopOnClose(ctx: ServiceContext): void {
   void ctx.bus.nc.closed().then((err) => {
     if (!err) return;
-    ctx.log.fatal(
-      { err },
-      'NATS closed this worker’s connection and will not take its key: it was revoked, or this is not the server it enrolled with. Enrol again with a new token (--token).',
+    ctx.log.debug({ err }, 'NATS closed the connection');
+    console.error(
+      `error: NATS closed this worker’s connection and will not take its key (${err.message}): it was revoked, or this is not the server it enrolled with. Enrol again with a new token (--token).`,
     );
     process.exit(3);
   });
@@ -213,7 +213,7 @@ export function registerServiceCommands(program: Command): void {
     .option('--heartbeat-ms <ms>', 'heartbeat interval', '2000')
     .option(
       '--token <token>',
-      'enrol with this one-time token from `trainyard worker token create` (or TRAINYARD_ENROL_TOKEN)',
+      'enrol with this one-time token from `trainyard worker token create` (or TRAINYARD_ENROL_TOKEN), at the API named by --api URL (or TRAINYARD_API_URL)',
     )
     .option('--key <file>', "this worker's key (default: TRAINYARD_HOME/secrets/worker-NAME.json)")
     .action(async (flags: WorkerFlags & { token?: string; key?: string }, cmd: Command) => {
