@@ -33,3 +33,4 @@ export * from './servers/permissions.ts';
 export * from './reports.ts';
 export * from './worker-keys.ts';
 export * from './servers/accounts.ts';
+export * from './service-buckets.ts';

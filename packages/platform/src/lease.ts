@@ -3,6 +3,10 @@ import type { KV } from '@nats-io/kv';
 import { isTransient } from '@trainyard/events';
 import { openBucket } from './buckets.ts';
 
+/** The bucket of leases, made on first use: its entries expire after `ttlMs`. */
+export const openLeaseBucket = (js: JetStreamClient, ttlMs: number, replicas = 1) =>
+  openBucket(js, 'ty_leases', { ttl: ttlMs, history: 1, replicas });
+
 /** The share of the TTL after the last renewal during which the holder still counts as holding. */
 const HOLD_SHARE = 0.8;
 
@@ -26,7 +30,7 @@ export class KvLease {
   ) {}
 
   static async open(js: JetStreamClient, key: string, holder: string, ttlMs: number, replicas = 1) {
-    const kv = await openBucket(js, 'ty_leases', { ttl: ttlMs, history: 1, replicas });
+    const kv = await openLeaseBucket(js, ttlMs, replicas);
     return new KvLease(kv, key, holder, ttlMs);
   }
 

@@ -2,6 +2,10 @@ import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { openBucket } from './buckets.ts';
 
+/** The bucket where instances announce themselves; an announcement expires after `ttlMs`. */
+export const openLivenessBucket = (js: JetStreamClient, ttlMs: number, replicas = 1) =>
+  openBucket(js, 'ty_alive', { ttl: ttlMs, history: 1, replicas });
+
 /** Instance ids hold `@` and `:`, which KV keys may not: base64url keeps them apart and valid. */
 const keyOf = (instanceId: string) => Buffer.from(instanceId).toString('base64url');
 
@@ -14,7 +18,7 @@ export class Liveness {
   private constructor(private readonly kv: KV) {}
 
   static async open(js: JetStreamClient, ttlMs: number, replicas = 1): Promise<Liveness> {
-    return new Liveness(await openBucket(js, 'ty_alive', { ttl: ttlMs, history: 1, replicas }));
+    return new Liveness(await openLivenessBucket(js, ttlMs, replicas));
   }
 
   async announce(instanceId: string): Promise<void> {

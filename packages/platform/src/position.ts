@@ -3,6 +3,10 @@ import type { KV } from '@nats-io/kv';
 import { retryTransient } from '@trainyard/events';
 import { openBucket } from './buckets.ts';
 
+/** The bucket of saved log positions. */
+export const openPositionBucket = (js: JetStreamClient, replicas = 1) =>
+  openBucket(js, 'ty_positions', { history: 1, replicas });
+
 /**
  * Where a reader of the log has got to: the highest sequence below which every event's effect
  * is durable. Kept in a KV bucket, so a reader that restarts resumes there and handles again
@@ -19,7 +23,7 @@ export class LogPosition {
   ) {}
 
   static async open(js: JetStreamClient, name: string, replicas = 1): Promise<LogPosition> {
-    const kv = await openBucket(js, 'ty_positions', { history: 1, replicas });
+    const kv = await openPositionBucket(js, replicas);
     const position = new LogPosition(kv, name);
     const entry = await retryTransient(`read the position of ${name}`, () => kv.get(name));
     position.#saved = entry?.operation === 'PUT' ? Number(entry.string()) : 0;

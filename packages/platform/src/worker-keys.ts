@@ -112,7 +112,13 @@ export class WorkerKeys {
    * names (or any name not enrolled yet). Enrolling a name again replaces its key, so a token
    * naming a worker is how an admin gives a rebuilt host its name back.
    */
-  async redeem(token: string, name: string, publicKey: string): Promise<WorkerKey> {
+  async redeem(
+    token: string,
+    name: string,
+    publicKey: string,
+    /** Whether a worker of that name is known otherwise (it registered with another login). */
+    known: (name: string) => Promise<boolean> = async () => false,
+  ): Promise<WorkerKey> {
     if (!WORKER_NAME.test(name)) {
       throw new EnrolmentError(
         'VALIDATION_FAILED',
@@ -144,9 +150,9 @@ export class WorkerKeys {
     }
     const taken = new EnrolmentError(
       'WORKER_EXISTS',
-      `the name ${name} is taken (enrolled, or revoked): choose another name, or ask for a token that names it`,
+      `the name ${name} is taken (by a worker enrolled, revoked or registered): choose another name, or ask for a token that names it`,
     );
-    if (issued.name === null && (await this.record(name))) throw taken;
+    if (issued.name === null && ((await this.record(name)) || (await known(name)))) throw taken;
     try {
       await tokens.delete(key, { previousSeq: found.revision });
     } catch {

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
+import { isIP } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { Kysely } from 'kysely';
 import { startApi, type RunningApi } from '@trainyard/api';
@@ -24,6 +25,7 @@ import {
   type NatsUser,
   type ControlService,
   CONTROL_SERVICES,
+  ensureServiceBuckets,
   servicePermissions,
   serviceInbox,
   workerInbox,
@@ -305,6 +307,10 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       contextOf(service, service, serviceInbox(service));
 
     if (embeddedNats) {
+      await ensureServiceBuckets(ctx.bus.js, config.TRAINYARD_STREAM_REPLICAS, {
+        leaseTtlMs: (opts.scheduler ?? DEFAULT_SCHEDULER_OPTIONS).leaseTtlMs,
+        livenessTtlMs: DEFAULT_BUILDER_OPTIONS.livenessTtlMs,
+      });
       const keys = await WorkerKeys.open(ctx.bus.js, config.TRAINYARD_STREAM_REPLICAS);
       add('worker logins', authorizeWorkers(keys, embeddedNats, ctx.log));
     }
@@ -519,6 +525,12 @@ export async function up(opts: UpOptions): Promise<void> {
   const natsPort = portFrom(env, 'TRAINYARD_NATS_PORT');
   const home = homeDirOf();
   const tls = tlsFiles(opts, env);
+  if (opts.listen && opts.listen !== 'localhost' && !isIP(opts.listen)) {
+    throw new CliError(
+      `--listen takes an address of this host (e.g. 0.0.0.0, or 10.0.0.5), not the name "${opts.listen}": Trainyard's own services reach NATS there`,
+      'BAD_LISTEN',
+    );
+  }
   if (opts.listen && env.TRAINYARD_NATS_URL) {
     throw new CliError(
       '--listen serves the embedded NATS, and TRAINYARD_NATS_URL names another one: unset it, or leave out --listen',

@@ -137,10 +137,28 @@ describe('a NATS that requires a login', () => {
     const attemptId = job.attempts[0]!.id;
     const nc = await login('worker', WORKER);
     try {
-      const report = async (workerId: string, body: unknown) =>
-        (
-          await nc.request(`ty.report.${workerId}`, JSON.stringify(body), { timeout: 5_000 })
-        ).json<ReportReply>();
+      /** A report as the shared login can send it: to any worker's subject, from its inbox. */
+      const report = async (workerId: string, body: unknown) => {
+        const as = await connect({
+          servers: nats.url,
+          reconnect: false,
+          user: 'worker',
+          pass: WORKER,
+          inboxPrefix: workerInbox(workerId),
+        });
+        try {
+          const answer = await as.request(`ty.report.${workerId}`, JSON.stringify(body), {
+            timeout: 5_000,
+          });
+          return answer.json<ReportReply>();
+        } finally {
+          await as.close();
+        }
+      };
+      await expect(
+        nc.request('ty.report.remote', JSON.stringify({ kind: 'self' }), { timeout: 1_000 }),
+        'a report whose answer would go to another worker’s inbox',
+      ).rejects.toThrow();
       const finish = {
         kind: 'attempt',
         jobId: id,

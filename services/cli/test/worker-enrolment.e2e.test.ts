@@ -7,6 +7,7 @@ import { nkeyAuthenticator } from '@nats-io/nats-core';
 import { createUser } from '@nats-io/nkeys';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EMPTY_HEAD } from '@trainyard/events';
 import { workerInbox } from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
@@ -136,6 +137,27 @@ describe('worker enrolment', () => {
     );
     await refused(await enrol({ token, name: '../w9', publicKey }), 400, 'VALIDATION_FAILED');
     await refused(await enrol({ token, name: 'w1', publicKey }), 409, 'WORKER_EXISTS');
+    await t.stack.ctx.bus.store.append({
+      aggregate: 'worker',
+      aggregateId: 'w-local',
+      head: EMPTY_HEAD,
+      events: [
+        {
+          type: 'WorkerRegistered',
+          data: {
+            name: 'w-local',
+            hostname: 'h',
+            gpus: [],
+            cpuSlots: 0,
+            runtime: 'process',
+            version: 't',
+            runningAttempts: [],
+          },
+        },
+      ],
+      meta: { actor: { kind: 'service', id: 'test' }, now: new Date() },
+    });
+    await refused(await enrol({ token, name: 'w-local', publicKey }), 409, 'WORKER_EXISTS');
     const ok = await enrol({ token, name: 'w9', publicKey });
     expect(ok.status).toBe(201);
     expect(((await ok.json()) as { natsUrl: string }).natsUrl).toBe(natsAddress());
@@ -331,12 +353,18 @@ describe('the control plane’s own logins on up’s NATS', () => {
       const jsm = await jetstreamManager(builder, { timeout: 1_000 });
       await expect(jsm.streams.delete('TY_EVENTS')).rejects.toThrow();
       await expect(jsm.streams.purge('TY_DISPATCH')).rejects.toThrow();
+      await expect(
+        jsm.streams.add({ name: 'COPY', subjects: [], sources: [{ name: 'KV_ty_credentials' }] }),
+      ).rejects.toThrow();
       await Promise.all([builder.flush(), projector.flush()]);
       await waitFor('the server to log each refusal', () => {
         const log = serverLog();
         return (
           log.includes('Publish Violation - User "builder", Subject "ty.ev.user.mallory"') &&
           log.includes('Subscription Violation - User "builder", Subject "_INBOX.>"') &&
+          log.includes(
+            'Publish Violation - User "builder", Subject "$JS.API.STREAM.CREATE.COPY"',
+          ) &&
           log.includes('Publish Violation - User "projector", Subject "ty.ev.job.job_x"') &&
           log.includes(
             'Publish Violation - User "builder", Subject "$JS.API.STREAM.DELETE.TY_EVENTS"',

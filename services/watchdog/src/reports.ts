@@ -28,11 +28,12 @@ import {
   type ReportedJob,
   type ReportReply,
   WorkerKeys,
+  workerInbox,
   type ServiceContext,
 } from '@trainyard/platform';
 
 /** Reports handled at once; more wait in the subscription. */
-const CONCURRENCY = 64;
+const CONCURRENCY = 128;
 /** Job snapshots kept between reports, newest last. */
 const CACHE_SIZE = 10_000;
 const WORKER_APPEND_TRIES = 5;
@@ -41,7 +42,9 @@ const WORKER_APPEND_TRIES = 5;
  * rest wait their turn, up to `PER_WORKER_WAITING`, past which they are answered `UNAVAILABLE`.
  */
 const PER_WORKER_CONCURRENCY = 32;
-const PER_WORKER_WAITING = 1_000;
+const PER_WORKER_WAITING = 256;
+/** A report that waited longer than its sender waits for an answer is dropped: it was sent again. */
+const STALE_MS = 10_000;
 /** How often a worker may register. */
 const REGISTER_EVERY_MS = 1_000;
 /** The largest registration a worker may send. */
@@ -283,6 +286,13 @@ export function startReports(ctx: ServiceContext): RunningReports {
 
   async function handle(msg: Msg): Promise<void> {
     const workerId = msg.subject.slice('ty.report.'.length);
+    if (!askedByAClient(msg, workerId)) {
+      log.warn(
+        { workerId, reply: msg.reply ?? null },
+        'dropped a report that is no request of a client (delivered by JetStream?)',
+      );
+      return;
+    }
     let body: unknown;
     let reply: ReportReply;
     try {
@@ -319,7 +329,16 @@ export function startReports(ctx: ServiceContext): RunningReports {
 
   const sub: Subscription = ctx.bus.nc.subscribe(Subjects.allReports, { queue: 'reports' });
   /** Reports of one worker beyond what it may have answered at once, oldest first. */
-  const waiting = new Map<string, Msg[]>();
+  const waiting = new Map<string, { msg: Msg; at: number }[]>();
+
+  /** The next report of `workerId` still worth answering. */
+  function nextWaiting(workerId: string): Msg | undefined {
+    const queue = waiting.get(workerId);
+    let next: { msg: Msg; at: number } | undefined;
+    while ((next = queue?.shift()) && Date.now() - next.at > STALE_MS);
+    if (queue?.length === 0) waiting.delete(workerId);
+    return next?.msg;
+  }
 
   /** Answers `msg`; when done, the next waiting report of the same worker takes its place. */
   function start(workerId: string, msg: Msg): void {
@@ -328,8 +347,7 @@ export function startReports(ctx: ServiceContext): RunningReports {
       .catch((err: unknown) => log.error({ err }, 'report answer failed'))
       .finally(() => {
         running.delete(done);
-        const next = waiting.get(workerId)?.shift();
-        if (waiting.get(workerId)?.length === 0) waiting.delete(workerId);
+        const next = nextWaiting(workerId);
         const left = (inFlight.get(workerId) ?? 1) - 1;
         if (left > 0) inFlight.set(workerId, left);
         else inFlight.delete(workerId);
@@ -351,7 +369,7 @@ export function startReports(ctx: ServiceContext): RunningReports {
           };
           msg.respond(JSON.stringify(reply));
         } else {
-          queue.push(msg);
+          queue.push({ msg, at: Date.now() });
           waiting.set(workerId, queue);
         }
         continue;
@@ -365,11 +383,22 @@ export function startReports(ctx: ServiceContext): RunningReports {
     stop: async () => {
       await sub.drain();
       await loop;
-      await Promise.all(running);
+      while (running.size > 0) await Promise.all(running);
       stopping.abort();
       await watching;
     },
   };
+}
+
+/**
+ * A report is a request a client sent: its answer goes to the worker's own inbox (or, for a
+ * login with every right, any inbox). A message JetStream delivered to `ty.report.<worker>` (a
+ * push consumer or a republish aimed there by someone who may publish into a stream) carries
+ * no such reply subject, and is not taken for the worker's word.
+ */
+function askedByAClient(msg: Msg, workerId: string): boolean {
+  const reply = msg.reply ?? '';
+  return reply.startsWith(`${workerInbox(workerId)}.`) || reply.startsWith('_INBOX.');
 }
 
 /** What a refused report was about, for the log: never its whole body. */

@@ -142,18 +142,26 @@ const NO_SERVICE_MAY = [
   'ty.report.>',
 ];
 
+/**
+ * Making a stream: a stream may copy another (`sources`, `mirror`), a secret bucket included.
+ * The services but the API find theirs made (`ensureServiceBuckets`) and may make none.
+ */
+const NO_STREAMS = '$JS.API.STREAM.CREATE.>';
+
 /** What each service may not publish, beyond `NO_SERVICE_MAY`. */
 const SERVICE_DENIES: Record<ControlService, string[]> = {
   api: ['ty.dispatch.>'],
-  scheduler: [...SECRET_BUCKETS.flatMap(bucketCalls), 'ty.ev.user.>'],
+  scheduler: [...SECRET_BUCKETS.flatMap(bucketCalls), NO_STREAMS, 'ty.ev.user.>'],
   builder: [
     ...SECRET_BUCKETS.flatMap(bucketCalls),
+    NO_STREAMS,
     'ty.ev.user.>',
     'ty.ev.worker.>',
     'ty.dispatch.>',
   ],
   projector: [
     ...SECRET_BUCKETS.flatMap(bucketCalls),
+    NO_STREAMS,
     'ty.ev.>',
     'ty.dispatch.>',
     'ty.log.>',
@@ -161,6 +169,10 @@ const SERVICE_DENIES: Record<ControlService, string[]> = {
   ],
   watchdog: [
     ...SECRET_BUCKETS.filter((b) => b !== 'ty_worker_keys').flatMap(bucketCalls),
+    NO_STREAMS,
+    // It reads worker keys, to refuse revoked workers; it may not write or purge them.
+    '$KV.ty_worker_keys.>',
+    '$JS.API.STREAM.PURGE.KV_ty_worker_keys',
     'ty.ev.user.>',
     'ty.dispatch.>',
   ],

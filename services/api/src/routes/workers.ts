@@ -128,6 +128,7 @@ export function workerRoutes(app: Api, deps: ApiDeps): void {
           req.body.token,
           req.body.name,
           req.body.publicKey,
+          async (name) => (await deps.bus.store.last('worker', name)) !== null,
         );
         req.log.info(
           { worker: worker.name, issuedBy: worker.issuedBy, publicKey: worker.publicKey },

@@ -113,13 +113,29 @@ export function registerServiceCommands(program: Command): void {
       'make or update the streams and buckets (with a login that may, such as control); services given TRAINYARD_MANAGE_STREAMS=false then leave them be',
     )
     .action(async () => {
-      const { openContext, serviceConfig } = await server();
+      const {
+        DEFAULT_BUILDER_OPTIONS,
+        DEFAULT_SCHEDULER_OPTIONS,
+        ensureServiceBuckets,
+        openContext,
+        serviceConfig,
+      } = await server();
       const { reach } = await import('../connect.ts');
       const config = serviceConfig();
       const ctx = await reach('NATS', config.TRAINYARD_NATS_URL, 'TRAINYARD_NATS_URL', () =>
         openContext('nats-setup', config, { manage: true }),
       );
-      await ctx.bus.close();
+      try {
+        await ensureServiceBuckets(ctx.bus.js, config.TRAINYARD_STREAM_REPLICAS, {
+          leaseTtlMs: ms(process.env.TRAINYARD_LEASE_TTL_MS, DEFAULT_SCHEDULER_OPTIONS.leaseTtlMs),
+          livenessTtlMs: ms(
+            process.env.TRAINYARD_LIVENESS_TTL_MS,
+            DEFAULT_BUILDER_OPTIONS.livenessTtlMs,
+          ),
+        });
+      } finally {
+        await ctx.bus.close();
+      }
       console.log('the streams and buckets are ready');
     });
 

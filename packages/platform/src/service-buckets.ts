@@ -1,0 +1,21 @@
+import type { JetStreamClient } from '@nats-io/jetstream';
+import { openLeaseBucket } from './lease.ts';
+import { openLivenessBucket } from './liveness.ts';
+import { openPositionBucket } from './position.ts';
+import { WorkerKeys } from './worker-keys.ts';
+
+/**
+ * Makes the buckets of the services other than the API, with the login that makes streams, so
+ * that those services need not make any stream themselves: a login that may make a stream may
+ * make one that copies a secret bucket (`sources`), so theirs may not.
+ */
+export async function ensureServiceBuckets(
+  js: JetStreamClient,
+  replicas: number,
+  ttls: { leaseTtlMs: number; livenessTtlMs: number },
+): Promise<void> {
+  await openLeaseBucket(js, ttls.leaseTtlMs, replicas);
+  await openLivenessBucket(js, ttls.livenessTtlMs, replicas);
+  await openPositionBucket(js, replicas);
+  await WorkerKeys.open(js, replicas);
+}
