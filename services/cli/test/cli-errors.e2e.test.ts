@@ -111,6 +111,15 @@ describe('trainyard up, when it cannot start', () => {
   });
 });
 
+describe('up --listen', () => {
+  it('takes an address of this host, not a name, and TLS as a certificate with its key', async () => {
+    const named = await cli(['up', '--listen', 'yard.example.com']);
+    expectPlainFailure(named, '--listen takes an address of this host', 'yard.example.com');
+    const half = await cli(['up', '--listen', '0.0.0.0', '--tls-cert', join(work.path, 'c.pem')]);
+    expectPlainFailure(half, 'give both --tls-cert and --tls-key');
+  });
+});
+
 describe('a worker that cannot join', () => {
   it('is told to enrol when it has no key, and that a NATS holds no Trainyard', async () => {
     const noKey = await cli(['worker', '--name', 'gpu-q', '--api', 'http://127.0.0.1:1']);
