@@ -430,7 +430,7 @@ function banner(
     );
   }
   lines.push(
-    `  next       npx trainyard login -u admin && npx trainyard submit examples/hello --command "python3 train.py" -f`,
+    `  next       npx trainyard login -u admin && npx trainyard submit examples/hello --command "python3 train.py" --follow`,
     '',
   );
   console.log(lines.join('\n'));

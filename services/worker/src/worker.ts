@@ -1,4 +1,4 @@
-import { chmod, mkdir } from 'node:fs/promises';
+import { chmod, mkdir, rmdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import type { JsMsg } from '@nats-io/jetstream';
 import {
@@ -233,6 +233,8 @@ export async function startWorker(
       clearInterval(heartbeat);
       await Promise.all([...attempts.values()].map((a) => a.abandon()));
       opts.runtime.close?.();
+      // Its sandboxes are gone with its attempts; an empty root goes too (one left is kept).
+      await rmdir(opts.sandboxRoot).catch(() => undefined);
       await reportWorkerEvent(ctx, id, { type: 'WorkerLeft', data: { reason: 'stopped' } }).catch(
         (err: unknown) => log.warn({ err }, 'could not record leaving'),
       );
