@@ -36,6 +36,19 @@ const bindingTo = (stream: string) => [
   `$JS.ACK.${stream}.>`,
 ];
 
+/** What every worker login may do besides taking its work, heartbeating and reporting. */
+const WORKER_COMMON = [
+  '$JS.API.INFO',
+  `$JS.API.STREAM.INFO.${LOGS}`,
+  `$JS.API.STREAM.INFO.${OBJECTS}`,
+  `$JS.API.STREAM.PURGE.${OBJECTS}`,
+  ...readerOf(LOGS),
+  ...readerOf(OBJECTS),
+  '$JS.FC.>',
+  '$O.trainyard.>',
+  'ty.log.>',
+];
+
 /**
  * What the shared `worker` user may do in `infra/nats`: heartbeat, report and ask (the control
  * plane answers what a worker may know of its jobs), take work from the dispatch stream, ship
@@ -46,19 +59,11 @@ const bindingTo = (stream: string) => [
 export const WORKER_PERMISSIONS: NatsPermissions = {
   publish: {
     allow: [
-      '$JS.API.INFO',
+      ...WORKER_COMMON,
       `$JS.API.STREAM.INFO.${DISPATCH}`,
-      `$JS.API.STREAM.INFO.${LOGS}`,
-      `$JS.API.STREAM.INFO.${OBJECTS}`,
-      `$JS.API.STREAM.PURGE.${OBJECTS}`,
       ...bindingTo(DISPATCH),
-      ...readerOf(LOGS),
-      ...readerOf(OBJECTS),
-      '$JS.FC.>',
-      '$O.trainyard.>',
       'ty.hb.>',
       'ty.report.*',
-      'ty.log.>',
     ],
   },
   subscribe: { allow: [`${WORKER_INBOXES}.>`] },
@@ -76,20 +81,7 @@ export function workerPermissions(workerId: string): NatsPermissions {
   ]);
   return {
     publish: {
-      allow: [
-        '$JS.API.INFO',
-        `$JS.API.STREAM.INFO.${LOGS}`,
-        `$JS.API.STREAM.INFO.${OBJECTS}`,
-        `$JS.API.STREAM.PURGE.${OBJECTS}`,
-        ...own,
-        ...readerOf(LOGS),
-        ...readerOf(OBJECTS),
-        '$JS.FC.>',
-        '$O.trainyard.>',
-        Subjects.heartbeat(workerId),
-        Subjects.report(workerId),
-        'ty.log.>',
-      ],
+      allow: [...WORKER_COMMON, ...own, Subjects.heartbeat(workerId), Subjects.report(workerId)],
     },
     subscribe: { allow: [`${workerInbox(workerId)}.>`] },
   };
