@@ -34,7 +34,15 @@ export const Subjects = {
   allReports: 'ty.report.*',
   report: (workerId: string) => `ty.report.${assertSubjectToken(workerId, 'worker')}`,
   allLogs: 'ty.log.>',
-  jobLogs: (jobId: string) => `ty.log.${assertSubjectToken(jobId, 'job')}.*`,
-  attemptLogs: (jobId: string, attempt: number) =>
-    `ty.log.${assertSubjectToken(jobId, 'job')}.${attempt}`,
+  /** Every chunk of a job's log: its build's and each attempt's. */
+  jobLogs: (jobId: string) => `ty.log.${assertSubjectToken(jobId, 'job')}.>`,
+  /**
+   * One attempt's log. The build (attempt 0) writes `ty.log.JOB.0`; attempt N, run by a
+   * worker, `ty.log.JOB.N.WORKER`: a worker may write only under its own name, and a reader
+   * takes an attempt's chunks only from the worker that held it.
+   */
+  attemptLogs: (jobId: string, attempt: number, workerId: string | null) =>
+    attempt === 0
+      ? `ty.log.${assertSubjectToken(jobId, 'job')}.0`
+      : `ty.log.${assertSubjectToken(jobId, 'job')}.${attempt}.${assertSubjectToken(workerId ?? '', 'worker')}`,
 } as const;

@@ -34,15 +34,16 @@ export class LogShipper {
    * `localPath` is the copy archived at the end: the shipper writes it, unless `writtenBy` is
    * `'process'` (the process writes its output there itself). `offset` is where in the output
    * the first chunk written starts: after a worker restart, what the live log already holds.
+   * `workerId` is the worker that runs the attempt; a build (attempt 0) has none.
    */
   constructor(
     private readonly js: JetStreamClient,
     private readonly jobId: string,
     private readonly attempt: number,
     private readonly localPath: string,
-    opts: { writtenBy?: 'shipper' | 'process'; offset?: number } = {},
+    opts: { writtenBy?: 'shipper' | 'process'; offset?: number; workerId?: string } = {},
   ) {
-    this.#subject = Subjects.attemptLogs(jobId, attempt);
+    this.#subject = Subjects.attemptLogs(jobId, attempt, opts.workerId ?? null);
     this.#keepsCopy = (opts.writtenBy ?? 'shipper') === 'shipper';
     this.#bufferStart = opts.offset ?? 0;
   }
@@ -137,8 +138,9 @@ export async function shippedBytes(
   bus: { jsm: JetStreamManager },
   jobId: string,
   attempt: number,
+  workerId: string,
 ): Promise<number> {
-  const subject = Subjects.attemptLogs(jobId, attempt);
+  const subject = Subjects.attemptLogs(jobId, attempt, workerId);
   const last = await getStoredMessage(
     bus.jsm,
     Streams.logs,

@@ -11,6 +11,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { fromPublic } from '@nats-io/nkeys';
+import { ensureWorkerBucket } from './blob/object-store.ts';
 import { openBucket } from './buckets.ts';
 import { sleep, supervise } from './lifecycle.ts';
 import type { Logger } from './logger.ts';
@@ -234,14 +235,17 @@ export class WorkerKeys {
 
 /**
  * Keeps a nats-server's users in step with the enrolled workers: each gets a user of its own,
- * by its key, allowed only its own subjects. A revoked worker's connection is closed when the
- * server reloads.
+ * by its key, allowed only its own subjects, and an object store bucket of its own, made (with
+ * `js`, a login that may make streams) before its key lets it in. A revoked worker's connection
+ * is closed when the server reloads; its bucket stays, with the outputs of its attempts.
  */
 export function authorizeWorkers(
   keys: WorkerKeys,
   server: NatsServer,
   log: Logger,
+  buckets: { js: JetStreamClient; replicas: number },
 ): { stop(): Promise<void> } {
+  const made = new Set<string>();
   const stopping = new AbortController();
   let applying: Promise<void> = Promise.resolve();
   /** The latest list wins; a failed update is tried again until it holds. */
@@ -250,6 +254,10 @@ export function authorizeWorkers(
     for (let attempt = 1; wanted && !stopping.signal.aborted; attempt++) {
       const workers = wanted;
       try {
+        for (const w of workers.filter((w) => !made.has(w.name))) {
+          await ensureWorkerBucket(buckets.js, w.name, buckets.replicas);
+          made.add(w.name);
+        }
         await server.setUsers(
           workers.map((w) => ({ nkey: w.publicKey, permissions: workerPermissions(w.name) })),
         );

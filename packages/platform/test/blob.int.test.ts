@@ -5,7 +5,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestNats, tempDir } from '@trainyard/testkit';
 import {
   connectBus,
+  ensureWorkerBucket,
   freePort,
+  getWritten,
   JetStreamBlobStore,
   S3BlobStore,
   type BlobStore,
@@ -96,3 +98,26 @@ afterAll(async () => {
 
 contract('JetStream object', () => jsStore);
 contract('S3 (s3rver)', () => s3Store);
+
+describe('what workers write', () => {
+  it('goes to a bucket of the worker’s own, and is read from there, else from the shared store', async () => {
+    await expect(jsStore.ofWorker('w-none')).rejects.toThrow(/no object store bucket of its own/);
+    expect(await jsStore.ofWorker('w-none', { orShared: true })).toBe(jsStore);
+
+    await ensureWorkerBucket(bus.js, 'w-own');
+    const own = await jsStore.ofWorker('w-own');
+    expect(own).not.toBe(jsStore);
+    await own.put('jobs/j1/outputs/a', Buffer.from('from w-own'));
+    expect(await jsStore.stat('jobs/j1/outputs/a')).toBeNull();
+    expect(
+      (await readAll((await getWritten(jsStore, 'w-own', 'jobs/j1/outputs/a'))!)).toString(),
+    ).toBe('from w-own');
+    // Written before workers had buckets: found in the shared store.
+    await jsStore.put('jobs/j0/outputs/a', Buffer.from('kept from before'));
+    expect(
+      (await readAll((await getWritten(jsStore, 'w-own', 'jobs/j0/outputs/a'))!)).toString(),
+    ).toBe('kept from before');
+    expect(await getWritten(jsStore, 'w-own', 'jobs/j9/outputs/a')).toBeNull();
+    expect(await s3Store.ofWorker('w-own')).toBe(s3Store);
+  });
+});

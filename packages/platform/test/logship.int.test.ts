@@ -40,13 +40,15 @@ describe('log shipper', () => {
   it('ships output in order, each chunk named by its place, so a repeat lands once', async () => {
     const output = ['first line\n', 'x'.repeat(100 * 1024), '\nlast line\n'];
     for (const name of ['a.log', 'b.log']) {
-      const shipper = new LogShipper(bus.js, 'job_ship', 1, join(dir.path, name));
+      const shipper = new LogShipper(bus.js, 'job_ship', 1, join(dir.path, name), {
+        workerId: 'w1',
+      });
       for (const part of output) shipper.write(Buffer.from(part));
       await shipper.end();
     }
     const { text, ids } = await liveLog('job_ship');
     expect(text).toBe(output.join(''));
-    const subject = Subjects.attemptLogs('job_ship', 1);
+    const subject = Subjects.attemptLogs('job_ship', 1, 'w1');
     expect(ids[0]).toBe(`${subject}@0`);
     expect(ids).toContain(`${subject}@${64 * 1024}`);
   });

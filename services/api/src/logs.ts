@@ -1,5 +1,5 @@
 import { DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
-import { endsJob } from '@trainyard/domain';
+import { endsJob, type JobState } from '@trainyard/domain';
 import {
   getStoredMessage,
   ofAggregate,
@@ -7,7 +7,14 @@ import {
   Streams,
   Subjects,
 } from '@trainyard/events';
-import { BlobKeys, loadJob, onAbort, type BlobStore, type Bus } from '@trainyard/platform';
+import {
+  BlobKeys,
+  getWritten,
+  loadJob,
+  onAbort,
+  type BlobStore,
+  type Bus,
+} from '@trainyard/platform';
 
 const CHECK_MS = 500;
 
@@ -64,21 +71,55 @@ async function lastChunkSeq(bus: Bus, jobId: string): Promise<number> {
   return last?.seq ?? 0;
 }
 
-/** Where a live chunk lies: its attempt (the subject's last token) and offset (its msg id). */
-function placeOf(msg: JsMsg): { attempt: number; offset: number } {
-  const attempt = Number(msg.subject.slice(msg.subject.lastIndexOf('.') + 1));
+/**
+ * Where a live chunk lies, and who wrote it: its attempt (the subject's fourth token), its
+ * offset (its msg id) and its writer (the worker named last; a build has none). Null for a
+ * subject no writer of this log uses.
+ */
+function placeOf(msg: JsMsg): { attempt: number; offset: number; writer: string | null } | null {
+  const tokens = msg.subject.split('.');
+  const attempt = Number(tokens[3]);
+  if (!Number.isInteger(attempt) || tokens.length !== (attempt === 0 ? 4 : 5)) return null;
   const offset = Number(msg.headers?.get('Nats-Msg-Id')?.split('@').pop());
-  return { attempt, offset: Number.isInteger(offset) ? offset : 0 };
+  return {
+    attempt,
+    offset: Number.isInteger(offset) ? offset : 0,
+    writer: tokens[4] ?? null,
+  };
 }
 
+/**
+ * The worker that ran each attempt of the job. An attempt it has not seen sends it back to the
+ * job's history, read again only when the job has moved on since (its newest event says): a
+ * chunk counts only when the worker that held its attempt wrote it, and chunks for attempts
+ * that never were cost one lookup each.
+ */
+function attemptWorkers(bus: Bus, jobId: string) {
+  const known = new Map<number, string>();
+  let readAt = -1;
+  return async (attempt: number): Promise<string | null> => {
+    if (known.has(attempt)) return known.get(attempt)!;
+    const newest = (await bus.store.last('job', jobId))?.seq ?? 0;
+    if (newest !== readAt) {
+      const { state, head } = await loadJob(bus.store, jobId);
+      readAt = head.seq;
+      for (const a of state.attempts) known.set(a.number, a.workerId);
+    }
+    return known.get(attempt) ?? null;
+  };
+}
+
+/** The archived logs: the build's in the shared store, each attempt's where its worker wrote. */
 async function* readArchived(
   blobs: BlobStore,
-  jobId: string,
-  attempts: number,
+  state: JobState,
   from: LogPosition | undefined,
 ): AsyncGenerator<LogPiece> {
-  for (let n = 0; n <= attempts; n++) {
-    const blob = await blobs.get(BlobKeys.log(jobId, n));
+  const jobId = state.id;
+  for (let n = 0; n <= state.attempts.length; n++) {
+    const workerId = state.attempts.find((a) => a.number === n)?.workerId;
+    if (n > 0 && !workerId) continue;
+    const blob = await getWritten(blobs, workerId, BlobKeys.log(jobId, n));
     if (!blob) continue;
     let offset = 0;
     for await (const chunk of blob) {
@@ -102,6 +143,7 @@ async function* readLive(
   consumer: Consumer,
   jobId: string,
   until: number,
+  workerOf: (attempt: number) => Promise<string | null>,
   opts: ReadLogOptions,
 ): AsyncGenerator<LogPiece> {
   const messages = await consumer.consume();
@@ -125,9 +167,11 @@ async function* readLive(
     if (caughtUp) yield { kind: 'caught-up' };
     for await (const msg of messages as AsyncIterable<JsMsg>) {
       lastRead = msg.seq;
-      const { attempt, offset } = placeOf(msg);
-      const part = after(opts.from, attempt, offset, msg.data);
-      if (part) yield { kind: 'chunk', attempt, ...part };
+      const place = placeOf(msg);
+      const ours =
+        place !== null && (place.attempt === 0 || place.writer === (await workerOf(place.attempt)));
+      const part = ours && after(opts.from, place.attempt, place.offset, msg.data);
+      if (part) yield { kind: 'chunk', attempt: place.attempt, ...part };
       if (!caughtUp && msg.seq >= until) {
         caughtUp = true;
         yield { kind: 'caught-up' };
@@ -155,7 +199,7 @@ export async function readLog(
   const archived = until === 0 && (!opts.follow || (await jobEnded(bus, jobId)));
   if (archived) {
     const { state } = await loadJob(bus.store, jobId);
-    return readArchived(blobs, jobId, state.attempts.length, opts.from);
+    return readArchived(blobs, state, opts.from);
   }
   const consumer = await retryTransient(`read the log of ${jobId}`, () =>
     bus.js.consumers.get(Streams.logs, {
@@ -163,5 +207,5 @@ export async function readLog(
       deliver_policy: DeliverPolicy.All,
     }),
   );
-  return readLive(bus, consumer, jobId, until, opts);
+  return readLive(bus, consumer, jobId, until, attemptWorkers(bus, jobId), opts);
 }

@@ -80,13 +80,14 @@ const NEW_KEY_WAIT_MS = 15_000;
 
 /**
  * A worker's connections: with its own key when it enrolled (`--token`, or a key it kept),
- * else as any service (a URL's login, or the local stack's).
+ * else as any service (a URL's login, or the local stack's). `enrolled` says which: an enrolled
+ * worker writes to the bucket of its own that the control plane made when it enrolled.
  */
 export async function workerContext(
   name: string,
   opts: { token?: string; key?: string; api?: string },
   env = process.env,
-): Promise<ServiceContext> {
+): Promise<{ ctx: ServiceContext; enrolled: boolean }> {
   const enrolled = await workerCredential(name, opts, env);
   const inboxPrefix = workerInbox(name);
   if (!enrolled) {
@@ -96,7 +97,7 @@ export async function workerContext(
         'NOT_ENROLLED',
       );
     }
-    return serviceContext('worker', { inboxPrefix });
+    return { ctx: await serviceContext('worker', { inboxPrefix }), enrolled: false };
   }
   const { credential, fresh } = enrolled;
   const url = env.TRAINYARD_NATS_URL ?? credential.natsUrl;
@@ -113,7 +114,7 @@ export async function workerContext(
   const deadline = Date.now() + (fresh ? NEW_KEY_WAIT_MS : 0);
   for (;;) {
     try {
-      return await open();
+      return { ctx: await open(), enrolled: true };
     } catch (err) {
       const refused = /authorization/i.test(String((err as Error).message));
       const timedOut = (err as Error).name === 'TimeoutError';

@@ -17,6 +17,7 @@ import {
   startPostgres,
   stopOnSignals,
   authorizeWorkers,
+  ensureWorkerBucket,
   withDeadline,
   WorkerKeys,
   type ChildServer,
@@ -227,7 +228,16 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         livenessTtlMs: DEFAULT_BUILDER_OPTIONS.livenessTtlMs,
       });
       const keys = await WorkerKeys.open(ctx.bus.js, config.TRAINYARD_STREAM_REPLICAS);
-      add('worker logins', authorizeWorkers(keys, embeddedNats, ctx.log));
+      add(
+        'worker logins',
+        authorizeWorkers(keys, embeddedNats, ctx.log, {
+          js: ctx.bus.js,
+          replicas: config.TRAINYARD_STREAM_REPLICAS,
+        }),
+      );
+      if (opts.worker) {
+        await ensureWorkerBucket(ctx.bus.js, opts.worker.name, config.TRAINYARD_STREAM_REPLICAS);
+      }
     }
     const without = new Set(opts.without ?? []);
     if (!without.has('projector')) {
@@ -269,7 +279,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const worker = opts.worker
       ? await startWorker(
           await contextOf('localWorker', LOCAL_WORKER_USER, workerInbox(opts.worker.name)),
-          opts.worker,
+          { ...opts.worker, ownBucket: embeddedNats !== null },
         )
       : null;
     if (worker) add('worker', worker);

@@ -1,16 +1,17 @@
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, existsSync, readFileSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { inject } from 'vitest';
 import type { JobView } from '@trainyard/api';
 import {
+  freePort,
   packDirectory,
   ProcessRuntime,
   NoGpuInventory,
   type GpuInventory,
 } from '@trainyard/platform';
-import { createTestDatabase, startTestNats, tempDir, waitFor } from '@trainyard/testkit';
+import { createTestDatabase, tempDir, waitFor } from '@trainyard/testkit';
 import { JobUsers } from '@trainyard/worker';
 import { startStack, type Stack, type StackOptions } from '../src/index.ts';
 
@@ -24,6 +25,8 @@ export interface TestStack {
   natsUrl: string;
   databaseUrl: string;
   home: string;
+  /** The publish and subscribe violations its NATS logged so far, a line each. */
+  violations(): string[];
   token(username?: string, password?: string): Promise<string>;
   http(path: string, init?: RequestInit & { token?: string | null }): Promise<Response>;
   /** Polls a job until `done(job)` holds. */
@@ -39,7 +42,12 @@ export interface TestStack {
 /** A job as `GET /v1/jobs/:id` answers it, attempts included. */
 export type Job = JobView & { attempts: NonNullable<JobView['attempts']> };
 
-/** The whole stack in this process, on a NATS and a database of its own. */
+/**
+ * The whole stack in this process, on a NATS and a database of its own. Its NATS is the one `up`
+ * starts, with a login per service and the local worker's own, unless `natsUrl` names another;
+ * `stop` fails when a login was refused a subject (a service's permissions short of what it
+ * does), unless the test provokes refusals itself (`expectViolations`).
+ */
 export async function startTestStack(
   opts: {
     localWorker?: boolean;
@@ -47,8 +55,8 @@ export async function startTestStack(
     without?: StackOptions['without'];
     /** Start a PostgreSQL of this stack's own, to stop and start it. */
     ownPostgres?: boolean;
-    /** Start a NATS of this stack's own, with the logins `up` gives it. */
-    ownNats?: boolean;
+    /** The test has logins refused on purpose: `stop` does not fail on NATS violations. */
+    expectViolations?: boolean;
     inventory?: GpuInventory;
     /** Use this NATS (a cluster, or a server the test restarts) instead of one of its own. */
     natsUrl?: string;
@@ -57,13 +65,12 @@ export async function startTestStack(
     jwtSecret?: string;
     maxUploadBytes?: number;
     tokenTtlSeconds?: number;
-    /** Serve NATS and the API on this address, over TLS with `tls` (with `ownNats`). */
+    /** Serve NATS and the API on this address, over TLS with `tls`. */
     listen?: string;
     tls?: { cert: string; key: string };
   } = {},
 ): Promise<TestStack> {
-  const nats = opts.natsUrl || opts.ownNats ? null : await startTestNats();
-  const natsUrl = opts.natsUrl ?? nats?.url;
+  const natsUrl = opts.natsUrl;
   const databaseUrl = opts.ownPostgres ? undefined : await createTestDatabase(inject('pgUrl'));
   const home = await tempDir('trainyard-home-');
   const sandboxes = await tempDir('trainyard-sandboxes-', '/var/tmp');
@@ -71,7 +78,7 @@ export async function startTestStack(
   const users = process.getuid?.() === 0 ? new JobUsers((uid) => runtime.endUser(uid)) : undefined;
   const stack = await startStack({
     home: home.path,
-    ...(natsUrl && { natsUrl }),
+    ...(natsUrl ? { natsUrl } : { natsPort: await freePort() }),
     ...(opts.streamReplicas && { streamReplicas: opts.streamReplicas }),
     ...(databaseUrl && { databaseUrl }),
     ...(opts.without && { without: opts.without }),
@@ -104,6 +111,13 @@ export async function startTestStack(
           },
   });
   const url = stack.api.url;
+  const natsLog = join(home.path, 'nats', 'nats-server.log');
+  const violations = () =>
+    existsSync(natsLog)
+      ? readFileSync(natsLog, 'utf8')
+          .split('\n')
+          .filter((l) => /(Publish|Subscription) Violation/.test(l))
+      : [];
   const http = (path: string, init: RequestInit & { token?: string | null } = {}) => {
     const { token, ...rest } = init;
     const headers = new Headers(rest.headers);
@@ -126,6 +140,7 @@ export async function startTestStack(
     natsUrl: stack.natsUrl,
     databaseUrl: stack.databaseUrl,
     home: home.path,
+    violations,
     token,
     http,
     waitForJob: async (id, tok, done, timeoutMs = 20_000) => {
@@ -157,9 +172,12 @@ export async function startTestStack(
     },
     stop: async () => {
       await stack.stop();
-      await nats?.stop();
+      const refused = opts.expectViolations ? [] : violations();
       await home.remove();
       await sandboxes.remove();
+      if (refused.length > 0) {
+        throw new Error(`NATS refused a login what it did:\n${refused.slice(0, 20).join('\n')}`);
+      }
     },
   };
 }

@@ -157,7 +157,7 @@ describe.runIf(asRoot)('a job, as the worker runs it', () => {
 
 describe.runIf(asRoot)('a job on the embedded stack', () => {
   it('finds no way into its NATS or its PostgreSQL', async () => {
-    const own = await startTestStack({ ownNats: true, ownPostgres: true });
+    const own = await startTestStack({ ownPostgres: true });
     try {
       const natsPort = new URL(own.natsUrl.replace(/\/\/[^@]*@/, '//')).port;
       const pgPort = new URL(own.databaseUrl).port;

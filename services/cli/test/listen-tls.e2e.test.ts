@@ -92,7 +92,6 @@ beforeAll(async () => {
     { stdio: 'ignore' },
   );
   t = await startTestStack({
-    ownNats: true,
     localWorker: false,
     listen: '127.0.0.1',
     tls: { cert, key },

@@ -8,7 +8,7 @@ import { createUser } from '@nats-io/nkeys';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EMPTY_HEAD } from '@trainyard/events';
-import { workerInbox } from '@trainyard/platform';
+import { BlobKeys, JetStreamBlobStore, workerInbox } from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
 import { BIN, startEnrollingWorker, type ServiceProcess } from './processes.ts';
@@ -18,6 +18,8 @@ let admin: string;
 let dir: Awaited<ReturnType<typeof tempDir>>;
 let worker: ServiceProcess;
 let exitCode: Promise<number | null>;
+/** The job that ran on w1, with an output. */
+let ranOnW1: string;
 
 const json = (body: unknown, token?: string) => ({
   method: 'POST',
@@ -79,7 +81,7 @@ function withKey(seed: string) {
 }
 
 beforeAll(async () => {
-  t = await startTestStack({ ownNats: true, localWorker: false });
+  t = await startTestStack({ localWorker: false, expectViolations: true });
   admin = await t.token();
   dir = await tempDir('trainyard-enrol-');
   const made = await cli(['worker', 'token', 'create', 'w1', '--ttl', '10m']);
@@ -178,6 +180,7 @@ describe('worker enrolment', () => {
       code,
     );
     const { id } = (await res.json()) as { id: string };
+    ranOnW1 = id;
     const job = await t.waitForJob(id, admin, (j) => j.status === 'succeeded', 30_000);
     expect(job.attempts[0]!.workerId).toBe('w1');
     expect(await (await t.http(`/v1/jobs/${id}/logs`, { token: admin })).text()).toContain('on-w1');
@@ -229,6 +232,59 @@ describe('worker enrolment', () => {
     } finally {
       await nc.close();
     }
+  });
+
+  it('keeps what a worker writes in its own bucket and its logs under its own name', async () => {
+    const control = await connect({ servers: natsAddress(), ...login(), reconnect: false });
+    try {
+      const shared = await JetStreamBlobStore.open(jetstream(control), 'trainyard', 1, false);
+      const own = await shared.ofWorker('w1');
+      expect(own).not.toBe(shared);
+      expect(await own.stat(BlobKeys.output(ranOnW1, 'result.txt'))).not.toBeNull();
+      expect(await own.stat(BlobKeys.log(ranOnW1, 1))).not.toBeNull();
+      expect(await shared.stat(BlobKeys.output(ranOnW1, 'result.txt'))).toBeNull();
+      await expect(shared.ofWorker('nobody')).rejects.toThrow(/no object store bucket/);
+    } finally {
+      await control.close();
+    }
+
+    const nc = await withKey(keyOfW1().seed);
+    try {
+      const js = jetstream(nc, { timeout: 1_000 });
+      const jsm = await jetstreamManager(nc, { timeout: 1_000 });
+      // The shared store (code, artifacts, the scheduler's snapshot) and other workers' buckets.
+      nc.publish(
+        `$O.trainyard.M.${Buffer.from(BlobKeys.code(ranOnW1)).toString('base64url')}`,
+        '{}',
+      );
+      nc.publish('$O.ty_w_w9.C.x', 'chunk');
+      await expect(jsm.streams.purge('OBJ_trainyard')).rejects.toThrow();
+      // Another worker's name on a log, and a build's log.
+      nc.publish(`ty.log.${ranOnW1}.1.w9`, 'FORGED-AS-W9');
+      nc.publish(`ty.log.${ranOnW1}.0`, 'FORGED-BUILD');
+      // Under its own name, for an attempt it never held, and a build's subject it may not use.
+      await js.publish(`ty.log.${ranOnW1}.2.w1`, 'FORGED-ATTEMPT', { msgID: 'forged-2' });
+      await js.publish(`ty.log.${ranOnW1}.0.w1`, 'FORGED-ZERO', { msgID: 'forged-0' });
+      await nc.flush();
+      const key = keyOfW1().publicKey;
+      await waitFor('the server to log each refusal', () => {
+        const log = serverLog();
+        return [
+          '"$O.trainyard.M.',
+          '"$O.ty_w_w9.C.x"',
+          '"$JS.API.STREAM.PURGE.OBJ_trainyard"',
+          `"ty.log.${ranOnW1}.1.w9"`,
+          `"ty.log.${ranOnW1}.0"`,
+        ].every((s) => log.includes(`Publish Violation - Nkey "${key}", Subject ${s}`));
+      });
+    } finally {
+      await nc.close();
+    }
+    const log = await (await t.http(`/v1/jobs/${ranOnW1}/logs`, { token: admin })).text();
+    expect(log).toContain('on-w1');
+    expect(log).not.toMatch(/FORGED/);
+    const code = await t.http(`/v1/jobs/${ranOnW1}/outputs/result.txt`, { token: admin });
+    expect((await code.text()).trim()).toBe('42');
   });
 
   it('cuts a revoked worker off within seconds and runs its attempt elsewhere', async () => {

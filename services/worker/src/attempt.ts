@@ -10,7 +10,6 @@ import {
   type ReportedJob,
   type RunAttempt,
   type RunningAttempt,
-  type ServiceContext,
 } from '@trainyard/platform';
 import { OutputMirror } from './outputs.ts';
 import {
@@ -22,7 +21,7 @@ import {
   SandboxError,
   type Sandbox,
 } from './sandbox.ts';
-import type { WorkerOptions } from './options.ts';
+import type { WorkerContext, WorkerOptions } from './options.ts';
 import type { JobUser } from './users.ts';
 
 /**
@@ -43,7 +42,7 @@ export class AttemptRun {
   #resolveDone!: () => void;
 
   constructor(
-    private readonly ctx: ServiceContext,
+    private readonly ctx: WorkerContext,
     private readonly opts: WorkerOptions,
     readonly msg: RunAttempt,
     /** Aborts when the worker stops: work that waits for NATS gives up then. */
@@ -115,11 +114,12 @@ export class AttemptRun {
     }
     const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
       writtenBy: 'process',
+      workerId: this.opts.name,
     });
     const outputs = new OutputMirror(
       box.outputDir,
       this.msg.jobId,
-      this.ctx.blobs,
+      this.ctx.written,
       this.#user?.uid,
     );
     this.#startedAt = Date.now();
@@ -141,10 +141,16 @@ export class AttemptRun {
     this.#user = user;
     if (user) await this.opts.users?.adopt(user, box.root);
     this.#startedAt = startedAt;
-    const offset = await shippedBytes(this.ctx.bus, this.msg.jobId, this.msg.attempt);
+    const offset = await shippedBytes(
+      this.ctx.bus,
+      this.msg.jobId,
+      this.msg.attempt,
+      this.opts.name,
+    );
     const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
       writtenBy: 'process',
       offset,
+      workerId: this.opts.name,
     });
     const attached = await this.opts.runtime.attach?.(
       runSpecIn(box, this.msg, user),
@@ -162,7 +168,7 @@ export class AttemptRun {
     void this.#supervise(
       attached,
       shipper,
-      new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.blobs, this.#user?.uid),
+      new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.written, this.#user?.uid),
     );
     return true;
   }
@@ -201,7 +207,7 @@ export class AttemptRun {
         );
       }
       if (!reported) return;
-      await this.#untilDone('archive the log', () => shipper.archive(this.ctx.blobs));
+      await this.#untilDone('archive the log', () => shipper.archive(this.ctx.written));
       await this.#release();
     } finally {
       clearInterval(timer);

@@ -1,4 +1,4 @@
-import type { GpuInventory, Runtime } from '@trainyard/platform';
+import type { BlobStore, GpuInventory, Runtime, ServiceContext } from '@trainyard/platform';
 import type { JobUsers } from './users.ts';
 
 export interface WorkerOptions {
@@ -17,4 +17,16 @@ export interface WorkerOptions {
    * worker's own user.
    */
   users?: JobUsers;
+  /**
+   * Writes outputs and archived logs to the object store bucket of its own that the control
+   * plane made for it (a worker with a login of its own); absent, to the shared store (a worker
+   * on a shared login, or an S3 store).
+   */
+  ownBucket?: boolean;
+}
+
+/** What an attempt runs with: the service's connections, and where the worker writes. */
+export interface WorkerContext extends ServiceContext {
+  /** Where this worker keeps outputs and archived logs. */
+  written: BlobStore;
 }

@@ -21,7 +21,7 @@ import {
 } from '@trainyard/platform';
 import { AttemptRun } from './attempt.ts';
 import { killGroup, leftSandboxes, removeSandbox } from './sandbox.ts';
-import type { WorkerOptions } from './options.ts';
+import type { WorkerContext, WorkerOptions } from './options.ts';
 
 export interface RunningWorker {
   readonly id: string;
@@ -56,10 +56,14 @@ async function ask(ctx: ServiceContext, id: string, question: Report) {
  * its slots. Each slot has a durable consumer of its own on the dispatch stream.
  */
 export async function startWorker(
-  ctx: ServiceContext,
+  service: ServiceContext,
   opts: WorkerOptions,
 ): Promise<RunningWorker> {
   const id = opts.name;
+  const ctx: WorkerContext = {
+    ...service,
+    written: opts.ownBucket ? await service.blobs.ofWorker(id) : service.blobs,
+  };
   const log = ctx.log.child({ component: 'worker', workerId: id });
   await mkdir(opts.sandboxRoot, { recursive: true });
   await chmod(opts.sandboxRoot, 0o711);

@@ -40,6 +40,8 @@ export interface JobState {
   failure: Failure | null;
   submittedAt: string | null;
   outputs: OutputFile[];
+  /** The worker that wrote `outputs`: the one whose attempt last reported them. */
+  outputsWorkerId: string | null;
 }
 
 export const initialJobState = (id: string): JobState => ({
@@ -56,6 +58,7 @@ export const initialJobState = (id: string): JobState => ({
   failure: null,
   submittedAt: null,
   outputs: [],
+  outputsWorkerId: null,
 });
 
 /** A job needs the builder when it brings code or a setup step and names no ready image. */
@@ -147,7 +150,12 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         })),
       };
     case 'JobOutputsSynced':
-      return { ...state, outputs: event.data.files };
+      return {
+        ...state,
+        outputs: event.data.files,
+        outputsWorkerId:
+          state.attempts.find((a) => a.id === event.data.attemptId)?.workerId ?? null,
+      };
     case 'JobSucceeded':
       return {
         ...state,

@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { Objm, type ObjectResult, type ObjectStore } from '@nats-io/obj';
+import { assertSubjectToken } from '@trainyard/events';
 import { isTransient, retryTransient, type BlobRef } from '@trainyard/events';
 import { hashing } from './hashing.ts';
 import { resumableRead } from './resumable.ts';
@@ -11,10 +12,28 @@ import type { BlobStore } from './types.ts';
 const READ_IDLE_MS = 10_000;
 const READ_OPENS = 5;
 
+/** The object store bucket of worker `name`: only it may write there. */
+export const workerBucket = (name: string) => `ty_w_${assertSubjectToken(name, 'worker')}`;
+
+/** Makes worker `name`'s bucket, with a login that may make streams, before the worker joins. */
+export async function ensureWorkerBucket(
+  js: JetStreamClient,
+  name: string,
+  replicas = 1,
+): Promise<void> {
+  await retryTransient(`make the object store bucket of worker ${name}`, () =>
+    new Objm(js).create(workerBucket(name), { replicas }),
+  );
+}
+
 /** Blobs in a JetStream object store: the embedded default, nothing else to run. */
 export class JetStreamBlobStore implements BlobStore {
   readonly kind = 'nats';
-  private constructor(private readonly os: ObjectStore) {}
+  readonly #workers = new Map<string, JetStreamBlobStore>();
+  private constructor(
+    private readonly os: ObjectStore,
+    private readonly js: JetStreamClient,
+  ) {}
 
   /**
    * Opens the bucket, creating it when `manage` (a worker, allowed no stream of its own, opens
@@ -29,7 +48,28 @@ export class JetStreamBlobStore implements BlobStore {
     const os = await retryTransient(`open the object store ${bucket}`, () =>
       manage ? new Objm(js).create(bucket, { replicas }) : new Objm(js).open(bucket),
     );
-    return new JetStreamBlobStore(os);
+    return new JetStreamBlobStore(os, js);
+  }
+
+  async ofWorker(name: string, opts: { orShared?: boolean } = {}): Promise<BlobStore> {
+    const kept = this.#workers.get(name);
+    if (kept) return kept;
+    const bucket = workerBucket(name);
+    const os = await retryTransient(`open the object store ${bucket}`, () =>
+      new Objm(this.js).open(bucket).catch((err: unknown) => {
+        if (/not found/i.test(String((err as Error).message))) return null;
+        throw err;
+      }),
+    );
+    if (!os) {
+      if (opts.orShared) return this;
+      throw new Error(
+        `worker ${name} has no object store bucket of its own (${bucket}): the control plane makes it when the worker enrols, so enrol it with a token (\`trainyard worker token create ${name}\`)`,
+      );
+    }
+    const store = new JetStreamBlobStore(os, this.js);
+    this.#workers.set(name, store);
+    return store;
   }
 
   /** Bytes are sent again after a transient error; a stream cannot be (`putFile` reopens). */

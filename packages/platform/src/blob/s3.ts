@@ -49,6 +49,11 @@ export class S3BlobStore implements BlobStore {
     return { key, sizeBytes: hashed.sizeBytes, sha256: hashed.digest() };
   }
 
+  /** One bucket holds every worker's writes: S3 gives each worker no bucket of its own. */
+  ofWorker(): Promise<BlobStore> {
+    return Promise.resolve(this);
+  }
+
   async get(key: string): Promise<Readable | null> {
     try {
       return await this.client.getObject(this.bucket, key);

@@ -16,6 +16,14 @@ export interface BlobStore {
   /** The blob's size, or null when there is no such key. */
   stat(key: string): Promise<{ sizeBytes: number } | null>;
   delete(key: string): Promise<void>;
+  /**
+   * Where worker `name` keeps what it writes (outputs, archived logs): a bucket of its own, which
+   * the control plane made for it and which no other worker may write, where the store has
+   * buckets per worker (NATS). A worker with no bucket of its own (one on a shared login, or a
+   * store with one bucket for all, S3) writes to this store: `orShared` says to fall back to it,
+   * else a missing bucket is an error that says what to do.
+   */
+  ofWorker(name: string, opts?: { orShared?: boolean }): Promise<BlobStore>;
 }
 
 /** Blob keys, in one place. */
@@ -25,6 +33,20 @@ export const BlobKeys = {
   output: (jobId: string, path: string) => `jobs/${jobId}/outputs/${path}`,
   log: (jobId: string, attempt: number) => `jobs/${jobId}/logs/${attempt}.log`,
 } as const;
+
+/**
+ * A blob worker `workerId` wrote (an output, an archived log), from its bucket; else from the
+ * shared store, where workers without a bucket of their own write, and where every worker wrote
+ * before workers had buckets.
+ */
+export async function getWritten(
+  blobs: BlobStore,
+  workerId: string | null | undefined,
+  key: string,
+): Promise<Readable | null> {
+  const own = workerId ? await blobs.ofWorker(workerId, { orShared: true }) : blobs;
+  return (await own.get(key)) ?? (own === blobs ? null : await blobs.get(key));
+}
 
 /** Stores a local file under `key`, reading it afresh for each try after a transient error. */
 export async function putFile(store: BlobStore, key: string, path: string): Promise<BlobRef> {

@@ -1,6 +1,17 @@
 import { Subjects } from '@trainyard/events';
+import { workerBucket } from '../blob/object-store.ts';
 import { possibleDispatchSlots } from '../dispatch.ts';
 import type { NatsPermissions } from './nats-server.ts';
+
+/** Buckets that hold secrets: password hashes, sessions, the token key, worker enrolment. */
+const SECRET_BUCKETS = [
+  'ty_credentials',
+  'ty_sessions',
+  'ty_revocations',
+  'ty_config',
+  'ty_enrolments',
+  'ty_worker_keys',
+];
 
 /** The streams a worker reads from or writes to, and the object store bucket it shares. */
 const DISPATCH = 'TY_DISPATCH';
@@ -21,7 +32,35 @@ const readerOf = (stream: string) => [
   `$JS.ACK.${stream}.>`,
 ];
 
-/** The JetStream calls that reading consumers someone else made takes: no creating them. */
+/** Reading a stream's state and single messages, without a consumer. */
+const lookupsIn = (stream: string) => [
+  `$JS.API.STREAM.INFO.${stream}`,
+  `$JS.API.STREAM.MSG.GET.${stream}`,
+  `$JS.API.DIRECT.GET.${stream}`,
+  `$JS.API.DIRECT.GET.${stream}.>`,
+];
+
+/** Reading and writing a KV bucket someone else made, watching it included. */
+const bucketUser = (bucket: string) => [
+  `$KV.${bucket}.>`,
+  ...lookupsIn(`KV_${bucket}`),
+  ...readerOf(`KV_${bucket}`),
+];
+
+/** Reading a KV bucket someone else made, watching it included. */
+const bucketReader = (bucket: string) => [
+  ...lookupsIn(`KV_${bucket}`),
+  ...readerOf(`KV_${bucket}`),
+];
+
+/** Writing and replacing objects in an object store bucket (a replaced object's old chunks go). */
+const objectsUser = (bucket: string) => [
+  `$O.${bucket}.>`,
+  ...lookupsIn(`OBJ_${bucket}`),
+  ...readerOf(`OBJ_${bucket}`),
+  `$JS.API.STREAM.PURGE.OBJ_${bucket}`,
+];
+
 /**
  * Where workers' replies arrive: each worker's connection takes its inboxes under
  * `workerInbox(name)`, so that no worker can subscribe to the control plane's replies
@@ -36,30 +75,23 @@ const bindingTo = (stream: string) => [
   `$JS.ACK.${stream}.>`,
 ];
 
-/** What every worker login may do besides taking its work, heartbeating and reporting. */
-const WORKER_COMMON = [
-  '$JS.API.INFO',
-  `$JS.API.STREAM.INFO.${LOGS}`,
-  `$JS.API.STREAM.INFO.${OBJECTS}`,
-  `$JS.API.STREAM.PURGE.${OBJECTS}`,
-  ...readerOf(LOGS),
-  ...readerOf(OBJECTS),
-  '$JS.FC.>',
-  '$O.trainyard.>',
-  'ty.log.>',
-];
-
 /**
  * What the shared `worker` user may do in `infra/nats`: heartbeat, report and ask (the control
  * plane answers what a worker may know of its jobs), take work from the dispatch stream, ship
- * logs, and read and write the object store. It may not read or append events (the control
- * plane appends what workers report), manage streams, read the buckets that hold secrets
- * (credentials, sessions, the token key), nor publish dispatches.
+ * logs, and read and write the shared object store. It may not read or append events (the
+ * control plane appends what workers report), manage streams, read the buckets that hold
+ * secrets (credentials, sessions, the token key), nor publish dispatches. Workers that share it
+ * can act for one another: a worker with a login of its own (`workerPermissions`) cannot.
  */
 export const WORKER_PERMISSIONS: NatsPermissions = {
   publish: {
     allow: [
-      ...WORKER_COMMON,
+      '$JS.API.INFO',
+      '$JS.FC.>',
+      ...objectsUser('trainyard'),
+      ...lookupsIn(LOGS),
+      ...readerOf(LOGS),
+      'ty.log.>',
       `$JS.API.STREAM.INFO.${DISPATCH}`,
       ...bindingTo(DISPATCH),
       'ty.hb.>',
@@ -70,8 +102,10 @@ export const WORKER_PERMISSIONS: NatsPermissions = {
 };
 
 /**
- * What an enrolled worker's own user may do: heartbeat and report as itself only, read only its
- * own dispatch consumers (which the control plane makes), ship logs and use the object store.
+ * What a worker's own login may do: heartbeat and report as itself only, read only its own
+ * dispatch consumers (which the control plane makes), read code and artifacts from the shared
+ * object store, write only to its own bucket (which the control plane made for it), and ship
+ * logs only under its own name.
  */
 export function workerPermissions(workerId: string): NatsPermissions {
   const own = possibleDispatchSlots(workerId).flatMap(({ durable }) => [
@@ -81,7 +115,19 @@ export function workerPermissions(workerId: string): NatsPermissions {
   ]);
   return {
     publish: {
-      allow: [...WORKER_COMMON, ...own, Subjects.heartbeat(workerId), Subjects.report(workerId)],
+      allow: [
+        '$JS.API.INFO',
+        '$JS.FC.>',
+        ...lookupsIn(OBJECTS),
+        `$JS.API.CONSUMER.CREATE.${OBJECTS}`,
+        `$JS.API.CONSUMER.CREATE.${OBJECTS}.>`,
+        ...objectsUser(workerBucket(workerId)),
+        ...lookupsIn(LOGS),
+        `ty.log.*.*.${workerId}`,
+        ...own,
+        Subjects.heartbeat(workerId),
+        Subjects.report(workerId),
+      ],
     },
     subscribe: { allow: [`${workerInbox(workerId)}.>`] },
   };
@@ -95,89 +141,86 @@ export type ControlService = (typeof CONTROL_SERVICES)[number];
 const SERVICE_INBOXES = '_INBOX_S';
 export const serviceInbox = (service: ControlService) => `${SERVICE_INBOXES}.${service}`;
 
-/** Buckets that hold secrets: password hashes, sessions, the token key, worker enrolment. */
-const SECRET_BUCKETS = [
-  'ty_credentials',
-  'ty_sessions',
-  'ty_revocations',
-  'ty_config',
-  'ty_enrolments',
-  'ty_worker_keys',
-];
+const EVENTS = 'TY_EVENTS';
+const HEARTBEATS = 'TY_HEARTBEATS';
 
-/** Every JetStream call that reads or writes a KV bucket. */
-const bucketCalls = (bucket: string) => {
-  const stream = `KV_${bucket}`;
-  return [
-    `$KV.${bucket}.>`,
-    `$JS.API.STREAM.*.${stream}`,
-    `$JS.API.STREAM.MSG.*.${stream}`,
-    `$JS.API.DIRECT.GET.${stream}`,
-    `$JS.API.DIRECT.GET.${stream}.>`,
-    `$JS.API.CONSUMER.*.${stream}`,
-    `$JS.API.CONSUMER.*.${stream}.>`,
-    `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.>`,
-  ];
-};
+/** Following the event log and reading a stream of events by subject. */
+const EVENT_READER = [...lookupsIn(EVENTS), ...readerOf(EVENTS)];
 
-/** What no service may do: take streams apart, or answer in another's name. */
-const NO_SERVICE_MAY = [
-  '$JS.API.STREAM.DELETE.>',
-  '$JS.API.STREAM.UPDATE.>',
-  '$JS.API.STREAM.MSG.DELETE.>',
-  ...['TY_EVENTS', 'TY_DISPATCH', 'TY_HEARTBEATS', 'TY_LOGS'].map(
-    (s) => `$JS.API.STREAM.PURGE.${s}`,
-  ),
-  '_INBOX.>',
-  `${SERVICE_INBOXES}.>`,
-  'ty.hb.>',
-  'ty.report.>',
-];
+/** What every service does: ask JetStream what it has, find the object store, take flow control. */
+const SERVICE_COMMON = ['$JS.API.INFO', `$JS.API.STREAM.INFO.${OBJECTS}`, '$JS.FC.>'];
 
 /**
- * Making a stream: a stream may copy another (`sources`, `mirror`), a secret bucket included.
- * The services but the API find theirs made (`ensureServiceBuckets`) and may make none.
+ * What each service may publish: an allow-list, its JetStream calls included. Only the API reads
+ * the buckets that hold secrets and reads objects workers wrote (their buckets are named after
+ * them, so its reads name no stream); it makes its own buckets, and no service makes any other
+ * stream (a stream may copy another with `sources`, a secret bucket included). None may delete,
+ * update or purge the log, the dispatch, heartbeat or log streams.
  */
-const NO_STREAMS = '$JS.API.STREAM.CREATE.>';
-
-/** What each service may not publish, beyond `NO_SERVICE_MAY`. */
-const SERVICE_DENIES: Record<ControlService, string[]> = {
-  api: ['ty.dispatch.>'],
-  scheduler: [...SECRET_BUCKETS.flatMap(bucketCalls), NO_STREAMS, 'ty.ev.user.>'],
+const SERVICE_ALLOWS: Record<ControlService, string[]> = {
+  api: [
+    ...EVENT_READER,
+    'ty.ev.job.*',
+    'ty.ev.user.*',
+    'ty.ev.worker.*',
+    ...lookupsIn(HEARTBEATS),
+    ...lookupsIn(LOGS),
+    ...readerOf(LOGS),
+    ...objectsUser('trainyard'),
+    ...SECRET_BUCKETS.flatMap((b) => [`$JS.API.STREAM.CREATE.KV_${b}`, ...bucketUser(b)]),
+    // Objects that workers wrote, in the bucket of each worker.
+    '$JS.API.STREAM.INFO.*',
+    '$JS.API.STREAM.MSG.GET.*',
+    '$JS.API.DIRECT.GET.*',
+    '$JS.API.DIRECT.GET.*.>',
+    '$JS.API.CONSUMER.CREATE.*',
+    '$JS.API.CONSUMER.CREATE.*.>',
+    '$JS.API.CONSUMER.INFO.*.>',
+    '$JS.API.CONSUMER.MSG.NEXT.*.>',
+  ],
+  scheduler: [
+    ...EVENT_READER,
+    'ty.ev.job.*',
+    'ty.dispatch.>',
+    ...bucketUser('ty_leases'),
+    // The cluster snapshot.
+    ...objectsUser('trainyard'),
+  ],
   builder: [
-    ...SECRET_BUCKETS.flatMap(bucketCalls),
-    NO_STREAMS,
-    'ty.ev.user.>',
-    'ty.ev.worker.>',
-    'ty.dispatch.>',
+    ...EVENT_READER,
+    'ty.ev.job.*',
+    // Code in, artifacts out.
+    ...objectsUser('trainyard'),
+    // Build logs are attempt 0 and carry no worker.
+    'ty.log.*.0',
+    ...lookupsIn(LOGS),
+    ...bucketUser('ty_positions'),
+    ...bucketUser('ty_alive'),
   ],
-  projector: [
-    ...SECRET_BUCKETS.flatMap(bucketCalls),
-    NO_STREAMS,
-    'ty.ev.>',
-    'ty.dispatch.>',
-    'ty.log.>',
-    '$O.>',
-  ],
+  projector: [...EVENT_READER],
   watchdog: [
-    ...SECRET_BUCKETS.filter((b) => b !== 'ty_worker_keys').flatMap(bucketCalls),
-    NO_STREAMS,
+    ...EVENT_READER,
+    'ty.ev.job.*',
+    'ty.ev.worker.*',
+    ...lookupsIn(HEARTBEATS),
+    ...readerOf(HEARTBEATS),
+    // It makes each registering worker's dispatch consumers.
+    ...readerOf(DISPATCH),
+    `$JS.API.STREAM.INFO.${DISPATCH}`,
     // It reads worker keys, to refuse revoked workers; it may not write or purge them.
-    '$KV.ty_worker_keys.>',
-    '$JS.API.STREAM.PURGE.KV_ty_worker_keys',
-    'ty.ev.user.>',
-    'ty.dispatch.>',
+    ...bucketReader('ty_worker_keys'),
+    // Its answers to workers' reports.
+    `${WORKER_INBOXES}.>`,
   ],
 };
 
 /**
- * What one control-plane service's login may do on `up`'s server: anything it needs, nothing
- * that takes the log apart, and only the API reads the secret buckets (the watchdog also reads
- * worker keys, to refuse revoked workers). Replies reach it under its own inbox.
+ * What one control-plane service's login may do on `up`'s server: what it needs, named; replies
+ * reach it under its own inbox, and only the watchdog takes workers' reports.
  */
 export function servicePermissions(service: ControlService): NatsPermissions {
   return {
-    publish: { deny: [...NO_SERVICE_MAY, ...SERVICE_DENIES[service]] },
+    publish: { allow: [...SERVICE_COMMON, ...SERVICE_ALLOWS[service]] },
     subscribe: {
       allow: [`${serviceInbox(service)}.>`, ...(service === 'watchdog' ? ['ty.report.*'] : [])],
     },

@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { currentAttempt, type JobState } from '@trainyard/domain';
-import { BlobKeys, loadJob } from '@trainyard/platform';
+import { BlobKeys, getWritten, loadJob } from '@trainyard/platform';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { logEventStream, type AttemptHeader, type LogEnd } from '../log-events.ts';
@@ -172,7 +172,7 @@ export function jobDataRoutes(app: Api, deps: ApiDeps): void {
       const { state } = await visibleJob(deps, callerOf(req), id);
       const file = state.outputs.find((f) => f.path === path);
       if (!file) throw new ApiError('NOT_FOUND', `job ${id} has no output ${path}`);
-      const blob = await deps.blobs.get(BlobKeys.output(id, path));
+      const blob = await getWritten(deps.blobs, state.outputsWorkerId, BlobKeys.output(id, path));
       if (!blob) throw new ApiError('NOT_FOUND', `output ${path} is no longer stored`);
       return reply
         .type('application/octet-stream')

@@ -236,8 +236,11 @@ export function registerServiceCommands(program: Command): void {
       const { startWorker, stopOnSignals, workerOptions, workerContext } = await server();
       const opts = await workerOptions(flags);
       const api = cmd.optsWithGlobals<{ api?: string }>().api;
-      const ctx = await workerContext(opts.name, { ...flags, ...(api && { api }) });
-      const worker = await startWorker(ctx, opts);
+      const { ctx, enrolled } = await workerContext(opts.name, {
+        ...flags,
+        ...(api && { api }),
+      });
+      const worker = await startWorker(ctx, { ...opts, ownBucket: enrolled });
       stopOnClose(ctx);
       stopOnSignals(
         {
