@@ -27,6 +27,7 @@ export class LogShipper {
   #publishing = false;
   #file: WriteStream | null = null;
   readonly #subject: string;
+  readonly #idPrefix: string;
 
   readonly #keepsCopy: boolean;
 
@@ -41,9 +42,18 @@ export class LogShipper {
     private readonly jobId: string,
     private readonly attempt: number,
     private readonly localPath: string,
-    opts: { writtenBy?: 'shipper' | 'process'; offset?: number; workerId?: string } = {},
+    opts: {
+      writtenBy?: 'shipper' | 'process';
+      offset?: number;
+      /** The worker that runs the attempt and the attempt's id; a build has neither. */
+      workerId?: string;
+      attemptId?: string;
+    } = {},
   ) {
     this.#subject = Subjects.attemptLogs(jobId, attempt, opts.workerId ?? null);
+    // Msg ids are unique across the stream: an attempt's are named by its id, which no other
+    // worker knows beforehand, so that none can take them first and have its chunks dropped.
+    this.#idPrefix = opts.attemptId ?? this.#subject;
     this.#keepsCopy = (opts.writtenBy ?? 'shipper') === 'shipper';
     this.#bufferStart = opts.offset ?? 0;
   }
@@ -94,7 +104,7 @@ export class LogShipper {
   async #publish(data: Uint8Array, start: number): Promise<void> {
     for (let offset = 0; offset < data.length; offset += MAX_CHUNK) {
       const chunk = data.subarray(offset, offset + MAX_CHUNK);
-      const msgID = `${this.#subject}@${start + offset}`;
+      const msgID = `${this.#idPrefix}@${start + offset}`;
       for (let wait = 100; ; wait = Math.min(wait * 2, MAX_BACKOFF_MS)) {
         try {
           await this.js.publish(this.#subject, chunk, { msgID, timeout: 5_000 });

@@ -254,13 +254,24 @@ export function authorizeWorkers(
     for (let attempt = 1; wanted && !stopping.signal.aborted; attempt++) {
       const workers = wanted;
       try {
+        // A worker whose bucket cannot be made yet waits for its login; the others (a
+        // revocation among them) take effect now, and the update is tried again.
+        const unmade: string[] = [];
         for (const w of workers.filter((w) => !made.has(w.name))) {
-          await ensureWorkerBucket(buckets.js, w.name, buckets.replicas);
-          made.add(w.name);
+          try {
+            await ensureWorkerBucket(buckets.js, w.name, buckets.replicas);
+            made.add(w.name);
+          } catch (err) {
+            log.error({ err, worker: w.name }, 'could not make the bucket of a worker');
+            unmade.push(w.name);
+          }
         }
         await server.setUsers(
-          workers.map((w) => ({ nkey: w.publicKey, permissions: workerPermissions(w.name) })),
+          workers
+            .filter((w) => made.has(w.name))
+            .map((w) => ({ nkey: w.publicKey, permissions: workerPermissions(w.name) })),
         );
+        if (unmade.length > 0) throw new Error(`no bucket yet for ${unmade.join(', ')}`);
         if (wanted === workers) wanted = null;
         log.info({ workers: workers.length }, 'worker logins updated');
       } catch (err) {

@@ -73,13 +73,13 @@ async function lastChunkSeq(bus: Bus, jobId: string): Promise<number> {
 
 /**
  * Where a live chunk lies, and who wrote it: its attempt (the subject's fourth token), its
- * offset (its msg id) and its writer (the worker named last; a build has none). Null for a
- * subject no writer of this log uses.
+ * offset (its msg id) and its writer (the worker named last; a build has none, nor a chunk
+ * shipped before writers were named). Null for a subject no writer of this log uses.
  */
 function placeOf(msg: JsMsg): { attempt: number; offset: number; writer: string | null } | null {
   const tokens = msg.subject.split('.');
   const attempt = Number(tokens[3]);
-  if (!Number.isInteger(attempt) || tokens.length !== (attempt === 0 ? 4 : 5)) return null;
+  if (String(attempt) !== tokens[3] || tokens.length > (attempt === 0 ? 4 : 5)) return null;
   const offset = Number(msg.headers?.get('Nats-Msg-Id')?.split('@').pop());
   return {
     attempt,
@@ -168,8 +168,13 @@ async function* readLive(
     for await (const msg of messages as AsyncIterable<JsMsg>) {
       lastRead = msg.seq;
       const place = placeOf(msg);
+      // A chunk of an attempt that names no writer was shipped before writers were named: only
+      // the control plane (and infra's shared worker login) may still publish such a subject.
       const ours =
-        place !== null && (place.attempt === 0 || place.writer === (await workerOf(place.attempt)));
+        place !== null &&
+        (place.attempt === 0 ||
+          place.writer === null ||
+          place.writer === (await workerOf(place.attempt)));
       const part = ours && after(opts.from, place.attempt, place.offset, msg.data);
       if (part) yield { kind: 'chunk', attempt: place.attempt, ...part };
       if (!caughtUp && msg.seq >= until) {

@@ -6,6 +6,7 @@ import type { BlobRef, CodeArchive, Failure, JobSpec } from '@trainyard/events';
 import {
   ArchiveError,
   BlobKeys,
+  fetchVerified,
   LogShipper,
   packDirectory,
   putFile,
@@ -36,14 +37,19 @@ export async function buildArtifact(
   const src = join(dir, 'src');
   try {
     if (code) {
-      const blob = await blobs.get(code.key);
-      if (!blob)
+      const archive = join(dir, `code.${code.format}`);
+      const fetched = await fetchVerified(blobs, code, archive);
+      if (fetched !== 'fetched') {
         return {
           ok: false,
-          failure: failure('buildInfrastructure', `code blob ${code.key} is missing`),
+          failure: failure(
+            'buildInfrastructure',
+            fetched === 'missing'
+              ? `code blob ${code.key} is missing`
+              : `code blob ${code.key} is not the one uploaded (its size or sha256 differs)`,
+          ),
         };
-      const archive = join(dir, `code.${code.format}`);
-      await streamToFile(blob, archive);
+      }
       await unpackArchive(archive, code.format, src, limits);
       shipper.write(Buffer.from(`[trainyard] unpacked ${code.sizeBytes} bytes of code\n`));
     } else {

@@ -349,7 +349,8 @@ describe('worker enrolment', () => {
   });
 
   it('gives a revoked name back only through a token that names it', async () => {
-    const publicKey = createUser().getPublicKey();
+    const key = createUser();
+    const publicKey = key.getPublicKey();
     const enrol = (body: object) => t.http('/v1/workers/enrol', json(body));
     await refused(
       await enrol({ token: await issue(), name: 'w1', publicKey }),
@@ -358,6 +359,12 @@ describe('worker enrolment', () => {
     );
     const back = await enrol({ token: await issue({ name: 'w1' }), name: 'w1', publicKey });
     expect(back.status).toBe(201);
+    const seed = new TextDecoder().decode(key.getSeed());
+    await waitFor('the new key to be let in', async () => {
+      const nc = await withKey(seed).catch(() => null);
+      await nc?.close();
+      return nc !== null;
+    });
   });
 });
 

@@ -85,7 +85,17 @@ describe('a worker that dies mid-run', () => {
     const { id, pid } = await firstAttemptHangs('survivor');
 
     await first.kill9();
-    const retrying = await t.waitForJob(id, token, (j) => j.status === 'retrying', 15_000);
+    // Beats that name w-first on another worker's subject do not keep it alive.
+    const { nc } = t.stack.ctx.bus;
+    const forged = setInterval(() => {
+      nc.publish(
+        'ty.hb.w-other',
+        JSON.stringify({ workerId: 'w-first', at: new Date(), gpus: [], runningAttempts: [] }),
+      );
+    }, 200);
+    const retrying = await t
+      .waitForJob(id, token, (j) => j.status === 'retrying', 15_000)
+      .finally(() => clearInterval(forged));
     expect(retrying.attempts[0]).toMatchObject({ status: 'failed', workerId: 'w-first' });
     expect(retrying.failure).toMatchObject({ kind: 'system', reason: 'workerLost' });
     const workersNow = await workerList();

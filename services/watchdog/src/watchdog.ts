@@ -91,7 +91,8 @@ export async function startWatchdog(
         beats,
         (msg) => {
           const hb = HeartbeatSchema.safeParse(msg.json());
-          if (hb.success) {
+          // A worker may publish only on its own subject: a beat that names another is not one.
+          if (hb.success && msg.subject === `ty.hb.${hb.data.workerId}`) {
             const w = workers.get(hb.data.workerId);
             const seenMs = Math.min(Date.now(), msg.info.timestampNanos / 1e6);
             if (w) w.lastSeenMs = Math.max(w.lastSeenMs, seenMs);

@@ -115,6 +115,7 @@ export class AttemptRun {
     const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
       writtenBy: 'process',
       workerId: this.opts.name,
+      attemptId: this.attemptId,
     });
     const outputs = new OutputMirror(
       box.outputDir,
@@ -151,6 +152,7 @@ export class AttemptRun {
       writtenBy: 'process',
       offset,
       workerId: this.opts.name,
+      attemptId: this.attemptId,
     });
     const attached = await this.opts.runtime.attach?.(
       runSpecIn(box, this.msg, user),

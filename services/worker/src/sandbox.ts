@@ -15,7 +15,7 @@ import type { Failure } from '@trainyard/events';
 import {
   ArchiveError,
   type ArchiveLimits,
-  streamToFile,
+  fetchVerified,
   unpackArchive,
   type BlobStore,
   recordedPid,
@@ -164,15 +164,21 @@ async function fill(
   mkdirSync(box.workDir, { mode: 0o700 });
   mkdirSync(box.outputDir, { mode: 0o700 });
   mkdirSync(box.runDir, { mode: 0o700 });
-  const source = msg.artifact
-    ? { key: msg.artifact.key, format: 'tar.gz' as const }
-    : msg.code && { key: msg.code.key, format: msg.code.format };
+  const source = msg.artifact ? { ...msg.artifact, format: 'tar.gz' as const } : msg.code;
   if (!source) return;
-  const blob = await blobs.get(source.key);
-  if (!blob)
-    throw new SandboxError(failure('artifactUnavailable', `blob ${source.key} is missing`));
   const archive = join(box.root, `code.${source.format}`);
-  await streamToFile(blob, archive);
+  const fetched = await fetchVerified(blobs, source, archive);
+  if (fetched !== 'fetched') {
+    await rm(archive, { force: true });
+    throw new SandboxError(
+      failure(
+        'artifactUnavailable',
+        fetched === 'missing'
+          ? `blob ${source.key} is missing`
+          : `blob ${source.key} is not the one the job was given (its size or sha256 differs)`,
+      ),
+    );
+  }
   try {
     await unpackArchive(archive, source.format, box.workDir, limits);
   } catch (err) {

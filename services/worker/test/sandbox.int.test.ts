@@ -1,19 +1,26 @@
+import { createWriteStream } from 'node:fs';
 import { access, mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  connectBus,
   DEFAULT_ARCHIVE_LIMITS,
+  JetStreamBlobStore,
+  packDirectory,
   ProcessRuntime,
+  putFile,
   type BlobStore,
   type RunAttempt,
 } from '@trainyard/platform';
-import { tempDir, waitFor } from '@trainyard/testkit';
+import { startTestNats, tempDir, waitFor } from '@trainyard/testkit';
 import {
   leftSandboxes,
   markSandbox,
   prepareSandbox,
   removeSandbox,
   runSpecIn,
+  SandboxError,
   type Sandbox,
 } from '../src/sandbox.ts';
 
@@ -111,5 +118,41 @@ describe('a sandbox', () => {
     expect(await (await run(empty, quiet)).exited).toEqual({ kind: 'exited', exitCode: 0 });
     await removeSandbox(empty);
     expect(await exists(empty.root)).toBe(false);
+  });
+});
+
+describe('the code a sandbox is filled with', () => {
+  it('is refused when the store holds other bytes than the dispatch names', async () => {
+    const nats = await startTestNats();
+    const bus = await connectBus(nats.url, 'sandbox-test');
+    try {
+      const blobs = await JetStreamBlobStore.open(bus.js, 'sandboxtest');
+      const src = join(dir.path, 'src');
+      await mkdir(src, { recursive: true });
+      await writeFile(join(src, 'train.sh'), 'echo hi\n');
+      const packed = join(dir.path, 'code.tar.gz');
+      await pipeline(packDirectory(src), createWriteStream(packed));
+      const ref = await putFile(blobs, 'jobs/job_fill/artifact.tar.gz', packed);
+
+      const good = { ...attempt('job_fill'), artifact: ref };
+      const box = await prepareSandbox(dir.path, good, blobs, DEFAULT_ARCHIVE_LIMITS);
+      expect(await readdir(box.workDir)).toEqual(['train.sh']);
+      await removeSandbox(box);
+
+      // The same key holds other bytes now: someone replaced the artifact in the store.
+      await blobs.put(ref.key, Buffer.from('not the artifact'));
+      const swapped = { ...attempt('job_swap'), artifact: ref };
+      const refused = await prepareSandbox(dir.path, swapped, blobs, DEFAULT_ARCHIVE_LIMITS).catch(
+        (err: unknown) => err,
+      );
+      expect(refused).toBeInstanceOf(SandboxError);
+      expect((refused as SandboxError).failure).toMatchObject({
+        reason: 'artifactUnavailable',
+        message: expect.stringMatching(/sha256 differs/),
+      });
+    } finally {
+      await bus.close();
+      await nats.stop();
+    }
   });
 });

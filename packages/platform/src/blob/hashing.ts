@@ -1,5 +1,9 @@
 import { createHash } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
 import { Readable, Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { BlobRef } from '@trainyard/events';
+import type { BlobStore } from './types.ts';
 
 /** A pass-through that counts and hashes what flows through it. */
 export class HashingStream extends Transform {
@@ -27,4 +31,22 @@ export function hashing(data: Readable | Uint8Array): HashingStream {
   const hasher = new HashingStream();
   source.on('error', (err) => hasher.destroy(err));
   return source.pipe(hasher);
+}
+
+/**
+ * Writes a blob to a new file readable by its owner alone, and says whether it is the one `ref`
+ * names (its size and sha256): a blob someone replaced in the store is refused, not run.
+ */
+export async function fetchVerified(
+  blobs: BlobStore,
+  ref: BlobRef,
+  file: string,
+): Promise<'fetched' | 'missing' | 'changed'> {
+  const blob = await blobs.get(ref.key);
+  if (!blob) return 'missing';
+  const hashed = hashing(blob);
+  await pipeline(hashed, createWriteStream(file, { mode: 0o600 }));
+  return hashed.sizeBytes === ref.sizeBytes && hashed.digest() === ref.sha256
+    ? 'fetched'
+    : 'changed';
 }

@@ -175,8 +175,6 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     '$JS.API.DIRECT.GET.*.>',
     '$JS.API.CONSUMER.CREATE.*',
     '$JS.API.CONSUMER.CREATE.*.>',
-    '$JS.API.CONSUMER.INFO.*.>',
-    '$JS.API.CONSUMER.MSG.NEXT.*.>',
   ],
   scheduler: [
     ...EVENT_READER,
