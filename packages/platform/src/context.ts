@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { EventSigner } from '@trainyard/events';
 import type { BlobStore } from './blob/types.ts';
 import { openBlobStore } from './blob/open.ts';
+import type { BlobReads } from './blob/object-store.ts';
 import { BaseConfigSchema, parseEnv, type BaseConfig } from './config.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { connectBus, type Bus, type NatsTlsOptions } from './nats.ts';
@@ -31,6 +32,8 @@ export async function openContext(
     tls?: NatsTlsOptions;
     inboxPrefix?: string;
     connectTimeoutMs?: number;
+    /** How blobs are read: a worker, which may make no consumer, reads by direct gets. */
+    blobReads?: BlobReads;
   } = {},
 ): Promise<ServiceContext> {
   const log = createLogger(service);
@@ -53,7 +56,7 @@ export async function openContext(
     ...(opts.connectTimeoutMs && { connectTimeoutMs: opts.connectTimeoutMs }),
   });
   try {
-    const blobs = await openBlobStore(config, bus.js, manage);
+    const blobs = await openBlobStore(config, bus.js, manage, opts.blobReads);
     return { bus, blobs, log, config, instanceId };
   } catch (err) {
     await bus.close();

@@ -109,6 +109,7 @@ export async function workerContext(
       manage: false,
       nkeySeed: credential.seed,
       inboxPrefix,
+      blobReads: 'direct',
       ...(fresh && { connectTimeoutMs: 2_000 }),
     });
   const deadline = Date.now() + (fresh ? NEW_KEY_WAIT_MS : 0);

@@ -213,6 +213,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
           signer,
           manage: false,
           inboxPrefix,
+          ...(service === 'localWorker' && { blobReads: 'direct' as const }),
           ...(opts.tls && { tls: LOOPBACK_TLS }),
         },
       );

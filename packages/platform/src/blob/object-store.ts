@@ -12,6 +12,12 @@ import type { BlobStore } from './types.ts';
 const READ_IDLE_MS = 10_000;
 const READ_OPENS = 5;
 
+/**
+ * How a store reads objects: through an ordered consumer (resumed after a failover), or by
+ * direct gets, for a login that may make no consumer.
+ */
+export type BlobReads = 'consumer' | 'direct';
+
 /** The object store bucket of worker `name`: only it may write there. */
 export const workerBucket = (name: string) => `ty_w_${assertSubjectToken(name, 'worker')}`;
 
@@ -33,6 +39,8 @@ export class JetStreamBlobStore implements BlobStore {
   private constructor(
     private readonly os: ObjectStore,
     private readonly js: JetStreamClient,
+    private readonly bucket: string,
+    private readonly reads: BlobReads,
   ) {}
 
   /**
@@ -44,11 +52,12 @@ export class JetStreamBlobStore implements BlobStore {
     bucket = 'trainyard',
     replicas = 1,
     manage = true,
+    reads: BlobReads = 'consumer',
   ): Promise<JetStreamBlobStore> {
     const os = await retryTransient(`open the object store ${bucket}`, () =>
       manage ? new Objm(js).create(bucket, { replicas }) : new Objm(js).open(bucket),
     );
-    return new JetStreamBlobStore(os, js);
+    return new JetStreamBlobStore(os, js, bucket, reads);
   }
 
   async ofWorker(name: string, opts: { orShared?: boolean } = {}): Promise<BlobStore> {
@@ -67,7 +76,7 @@ export class JetStreamBlobStore implements BlobStore {
         `worker ${name} has no object store bucket of its own (${bucket}): the control plane makes it when the worker enrols, so enrol it with a token (\`trainyard worker token create ${name}\`)`,
       );
     }
-    const store = new JetStreamBlobStore(os, this.js);
+    const store = new JetStreamBlobStore(os, this.js, bucket, this.reads);
     this.#workers.set(name, store);
     return store;
   }
@@ -88,6 +97,7 @@ export class JetStreamBlobStore implements BlobStore {
    * stopped, as long as the object is still the one it started on.
    */
   async get(key: string): Promise<Readable | null> {
+    if (this.reads === 'direct') return this.#getDirect(key);
     const open = () =>
       retryTransient(`read ${key}`, async () => {
         const info = await this.os.info(key);
@@ -108,6 +118,36 @@ export class JetStreamBlobStore implements BlobStore {
       },
       { idleMs: READ_IDLE_MS, opens: READ_OPENS, retryable: isTransient },
     );
+  }
+
+  /**
+   * Reads an object a chunk at a time, each a direct get of the next chunk of the object as it
+   * was when the read began: no consumer is made, so a login that may not make consumers (a
+   * worker: a consumer delivers wherever its maker says) reads too. Each get is tried again on
+   * its own after a transient error; an object replaced meanwhile fails the read.
+   */
+  async #getDirect(key: string): Promise<Readable | null> {
+    const found = await retryTransient(`read ${key}`, () => this.os.info(key));
+    if (!found || found.deleted) return null;
+    const info = found;
+    const jsm = await this.js.jetstreamManager();
+    const stream = `OBJ_${this.bucket}`;
+    const subject = `$O.${this.bucket}.C.${info.nuid}`;
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      let seq = 1;
+      let read = 0;
+      for (let n = 0; n < info.chunks; n++) {
+        const msg = await retryTransient(`read ${key}`, () =>
+          jsm.direct.getMessage(stream, { seq, next_by_subj: subject }),
+        );
+        if (!msg) throw new Error(`${key} was replaced while it was read`);
+        seq = msg.seq + 1;
+        read += msg.data.length;
+        yield msg.data;
+      }
+      if (read !== info.size) throw new Error(`${key} was replaced while it was read`);
+    }
+    return Readable.from(chunks(), { objectMode: false });
   }
 
   async stat(key: string): Promise<{ sizeBytes: number } | null> {

@@ -1,7 +1,7 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { BaseConfig } from '../config.ts';
 import { ConfigError } from '../config.ts';
-import { JetStreamBlobStore } from './object-store.ts';
+import { JetStreamBlobStore, type BlobReads } from './object-store.ts';
 import { S3BlobStore } from './s3.ts';
 import type { BlobStore } from './types.ts';
 
@@ -10,9 +10,16 @@ export async function openBlobStore(
   config: BaseConfig,
   js: JetStreamClient,
   manage = true,
+  reads: BlobReads = 'consumer',
 ): Promise<BlobStore> {
   if (config.TRAINYARD_BLOB_STORE === 'nats') {
-    return JetStreamBlobStore.open(js, 'trainyard', config.TRAINYARD_STREAM_REPLICAS, manage);
+    return JetStreamBlobStore.open(
+      js,
+      'trainyard',
+      config.TRAINYARD_STREAM_REPLICAS,
+      manage,
+      reads,
+    );
   }
   const { TRAINYARD_S3_ENDPOINT: endpoint, TRAINYARD_S3_ACCESS_KEY: accessKey } = config;
   const secretKey = config.TRAINYARD_S3_SECRET_KEY;

@@ -117,11 +117,11 @@ export function workerPermissions(workerId: string): NatsPermissions {
     publish: {
       allow: [
         '$JS.API.INFO',
-        '$JS.FC.>',
+        // Objects are read by direct gets: a consumer delivers wherever its maker says.
         ...lookupsIn(OBJECTS),
-        `$JS.API.CONSUMER.CREATE.${OBJECTS}`,
-        `$JS.API.CONSUMER.CREATE.${OBJECTS}.>`,
-        ...objectsUser(workerBucket(workerId)),
+        `$O.${workerBucket(workerId)}.>`,
+        ...lookupsIn(`OBJ_${workerBucket(workerId)}`),
+        `$JS.API.STREAM.PURGE.OBJ_${workerBucket(workerId)}`,
         ...lookupsIn(LOGS),
         `ty.log.*.*.${workerId}`,
         ...own,
