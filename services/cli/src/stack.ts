@@ -43,6 +43,7 @@ import pretty from 'pino-pretty';
 import {
   LOCAL_WORKER_USER,
   LOOPBACK_TLS,
+  localWorkerLogin,
   natsLogins,
   natsUsers,
   signingKey,
@@ -158,7 +159,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         ...(port && { port }),
         ...(opts.listen && { host: opts.listen }),
         ...(opts.tls && { tls: opts.tls }),
-        users: natsUsers(logins, opts.worker?.name ?? null),
+        users: natsUsers(logins),
+        workers: opts.worker ? [localWorkerLogin(logins, opts.worker.name)] : [],
       });
       children.push(nats);
       embeddedNats = nats;
