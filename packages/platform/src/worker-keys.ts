@@ -16,6 +16,7 @@ import { openBucket } from './buckets.ts';
 import { sleep, supervise } from './lifecycle.ts';
 import type { Logger } from './logger.ts';
 import type { NatsServer } from './servers/nats-server.ts';
+import { workerPermissions } from './servers/permissions.ts';
 
 /** A worker name: one NATS subject token, also a consumer name's part. */
 export const WORKER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -234,8 +235,7 @@ export class WorkerKeys {
 
 /**
  * Keeps a nats-server's users in step with the enrolled workers: each gets a user of its own,
- * by its key, in an account of its own allowed only its own subjects, and an object store
- * bucket of its own, made (with
+ * by its key, allowed only its own subjects, and an object store bucket of its own, made (with
  * `js`, a login that may make streams) before its key lets it in. A revoked worker's connection
  * is closed when the server reloads; its bucket stays, with the outputs of its attempts.
  */
@@ -249,7 +249,7 @@ export function authorizeWorkers(
   const stopping = new AbortController();
   let applying: Promise<void> = Promise.resolve();
   /** The latest list wins; a failed update is tried again until it holds. */
-  let wanted: WorkerRecord[] | null = null;
+  let wanted: WorkerKey[] | null = null;
   const update = async () => {
     for (let attempt = 1; wanted && !stopping.signal.aborted; attempt++) {
       const workers = wanted;
@@ -257,8 +257,7 @@ export function authorizeWorkers(
         // A worker whose bucket cannot be made yet waits for its login; the others (a
         // revocation among them) take effect now, and the update is tried again.
         const unmade: string[] = [];
-        const enrolled = workers.filter((r): r is WorkerKey => r.status === 'enrolled');
-        for (const w of enrolled.filter((w) => !made.has(w.name))) {
+        for (const w of workers.filter((w) => !made.has(w.name))) {
           try {
             await ensureWorkerBucket(buckets.js, w.name, buckets.replicas);
             made.add(w.name);
@@ -267,16 +266,14 @@ export function authorizeWorkers(
             unmade.push(w.name);
           }
         }
-        await server.setWorkers(
-          workers.map((w) =>
-            w.status === 'enrolled' && made.has(w.name)
-              ? { worker: w.name, nkey: w.publicKey }
-              : { worker: w.name },
-          ),
+        await server.setUsers(
+          workers
+            .filter((w) => made.has(w.name))
+            .map((w) => ({ nkey: w.publicKey, permissions: workerPermissions(w.name) })),
         );
         if (unmade.length > 0) throw new Error(`no bucket yet for ${unmade.join(', ')}`);
         if (wanted === workers) wanted = null;
-        log.info({ workers: enrolled.length }, 'worker logins updated');
+        log.info({ workers: workers.length }, 'worker logins updated');
       } catch (err) {
         log.error({ err, attempt }, 'could not update the worker logins; trying again');
         await sleep(Math.min(5_000, 100 * 2 ** attempt), stopping.signal).catch(() => undefined);
@@ -284,7 +281,7 @@ export function authorizeWorkers(
     }
   };
   const apply = (records: WorkerRecord[]) => {
-    wanted = records;
+    wanted = records.filter((r): r is WorkerKey => r.status === 'enrolled');
     applying = applying.then(update);
   };
   const loop = supervise(

@@ -10,9 +10,9 @@ import { EventSigner } from '@trainyard/events';
 import {
   CONTROL_SERVICES,
   servicePermissions,
+  workerPermissions,
   type ControlService,
   type NatsUser,
-  type NatsWorkerLogin,
 } from '@trainyard/platform';
 import { CliError } from './client.ts';
 import { readSigningKey, signingKeyFile, writePrivate } from './config.ts';
@@ -41,8 +41,8 @@ export async function natsLogins(home: string): Promise<NatsLogins> {
   return logins;
 }
 
-/** The users of the embedded NATS's control-plane account: each service allowed what it needs. */
-export function natsUsers(logins: NatsLogins): NatsUser[] {
+/** The users of the embedded NATS: each service and the local worker allowed what it needs. */
+export function natsUsers(logins: NatsLogins, localWorker: string | null): NatsUser[] {
   return [
     { user: 'control', password: logins.control },
     ...CONTROL_SERVICES.map((s) => ({
@@ -50,12 +50,16 @@ export function natsUsers(logins: NatsLogins): NatsUser[] {
       password: logins[s],
       permissions: servicePermissions(s),
     })),
+    ...(localWorker
+      ? [
+          {
+            user: LOCAL_WORKER_USER,
+            password: logins.localWorker,
+            permissions: workerPermissions(localWorker),
+          },
+        ]
+      : []),
   ];
-}
-
-/** The local worker's login: an account of its own, as every worker has. */
-export function localWorkerLogin(logins: NatsLogins, name: string): NatsWorkerLogin {
-  return { worker: name, user: LOCAL_WORKER_USER, password: logins.localWorker };
 }
 
 export const LOCAL_WORKER_USER = 'local-worker';

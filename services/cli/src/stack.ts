@@ -43,7 +43,6 @@ import pretty from 'pino-pretty';
 import {
   LOCAL_WORKER_USER,
   LOOPBACK_TLS,
-  localWorkerLogin,
   natsLogins,
   natsUsers,
   signingKey,
@@ -159,8 +158,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         ...(port && { port }),
         ...(opts.listen && { host: opts.listen }),
         ...(opts.tls && { tls: opts.tls }),
-        users: natsUsers(logins),
-        workers: opts.worker ? [localWorkerLogin(logins, opts.worker.name)] : [],
+        users: natsUsers(logins, opts.worker?.name ?? null),
       });
       children.push(nats);
       embeddedNats = nats;

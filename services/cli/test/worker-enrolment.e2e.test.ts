@@ -7,7 +7,7 @@ import { nkeyAuthenticator } from '@nats-io/nats-core';
 import { createUser } from '@nats-io/nkeys';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EMPTY_HEAD, getStoredMessage } from '@trainyard/events';
+import { EMPTY_HEAD } from '@trainyard/events';
 import { BlobKeys, JetStreamBlobStore, workerInbox } from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
@@ -232,30 +232,6 @@ describe('worker enrolment', () => {
     } finally {
       await nc.close();
     }
-  });
-
-  it('has what the server sends for a worker land in the worker’s own account', async () => {
-    const nc = await withKey(keyOfW1().seed);
-    try {
-      const js = jetstream(nc, { timeout: 2_000 });
-      // A message of its own, in its own bucket, shaped as an event.
-      await js.publish('$O.ty_w_w1.M.forged', JSON.stringify({ type: 'JobCancelled' }));
-      const aims = ['ty.ev.job.job_forged', 'ty.hb.w9', `ty.log.${ranOnW1}.1.w9`];
-      for (const reply of aims) {
-        nc.publish('$JS.API.INFO', '', { reply });
-        nc.publish('$JS.API.DIRECT.GET.OBJ_ty_w_w1', JSON.stringify({ seq: 1 }), { reply });
-      }
-      await nc.flush();
-    } finally {
-      await nc.close();
-    }
-    await new Promise((r) => setTimeout(r, 500));
-    const { jsm } = t.stack.ctx.bus;
-    const stored = (stream: string, subject: string) =>
-      getStoredMessage(jsm, stream, { last_by_subj: subject }, `read ${subject}`);
-    expect(await stored('TY_EVENTS', 'ty.ev.job.job_forged')).toBeNull();
-    expect(await stored('TY_HEARTBEATS', 'ty.hb.w9')).toBeNull();
-    expect(await stored('TY_LOGS', `ty.log.${ranOnW1}.1.w9`)).toBeNull();
   });
 
   it('keeps what a worker writes in its own bucket and its logs under its own name', async () => {

@@ -398,12 +398,7 @@ export function startReports(ctx: ServiceContext): RunningReports {
  */
 function askedByAClient(msg: Msg, workerId: string): boolean {
   const reply = msg.reply ?? '';
-  return (
-    reply.startsWith(`${workerInbox(workerId)}.`) ||
-    reply.startsWith('_INBOX.') ||
-    // A request from a worker's own account, through its import of its report subject.
-    reply.startsWith('_R_.')
-  );
+  return reply.startsWith(`${workerInbox(workerId)}.`) || reply.startsWith('_INBOX.');
 }
 
 /** What a refused report was about, for the log: never its whole body. */

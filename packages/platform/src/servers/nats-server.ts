@@ -1,11 +1,10 @@
 import { execFile, execFileSync } from 'node:child_process';
-import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, rename, writeFile } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
 import { ServerError } from './errors.ts';
-import { workerAccountsConfig } from './permissions.ts';
 import { freePort, portInUse } from './ports.ts';
 
 export interface NatsServerOptions {
@@ -18,12 +17,6 @@ export interface NatsServerOptions {
   env?: NodeJS.ProcessEnv;
   /** When given, only these users may connect, each with its permissions. */
   users?: NatsUser[];
-  /**
-   * Workers' logins (with `users`): each worker then has an account of its own, which holds no
-   * stream and reaches the users' account only through the services it imports, so that what
-   * the server sends on a worker's behalf (a JetStream reply) stays in the worker's account.
-   */
-  workers?: NatsWorkerLogin[];
   /** The address to listen on (default 127.0.0.1). */
   host?: string;
   /** Require TLS of every client, with this certificate and key (PEM files); needs `users`. */
@@ -34,18 +27,6 @@ export interface NatsServerOptions {
 export interface NatsPermissions {
   publish?: { allow?: string[]; deny?: string[] };
   subscribe?: { allow?: string[]; deny?: string[] };
-  /** May answer the requests it receives, wherever their reply goes. */
-  allow_responses?: boolean;
-}
-
-const WORKER_ACCOUNT_NAME = /^[A-Za-z0-9_-]{1,64}$/;
-
-/** A worker's login: by password (`up`'s own worker) or by the public half of its nkey. */
-export interface NatsWorkerLogin {
-  worker: string;
-  user?: string;
-  password?: string;
-  nkey?: string;
 }
 
 /** A user of a nats-server that requires a login. */
@@ -76,11 +57,6 @@ export interface NatsServer extends ChildServer {
    * connection whose user is gone is closed. Only for a server started with `users`.
    */
   setUsers(extra: NatsKeyUser[]): Promise<void>;
-  /**
-   * Likewise for workers' logins (those given at start, plus `extra`), each in an account of
-   * its own. Only for a server started with `workers`.
-   */
-  setWorkers(extra: NatsWorkerLogin[]): Promise<void>;
 }
 
 /** Where `nats-server` is, or null when it is not installed. */
@@ -146,16 +122,14 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServ
       ? `tls ${JSON.stringify({ cert_file: opts.tls.cert, key_file: opts.tls.key, timeout: 5 })}\n`
       : '');
   /** Writes the users; a file nats-server would not take is refused before it replaces the old. */
-  const writeUsers = async (extra: NatsKeyUser[], workers: NatsWorkerLogin[] = []) => {
+  const writeUsers = async (extra: NatsKeyUser[]) => {
     const next = `${auth}.next`;
-    const users = [...(opts.users ?? []), ...extra];
     await writeFile(
       next,
-      jetstreamConfig +
-        (opts.workers
-          ? workerAccountsConfig(users, [...startWorkers, ...workers])
-          : authorizationConfig(users)),
-      { mode: 0o600 },
+      jetstreamConfig + authorizationConfig([...(opts.users ?? []), ...extra]),
+      {
+        mode: 0o600,
+      },
     );
     try {
       await execFileAsync(binary, ['-t', '-c', next]);
@@ -168,70 +142,35 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServ
     }
     await rename(next, auth);
   };
-  /**
-   * The workers' accounts the server last ran with, kept beside its config: they are made at
-   * start (their logins come back with the next `setWorkers`), so that only a worker new to this
-   * server takes a restart.
-   */
-  const knownFile = join(opts.dir, 'worker-accounts.json');
-  const known: string[] = opts.workers
-    ? await readFile(knownFile, 'utf8')
-        .then((t) => (JSON.parse(t) as string[]).filter((n) => WORKER_ACCOUNT_NAME.test(n)))
-        .catch(() => [])
-    : [];
-  const startWorkers = [...(opts.workers ?? []), ...known.map((worker) => ({ worker }))];
   if (opts.users) {
     await writeUsers([]);
     args.push('-c', auth);
   }
+  const child = spawnLogged(
+    binary,
+    [...(opts.users ? [] : ['-js', '-sd', store]), '-a', host, '-p', String(port), ...args],
+    join(opts.dir, 'nats-server.log'),
+    { cwd: opts.dir, ...(opts.env && { env: opts.env }) },
+  );
   const log = join(opts.dir, 'nats-server.log');
-  const spawnServer = async () => {
-    const started = spawnLogged(
-      binary,
-      [...(opts.users ? [] : ['-js', '-sd', store]), '-a', host, '-p', String(port), ...args],
-      log,
-      { cwd: opts.dir, ...(opts.env && { env: opts.env }) },
-    );
-    await waitUntil('nats-server', () => tcpOpen(port, reachableHost(host)), 15_000, started).catch(
-      (cause: unknown) => {
-        throw new ServerError(
-          'START_FAILED',
-          `nats-server did not start on port ${port} (${(cause as Error).message}); its log: ${log}`,
-          { cause },
-        );
-      },
-    );
-    return started;
-  };
-  let child = await spawnServer();
-  /** The workers' accounts the running server has: a new one takes a restart (see setWorkers). */
-  let accounts = new Set(startWorkers.map((w) => w.worker));
-  return {
-    get pid() {
-      return child.pid!;
+  await waitUntil('nats-server', () => tcpOpen(port, reachableHost(host)), 15_000, child).catch(
+    (cause: unknown) => {
+      throw new ServerError(
+        'START_FAILED',
+        `nats-server did not start on port ${port} (${(cause as Error).message}); its log: ${log}`,
+        { cause },
+      );
     },
+  );
+  return {
+    pid: child.pid!,
     url: `nats://${urlHost(reachableHost(host))}:${port}`,
     stop: () => stopChild(child, 'SIGTERM'),
     kill: () => stopChild(child, 'SIGKILL'),
     setUsers: async (extra) => {
-      if (!opts.users || opts.workers) throw new Error('this nats-server takes no extra users');
+      if (!opts.users) throw new Error('this nats-server takes no logins');
       await writeUsers(extra);
       child.kill('SIGHUP');
-    },
-    setWorkers: async (extra) => {
-      if (!opts.users || !opts.workers) throw new Error('this nats-server takes no workers');
-      await writeUsers([], extra);
-      const wanted = new Set([...startWorkers, ...extra].map((w) => w.worker));
-      if ([...wanted].every((name) => accounts.has(name))) {
-        child.kill('SIGHUP');
-        return;
-      }
-      // A reload makes a new account but wires none of its imports (nats-server 2.9 and 2.10):
-      // the server is started again on the same port and store, and clients reconnect.
-      await writeFile(knownFile, JSON.stringify([...wanted]), { mode: 0o600 });
-      await stopChild(child, 'SIGTERM');
-      child = await spawnServer();
-      accounts = wanted;
     },
   };
 }

@@ -1,7 +1,7 @@
 import { Subjects } from '@trainyard/events';
 import { workerBucket } from '../blob/object-store.ts';
 import { possibleDispatchSlots } from '../dispatch.ts';
-import type { NatsKeyUser, NatsPermissions, NatsUser, NatsWorkerLogin } from './nats-server.ts';
+import type { NatsPermissions } from './nats-server.ts';
 
 /** Buckets that hold secrets: password hashes, sessions, the token key, worker enrolment. */
 const SECRET_BUCKETS = [
@@ -222,76 +222,5 @@ export function servicePermissions(service: ControlService): NatsPermissions {
     subscribe: {
       allow: [`${serviceInbox(service)}.>`, ...(service === 'watchdog' ? ['ty.report.*'] : [])],
     },
-    // The watchdog answers reports, from workers' accounts too (their replies are mapped).
-    ...(service === 'watchdog' && { allow_responses: true }),
   };
-}
-
-/** The account of the control plane, its streams and its services, when workers have theirs. */
-export const CONTROL_ACCOUNT = 'TRAINYARD';
-const workerAccount = (workerId: string) => `W_${workerId}`;
-
-/**
- * What the control plane's account lets workers' accounts import: each worker's account imports
- * only the subjects its own login may publish (its reports, its dispatch consumers, its bucket,
- * its logs, reads of the shared store), so nothing it sends reaches another worker's.
- */
-const CONTROL_EXPORTS = [
-  '$JS.API.INFO',
-  'ty.report.*',
-  `$JS.API.CONSUMER.INFO.${DISPATCH}.*`,
-  `$JS.ACK.${DISPATCH}.>`,
-  '$JS.API.STREAM.INFO.*',
-  '$JS.API.STREAM.MSG.GET.*',
-  '$JS.API.DIRECT.GET.*',
-  '$JS.API.DIRECT.GET.*.>',
-  '$JS.API.STREAM.PURGE.*',
-  '$O.>',
-  'ty.log.>',
-].map((service) => ({ service }));
-
-/**
- * An `accounts` block: the control plane's users in `CONTROL_ACCOUNT`, with JetStream, and each
- * worker in an account of its own that holds no stream. A worker's account exports its
- * heartbeat subject, which the control plane imports, and imports from the control plane the
- * subjects its login may publish. Whatever the server sends on a worker's behalf (the reply to
- * a JetStream call, to any subject its maker named) is delivered in the worker's account, where
- * only that worker's own subjects lead back.
- */
-export function workerAccountsConfig(
-  users: (NatsUser | NatsKeyUser)[],
-  workers: NatsWorkerLogin[],
-): string {
-  const accounts: Record<string, unknown> = {
-    [CONTROL_ACCOUNT]: {
-      jetstream: 'enabled',
-      users,
-      exports: [
-        ...CONTROL_EXPORTS,
-        { service: `$JS.API.CONSUMER.MSG.NEXT.${DISPATCH}.*`, response_type: 'stream' },
-      ],
-      imports: [...new Set(workers.map((w) => w.worker))].map((worker) => ({
-        stream: { account: workerAccount(worker), subject: Subjects.heartbeat(worker) },
-      })),
-    },
-  };
-  const logins = new Map<string, Omit<NatsWorkerLogin, 'worker'>[]>();
-  for (const { worker, ...login } of workers) {
-    // A revoked worker keeps its account, with no login: accounts only grow (see setWorkers).
-    const kept = logins.get(worker) ?? [];
-    if (login.nkey || login.user) kept.push(login);
-    logins.set(worker, kept);
-  }
-  for (const [worker, users] of logins) {
-    const permissions = workerPermissions(worker);
-    const heartbeat = Subjects.heartbeat(worker);
-    accounts[workerAccount(worker)] = {
-      users: users.map((login) => ({ ...login, permissions })),
-      exports: [{ stream: heartbeat }],
-      imports: (permissions.publish?.allow ?? [])
-        .filter((subject) => subject !== heartbeat)
-        .map((subject) => ({ service: { account: CONTROL_ACCOUNT, subject } })),
-    };
-  }
-  return `accounts ${JSON.stringify(accounts, null, 2)}\n`;
 }
