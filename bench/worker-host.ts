@@ -8,22 +8,14 @@
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { workerOptions } from '@trainyard/cli';
-import {
-  BaseConfigSchema,
-  openContext,
-  parseEnv,
-  stopOnSignals,
-  workerInbox,
-} from '@trainyard/platform';
+import { BaseConfigSchema, openContext, parseEnv, stopOnSignals } from '@trainyard/platform';
 import { startWorker, type RunningWorker } from '@trainyard/worker';
 
 const [prefix = 'host', count = '1', shape = '8x80GiB', sandboxes = tmpdir(), ...flags] =
   process.argv.slice(2);
-// Replies to workers arrive under a workers' inbox: the control plane answers reports nowhere else.
-const ctx = await openContext('worker-host', parseEnv(BaseConfigSchema), {
-  manage: false,
-  inboxPrefix: workerInbox(`host-${prefix}`),
-});
+// Its login is the stack's own (every right), so its replies arrive under the plain inbox: the
+// control plane answers a worker's report only in that worker's inbox, or in such a login's.
+const ctx = await openContext('worker-host', parseEnv(BaseConfigSchema), { manage: false });
 const workers: RunningWorker[] = [];
 for (let i = 0; i < Number(count); i++) {
   const name = `${prefix}${i}`;

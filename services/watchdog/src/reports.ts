@@ -286,13 +286,6 @@ export function startReports(ctx: ServiceContext): RunningReports {
 
   async function handle(msg: Msg): Promise<void> {
     const workerId = msg.subject.slice('ty.report.'.length);
-    if (!askedByAClient(msg, workerId)) {
-      log.warn(
-        { workerId, reply: msg.reply ?? null },
-        'dropped a report that is no request of a client (delivered by JetStream?)',
-      );
-      return;
-    }
     let body: unknown;
     let reply: ReportReply;
     try {
@@ -359,6 +352,15 @@ export function startReports(ctx: ServiceContext): RunningReports {
   const loop = (async () => {
     for await (const msg of sub) {
       const workerId = msg.subject.slice('ty.report.'.length);
+      // Checked before anything is queued or answered: no answer goes to a reply that is not
+      // the worker's own inbox.
+      if (!WORKER_ID.test(workerId) || !askedByAClient(msg, workerId)) {
+        log.warn(
+          { workerId: workerId.slice(0, 64), reply: msg.reply?.slice(0, 128) ?? null },
+          'dropped a report that is no request of a client (delivered by JetStream?)',
+        );
+        continue;
+      }
       if ((inFlight.get(workerId) ?? 0) >= PER_WORKER_CONCURRENCY) {
         const queue = waiting.get(workerId) ?? [];
         if (queue.length >= PER_WORKER_WAITING) {
@@ -389,6 +391,9 @@ export function startReports(ctx: ServiceContext): RunningReports {
     },
   };
 }
+
+/** A worker id as a report subject may carry it. */
+const WORKER_ID = /^[A-Za-z0-9_-]{1,64}$/;
 
 /**
  * A report is a request a client sent: its answer goes to the worker's own inbox (or, for a
