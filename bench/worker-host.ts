@@ -1,6 +1,6 @@
 /**
- * Runs several simulated workers in one process, sharing one NATS connection, for benchmarks
- * that need many workers on a 2-core machine:
+ * Runs several simulated workers in one process, each on a NATS connection of its own, for
+ * benchmarks that need many workers on a 2-core machine:
  * `worker-host.ts PREFIX COUNT SHAPE SANDBOXES [--simulate-runtime]`, where SANDBOXES is the
  * directory their sandboxes go under. Each is a full worker (its own registration, heartbeats
  * and per-GPU consumers).
@@ -8,17 +8,28 @@
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
 import { workerOptions } from '@trainyard/cli';
-import { BaseConfigSchema, openContext, parseEnv, stopOnSignals } from '@trainyard/platform';
+import {
+  BaseConfigSchema,
+  openContext,
+  parseEnv,
+  stopOnSignals,
+  workerInbox,
+  type ServiceContext,
+} from '@trainyard/platform';
 import { startWorker, type RunningWorker } from '@trainyard/worker';
 
 const [prefix = 'host', count = '1', shape = '8x80GiB', sandboxes = tmpdir(), ...flags] =
   process.argv.slice(2);
-// Its login is the stack's own (every right), so its replies arrive under the plain inbox: the
-// control plane answers a worker's report only in that worker's inbox, or in such a login's.
-const ctx = await openContext('worker-host', parseEnv(BaseConfigSchema), { manage: false });
 const workers: RunningWorker[] = [];
+const contexts: ServiceContext[] = [];
 for (let i = 0; i < Number(count); i++) {
   const name = `${prefix}${i}`;
+  // A connection per worker: the control plane answers a worker's reports only in its own inbox.
+  const ctx = await openContext('worker-host', parseEnv(BaseConfigSchema), {
+    manage: false,
+    inboxPrefix: workerInbox(name),
+  });
+  contexts.push(ctx);
   const opts = await workerOptions({
     name,
     simulateGpus: shape,
@@ -32,8 +43,8 @@ stopOnSignals(
   {
     stop: async () => {
       await Promise.all(workers.map((w) => w.stop()));
-      await ctx.bus.close();
+      await Promise.all(contexts.map((c) => c.bus.close()));
     },
   },
-  ctx.log,
+  contexts[0]!.log,
 );
