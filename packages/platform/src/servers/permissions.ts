@@ -69,6 +69,7 @@ const objectsUser = (bucket: string) => [
 const WORKER_INBOXES = '_INBOX_W';
 export const workerInbox = (workerId: string) => `${WORKER_INBOXES}.${workerId}`;
 
+/** Taking messages from consumers someone else made on `stream`: no making them. */
 const bindingTo = (stream: string) => [
   `$JS.API.CONSUMER.INFO.${stream}.>`,
   `$JS.API.CONSUMER.MSG.NEXT.${stream}.>`,
