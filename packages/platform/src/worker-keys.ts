@@ -266,7 +266,7 @@ export function authorizeWorkers(
             unmade.push(w.name);
           }
         }
-        await server.setUsers(
+        await server.setWorkers(
           workers
             .filter((w) => made.has(w.name))
             .map((w) => ({ nkey: w.publicKey, permissions: workerPermissions(w.name) })),

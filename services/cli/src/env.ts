@@ -7,6 +7,7 @@ import {
   serviceInbox,
   workerInbox,
   type BaseConfig,
+  type BlobReads,
   type Bus,
   type NatsTlsOptions,
   type ServiceContext,
@@ -61,7 +62,7 @@ function localTls(env = process.env): { tls: NatsTlsOptions } | Record<string, n
 /** A service's connections; a worker's, which may not manage streams, leaves them be. */
 export async function serviceContext(
   name: string,
-  opts: { inboxPrefix?: string } = {},
+  opts: { inboxPrefix?: string; blobReads?: BlobReads } = {},
 ): Promise<ServiceContext> {
   const config = serviceConfig();
   const service = CONTROL_SERVICES.find((s) => s === name);
@@ -97,7 +98,10 @@ export async function workerContext(
         'NOT_ENROLLED',
       );
     }
-    return { ctx: await serviceContext('worker', { inboxPrefix }), enrolled: false };
+    return {
+      ctx: await serviceContext('worker', { inboxPrefix, blobReads: 'direct' }),
+      enrolled: false,
+    };
   }
   const { credential, fresh } = enrolled;
   const url = env.TRAINYARD_NATS_URL ?? credential.natsUrl;

@@ -41,16 +41,24 @@ export async function natsLogins(home: string): Promise<NatsLogins> {
   return logins;
 }
 
-/** The users of the embedded NATS: each service and the local worker allowed what it needs. */
-export function natsUsers(logins: NatsLogins, localWorker: string | null): NatsUser[] {
-  return [
-    { user: 'control', password: logins.control },
-    ...CONTROL_SERVICES.map((s) => ({
-      user: s,
-      password: logins[s],
-      permissions: servicePermissions(s),
-    })),
-    ...(localWorker
+/**
+ * The logins of the embedded NATS: each service's, and the local worker's (in the workers'
+ * account), each allowed what it needs.
+ */
+export function natsUsers(
+  logins: NatsLogins,
+  localWorker: string | null,
+): { users: NatsUser[]; workers: NatsUser[] } {
+  return {
+    users: [
+      { user: 'control', password: logins.control },
+      ...CONTROL_SERVICES.map((s) => ({
+        user: s,
+        password: logins[s],
+        permissions: servicePermissions(s),
+      })),
+    ],
+    workers: localWorker
       ? [
           {
             user: LOCAL_WORKER_USER,
@@ -58,8 +66,8 @@ export function natsUsers(logins: NatsLogins, localWorker: string | null): NatsU
             permissions: workerPermissions(localWorker),
           },
         ]
-      : []),
-  ];
+      : [],
+  };
 }
 
 export const LOCAL_WORKER_USER = 'local-worker';

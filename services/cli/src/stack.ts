@@ -158,7 +158,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         ...(port && { port }),
         ...(opts.listen && { host: opts.listen }),
         ...(opts.tls && { tls: opts.tls }),
-        users: natsUsers(logins, opts.worker?.name ?? null),
+        ...natsUsers(logins, opts.worker?.name ?? null),
       });
       children.push(nats);
       embeddedNats = nats;

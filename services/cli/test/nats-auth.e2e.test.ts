@@ -36,10 +36,8 @@ beforeAll(async () => {
   dir = await tempDir('trainyard-nats-auth-');
   nats = await startNatsServer({
     dir: join(dir.path, 'nats'),
-    users: [
-      { user: 'control', password: CONTROL },
-      { user: 'worker', password: WORKER, permissions: WORKER_PERMISSIONS },
-    ],
+    users: [{ user: 'control', password: CONTROL }],
+    workers: [{ user: 'worker', password: WORKER, permissions: WORKER_PERMISSIONS }],
   });
   t = await startTestStack({
     natsUrl: withLogin(nats.url, 'control', CONTROL),
@@ -155,10 +153,6 @@ describe('a NATS that requires a login', () => {
           await as.close();
         }
       };
-      await expect(
-        nc.request('ty.report.remote', JSON.stringify({ kind: 'self' }), { timeout: 1_000 }),
-        'a report whose answer would go to another worker’s inbox',
-      ).rejects.toThrow();
       const finish = {
         kind: 'attempt',
         jobId: id,

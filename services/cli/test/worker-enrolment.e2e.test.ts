@@ -7,7 +7,7 @@ import { nkeyAuthenticator } from '@nats-io/nats-core';
 import { createUser } from '@nats-io/nkeys';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EMPTY_HEAD } from '@trainyard/events';
+import { EMPTY_HEAD, getStoredMessage } from '@trainyard/events';
 import { BlobKeys, JetStreamBlobStore, workerInbox } from '@trainyard/platform';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
@@ -285,6 +285,62 @@ describe('worker enrolment', () => {
     expect(log).not.toMatch(/FORGED/);
     const code = await t.http(`/v1/jobs/${ranOnW1}/outputs/result.txt`, { token: admin });
     expect((await code.text()).trim()).toBe('42');
+  });
+
+  it('keeps what the server sends for a worker out of the control plane’s streams', async () => {
+    // Bytes of w1's choosing, stored where it may write: its own bucket.
+    const forged = JSON.stringify({ type: 'JobCancelled', hash: 'forged', password: 'forged' });
+    const chunk = '$O.ty_w_w1.C.forged';
+    // Where a JetStream answer would do harm if a stream stored it.
+    const aims: [stream: string, subject: string][] = [
+      ['TY_EVENTS', 'ty.ev.job.job_forged'],
+      ['TY_DISPATCH', 'ty.dispatch.w9.cpu'],
+      ['TY_HEARTBEATS', 'ty.hb.w9'],
+      ['TY_LOGS', `ty.log.${ranOnW1}.1.w9`],
+      ['KV_ty_credentials', '$KV.ty_credentials.forged'],
+      ['KV_ty_config', '$KV.ty_config.forged'],
+      ['OBJ_trainyard', '$O.trainyard.M.forged'],
+    ];
+    const nc = await withKey(keyOfW1().seed);
+    try {
+      await jetstream(nc, { timeout: 2_000 }).publish(chunk, forged);
+      const get = JSON.stringify({ last_by_subj: chunk });
+      // The call itself is allowed and answers with the stored bytes...
+      const own = await nc.request('$JS.API.DIRECT.GET.OBJ_ty_w_w1', get, { timeout: 2_000 });
+      expect(own.string()).toBe(forged);
+      // ...but an answer aimed elsewhere lands in the workers' account, where nothing keeps it.
+      for (const [, reply] of aims) {
+        nc.publish('$JS.API.DIRECT.GET.OBJ_ty_w_w1', get, { reply });
+        nc.publish('$JS.API.INFO', '', { reply });
+      }
+      await nc.flush();
+    } finally {
+      await nc.close();
+    }
+    const control = await connect({ servers: natsAddress(), ...login(), reconnect: false });
+    try {
+      const jsm = await jetstreamManager(control);
+      // The control plane's own login, aiming the same call at a subject: stored, as nats-server
+      // does within one account; so a miss below is the account boundary at work.
+      control.publish('$JS.API.INFO', '', { reply: 'ty.hb.control-aimed' });
+      await control.flush();
+      await waitFor('the control plane’s own answer to be stored', async () =>
+        Boolean(
+          await getStoredMessage(
+            jsm,
+            'TY_HEARTBEATS',
+            { last_by_subj: 'ty.hb.control-aimed' },
+            'read',
+          ),
+        ),
+      );
+      for (const [stream, subject] of aims) {
+        const stored = await getStoredMessage(jsm, stream, { last_by_subj: subject }, 'read');
+        expect(stored, `${stream} ${subject}`).toBeNull();
+      }
+    } finally {
+      await control.close();
+    }
   });
 
   it('cuts a revoked worker off within seconds and runs its attempt elsewhere', async () => {

@@ -1,10 +1,11 @@
 import { execFile, execFileSync } from 'node:child_process';
-import { chmod, mkdir, rename, writeFile } from 'node:fs/promises';
+import { access, chmod, mkdir, rename, writeFile } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { spawnLogged, stopChild, waitUntil, type ChildServer } from './child.ts';
 import { ServerError } from './errors.ts';
+import { CONTROL_ACCOUNT, controlExports, WORKER_ACCOUNT, workerImports } from './permissions.ts';
 import { freePort, portInUse } from './ports.ts';
 
 export interface NatsServerOptions {
@@ -15,8 +16,16 @@ export interface NatsServerOptions {
   args?: string[];
   /** The server's environment (a config file may read passwords from it). */
   env?: NodeJS.ProcessEnv;
-  /** When given, only these users may connect, each with its permissions. */
+  /**
+   * When given, only these users may connect, each with its permissions: the control plane's,
+   * in an account with JetStream (`CONTROL_ACCOUNT`).
+   */
   users?: NatsUser[];
+  /**
+   * Workers' logins (with `users`), in an account of their own that holds no stream
+   * (`WORKER_ACCOUNT`): what the server sends on a worker's behalf stays there.
+   */
+  workers?: NatsUser[];
   /** The address to listen on (default 127.0.0.1). */
   host?: string;
   /** Require TLS of every client, with this certificate and key (PEM files); needs `users`. */
@@ -45,18 +54,42 @@ export interface NatsKeyUser {
   permissions: NatsPermissions;
 }
 
-/** An `authorization` block naming the users, in the JSON that nats-server's config reads. */
-function authorizationConfig(users: (NatsUser | NatsKeyUser)[]): string {
-  return `authorization ${JSON.stringify({ users }, null, 2)}\n`;
+/**
+ * An `accounts` block, in the JSON that nats-server's config reads: the control plane's users in
+ * `CONTROL_ACCOUNT`, with JetStream; workers' in `WORKER_ACCOUNT`, which holds no stream and
+ * reaches the control plane's account only through the services it imports.
+ */
+function accountsConfig(users: NatsUser[], workers: (NatsUser | NatsKeyUser)[]): string {
+  const accounts = {
+    [CONTROL_ACCOUNT]: { jetstream: 'enabled', users, exports: controlExports() },
+    [WORKER_ACCOUNT]: { users: workers, imports: workerImports() },
+  };
+  return `accounts ${JSON.stringify(accounts, null, 2)}\n`;
 }
 
-/** A nats-server this process started; `setUsers` replaces who may log in, at once. */
+/** A nats-server this process started; `setWorkers` replaces which workers may log in, at once. */
 export interface NatsServer extends ChildServer {
   /**
-   * Writes the users (those given at start, plus `extra`) and has the server reload them: a
-   * connection whose user is gone is closed. Only for a server started with `users`.
+   * Writes the workers' logins (those given at start, plus `extra`) and has the server reload
+   * them: a connection whose login is gone is closed. Only for a server started with `users`.
    */
-  setUsers(extra: NatsKeyUser[]): Promise<void>;
+  setWorkers(extra: (NatsUser | NatsKeyUser)[]): Promise<void>;
+}
+
+const exists = (path: string) =>
+  access(path).then(
+    () => true,
+    () => false,
+  );
+
+/**
+ * A store kept before the control plane's logins had an account of their own holds its streams
+ * under the global account (`$G`): they move to `CONTROL_ACCOUNT` before the server starts.
+ */
+async function moveGlobalStreams(store: string): Promise<void> {
+  const global = join(store, 'jetstream', '$G');
+  const control = join(store, 'jetstream', CONTROL_ACCOUNT);
+  if ((await exists(global)) && !(await exists(control))) await rename(global, control);
 }
 
 /** Where `nats-server` is, or null when it is not installed. */
@@ -122,14 +155,12 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServ
       ? `tls ${JSON.stringify({ cert_file: opts.tls.cert, key_file: opts.tls.key, timeout: 5 })}\n`
       : '');
   /** Writes the users; a file nats-server would not take is refused before it replaces the old. */
-  const writeUsers = async (extra: NatsKeyUser[]) => {
+  const writeUsers = async (extra: (NatsUser | NatsKeyUser)[]) => {
     const next = `${auth}.next`;
     await writeFile(
       next,
-      jetstreamConfig + authorizationConfig([...(opts.users ?? []), ...extra]),
-      {
-        mode: 0o600,
-      },
+      jetstreamConfig + accountsConfig(opts.users ?? [], [...(opts.workers ?? []), ...extra]),
+      { mode: 0o600 },
     );
     try {
       await execFileAsync(binary, ['-t', '-c', next]);
@@ -142,7 +173,9 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServ
     }
     await rename(next, auth);
   };
+  if (opts.workers && !opts.users) throw new Error('a nats-server with workers takes logins');
   if (opts.users) {
+    await moveGlobalStreams(store);
     await writeUsers([]);
     args.push('-c', auth);
   }
@@ -167,7 +200,7 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServ
     url: `nats://${urlHost(reachableHost(host))}:${port}`,
     stop: () => stopChild(child, 'SIGTERM'),
     kill: () => stopChild(child, 'SIGKILL'),
-    setUsers: async (extra) => {
+    setWorkers: async (extra) => {
       if (!opts.users) throw new Error('this nats-server takes no logins');
       await writeUsers(extra);
       child.kill('SIGHUP');

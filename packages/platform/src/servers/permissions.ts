@@ -71,31 +71,30 @@ export const workerInbox = (workerId: string) => `${WORKER_INBOXES}.${workerId}`
 
 /** Taking messages from consumers someone else made on `stream`: no making them. */
 const bindingTo = (stream: string) => [
-  `$JS.API.CONSUMER.INFO.${stream}.>`,
-  `$JS.API.CONSUMER.MSG.NEXT.${stream}.>`,
+  `$JS.API.CONSUMER.INFO.${stream}.*`,
+  `$JS.API.CONSUMER.MSG.NEXT.${stream}.*`,
   `$JS.ACK.${stream}.>`,
 ];
 
 /**
- * What the shared `worker` user may do in `infra/nats`: heartbeat, report and ask (the control
- * plane answers what a worker may know of its jobs), take work from the dispatch stream, ship
- * logs, and read and write the shared object store. It may not read or append events (the
- * control plane appends what workers report), manage streams, read the buckets that hold
- * secrets (credentials, sessions, the token key), nor publish dispatches. Workers that share it
- * can act for one another: a worker with a login of its own (`workerPermissions`) cannot.
+ * What the shared `worker` user may do in `infra/nats`: heartbeat, report, take work from the
+ * dispatch consumers the control plane made, ship logs, read objects by direct gets and write
+ * the shared object store. It may not read or append events (the control plane appends what
+ * workers report), make consumers or manage streams, read the buckets that hold secrets
+ * (credentials, sessions, the token key), nor publish dispatches. Workers that share it can act
+ * for one another: a worker with a login of its own (`workerPermissions`) cannot.
  */
 export const WORKER_PERMISSIONS: NatsPermissions = {
   publish: {
     allow: [
       '$JS.API.INFO',
-      '$JS.FC.>',
-      ...objectsUser('trainyard'),
+      ...lookupsIn(OBJECTS),
+      '$O.trainyard.>',
+      `$JS.API.STREAM.PURGE.${OBJECTS}`,
       ...lookupsIn(LOGS),
-      ...readerOf(LOGS),
       'ty.log.>',
-      `$JS.API.STREAM.INFO.${DISPATCH}`,
       ...bindingTo(DISPATCH),
-      'ty.hb.>',
+      'ty.hb.*',
       'ty.report.*',
     ],
   },
@@ -208,7 +207,10 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     `$JS.API.STREAM.INFO.${DISPATCH}`,
     // It reads worker keys, to refuse revoked workers; it may not write or purge them.
     ...bucketReader('ty_worker_keys'),
-    // Its answers to workers' reports.
+    // Its answers to workers' reports, which come from the workers' account (see
+    // WORKER_IMPORTS): the server maps each reply back to the worker that asked. An operator's
+    // login, which may do anything, asks in the control plane's account, in a worker's inbox.
+    '_R_.>',
     `${WORKER_INBOXES}.>`,
   ],
 };
@@ -225,3 +227,46 @@ export function servicePermissions(service: ControlService): NatsPermissions {
     },
   };
 }
+
+/** The account of the control plane's logins, its streams and its buckets. */
+export const CONTROL_ACCOUNT = 'TRAINYARD';
+/** The account of workers' logins: it holds no stream, and reaches the control plane's only by
+ * the services it imports. */
+export const WORKER_ACCOUNT = 'WORKERS';
+
+/**
+ * What the workers' account imports from the control plane's, each a service: whatever a
+ * worker's login may publish (`workerPermissions`, `WORKER_PERMISSIONS`) is among them, and each
+ * login's permissions still say which of them it may use. What the server sends on a worker's
+ * behalf (the answer to a JetStream call, to whatever reply subject the worker named) is
+ * delivered in the workers' account, where no stream stores it and no import carries it on: a
+ * worker cannot have an answer stored on the control plane's subjects.
+ */
+export const WORKER_IMPORTS: { subject: string; stream?: true }[] = [
+  { subject: '$JS.API.INFO' },
+  { subject: '$JS.API.STREAM.INFO.*' },
+  { subject: '$JS.API.STREAM.MSG.GET.*' },
+  { subject: '$JS.API.DIRECT.GET.*' },
+  { subject: '$JS.API.DIRECT.GET.*.>' },
+  { subject: '$JS.API.STREAM.PURGE.*' },
+  { subject: `$JS.API.CONSUMER.INFO.${DISPATCH}.*` },
+  // A pull answers with as many messages as were asked for.
+  { subject: `$JS.API.CONSUMER.MSG.NEXT.${DISPATCH}.*`, stream: true },
+  { subject: `$JS.ACK.${DISPATCH}.>` },
+  { subject: '$O.>' },
+  { subject: 'ty.log.>' },
+  { subject: 'ty.hb.*' },
+  { subject: 'ty.report.*' },
+];
+
+/** What the control plane's account exports: `WORKER_IMPORTS`, to the workers' account only. */
+export const controlExports = () =>
+  WORKER_IMPORTS.map(({ subject, stream }) => ({
+    service: subject,
+    accounts: [WORKER_ACCOUNT],
+    ...(stream && { response_type: 'stream' }),
+  }));
+
+/** What the workers' account imports: `WORKER_IMPORTS`, from the control plane's account. */
+export const workerImports = () =>
+  WORKER_IMPORTS.map(({ subject }) => ({ service: { account: CONTROL_ACCOUNT, subject } }));

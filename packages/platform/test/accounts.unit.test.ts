@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import {
+  WORKER_IMPORTS,
+  WORKER_PERMISSIONS,
+  workerPermissions,
+  type NatsPermissions,
+} from '../src/index.ts';
+
+/** Whether a NATS subject pattern (with `*` and `>`) takes in every subject `subject` does. */
+function covers(pattern: string, subject: string): boolean {
+  const p = pattern.split('.');
+  const s = subject.split('.');
+  for (let i = 0; i < p.length; i++) {
+    if (p[i] === '>') return i < s.length;
+    if (i >= s.length) return false;
+    if (p[i] === '*' && s[i] !== '>') continue;
+    if (p[i] !== s[i]) return false;
+  }
+  return p.length === s.length;
+}
+
+const published = (permissions: NatsPermissions) => permissions.publish?.allow ?? [];
+
+describe('the workers’ account', () => {
+  it('compares subject patterns as nats-server does', () => {
+    expect(covers('ty.hb.*', 'ty.hb.w1')).toBe(true);
+    expect(covers('ty.hb.*', 'ty.hb.*')).toBe(true);
+    expect(covers('ty.hb.*', 'ty.hb.>')).toBe(false);
+    expect(covers('ty.log.>', 'ty.log.*.*.w1')).toBe(true);
+    expect(covers('$JS.API.DIRECT.GET.*', '$JS.API.DIRECT.GET.OBJ_a.>')).toBe(false);
+    expect(covers('ty.report.*', 'ty.report')).toBe(false);
+  });
+
+  it('imports every subject a worker’s login may publish, so that none is silently lost', () => {
+    for (const permissions of [workerPermissions('w1'), WORKER_PERMISSIONS]) {
+      for (const subject of published(permissions)) {
+        const by = WORKER_IMPORTS.filter((i) => covers(i.subject, subject));
+        expect(by, subject).not.toHaveLength(0);
+      }
+    }
+  });
+
+  it('imports nothing that reaches events, dispatches or the buckets that hold secrets', () => {
+    const forbidden = [
+      'ty.ev.job.job_1',
+      'ty.ev.worker.w1',
+      'ty.dispatch.w1.gpu0',
+      '$KV.ty_credentials.admin',
+      '$KV.ty_config.token_key',
+      '$JS.API.STREAM.DELETE.TY_EVENTS',
+      '$JS.API.CONSUMER.CREATE.TY_DISPATCH',
+      '$JS.API.CONSUMER.DURABLE.CREATE.TY_DISPATCH.worker_w2_gpu0',
+    ];
+    for (const subject of forbidden) {
+      expect(
+        WORKER_IMPORTS.filter((i) => covers(i.subject, subject)),
+        subject,
+      ).toHaveLength(0);
+    }
+  });
+});

@@ -1,0 +1,76 @@
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { connect } from '@nats-io/transport-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempDir } from '@trainyard/testkit';
+import { startNatsServer, workerInbox, workerPermissions } from '../src/index.ts';
+
+let dir: Awaited<ReturnType<typeof tempDir>>;
+beforeAll(async () => {
+  dir = await tempDir('trainyard-nats-server-');
+});
+afterAll(async () => {
+  await dir.remove();
+});
+
+const CONTROL = { user: 'control', password: 'control-password' };
+
+describe('the embedded nats-server with logins', () => {
+  it('keeps the streams of a store made before the control plane had an account', async () => {
+    const open = await startNatsServer({ dir: dir.path });
+    const before = await connect({ servers: open.url });
+    await jetstreamManager(before).then((jsm) =>
+      jsm.streams.add({ name: 'KEPT', subjects: ['kept.>'] }),
+    );
+    await jetstream(before).publish('kept.one', 'history');
+    await before.close();
+    await open.stop();
+
+    const server = await startNatsServer({ dir: dir.path, users: [CONTROL] });
+    try {
+      const nc = await connect({ servers: server.url, user: CONTROL.user, pass: CONTROL.password });
+      const jsm = await jetstreamManager(nc);
+      const kept = await jsm.streams.getMessage('KEPT', { last_by_subj: 'kept.one' });
+      expect(kept?.string()).toBe('history');
+      await nc.close();
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('lets a worker added by reload in, with its account’s imports wired', async () => {
+    const server = await startNatsServer({ dir: dir.path, users: [CONTROL] });
+    try {
+      const nc = await connect({ servers: server.url, user: CONTROL.user, pass: CONTROL.password });
+      const jsm = await jetstreamManager(nc);
+      await jsm.streams.add({ name: 'HB', subjects: ['ty.hb.*'] });
+      const worker = { user: 'w1', password: 'w1-password', permissions: workerPermissions('w1') };
+      await expect(
+        connect({
+          servers: server.url,
+          user: worker.user,
+          pass: worker.password,
+          reconnect: false,
+        }),
+      ).rejects.toThrow(/authorization/i);
+      await server.setWorkers([worker]);
+      let w1: Awaited<ReturnType<typeof connect>> | null = null;
+      for (let tries = 0; !w1 && tries < 50; tries++) {
+        w1 = await connect({
+          servers: server.url,
+          user: worker.user,
+          pass: worker.password,
+          inboxPrefix: workerInbox('w1'),
+          reconnect: false,
+        }).catch(() => null);
+        if (!w1) await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(w1).not.toBeNull();
+      const ack = await jetstream(w1!).publish('ty.hb.w1', 'beat');
+      expect(ack.stream).toBe('HB');
+      await w1!.close();
+      await nc.close();
+    } finally {
+      await server.stop();
+    }
+  });
+});
