@@ -66,6 +66,8 @@ export function streamConfigs(
     {
       name: Streams.logs,
       subjects: [Subjects.allLogs],
+      // A worker reads the newest chunk of its own attempts by subject, which its login names.
+      allow_direct: true,
       storage: StorageType.File,
       retention: RetentionPolicy.Limits,
       discard: DiscardPolicy.Old,

@@ -1,6 +1,6 @@
 import { createWriteStream, statSync, type WriteStream } from 'node:fs';
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
-import { getStoredMessage, Streams, Subjects } from '@trainyard/events';
+import { retryTransient, Streams, Subjects } from '@trainyard/events';
 import { BlobKeys, putFile, type BlobStore } from './blob/types.ts';
 
 const FLUSH_MS = 100;
@@ -151,11 +151,9 @@ export async function shippedBytes(
   workerId: string,
 ): Promise<number> {
   const subject = Subjects.attemptLogs(jobId, attempt, workerId);
-  const last = await getStoredMessage(
-    bus.jsm,
-    Streams.logs,
-    { last_by_subj: subject },
-    `read the log of ${jobId}`,
+  // A direct get by subject names the subject in the call, where a worker's login allows it.
+  const last = await retryTransient(`read the log of ${jobId}`, () =>
+    bus.jsm.direct.getMessage(Streams.logs, { last_by_subj: subject }),
   );
   const start = Number(last?.header?.get('Nats-Msg-Id')?.split('@').pop());
   return last && Number.isInteger(start) ? start + last.data.length : 0;

@@ -215,13 +215,24 @@ describe('worker enrolment', () => {
       await expect(jsm.streams.delete('TY_EVENTS')).rejects.toThrow();
       const keys = await new Kvm(js).open('ty_worker_keys').catch((err: Error) => err);
       if (!(keys instanceof Error)) await expect(keys.get('w1')).rejects.toThrow();
+      // Live logs: only the newest chunk of its own attempts, by subject.
+      const own = await jsm.direct.getMessage('TY_LOGS', {
+        last_by_subj: `ty.log.${ranOnW1}.1.w1`,
+      });
+      expect(own?.string()).toContain('on-w1');
+      const logs = [
+        `$JS.API.DIRECT.GET.TY_LOGS.ty.log.${ranOnW1}.1.w9`,
+        '$JS.API.DIRECT.GET.TY_LOGS',
+        '$JS.API.STREAM.MSG.GET.TY_LOGS',
+      ];
+      for (const subject of logs) nc.publish(subject, JSON.stringify({ seq: 1 }));
       await nc.flush();
       await waitFor('the server to log each refusal', () => {
         const log = serverLog();
         const key = keyOfW1().publicKey;
         return (
-          ['"ty.hb.w9"', '"ty.report.w9"', '"ty.ev.job.job_x"'].every((s) =>
-            log.includes(`Publish Violation - Nkey "${key}", Subject ${s}`),
+          ['"ty.hb.w9"', '"ty.report.w9"', '"ty.ev.job.job_x"', ...logs.map((l) => `"${l}"`)].every(
+            (s) => log.includes(`Publish Violation - Nkey "${key}", Subject ${s}`),
           ) && log.includes(`Subscription Violation - Nkey "${key}", Subject "_INBOX.>"`)
         );
       });

@@ -91,7 +91,7 @@ export const WORKER_PERMISSIONS: NatsPermissions = {
       ...lookupsIn(OBJECTS),
       '$O.trainyard.>',
       `$JS.API.STREAM.PURGE.${OBJECTS}`,
-      ...lookupsIn(LOGS),
+      `$JS.API.DIRECT.GET.${LOGS}.ty.log.>`,
       'ty.log.>',
       ...bindingTo(DISPATCH),
       'ty.hb.*',
@@ -122,7 +122,8 @@ export function workerPermissions(workerId: string): NatsPermissions {
         `$O.${workerBucket(workerId)}.>`,
         ...lookupsIn(`OBJ_${workerBucket(workerId)}`),
         `$JS.API.STREAM.PURGE.OBJ_${workerBucket(workerId)}`,
-        ...lookupsIn(LOGS),
+        // Its own attempts' live logs, the newest chunk of each by subject: no other job's.
+        `$JS.API.DIRECT.GET.${LOGS}.ty.log.*.*.${workerId}`,
         `ty.log.*.*.${workerId}`,
         ...own,
         Subjects.heartbeat(workerId),
