@@ -2,18 +2,27 @@ import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { nkeyAuthenticator } from '@nats-io/nats-core';
+import { createUser, type KeyPair } from '@nats-io/nkeys';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import {
+  connectBus,
+  connectNats,
   CONTROL_SERVICES,
+  createAuthIssuer,
+  createLogger,
   natsAccountsConfig,
   servicePasswordVariable,
+  startAuthCallout,
   startNatsServer,
+  workerInbox,
+  WorkerKeys,
   type ChildServer,
 } from '@trainyard/platform';
-import { tempDir } from '@trainyard/testkit';
+import { clusterNatsServer, tempDir, waitFor } from '@trainyard/testkit';
 
 const INFRA = resolve(fileURLToPath(new URL('..', import.meta.url)));
 /** Every login of accounts.conf, the variable its password comes from, and a password. */
@@ -21,11 +30,20 @@ const LOGINS: [user: string, variable: string][] = [
   ['control', 'TRAINYARD_CONTROL_PASSWORD'],
   ...CONTROL_SERVICES.map((s): [string, string] => [s, servicePasswordVariable(s)]),
   ['worker', 'TRAINYARD_WORKER_PASSWORD'],
+  ['auth', 'TRAINYARD_AUTH_NATS_PASSWORD'],
   ['sys', 'TRAINYARD_SYS_PASSWORD'],
 ];
-const SECRETS: Record<string, string> = Object.fromEntries(
-  LOGINS.map(([user, variable]) => [variable, `${user}-secret-${variable.length}`]),
-);
+const ISSUER = createAuthIssuer();
+const SECRETS: Record<string, string> = {
+  ...Object.fromEntries(
+    LOGINS.map(([user, variable]) => [variable, `${user}-secret-${variable.length}`]),
+  ),
+  TRAINYARD_AUTH_ISSUER: ISSUER.publicKey,
+};
+/** accounts.conf asks an auth callout about logins it does not know: nats-server 2.10 or later. */
+const NATS_SERVER = clusterNatsServer();
+const withLogin = (url: string, user: string) =>
+  url.replace('nats://', `nats://${user}:${SECRETS[LOGINS.find(([u]) => u === user)![1]]}@`);
 
 let server: ChildServer;
 let dir: Awaited<ReturnType<typeof tempDir>>;
@@ -34,6 +52,7 @@ beforeAll(async () => {
   dir = await tempDir('trainyard-infra-');
   server = await startNatsServer({
     dir: dir.path,
+    ...(NATS_SERVER && { binary: NATS_SERVER }),
     args: ['-c', join(INFRA, 'nats', 'single.conf')],
     env: { ...process.env, ...SECRETS },
   });
@@ -55,7 +74,7 @@ async function login(user: string, pass: string): Promise<'ok' | string> {
   }
 }
 
-describe('the NATS configuration in infra/nats', () => {
+describe.skipIf(!NATS_SERVER)('the NATS configuration in infra/nats', () => {
   it('lets each user in with the password from the environment, and not with the literal $VAR', async () => {
     for (const [user, variable] of LOGINS) {
       expect(await login(user, SECRETS[variable]!), user).toBe('ok');
@@ -94,6 +113,60 @@ describe('the NATS configuration in infra/nats', () => {
     }
   });
 
+  it('lets an enrolled worker in with its own key, as itself only, until it is revoked', async () => {
+    const control = await connectBus(withLogin(server.url, 'control'), 'infra-test', {
+      manage: false,
+    });
+    const auth = await connectNats(withLogin(server.url, 'auth'), 'infra-test-auth');
+    const system = await connectNats(withLogin(server.url, 'sys'), 'infra-test-sys');
+    const keys = await WorkerKeys.open(control.js, 1);
+    const key = createUser();
+    const { token } = await keys.issue('w1', 600, 'admin');
+    await keys.redeem(token, 'w1', key.getPublicKey());
+    const callout = startAuthCallout({
+      auth,
+      system,
+      issuerSeed: ISSUER.seed,
+      keys,
+      log: createLogger('infra-test'),
+    });
+    const asWorker = (k: KeyPair) =>
+      connect({
+        servers: server.url,
+        authenticator: nkeyAuthenticator(k.getSeed()),
+        inboxPrefix: workerInbox('w1'),
+        reconnect: false,
+      });
+    try {
+      let w1: Awaited<ReturnType<typeof connect>> | null = null;
+      await waitFor('the callout to let w1 in', async () => {
+        w1 = await asWorker(key).catch(() => null);
+        return w1 !== null;
+      });
+      const nc = w1!;
+      const beat = await jetstream(nc).publish('ty.hb.w1', JSON.stringify({ workerId: 'w1' }));
+      expect(beat.stream).toBe('TY_HEARTBEATS');
+      await expect(jetstream(nc, { timeout: 1_000 }).publish('ty.hb.w9', '{}')).rejects.toThrow();
+      await expect(
+        nc.request('$JS.API.STREAM.INFO.TY_EVENTS', '', { timeout: 1_000 }),
+      ).rejects.toThrow();
+      await expect(asWorker(createUser())).rejects.toThrow(/authorization/i);
+
+      const closed = nc.closed();
+      expect(await keys.revoke('w1', 'admin')).toBe(true);
+      await waitFor('the revoked worker’s connection to be closed', () => nc.isClosed(), {
+        timeoutMs: 5_000,
+      });
+      await closed;
+      await expect(asWorker(key)).rejects.toThrow(/authorization/i);
+    } finally {
+      await callout.stop();
+      await auth.close();
+      await system.close();
+      await control.close();
+    }
+  });
+
   it('is the file made from the permissions the embedded stack gives (npm run nats:accounts)', () => {
     expect(readFileSync(join(INFRA, 'nats', 'accounts.conf'), 'utf8')).toBe(natsAccountsConfig());
   });
@@ -101,7 +174,7 @@ describe('the NATS configuration in infra/nats', () => {
   it('keeps every cluster node config valid as nats-server reads it', () => {
     for (const node of ['n1', 'n2', 'n3']) {
       const out = execFileSync(
-        'nats-server',
+        NATS_SERVER!,
         ['-t', '-c', join(INFRA, 'nats', 'cluster', `${node}.conf`)],
         { env: { ...process.env, ...SECRETS }, encoding: 'utf8', stdio: 'pipe' },
       );
@@ -127,8 +200,10 @@ describe('the production compose file', () => {
       'POSTGRES_PASSWORD',
       'MINIO_ROOT_PASSWORD',
       'TRAINYARD_JWT_SECRET',
+      'TRAINYARD_AUTH_ISSUER',
+      'TRAINYARD_AUTH_ISSUER_SEED',
     ]) {
-      const uses = [...text.matchAll(new RegExp(`\\$\\{${name}([^}]*)\\}`, 'g'))];
+      const uses = [...text.matchAll(new RegExp(`\\$\\{${name}(?![A-Z_])([^}]*)\\}`, 'g'))];
       expect(uses.length, name).toBeGreaterThan(0);
       for (const use of uses) expect(use[1], `${name} in ${use[0]}`).toMatch(/^:\?/);
     }
@@ -140,7 +215,7 @@ describe('the production compose file', () => {
       if (!url) continue;
       const users = new Set([...url.matchAll(/nats:\/\/([^:]+):/g)].map((m) => m[1]));
       const command = (s as { command?: string[] }).command?.[0];
-      const expected = name === 'nats-setup' ? 'control' : command;
+      const expected = name === 'nats-setup' || name === 'nats-auth' ? 'control' : command;
       expect([...users], name).toEqual([expected]);
     }
   });
@@ -188,6 +263,7 @@ describe('the production compose file', () => {
       POSTGRES_PASSWORD: 'p',
       MINIO_ROOT_PASSWORD: 'm',
       TRAINYARD_JWT_SECRET: 'j',
+      TRAINYARD_AUTH_ISSUER_SEED: ISSUER.seed,
     };
     expect(await run(secrets)).toMatchObject({ code: 0 });
     const { POSTGRES_PASSWORD: _omitted, ...missing } = secrets;

@@ -1,4 +1,5 @@
 export * from './archive.ts';
+export * from './auth-callout.ts';
 export * from './blob/hashing.ts';
 export * from './blob/object-store.ts';
 export * from './blob/open.ts';

@@ -84,9 +84,13 @@ export interface BusOptions {
 /** What a NATS connection trusts: `caFile` (PEM), or, for a loopback server of our own only, any certificate. */
 export type NatsTlsOptions = { caFile: string } | { rejectUnauthorized: false };
 
-export async function connectBus(url: string, name: string, opts: BusOptions = {}): Promise<Bus> {
-  const manage = opts.manage ?? true;
-  const nc = await connect({
+/** A connection to NATS as the URL's login (or `nkeySeed`), reconnecting for as long as it runs. */
+export function connectNats(
+  url: string,
+  name: string,
+  opts: Pick<BusOptions, 'nkeySeed' | 'tls' | 'inboxPrefix' | 'connectTimeoutMs'> = {},
+): Promise<NatsConnection> {
+  return connect({
     ...natsServers(url),
     ...(opts.nkeySeed && {
       authenticator: nkeyAuthenticator(new TextEncoder().encode(opts.nkeySeed)),
@@ -100,6 +104,11 @@ export async function connectBus(url: string, name: string, opts: BusOptions = {
     pingInterval: 5_000,
     noAsyncTraces: true,
   });
+}
+
+export async function connectBus(url: string, name: string, opts: BusOptions = {}): Promise<Bus> {
+  const manage = opts.manage ?? true;
+  const nc = await connectNats(url, name, opts);
   const jsm = await retryTransient('reach JetStream', () =>
     jetstreamManager(nc, { timeout: API_TIMEOUT_MS }),
   );

@@ -136,6 +136,24 @@ describe('a worker that cannot join', () => {
   });
 });
 
+describe('nats auth, when it is not given what it needs', () => {
+  it('names the missing setting, and a seed that is no account seed', async () => {
+    const none = await cli(['nats', 'auth']);
+    expectPlainFailure(none, 'TRAINYARD_AUTH_NATS_URL is not set');
+    const urls = {
+      TRAINYARD_AUTH_NATS_URL: 'nats://auth:x@127.0.0.1:1',
+      TRAINYARD_SYS_NATS_URL: 'nats://sys:x@127.0.0.1:1',
+    };
+    const noSeed = await cli(['nats', 'auth'], urls);
+    expectPlainFailure(noSeed, 'TRAINYARD_AUTH_ISSUER_SEED is not set', 'trainyard nats issuer');
+    const bad = await cli(['nats', 'auth'], {
+      ...urls,
+      TRAINYARD_AUTH_ISSUER_SEED: 'SUNOTANACCOUNT',
+    });
+    expectPlainFailure(bad, 'is no account nkey seed', 'trainyard nats issuer');
+  });
+});
+
 describe('the CLI, when it cannot reach the API or is not let in', () => {
   it('says which URL it tried and why: refused, DNS, TLS, or not a Trainyard API', async () => {
     const closed = await freePort();

@@ -21,6 +21,13 @@ const user = (name: string, variable: string, permissions?: NatsPermissions) => 
   return `${head}\n        permissions: ${body}\n      }`;
 };
 
+/** The account where nats-server asks the auth callout about logins it does not know. */
+export const AUTH_ACCOUNT = 'AUTH';
+/** An nkey user nobody can log in as (its seed was never kept): see `natsAccountsConfig`. */
+const NONCE_USER = 'UCJQFF7RLCZPW3N2TST2CMYOFDYZZVD2VCVMEIIQ6E4SPQBLCSQEFCA3';
+/** The logins of accounts.conf that carry a password of their own. */
+const FIXED_LOGINS = ['control', ...CONTROL_SERVICES, 'worker'];
+
 /** A list in nats-server's config, indented to sit in an account. */
 const list = (items: unknown[]) => JSON.stringify(items, null, 2).replace(/\n/g, '\n    ');
 
@@ -41,7 +48,14 @@ export function natsAccountsConfig(): string {
 # the answer to a JetStream call included, stays in ${WORKER_ACCOUNT}. They share the worker login
 # (WORKER_PERMISSIONS): heartbeat, report, take work from the dispatch consumers the control
 # plane made, ship logs and use the object store; no events, no secrets, no dispatching.
-# \`trainyard up\` gives each enrolled worker a login of its own.
+#
+# An enrolled worker (\`trainyard worker --token\`) logs in with its own key instead: nats-server
+# asks the control plane's auth callout (\`trainyard nats auth\`, as the auth login in ${AUTH_ACCOUNT}),
+# which lets a key in only while it is enrolled, into ${WORKER_ACCOUNT} with that worker's own
+# permissions (workerPermissions), and closes its connections when it is revoked. The answers
+# are signed with the account nkey whose public half is TRAINYARD_AUTH_ISSUER. The fixed logins
+# skip the callout. nats-server 2.10 sends clients a nonce to sign only when it knows an nkey
+# user: the one in ${AUTH_ACCOUNT} is that, and nobody holds its seed.
 #
 # The passwords come from the environment of nats-server. They must stay unquoted: nats-server
 # reads \`$NAME\` as a variable only outside quotes, and "$NAME" would be the password itself.
@@ -62,8 +76,21 @@ ${user('worker', 'TRAINYARD_WORKER_PASSWORD', WORKER_PERMISSIONS)}
     ]
     imports: ${list(workerImports())}
   }
+  ${AUTH_ACCOUNT} {
+    users: [
+      { user: auth, password: $TRAINYARD_AUTH_NATS_PASSWORD }
+      { nkey: ${NONCE_USER} }
+    ]
+  }
   SYS { users: [ { user: sys, password: $TRAINYARD_SYS_PASSWORD } ] }
 }
 system_account: SYS
+authorization {
+  auth_callout {
+    issuer: $TRAINYARD_AUTH_ISSUER
+    account: ${AUTH_ACCOUNT}
+    auth_users: [ ${[...FIXED_LOGINS, 'auth', 'sys'].join(', ')} ]
+  }
+}
 `;
 }

@@ -105,9 +105,8 @@ export function registerServiceCommands(program: Command): void {
         }),
     );
 
-  program
-    .command('nats')
-    .description('the NATS side of Trainyard')
+  const nats = program.command('nats').description('the NATS side of Trainyard');
+  nats
     .command('setup')
     .description(
       'make or update the streams and buckets (with a login that may, such as control); services given TRAINYARD_MANAGE_STREAMS=false then leave them be',
@@ -137,6 +136,27 @@ export function registerServiceCommands(program: Command): void {
         await ctx.bus.close();
       }
       console.log('the streams and buckets are ready');
+    });
+
+  nats
+    .command('issuer')
+    .description(
+      'make the account nkey that signs the auth callout’s answers: its public half is nats-server’s TRAINYARD_AUTH_ISSUER, its seed `nats auth`’s TRAINYARD_AUTH_ISSUER_SEED',
+    )
+    .action(async () => {
+      const issuer = (await server()).createAuthIssuer();
+      console.log(`TRAINYARD_AUTH_ISSUER=${issuer.publicKey}`);
+      console.log(`TRAINYARD_AUTH_ISSUER_SEED=${issuer.seed}`);
+    });
+
+  nats
+    .command('auth')
+    .description(
+      'let enrolled workers log in to a nats-server 2.10 with fixed logins (infra/nats), each with its own key and permissions, and close their connections when revoked',
+    )
+    .action(async () => {
+      const { runAuthCallout } = await import('../auth-callout.ts');
+      await runAuthCallout(process.env);
     });
 
   program
