@@ -33,6 +33,9 @@ export const Subjects = {
   /** Every worker's reports; the token after `ty.report.` names the worker. */
   allReports: 'ty.report.*',
   report: (workerId: string) => `ty.report.${assertSubjectToken(workerId, 'worker')}`,
+  /** Every worker's reads of code and artifacts; the token after `ty.fetch.` names the worker. */
+  allFetches: 'ty.fetch.*',
+  fetch: (workerId: string) => `ty.fetch.${assertSubjectToken(workerId, 'worker')}`,
   allLogs: 'ty.log.>',
   /** Every chunk of a job's log: its build's and each attempt's. */
   jobLogs: (jobId: string) => `ty.log.${assertSubjectToken(jobId, 'job')}.>`,

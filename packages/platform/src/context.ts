@@ -34,6 +34,11 @@ export async function openContext(
     connectTimeoutMs?: number;
     /** How blobs are read: a worker, which may make no consumer, reads by direct gets. */
     blobReads?: BlobReads;
+    /**
+     * The object store bucket it opens, where NATS holds blobs (default the shared one): a
+     * worker with a bucket of its own opens that, and reads the shared one not at all.
+     */
+    blobBucket?: string;
   } = {},
 ): Promise<ServiceContext> {
   const log = createLogger(service);
@@ -56,7 +61,7 @@ export async function openContext(
     ...(opts.connectTimeoutMs && { connectTimeoutMs: opts.connectTimeoutMs }),
   });
   try {
-    const blobs = await openBlobStore(config, bus.js, manage, opts.blobReads);
+    const blobs = await openBlobStore(config, bus.js, manage, opts.blobReads, opts.blobBucket);
     return { bus, blobs, log, config, instanceId };
   } catch (err) {
     await bus.close();

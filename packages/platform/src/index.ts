@@ -1,5 +1,6 @@
 export * from './archive.ts';
 export * from './auth-callout.ts';
+export * from './blob/fetch.ts';
 export * from './blob/hashing.ts';
 export * from './blob/object-store.ts';
 export * from './blob/open.ts';

@@ -56,6 +56,36 @@ function contract(name: string, open: () => BlobStore) {
       expect(await store.get('jobs/b/x')).toBeNull();
     });
 
+    it('reads a blob a part at a time, by cursor, and no other blob through a cursor', async () => {
+      const store = open();
+      const big = randomBytes(1024 * 1024 + 5);
+      await store.put('jobs/d/code', big, big.length);
+      await store.put('jobs/d/other', Buffer.from('another blob'));
+      const parts: Uint8Array[] = [];
+      const cursors: (string | null)[] = [null];
+      for (let cursor: string | null = null; ;) {
+        const part = await store.readPart('jobs/d/code', cursor);
+        expect(part).not.toBeNull();
+        parts.push(part!.data);
+        if (!part!.next) break;
+        cursors.push((cursor = part!.next));
+      }
+      expect(parts.length).toBeGreaterThan(1);
+      expect(Buffer.concat(parts).equals(big)).toBe(true);
+      // A cursor of one blob reads nothing of another: it is past its end, or no cursor at all.
+      for (const cursor of cursors.slice(1)) {
+        const other = await store.readPart('jobs/d/other', cursor);
+        expect(other === null || !Buffer.from(other.data).includes(big.subarray(0, 64))).toBe(true);
+      }
+      expect(await store.readPart('jobs/d/code', 'not a cursor')).toBeNull();
+      expect(await store.readPart('nope', null)).toBeNull();
+      await store.put('jobs/d/empty', Buffer.alloc(0));
+      expect(await store.readPart('jobs/d/empty', null)).toEqual({
+        data: new Uint8Array(),
+        next: null,
+      });
+    });
+
     it('replaces a key that is written again', async () => {
       const store = open();
       await store.put('jobs/c/f', Buffer.from('one'));

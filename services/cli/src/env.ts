@@ -5,6 +5,7 @@ import {
   openContext,
   CONTROL_SERVICES,
   serviceInbox,
+  workerBucket,
   workerInbox,
   type BaseConfig,
   type BlobReads,
@@ -114,6 +115,7 @@ export async function workerContext(
       nkeySeed: credential.seed,
       inboxPrefix,
       blobReads: 'direct',
+      blobBucket: workerBucket(name),
       ...(fresh && { connectTimeoutMs: 2_000 }),
     });
   const deadline = Date.now() + (fresh ? NEW_KEY_WAIT_MS : 0);

@@ -25,6 +25,7 @@ import {
   type ControlService,
   ensureServiceBuckets,
   serviceInbox,
+  workerBucket,
   workerInbox,
   urlHost,
   type ServiceContext,
@@ -213,7 +214,11 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
           signer,
           manage: false,
           inboxPrefix,
-          ...(service === 'localWorker' && { blobReads: 'direct' as const }),
+          ...(service === 'localWorker' &&
+            opts.worker && {
+              blobReads: 'direct' as const,
+              blobBucket: workerBucket(opts.worker.name),
+            }),
           ...(opts.tls && { tls: LOOPBACK_TLS }),
         },
       );

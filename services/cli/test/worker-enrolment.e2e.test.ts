@@ -220,10 +220,22 @@ describe('worker enrolment', () => {
         last_by_subj: `ty.log.${ranOnW1}.1.w1`,
       });
       expect(own?.string()).toContain('on-w1');
+      // Code and artifacts: only through the control plane, only of attempts it holds now.
+      const fetch = async (key: string, subject = 'ty.fetch.w1') =>
+        (
+          await nc.request(subject, JSON.stringify({ key, cursor: null }), { timeout: 5_000 })
+        ).headers?.get('Trainyard-Error');
+      expect(await fetch(BlobKeys.code(ranOnW1))).toBe('NOT_YOURS');
+      expect(await fetch('snapshots/scheduler')).toBe('NOT_YOURS');
+      expect(await fetch('jobs/../code')).toBe('NOT_YOURS');
+      nc.publish('ty.fetch.w9', JSON.stringify({ key: BlobKeys.code(ranOnW1), cursor: null }));
       const logs = [
         `$JS.API.DIRECT.GET.TY_LOGS.ty.log.${ranOnW1}.1.w9`,
         '$JS.API.DIRECT.GET.TY_LOGS',
         '$JS.API.STREAM.MSG.GET.TY_LOGS',
+        '$JS.API.DIRECT.GET.OBJ_trainyard',
+        '$JS.API.STREAM.INFO.OBJ_trainyard',
+        'ty.fetch.w9',
       ];
       for (const subject of logs) nc.publish(subject, JSON.stringify({ seq: 1 }));
       await nc.flush();

@@ -28,9 +28,9 @@ import {
   type ReportedJob,
   type ReportReply,
   WorkerKeys,
-  workerInbox,
   type ServiceContext,
 } from '@trainyard/platform';
+import { askedByAClient, WORKER_ID } from './requests.ts';
 
 /** Reports handled at once; more wait in the subscription. */
 const CONCURRENCY = 128;
@@ -390,26 +390,6 @@ export function startReports(ctx: ServiceContext): RunningReports {
       await watching;
     },
   };
-}
-
-/** A worker id as a report subject may carry it. */
-const WORKER_ID = /^[A-Za-z0-9_-]{1,64}$/;
-
-/**
- * A report is a request a client sent: from the workers' account its reply is one the server
- * maps back to the asker (`_R_.`); within the control plane's account (a login with every
- * right, or a server without accounts) it is the worker's own inbox, or any inbox. A message
- * JetStream delivered to `ty.report.<worker>` (a push consumer or a republish aimed there by
- * someone who may publish into a stream) carries no such reply subject, and is not taken for the
- * worker's word.
- */
-function askedByAClient(msg: Msg, workerId: string): boolean {
-  const reply = msg.reply ?? '';
-  return (
-    reply.startsWith(`${workerInbox(workerId)}.`) ||
-    reply.startsWith('_INBOX.') ||
-    reply.startsWith('_R_.')
-  );
 }
 
 /** What a refused report was about, for the log: never its whole body. */

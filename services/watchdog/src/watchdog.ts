@@ -7,6 +7,7 @@ import {
   Subjects,
 } from '@trainyard/events';
 import { followLog, supervise, takeFromDurable, type ServiceContext } from '@trainyard/platform';
+import { startFetches } from './fetches.ts';
 import { startReports } from './reports.ts';
 
 export interface WatchdogOptions {
@@ -34,7 +35,8 @@ interface Watched {
  * Watches the workers. It follows worker events to know who should be alive, and is a durable
  * consumer of the heartbeat subjects to know who is; silence past the timeout becomes
  * `WorkerLost`, appended at the worker's head so that a worker that just re-registered wins.
- * It also answers the workers' reports (`startReports`): workers append nothing themselves.
+ * It also answers the workers' reports (`startReports`): workers append nothing themselves; and
+ * gives them the code and artifacts of the attempts they hold (`startFetches`).
  */
 export async function startWatchdog(
   ctx: ServiceContext,
@@ -147,13 +149,14 @@ export async function startWatchdog(
     checking = checking.then(check);
   }, opts.checkEveryMs);
   const reports = startReports(ctx);
+  const fetches = startFetches(ctx);
   log.info({ timeoutMs: opts.heartbeatTimeoutMs }, 'watchdog started');
   return {
     stop: async () => {
       clearInterval(timer);
       stopping.abort();
       await Promise.all([followEvents, followBeats, checking]);
-      await reports.stop();
+      await Promise.all([reports.stop(), fetches.stop()]);
     },
   };
 }

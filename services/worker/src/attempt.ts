@@ -89,7 +89,7 @@ export class AttemptRun {
       box = await prepareSandbox(
         this.opts.sandboxRoot,
         this.msg,
-        this.ctx.blobs,
+        this.ctx.reads,
         archiveLimits(this.ctx.config),
         this.#user,
       );

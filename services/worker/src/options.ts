@@ -1,4 +1,10 @@
-import type { BlobStore, GpuInventory, Runtime, ServiceContext } from '@trainyard/platform';
+import type {
+  BlobSource,
+  BlobStore,
+  GpuInventory,
+  Runtime,
+  ServiceContext,
+} from '@trainyard/platform';
 import type { JobUsers } from './users.ts';
 
 export interface WorkerOptions {
@@ -25,8 +31,10 @@ export interface WorkerOptions {
   ownBucket?: boolean;
 }
 
-/** What an attempt runs with: the service's connections, and where the worker writes. */
+/** What an attempt runs with: the service's connections, and where the worker reads and writes. */
 export interface WorkerContext extends ServiceContext {
+  /** Where this worker reads the code and artifacts of its attempts: through the control plane. */
+  reads: BlobSource;
   /** Where this worker keeps outputs and archived logs. */
   written: BlobStore;
 }

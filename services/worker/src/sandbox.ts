@@ -17,7 +17,7 @@ import {
   type ArchiveLimits,
   fetchVerified,
   unpackArchive,
-  type BlobStore,
+  type BlobSource,
   recordedPid,
   RunAttemptSchema,
   type RunAttempt,
@@ -111,7 +111,7 @@ export const sandboxOf = (root: string, msg: Pick<RunAttempt, 'jobId' | 'attempt
 export async function prepareSandbox(
   root: string,
   msg: RunAttempt,
-  blobs: BlobStore,
+  blobs: BlobSource,
   limits: ArchiveLimits,
   user?: JobUser,
 ): Promise<Sandbox> {
@@ -158,7 +158,7 @@ async function makeDirectory(dir: string): Promise<void> {
 async function fill(
   box: Sandbox,
   msg: RunAttempt,
-  blobs: BlobStore,
+  blobs: BlobSource,
   limits: ArchiveLimits,
 ): Promise<void> {
   mkdirSync(box.workDir, { mode: 0o700 });

@@ -11,6 +11,7 @@ import {
 } from '@trainyard/events';
 import {
   dispatchSlots,
+  fetchedBlobs,
   DispatchMessageSchema,
   sendReport,
   type Report,
@@ -62,6 +63,7 @@ export async function startWorker(
   const id = opts.name;
   const ctx: WorkerContext = {
     ...service,
+    reads: fetchedBlobs(service.bus.nc, id),
     written: opts.ownBucket ? await service.blobs.ofWorker(id) : service.blobs,
   };
   const log = ctx.log.child({ component: 'worker', workerId: id });

@@ -3,7 +3,7 @@ import { createWriteStream } from 'node:fs';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { BlobRef } from '@trainyard/events';
-import type { BlobStore } from './types.ts';
+import type { BlobSource } from './types.ts';
 
 /** A pass-through that counts and hashes what flows through it. */
 export class HashingStream extends Transform {
@@ -38,7 +38,7 @@ export function hashing(data: Readable | Uint8Array): HashingStream {
  * names (its size and sha256): a blob someone replaced in the store is refused, not run.
  */
 export async function fetchVerified(
-  blobs: BlobStore,
+  blobs: BlobSource,
   ref: BlobRef,
   file: string,
 ): Promise<'fetched' | 'missing' | 'changed'> {

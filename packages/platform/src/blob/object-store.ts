@@ -6,7 +6,7 @@ import { assertSubjectToken } from '@trainyard/events';
 import { isTransient, retryTransient, type BlobRef } from '@trainyard/events';
 import { hashing } from './hashing.ts';
 import { resumableRead } from './resumable.ts';
-import type { BlobStore } from './types.ts';
+import type { BlobPart, BlobStore } from './types.ts';
 
 /** A read that gets no bytes for this long is opened again, at most `READ_OPENS` times in all. */
 const READ_IDLE_MS = 10_000;
@@ -148,6 +148,31 @@ export class JetStreamBlobStore implements BlobStore {
       if (read !== info.size) throw new Error(`${key} was replaced while it was read`);
     }
     return Readable.from(chunks(), { objectMode: false });
+  }
+
+  /**
+   * A chunk of the object as it is now: the cursor holds the sequence to look from and the bytes
+   * read so far, and the lookup is bound to the object's own chunk subject, so no cursor reads
+   * anything else.
+   */
+  async readPart(key: string, cursor: string | null): Promise<BlobPart | null> {
+    const info = await retryTransient(`read ${key}`, () => this.os.info(key));
+    if (!info || info.deleted) return null;
+    const at = /^(\d{1,15})\.(\d{1,15})$/.exec(cursor ?? '1.0');
+    if (!at) return null;
+    const read = Number(at[2]);
+    if (read >= info.size && info.size > 0) return null;
+    if (info.size === 0) return { data: new Uint8Array(), next: null };
+    const jsm = await this.js.jetstreamManager();
+    const msg = await retryTransient(`read ${key}`, () =>
+      jsm.direct.getMessage(`OBJ_${this.bucket}`, {
+        seq: Number(at[1]),
+        next_by_subj: `$O.${this.bucket}.C.${info.nuid}`,
+      }),
+    );
+    if (!msg) return null;
+    const total = read + msg.data.length;
+    return { data: msg.data, next: total < info.size ? `${msg.seq + 1}.${total}` : null };
   }
 
   async stat(key: string): Promise<{ sizeBytes: number } | null> {

@@ -2,7 +2,10 @@ import type { Readable } from 'node:stream';
 import { Client } from 'minio';
 import type { BlobRef } from '@trainyard/events';
 import { hashing } from './hashing.ts';
-import type { BlobStore } from './types.ts';
+import type { BlobPart, BlobStore } from './types.ts';
+
+/** The bytes a part read returns at most. */
+const S3_PART_BYTES = 512 * 1024;
 
 export interface S3Options {
   endpoint: string;
@@ -61,6 +64,22 @@ export class S3BlobStore implements BlobStore {
       if (isNotFound(err)) return null;
       throw err;
     }
+  }
+
+  /** A byte range of the object: the cursor is where it starts. */
+  async readPart(key: string, cursor: string | null): Promise<BlobPart | null> {
+    const offset = Number(cursor ?? '0');
+    if (!/^\d{1,15}$/.test(cursor ?? '0')) return null;
+    const found = await this.stat(key);
+    if (!found || (offset >= found.sizeBytes && found.sizeBytes > 0)) return null;
+    if (found.sizeBytes === 0) return { data: new Uint8Array(), next: null };
+    const length = Math.min(S3_PART_BYTES, found.sizeBytes - offset);
+    const stream = await this.client.getPartialObject(this.bucket, key, offset, length);
+    const chunks: Buffer[] = [];
+    for await (const chunk of stream) chunks.push(chunk as Buffer);
+    const data = Buffer.concat(chunks);
+    const end = offset + data.length;
+    return { data, next: end < found.sizeBytes ? String(end) : null };
   }
 
   async stat(key: string): Promise<{ sizeBytes: number } | null> {

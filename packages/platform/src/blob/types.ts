@@ -13,6 +13,12 @@ export interface BlobStore {
   put(key: string, data: Readable | Uint8Array, sizeBytes?: number): Promise<BlobRef>;
   /** The blob's bytes, or null when there is no such key. */
   get(key: string): Promise<Readable | null>;
+  /**
+   * One part of the blob, from `cursor` on (null: its start), and the cursor of the part after
+   * it (null: this was the last); null when there is no such key, or `cursor` is none of its.
+   * The blob may be read by another process, a part at a time, each asked for by cursor.
+   */
+  readPart(key: string, cursor: string | null): Promise<BlobPart | null>;
   /** The blob's size, or null when there is no such key. */
   stat(key: string): Promise<{ sizeBytes: number } | null>;
   delete(key: string): Promise<void>;
@@ -25,6 +31,15 @@ export interface BlobStore {
    */
   ofWorker(name: string, opts?: { orShared?: boolean }): Promise<BlobStore>;
 }
+
+/** A part of a blob, and where the next starts. */
+export interface BlobPart {
+  data: Uint8Array;
+  next: string | null;
+}
+
+/** Where blobs are read from: a store, or the control plane on a worker's behalf. */
+export type BlobSource = Pick<BlobStore, 'get'>;
 
 /** Blob keys, in one place. */
 export const BlobKeys = {

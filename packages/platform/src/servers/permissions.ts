@@ -93,6 +93,7 @@ export const WORKER_PERMISSIONS: NatsPermissions = {
       `$JS.API.STREAM.PURGE.${OBJECTS}`,
       `$JS.API.DIRECT.GET.${LOGS}.ty.log.>`,
       'ty.log.>',
+      'ty.fetch.*',
       ...bindingTo(DISPATCH),
       'ty.hb.*',
       'ty.report.*',
@@ -117,8 +118,9 @@ export function workerPermissions(workerId: string): NatsPermissions {
     publish: {
       allow: [
         '$JS.API.INFO',
-        // Objects are read by direct gets: a consumer delivers wherever its maker says.
-        ...lookupsIn(OBJECTS),
+        // It reads code and artifacts through the control plane (`fetchedBlobs`), only those
+        // of the attempts it holds: no blob of the shared store.
+        Subjects.fetch(workerId),
         `$O.${workerBucket(workerId)}.>`,
         ...lookupsIn(`OBJ_${workerBucket(workerId)}`),
         `$JS.API.STREAM.PURGE.OBJ_${workerBucket(workerId)}`,
@@ -206,6 +208,8 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     // It makes each registering worker's dispatch consumers.
     ...readerOf(DISPATCH),
     `$JS.API.STREAM.INFO.${DISPATCH}`,
+    // It reads code and artifacts for the workers that hold their attempts (`startFetches`).
+    ...lookupsIn(OBJECTS),
     // It reads worker keys, to refuse revoked workers; it may not write or purge them.
     ...bucketReader('ty_worker_keys'),
     // Its answers to workers' reports, which come from the workers' account (see
@@ -224,7 +228,10 @@ export function servicePermissions(service: ControlService): NatsPermissions {
   return {
     publish: { allow: [...SERVICE_COMMON, ...SERVICE_ALLOWS[service]] },
     subscribe: {
-      allow: [`${serviceInbox(service)}.>`, ...(service === 'watchdog' ? ['ty.report.*'] : [])],
+      allow: [
+        `${serviceInbox(service)}.>`,
+        ...(service === 'watchdog' ? ['ty.report.*', 'ty.fetch.*'] : []),
+      ],
     },
   };
 }
@@ -258,6 +265,7 @@ export const WORKER_IMPORTS: { subject: string; stream?: true }[] = [
   { subject: 'ty.log.>' },
   { subject: 'ty.hb.*' },
   { subject: 'ty.report.*' },
+  { subject: 'ty.fetch.*' },
 ];
 
 /** What the control plane's account exports: `WORKER_IMPORTS`, to the workers' account only. */

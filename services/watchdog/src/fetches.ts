@@ -1,0 +1,112 @@
+import type { Msg } from '@nats-io/nats-core';
+import { currentAttempt, isTerminal } from '@trainyard/domain';
+import { AttemptStatus, Subjects } from '@trainyard/events';
+import {
+  answerFetch,
+  fetchableJob,
+  FetchRequestSchema,
+  loadJob,
+  type ServiceContext,
+} from '@trainyard/platform';
+import { askedByAClient, WORKER_ID } from './requests.ts';
+
+/** Parts of one worker's blobs given at once; more are answered `BUSY` and asked again. */
+const PER_WORKER_CONCURRENCY = 8;
+/** Parts given at once in all. */
+const CONCURRENCY = 64;
+/** How long a worker's hold on a job is taken as read for the later parts of a read. */
+const HOLD_MS = 30_000;
+const HOLDS_KEPT = 10_000;
+
+export interface RunningFetches {
+  stop(): Promise<void>;
+}
+
+/**
+ * Gives workers the code and artifacts of the attempts they hold, a part at a time
+ * (`fetchedBlobs` asks): a worker's login reads no blob itself. The worker is named by the
+ * subject it asked on, which only it may publish to; its hold on the job is read from the log at
+ * the start of each read, and taken as read for the later parts of it for a short while, so
+ * that one read costs one lookup.
+ */
+export function startFetches(ctx: ServiceContext): RunningFetches {
+  const log = ctx.log.child({ component: 'fetches' });
+  /** `worker job` → until when its hold is taken as read. */
+  const holds = new Map<string, number>();
+  const inFlight = new Map<string, number>();
+  const running = new Set<Promise<void>>();
+
+  async function holdsAttempt(workerId: string, jobId: string, fresh: boolean): Promise<boolean> {
+    const key = `${workerId} ${jobId}`;
+    if (!fresh && (holds.get(key) ?? 0) > Date.now()) return true;
+    const { state } = await loadJob(ctx.bus.store, jobId);
+    const attempt = currentAttempt(state);
+    const held =
+      !isTerminal(state.status) &&
+      attempt?.workerId === workerId &&
+      (attempt.status === AttemptStatus.assigned || attempt.status === AttemptStatus.running);
+    if (!held) return false;
+    holds.delete(key);
+    holds.set(key, Date.now() + HOLD_MS);
+    if (holds.size > HOLDS_KEPT) holds.delete(holds.keys().next().value!);
+    return true;
+  }
+
+  async function handle(msg: Msg, workerId: string): Promise<void> {
+    let request;
+    try {
+      request = FetchRequestSchema.parse(msg.json());
+    } catch {
+      answerFetch(msg, 'BAD_REQUEST');
+      return;
+    }
+    const jobId = fetchableJob(request.key);
+    if (!jobId || !(await holdsAttempt(workerId, jobId, request.cursor === null))) {
+      log.warn({ workerId, key: request.key.slice(0, 128) }, 'refused a fetch of a blob not its');
+      answerFetch(msg, 'NOT_YOURS');
+      return;
+    }
+    const part = await ctx.blobs.readPart(request.key, request.cursor);
+    answerFetch(msg, part ?? 'missing');
+  }
+
+  const sub = ctx.bus.nc.subscribe(Subjects.allFetches, { queue: 'watchdog' });
+  const loop = (async () => {
+    for await (const msg of sub) {
+      const workerId = msg.subject.slice('ty.fetch.'.length);
+      if (!WORKER_ID.test(workerId) || !askedByAClient(msg, workerId)) {
+        log.warn(
+          { workerId: workerId.slice(0, 64) },
+          'dropped a fetch that is no client’s request',
+        );
+        continue;
+      }
+      const busy = inFlight.get(workerId) ?? 0;
+      if (busy >= PER_WORKER_CONCURRENCY || running.size >= CONCURRENCY) {
+        answerFetch(msg, 'BUSY');
+        continue;
+      }
+      inFlight.set(workerId, busy + 1);
+      const done: Promise<void> = handle(msg, workerId)
+        .catch((err: unknown) => {
+          log.error({ err, workerId }, 'could not give a part of a blob');
+          answerFetch(msg, 'UNAVAILABLE');
+        })
+        .finally(() => {
+          running.delete(done);
+          const left = (inFlight.get(workerId) ?? 1) - 1;
+          if (left > 0) inFlight.set(workerId, left);
+          else inFlight.delete(workerId);
+        });
+      running.add(done);
+    }
+  })();
+
+  return {
+    stop: async () => {
+      await sub.drain();
+      await loop;
+      await Promise.all(running);
+    },
+  };
+}
