@@ -35,10 +35,11 @@ export async function openContext(
     /** How blobs are read: a worker, which may make no consumer, reads by direct gets. */
     blobReads?: BlobReads;
     /**
-     * The object store bucket it opens, where NATS holds blobs (default the shared one): a
-     * worker with a bucket of its own opens that, and reads the shared one not at all.
+     * The object store buckets it may open, where NATS holds blobs, the first that is there
+     * (default the shared one): a worker with a bucket of its own opens that, and reads the
+     * shared one not at all.
      */
-    blobBucket?: string;
+    blobBuckets?: string[];
   } = {},
 ): Promise<ServiceContext> {
   const log = createLogger(service);
@@ -61,7 +62,7 @@ export async function openContext(
     ...(opts.connectTimeoutMs && { connectTimeoutMs: opts.connectTimeoutMs }),
   });
   try {
-    const blobs = await openBlobStore(config, bus.js, manage, opts.blobReads, opts.blobBucket);
+    const blobs = await openBlobStore(config, bus.js, manage, opts.blobReads, opts.blobBuckets);
     return { bus, blobs, log, config, instanceId };
   } catch (err) {
     await bus.close();

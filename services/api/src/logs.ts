@@ -169,7 +169,7 @@ async function* readLive(
       lastRead = msg.seq;
       const place = placeOf(msg);
       // A chunk of an attempt that names no writer was shipped before writers were named: only
-      // the control plane (and infra's shared worker login) may still publish such a subject.
+      // the control plane may still publish such a subject.
       const ours =
         place !== null &&
         (place.attempt === 0 ||

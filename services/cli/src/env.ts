@@ -63,7 +63,7 @@ function localTls(env = process.env): { tls: NatsTlsOptions } | Record<string, n
 /** A service's connections; a worker's, which may not manage streams, leaves them be. */
 export async function serviceContext(
   name: string,
-  opts: { inboxPrefix?: string; blobReads?: BlobReads } = {},
+  opts: { inboxPrefix?: string; blobReads?: BlobReads; blobBuckets?: string[] } = {},
 ): Promise<ServiceContext> {
   const config = serviceConfig();
   const service = CONTROL_SERVICES.find((s) => s === name);
@@ -83,7 +83,8 @@ const NEW_KEY_WAIT_MS = 15_000;
 /**
  * A worker's connections: with its own key when it enrolled (`--token`, or a key it kept),
  * else as any service (a URL's login, or the local stack's). `enrolled` says which: an enrolled
- * worker writes to the bucket of its own that the control plane made when it enrolled.
+ * worker writes to the bucket of its own that the control plane made when it enrolled; another
+ * writes to its own bucket when one was made for it, else to the shared one.
  */
 export async function workerContext(
   name: string,
@@ -100,7 +101,11 @@ export async function workerContext(
       );
     }
     return {
-      ctx: await serviceContext('worker', { inboxPrefix, blobReads: 'direct' }),
+      ctx: await serviceContext('worker', {
+        inboxPrefix,
+        blobReads: 'direct',
+        blobBuckets: [workerBucket(name), 'trainyard'],
+      }),
       enrolled: false,
     };
   }
@@ -115,7 +120,7 @@ export async function workerContext(
       nkeySeed: credential.seed,
       inboxPrefix,
       blobReads: 'direct',
-      blobBucket: workerBucket(name),
+      blobBuckets: [workerBucket(name)],
       ...(fresh && { connectTimeoutMs: 2_000 }),
     });
   const deadline = Date.now() + (fresh ? NEW_KEY_WAIT_MS : 0);

@@ -217,7 +217,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
           ...(service === 'localWorker' &&
             opts.worker && {
               blobReads: 'direct' as const,
-              blobBucket: workerBucket(opts.worker.name),
+              blobBuckets: [workerBucket(opts.worker.name)],
             }),
           ...(opts.tls && { tls: LOOPBACK_TLS }),
         },

@@ -5,10 +5,11 @@ import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  ensureWorkerBucket,
   setLogDestination,
   startNatsServer,
-  WORKER_PERMISSIONS,
   workerInbox,
+  workerPermissions,
   type ChildServer,
   type ReportReply,
 } from '@trainyard/platform';
@@ -37,14 +38,17 @@ beforeAll(async () => {
   nats = await startNatsServer({
     dir: join(dir.path, 'nats'),
     users: [{ user: 'control', password: CONTROL }],
-    workers: [{ user: 'worker', password: WORKER, permissions: WORKER_PERMISSIONS }],
+    workers: [{ user: 'remote', password: WORKER, permissions: workerPermissions('remote') }],
   });
   t = await startTestStack({
     natsUrl: withLogin(nats.url, 'control', CONTROL),
     localWorker: false,
   });
+  // A worker with a login of its own writes to a bucket of its own, which the control plane
+  // makes (as it does when a worker enrols).
+  await ensureWorkerBucket(t.stack.ctx.bus.js, 'remote');
   worker = startWorkerProcess('remote', {
-    natsUrl: withLogin(nats.url, 'worker', WORKER),
+    natsUrl: withLogin(nats.url, 'remote', WORKER),
     sandboxRoot: join(dir.path, 'sandboxes'),
   });
 });
@@ -60,7 +64,7 @@ async function login(user?: string, pass?: string) {
   return connect({
     servers: nats.url,
     reconnect: false,
-    inboxPrefix: workerInbox('intruder'),
+    inboxPrefix: workerInbox(user ?? 'intruder'),
     ...(user && { user, pass }),
   });
 }
@@ -68,7 +72,7 @@ async function login(user?: string, pass?: string) {
 describe('a NATS that requires a login', () => {
   it('refuses a connection without one, or with a wrong password', async () => {
     await expect(login()).rejects.toThrow(/authorization/i);
-    await expect(login('worker', 'guess')).rejects.toThrow(/authorization/i);
+    await expect(login('remote', 'guess')).rejects.toThrow(/authorization/i);
   });
 
   it('runs a job on a worker that has only the worker’s permissions, with nothing refused', async () => {
@@ -95,7 +99,7 @@ describe('a NATS that requires a login', () => {
   });
 
   it('does not let a worker read the secrets, manage streams or dispatch work', async () => {
-    const nc = await login('worker', WORKER);
+    const nc = await login('remote', WORKER);
     try {
       const js = jetstream(nc, { timeout: 2_000 });
       const jsm = await jetstreamManager(nc, { timeout: 2_000 });
@@ -113,7 +117,7 @@ describe('a NATS that requires a login', () => {
       nc.publish('ty.dispatch.remote.cpu', 'a forged dispatch');
       await nc.flush();
       await waitFor('the server to log the refusal', () =>
-        /Publish Violation - User \\?"worker\\?", Subject \\?"ty\.dispatch\.remote\.cpu/.test(
+        /Publish Violation - User \\?"remote\\?", Subject \\?"ty\.dispatch\.remote\.cpu/.test(
           readFileSync(join(dir.path, 'nats', 'nats-server.log'), 'utf8'),
         ),
       );
@@ -133,25 +137,14 @@ describe('a NATS that requires a login', () => {
     const { id } = (await res.json()) as { id: string };
     const job = await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
     const attemptId = job.attempts[0]!.id;
-    const nc = await login('worker', WORKER);
+    const nc = await login('remote', WORKER);
+    const serverLog = () => readFileSync(join(dir.path, 'nats', 'nats-server.log'), 'utf8');
     try {
-      /** A report as the shared login can send it: to any worker's subject, from its inbox. */
       const report = async (workerId: string, body: unknown) => {
-        const as = await connect({
-          servers: nats.url,
-          reconnect: false,
-          user: 'worker',
-          pass: WORKER,
-          inboxPrefix: workerInbox(workerId),
+        const answer = await nc.request(`ty.report.${workerId}`, JSON.stringify(body), {
+          timeout: 5_000,
         });
-        try {
-          const answer = await as.request(`ty.report.${workerId}`, JSON.stringify(body), {
-            timeout: 5_000,
-          });
-          return answer.json<ReportReply>();
-        } finally {
-          await as.close();
-        }
+        return answer.json<ReportReply>();
       };
       const finish = {
         kind: 'attempt',
@@ -165,13 +158,13 @@ describe('a NATS that requires a login', () => {
       };
       const { store } = t.stack.ctx.bus;
       const before = await store.head('job', id);
-      expect(await report('intruder', finish)).toMatchObject({
-        ok: false,
-        code: 'NOT_YOUR_ATTEMPT',
-      });
       expect(
         await report('remote', { ...finish, report: { ...finish.report, attemptId: 'att_other' } }),
       ).toMatchObject({ ok: false, code: 'NOT_YOUR_ATTEMPT' });
+      expect(await report('remote', { ...finish, jobId: 'job_not_there' })).toMatchObject({
+        ok: false,
+        code: 'NOT_YOUR_ATTEMPT',
+      });
       expect(await report('remote', { kind: 'attempt', jobId: id })).toMatchObject({
         ok: false,
         code: 'BAD_REPORT',
@@ -181,7 +174,7 @@ describe('a NATS that requires a login', () => {
         event: {
           type: 'WorkerRegistered',
           data: {
-            name: 'remote',
+            name: 'intruder',
             hostname: 'h',
             gpus: [],
             cpuSlots: 1,
@@ -190,26 +183,27 @@ describe('a NATS that requires a login', () => {
           },
         },
       };
-      expect(await report('intruder', registration)).toMatchObject({
-        ok: false,
-        code: 'NOT_YOURS',
-      });
+      await expect(report('intruder', registration)).rejects.toThrow();
+      await expect(report('intruder', finish)).rejects.toThrow();
+      await waitFor('the server to log the report for another worker', () =>
+        /Publish Violation - User \\?"remote\\?", Subject \\?"ty\.report\.intruder/.test(
+          serverLog(),
+        ),
+      );
       expect(await store.head('job', id)).toEqual(before);
       expect(await store.head('worker', 'intruder')).toEqual({ seq: 0, hash: expect.any(String) });
       const refusals = logged.filter(
         (l) => l.includes('"component":"reports"') && l.includes('"level":40'),
       );
-      expect(refusals.some((l) => l.includes('NOT_YOUR_ATTEMPT') && l.includes('intruder'))).toBe(
+      expect(refusals.some((l) => l.includes('NOT_YOUR_ATTEMPT') && l.includes('remote'))).toBe(
         true,
       );
-      expect(refusals.some((l) => l.includes('NOT_YOURS'))).toBe(true);
+      expect(refusals.some((l) => l.includes('BAD_REPORT'))).toBe(true);
 
       const appended = js(nc).publish(`ty.ev.job.${id}`, JSON.stringify({ forged: true }));
       await expect(appended).rejects.toThrow();
       await waitFor('the server to log the refused append', () =>
-        /Publish Violation - User \\?"worker\\?", Subject \\?"ty\.ev\.job\./.test(
-          readFileSync(join(dir.path, 'nats', 'nats-server.log'), 'utf8'),
-        ),
+        /Publish Violation - User \\?"remote\\?", Subject \\?"ty\.ev\.job\./.test(serverLog()),
       );
       expect(await store.head('job', id)).toEqual(before);
     } finally {

@@ -26,7 +26,7 @@ export interface WorkerOptions {
   /**
    * Writes outputs and archived logs to the object store bucket of its own that the control
    * plane made for it (a worker with a login of its own); absent, to the shared store (a worker
-   * on a shared login, or an S3 store).
+   * on the control login, or an S3 store).
    */
   ownBucket?: boolean;
 }

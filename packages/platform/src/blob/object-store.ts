@@ -18,6 +18,8 @@ const READ_OPENS = 5;
  */
 export type BlobReads = 'consumer' | 'direct';
 
+const isNotFound = (err: unknown) => /not found/i.test(String((err as Error).message));
+
 /** The object store bucket of worker `name`: only it may write there. */
 export const workerBucket = (name: string) => `ty_w_${assertSubjectToken(name, 'worker')}`;
 
@@ -44,20 +46,30 @@ export class JetStreamBlobStore implements BlobStore {
   ) {}
 
   /**
-   * Opens the bucket, creating it when `manage` (a worker, allowed no stream of its own, opens
-   * the one the control plane made).
+   * Opens the first of `buckets` that is there, creating the last when `manage` (a worker,
+   * allowed no stream of its own, opens those the control plane made).
    */
   static async open(
     js: JetStreamClient,
-    bucket = 'trainyard',
+    buckets: string | string[] = 'trainyard',
     replicas = 1,
     manage = true,
     reads: BlobReads = 'consumer',
   ): Promise<JetStreamBlobStore> {
-    const os = await retryTransient(`open the object store ${bucket}`, () =>
-      manage ? new Objm(js).create(bucket, { replicas }) : new Objm(js).open(bucket),
-    );
-    return new JetStreamBlobStore(os, js, bucket, reads);
+    const names = typeof buckets === 'string' ? [buckets] : buckets;
+    for (const [i, bucket] of names.entries()) {
+      const last = i === names.length - 1;
+      const os = await retryTransient(`open the object store ${bucket}`, () =>
+        last && manage
+          ? new Objm(js).create(bucket, { replicas })
+          : new Objm(js).open(bucket).catch((err: unknown) => {
+              if (!last && isNotFound(err)) return null;
+              throw err;
+            }),
+      );
+      if (os) return new JetStreamBlobStore(os, js, bucket, reads);
+    }
+    throw new Error('no object store bucket to open');
   }
 
   async ofWorker(name: string, opts: { orShared?: boolean } = {}): Promise<BlobStore> {
@@ -66,7 +78,7 @@ export class JetStreamBlobStore implements BlobStore {
     const bucket = workerBucket(name);
     const os = await retryTransient(`open the object store ${bucket}`, () =>
       new Objm(this.js).open(bucket).catch((err: unknown) => {
-        if (/not found/i.test(String((err as Error).message))) return null;
+        if (isNotFound(err)) return null;
         throw err;
       }),
     );

@@ -11,11 +11,11 @@ export async function openBlobStore(
   js: JetStreamClient,
   manage = true,
   reads: BlobReads = 'consumer',
-  /** The object store bucket, where NATS holds blobs: a worker opens its own. */
-  bucket = 'trainyard',
+  /** The object store buckets, where NATS holds blobs, the first that is there: a worker's own. */
+  buckets = ['trainyard'],
 ): Promise<BlobStore> {
   if (config.TRAINYARD_BLOB_STORE === 'nats') {
-    return JetStreamBlobStore.open(js, bucket, config.TRAINYARD_STREAM_REPLICAS, manage, reads);
+    return JetStreamBlobStore.open(js, buckets, config.TRAINYARD_STREAM_REPLICAS, manage, reads);
   }
   const { TRAINYARD_S3_ENDPOINT: endpoint, TRAINYARD_S3_ACCESS_KEY: accessKey } = config;
   const secretKey = config.TRAINYARD_S3_SECRET_KEY;

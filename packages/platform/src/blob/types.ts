@@ -25,7 +25,7 @@ export interface BlobStore {
   /**
    * Where worker `name` keeps what it writes (outputs, archived logs): a bucket of its own, which
    * the control plane made for it and which no other worker may write, where the store has
-   * buckets per worker (NATS). A worker with no bucket of its own (one on a shared login, or a
+   * buckets per worker (NATS). A worker with no bucket of its own (one on the control login, or a
    * store with one bucket for all, S3) writes to this store: `orShared` says to fall back to it,
    * else a missing bucket is an error that says what to do.
    */

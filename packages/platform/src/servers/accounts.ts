@@ -4,7 +4,6 @@ import {
   CONTROL_SERVICES,
   servicePermissions,
   WORKER_ACCOUNT,
-  WORKER_PERMISSIONS,
   workerImports,
   type ControlService,
 } from './permissions.ts';
@@ -26,7 +25,7 @@ export const AUTH_ACCOUNT = 'AUTH';
 /** An nkey user nobody can log in as (its seed was never kept): see `natsAccountsConfig`. */
 const NONCE_USER = 'UCJQFF7RLCZPW3N2TST2CMYOFDYZZVD2VCVMEIIQ6E4SPQBLCSQEFCA3';
 /** The logins of accounts.conf that carry a password of their own. */
-const FIXED_LOGINS = ['control', ...CONTROL_SERVICES, 'worker'];
+const FIXED_LOGINS = ['control', ...CONTROL_SERVICES];
 
 /** A list in nats-server's config, indented to sit in an account. */
 const list = (items: unknown[]) => JSON.stringify(items, null, 2).replace(/\n/g, '\n    ');
@@ -45,17 +44,16 @@ export function natsAccountsConfig(): string {
 #   streams apart or read another's replies, and only the api reads the secret buckets.
 # Workers are in the ${WORKER_ACCOUNT} account, which holds no stream and imports from ${CONTROL_ACCOUNT}
 # only the services a worker uses (WORKER_IMPORTS): what the server sends on a worker's behalf,
-# the answer to a JetStream call included, stays in ${WORKER_ACCOUNT}. They share the worker login
-# (WORKER_PERMISSIONS): heartbeat, report, take work from the dispatch consumers the control
-# plane made, ship logs and use the object store; no events, no secrets, no dispatching.
-#
-# An enrolled worker (\`trainyard worker --token\`) logs in with its own key instead: nats-server
-# asks the control plane's auth callout (\`trainyard nats auth\`, as the auth login in ${AUTH_ACCOUNT}),
-# which lets a key in only while it is enrolled, into ${WORKER_ACCOUNT} with that worker's own
-# permissions (workerPermissions), and closes its connections when it is revoked. The answers
-# are signed with the account nkey whose public half is TRAINYARD_AUTH_ISSUER. The fixed logins
-# skip the callout. nats-server 2.10 sends clients a nonce to sign only when it knows an nkey
-# user: the one in ${AUTH_ACCOUNT} is that, and nobody holds its seed.
+# the answer to a JetStream call included, stays in ${WORKER_ACCOUNT}. It has no login of its own:
+# each worker enrols (\`trainyard worker --token\`) and logs in with its own key. nats-server
+# asks the control plane's auth callout (\`trainyard nats auth\`, as the auth login in ${AUTH_ACCOUNT})
+# about it, which lets a key in only while it is enrolled, into ${WORKER_ACCOUNT} with that worker's
+# own permissions (workerPermissions): heartbeat, report and take work as itself, ship its own
+# logs and write its own bucket; no events, no secrets, no dispatching, no other worker's work.
+# It closes a worker's connections when it is revoked. The answers are signed with the account
+# nkey whose public half is TRAINYARD_AUTH_ISSUER. The fixed logins skip the callout.
+# nats-server 2.10 sends clients a nonce to sign only when it knows an nkey user: the one in
+# ${AUTH_ACCOUNT} is that, and nobody holds its seed.
 #
 # The passwords come from the environment of nats-server. They must stay unquoted: nats-server
 # reads \`$NAME\` as a variable only outside quotes, and "$NAME" would be the password itself.
@@ -71,9 +69,6 @@ ${[
     exports: ${list(controlExports())}
   }
   ${WORKER_ACCOUNT} {
-    users: [
-${user('worker', 'TRAINYARD_WORKER_PASSWORD', WORKER_PERMISSIONS)}
-    ]
     imports: ${list(workerImports())}
   }
   ${AUTH_ACCOUNT} {

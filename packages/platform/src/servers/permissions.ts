@@ -69,39 +69,6 @@ const objectsUser = (bucket: string) => [
 const WORKER_INBOXES = '_INBOX_W';
 export const workerInbox = (workerId: string) => `${WORKER_INBOXES}.${workerId}`;
 
-/** Taking messages from consumers someone else made on `stream`: no making them. */
-const bindingTo = (stream: string) => [
-  `$JS.API.CONSUMER.INFO.${stream}.*`,
-  `$JS.API.CONSUMER.MSG.NEXT.${stream}.*`,
-  `$JS.ACK.${stream}.>`,
-];
-
-/**
- * What the shared `worker` user may do in `infra/nats`: heartbeat, report, take work from the
- * dispatch consumers the control plane made, ship logs, read objects by direct gets and write
- * the shared object store. It may not read or append events (the control plane appends what
- * workers report), make consumers or manage streams, read the buckets that hold secrets
- * (credentials, sessions, the token key), nor publish dispatches. Workers that share it can act
- * for one another: a worker with a login of its own (`workerPermissions`) cannot.
- */
-export const WORKER_PERMISSIONS: NatsPermissions = {
-  publish: {
-    allow: [
-      '$JS.API.INFO',
-      ...lookupsIn(OBJECTS),
-      '$O.trainyard.>',
-      `$JS.API.STREAM.PURGE.${OBJECTS}`,
-      `$JS.API.DIRECT.GET.${LOGS}.ty.log.>`,
-      'ty.log.>',
-      'ty.fetch.*',
-      ...bindingTo(DISPATCH),
-      'ty.hb.*',
-      'ty.report.*',
-    ],
-  },
-  subscribe: { allow: [`${WORKER_INBOXES}.>`] },
-};
-
 /**
  * What a worker's own login may do: heartbeat and report as itself only, read only its own
  * dispatch consumers (which the control plane makes), read code and artifacts from the shared
@@ -244,8 +211,7 @@ export const WORKER_ACCOUNT = 'WORKERS';
 
 /**
  * What the workers' account imports from the control plane's, each a service: whatever a
- * worker's login may publish (`workerPermissions`, `WORKER_PERMISSIONS`) is among them, and each
- * login's permissions still say which of them it may use. What the server sends on a worker's
+ * worker's login may publish (`workerPermissions`) is among them, and each login's permissions still say which of them it may use. What the server sends on a worker's
  * behalf (the answer to a JetStream call, to whatever reply subject the worker named) is
  * delivered in the workers' account, where no stream stores it and no import carries it on: a
  * worker cannot have an answer stored on the control plane's subjects.
