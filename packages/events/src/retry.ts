@@ -27,9 +27,82 @@ export function isTransient(err: unknown): boolean {
   return TRANSIENT.has(e.name ?? '') || e.status === 503 || e.code === 10008;
 }
 
-/** The pause before try number `attempt + 1`: 200 ms doubling up to 2 s (about 12 s in all). */
-export function retryDelayMs(attempt: number): number {
-  return Math.min(2_000, 100 * 2 ** attempt);
+/** How a call is tried again: how often, how long, with which pauses, until what. */
+export interface RetryPolicy {
+  /** Tries in all, the first included (default 10); `Infinity` with a signal or a deadline. */
+  attempts?: number;
+  /** No try starts later than this many milliseconds after the first. */
+  deadlineMs?: number;
+  /** The first pause (default 200 ms); each one after doubles, up to `maxMs` (default 2 s). */
+  baseMs?: number;
+  maxMs?: number;
+  /**
+   * Each pause is drawn between half and all of its length (default), so that callers who
+   * failed together do not all try again together.
+   */
+  jitter?: boolean;
+  /** Whether an error is worth another try (default: every error is). */
+  retryable?: (err: unknown) => boolean;
+  /** Whether the wait was already spent on an error, such as a timeout: tried again at once. */
+  waited?: (err: unknown) => boolean;
+  /** Ends the retrying (the first try always runs): a pause ends at once, and the last error is thrown. */
+  signal?: AbortSignal;
+  /** Told of each error that is tried again, before the pause. */
+  onRetry?: (err: unknown, attempt: number, pauseMs: number) => void;
+}
+
+/**
+ * The pause before try `attempt + 1`: `baseMs` doubling up to `maxMs`, drawn between half and
+ * all of that when `jitter`.
+ */
+export function backoffMs(
+  attempt: number,
+  policy: Pick<RetryPolicy, 'baseMs' | 'maxMs' | 'jitter'> = {},
+  random: () => number = Math.random,
+): number {
+  const { baseMs = 200, maxMs = 2_000, jitter = true } = policy;
+  const full = Math.min(maxMs, baseMs * 2 ** Math.max(0, attempt - 1));
+  return jitter ? Math.round(full / 2 + (random() * full) / 2) : full;
+}
+
+/** Resolves after `ms`, or early when `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+/**
+ * Calls `call` until it succeeds, as the policy says: the one way Trainyard tries anything
+ * again. The error that ends it (not retryable, out of tries, past the deadline, aborted) is
+ * thrown as it was.
+ */
+export async function retry<T>(
+  call: (attempt: number) => Promise<T>,
+  policy: RetryPolicy = {},
+): Promise<T> {
+  const { attempts = 10, deadlineMs, signal, retryable, waited, onRetry } = policy;
+  const deadline = deadlineMs === undefined ? Infinity : Date.now() + deadlineMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await call(attempt);
+    } catch (err) {
+      if (retryable && !retryable(err)) throw err;
+      if (attempt >= attempts || signal?.aborted) throw err;
+      const pause = waited?.(err) ? 0 : backoffMs(attempt, policy);
+      if (Date.now() + pause > deadline) throw err;
+      onRetry?.(err, attempt, pause);
+      await sleep(pause, signal);
+      if (signal?.aborted) throw err;
+    }
+  }
 }
 
 /**
@@ -39,18 +112,15 @@ export function retryDelayMs(attempt: number): number {
  * error is the caller's at once. Only for requests that are safe to repeat.
  */
 export async function retryTransient<T>(what: string, request: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await request();
-    } catch (err) {
-      if (!isTransient(err)) throw err;
-      if (attempt >= ATTEMPTS) {
-        throw new EventStoreError('EVENT_LOG_UNAVAILABLE', `could not ${what}`, { cause: err });
-      }
-      if ((err as Error).name !== 'TimeoutError') {
-        await new Promise((r) => setTimeout(r, retryDelayMs(attempt)));
-      }
-    }
+  try {
+    return await retry(request, {
+      attempts: ATTEMPTS,
+      retryable: isTransient,
+      waited: (err) => (err as Error).name === 'TimeoutError',
+    });
+  } catch (err) {
+    if (!isTransient(err)) throw err;
+    throw new EventStoreError('EVENT_LOG_UNAVAILABLE', `could not ${what}`, { cause: err });
   }
 }
 

@@ -15,7 +15,7 @@ import { EMPTY_HEAD, SCHEMA_VERSION } from './envelope.ts';
 import { ConcurrencyError, CorruptEventError, EventStoreError } from './errors.ts';
 import { hashEvent } from './hash.ts';
 import type { EventSigner } from './signing.ts';
-import { getStoredMessage, isTransient, retryDelayMs, retryTransient } from './retry.ts';
+import { getStoredMessage, isTransient, retry, retryTransient } from './retry.ts';
 import { Streams, Subjects } from './subjects.ts';
 
 const WRONG_LAST_SEQUENCE = 10071;
@@ -110,25 +110,22 @@ export class EventStore {
    */
   async #publish(subject: string, envelope: Envelope, expectedSeq: number): Promise<number> {
     const payload = JSON.stringify(envelope);
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const ack = await this.js.publish(subject, payload, {
-          msgID: envelope.id,
-          expect: { lastSubjectSequence: expectedSeq },
-          timeout: PUBLISH_TIMEOUT_MS,
-        });
-        return ack.seq;
-      } catch (err) {
-        if ((err as JetStreamApiError).code === WRONG_LAST_SEQUENCE) {
-          throw new ConcurrencyError(subject, expectedSeq, { cause: err });
-        }
-        if (!isTransient(err) || attempt >= PUBLISH_ATTEMPTS) {
-          throw new EventStoreError('EVENT_LOG_UNAVAILABLE', `could not append to ${subject}`, {
-            cause: err,
-          });
-        }
-        await new Promise((r) => setTimeout(r, retryDelayMs(attempt)));
+    const publish = () =>
+      this.js.publish(subject, payload, {
+        msgID: envelope.id,
+        expect: { lastSubjectSequence: expectedSeq },
+        timeout: PUBLISH_TIMEOUT_MS,
+      });
+    try {
+      const ack = await retry(publish, { attempts: PUBLISH_ATTEMPTS, retryable: isTransient });
+      return ack.seq;
+    } catch (err) {
+      if ((err as JetStreamApiError).code === WRONG_LAST_SEQUENCE) {
+        throw new ConcurrencyError(subject, expectedSeq, { cause: err });
       }
+      throw new EventStoreError('EVENT_LOG_UNAVAILABLE', `could not append to ${subject}`, {
+        cause: err,
+      });
     }
   }
 

@@ -1,3 +1,4 @@
+import { backoffMs, sleep } from '@trainyard/events';
 import type { Logger } from 'pino';
 
 /** Something that runs until stopped. */
@@ -56,19 +57,7 @@ export function onAbort(signal: AbortSignal, fn: () => void): () => void {
   return () => signal.removeEventListener('abort', fn);
 }
 
-/** Resolves after `ms`, or early when `signal` aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve();
-    const timer = setTimeout(done, ms);
-    function done() {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-    signal?.addEventListener('abort', done, { once: true });
-  });
-}
+export { sleep };
 
 /**
  * Runs a loop until `signal` aborts, starting it again after an error, with a pause that grows
@@ -81,16 +70,15 @@ export async function supervise(
   log: Logger,
   maxPauseMs = 5_000,
 ): Promise<void> {
-  let pause = 100;
+  let failures = 0;
   while (!signal.aborted) {
     try {
       await loop();
-      pause = 100;
+      failures = 0;
     } catch (err) {
       if (signal.aborted) return;
       log.error({ err, loop: name }, 'loop failed; restarting');
-      await sleep(pause, signal);
-      pause = Math.min(pause * 2, maxPauseMs);
+      await sleep(backoffMs(++failures, { baseMs: 100, maxMs: maxPauseMs }), signal);
     }
   }
 }

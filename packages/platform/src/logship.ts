@@ -1,6 +1,6 @@
 import { createWriteStream, statSync, type WriteStream } from 'node:fs';
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
-import { retryTransient, Streams, Subjects } from '@trainyard/events';
+import { retry, retryTransient, Streams, Subjects } from '@trainyard/events';
 import { BlobKeys, putFile, type BlobStore } from './blob/types.ts';
 
 const FLUSH_MS = 100;
@@ -105,14 +105,11 @@ export class LogShipper {
     for (let offset = 0; offset < data.length; offset += MAX_CHUNK) {
       const chunk = data.subarray(offset, offset + MAX_CHUNK);
       const msgID = `${this.#idPrefix}@${start + offset}`;
-      for (let wait = 100; ; wait = Math.min(wait * 2, MAX_BACKOFF_MS)) {
-        try {
-          await this.js.publish(this.#subject, chunk, { msgID, timeout: 5_000 });
-          break;
-        } catch {
-          await new Promise((r) => setTimeout(r, wait));
-        }
-      }
+      await retry(() => this.js.publish(this.#subject, chunk, { msgID, timeout: 5_000 }), {
+        attempts: Infinity,
+        baseMs: 100,
+        maxMs: MAX_BACKOFF_MS,
+      });
     }
   }
 

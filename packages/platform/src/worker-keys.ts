@@ -11,9 +11,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { fromPublic } from '@nats-io/nkeys';
+import { retry } from '@trainyard/events';
 import { ensureWorkerBucket } from './blob/object-store.ts';
 import { openBucket } from './buckets.ts';
-import { sleep, supervise } from './lifecycle.ts';
+import { supervise } from './lifecycle.ts';
 import type { Logger } from './logger.ts';
 import type { NatsServer } from './servers/nats-server.ts';
 import { workerPermissions } from './servers/permissions.ts';
@@ -250,36 +251,39 @@ export function authorizeWorkers(
   let applying: Promise<void> = Promise.resolve();
   /** The latest list wins; a failed update is tried again until it holds. */
   let wanted: WorkerKey[] | null = null;
-  const update = async () => {
-    for (let attempt = 1; wanted && !stopping.signal.aborted; attempt++) {
-      const workers = wanted;
+  const updateOnce = async () => {
+    const workers = wanted;
+    if (!workers) return;
+    // A worker whose bucket cannot be made yet waits for its login; the others (a revocation
+    // among them) take effect now, and the update is tried again.
+    const unmade: string[] = [];
+    for (const w of workers.filter((w) => !made.has(w.name))) {
       try {
-        // A worker whose bucket cannot be made yet waits for its login; the others (a
-        // revocation among them) take effect now, and the update is tried again.
-        const unmade: string[] = [];
-        for (const w of workers.filter((w) => !made.has(w.name))) {
-          try {
-            await ensureWorkerBucket(buckets.js, w.name, buckets.replicas);
-            made.add(w.name);
-          } catch (err) {
-            log.error({ err, worker: w.name }, 'could not make the bucket of a worker');
-            unmade.push(w.name);
-          }
-        }
-        await server.setWorkers(
-          workers
-            .filter((w) => made.has(w.name))
-            .map((w) => ({ nkey: w.publicKey, permissions: workerPermissions(w.name) })),
-        );
-        if (unmade.length > 0) throw new Error(`no bucket yet for ${unmade.join(', ')}`);
-        if (wanted === workers) wanted = null;
-        log.info({ workers: workers.length }, 'worker logins updated');
+        await ensureWorkerBucket(buckets.js, w.name, buckets.replicas);
+        made.add(w.name);
       } catch (err) {
-        log.error({ err, attempt }, 'could not update the worker logins; trying again');
-        await sleep(Math.min(5_000, 100 * 2 ** attempt), stopping.signal).catch(() => undefined);
+        log.error({ err, worker: w.name }, 'could not make the bucket of a worker');
+        unmade.push(w.name);
       }
     }
+    await server.setWorkers(
+      workers
+        .filter((w) => made.has(w.name))
+        .map((w) => ({ nkey: w.publicKey, permissions: workerPermissions(w.name) })),
+    );
+    if (unmade.length > 0) throw new Error(`no bucket yet for ${unmade.join(', ')}`);
+    if (wanted === workers) wanted = null;
+    log.info({ workers: workers.length }, 'worker logins updated');
   };
+  const update = () =>
+    retry(updateOnce, {
+      attempts: Infinity,
+      baseMs: 100,
+      maxMs: 5_000,
+      signal: stopping.signal,
+      onRetry: (err, attempt) =>
+        log.error({ err, attempt }, 'could not update the worker logins; trying again'),
+    }).catch(() => undefined);
   const apply = (records: WorkerRecord[]) => {
     wanted = records.filter((r): r is WorkerKey => r.status === 'enrolled');
     applying = applying.then(update);

@@ -3,8 +3,8 @@ import { promisify } from 'node:util';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { jwtVerify, SignJWT } from 'jose';
-import { EventStoreError, retryTransient, type Role } from '@trainyard/events';
-import { openBucket, sleep } from '@trainyard/platform';
+import { EventStoreError, retry, retryTransient, type Role } from '@trainyard/events';
+import { openBucket } from '@trainyard/platform';
 import { ApiError } from './errors.ts';
 
 const VERIFIED_CACHE_SIZE = 10_000;
@@ -204,13 +204,13 @@ export async function loadTokenSecret(
   if (fromEnv) return fromEnv;
   const kv = await openBucket(js, 'ty_config', { history: 1, replicas });
   const candidate = randomBytes(32).toString('hex');
-  for (let attempt = 1; ; attempt++) {
-    await kv.create('jwt-secret', candidate).catch(() => undefined);
-    const entry = await kv.get('jwt-secret').catch(() => null);
-    if (entry) return entry.string();
-    if (attempt === SECRET_TRIES) {
+  return retry(
+    async (attempt) => {
+      await kv.create('jwt-secret', candidate).catch(() => undefined);
+      const entry = await kv.get('jwt-secret').catch(() => null);
+      if (entry) return entry.string();
       throw new Error(`could not settle the token secret in ty_config after ${attempt} tries`);
-    }
-    await sleep(250 * attempt);
-  }
+    },
+    { attempts: SECRET_TRIES, baseMs: 250 },
+  );
 }

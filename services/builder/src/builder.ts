@@ -1,5 +1,5 @@
 import { DomainError, needsBuild } from '@trainyard/domain';
-import { Subjects } from '@trainyard/events';
+import { retry, Subjects } from '@trainyard/events';
 import {
   archiveLimits,
   followLog,
@@ -112,25 +112,26 @@ export async function startBuilder(
    * live builder holds the build it waits, and takes it over if that builder goes.
    */
   async function buildWithRetries(jobId: string): Promise<void> {
-    for (let tries = 1; !stopping.signal.aborted;) {
-      try {
+    const claimAndBuild = async () => {
+      while (!stopping.signal.aborted) {
         const claimed = await claim(jobId);
         if (claimed === null) return;
-        if (claimed === 'held') {
-          await sleep(opts.livenessTtlMs / 3, stopping.signal);
-          continue;
-        }
-        return await build(claimed);
-      } catch (err) {
-        if (err instanceof DomainError) return;
-        if (tries >= MAX_TRIES || stopping.signal.aborted) {
-          log.error({ err, jobId, tries }, 'giving up on the build');
-          return;
-        }
-        log.warn({ err, jobId, tries }, 'build handling failed; retrying');
-        await sleep(RETRY_MS * tries, stopping.signal);
-        tries++;
+        if (claimed !== 'held') return build(claimed);
+        await sleep(opts.livenessTtlMs / 3, stopping.signal);
       }
+    };
+    try {
+      await retry(claimAndBuild, {
+        attempts: MAX_TRIES,
+        baseMs: RETRY_MS,
+        maxMs: RETRY_MS * 4,
+        signal: stopping.signal,
+        retryable: (err) => !(err instanceof DomainError),
+        onRetry: (err, tries) => log.warn({ err, jobId, tries }, 'build handling failed; retrying'),
+      });
+    } catch (err) {
+      if (err instanceof DomainError || stopping.signal.aborted) return;
+      log.error({ err, jobId }, 'giving up on the build');
     }
   }
 

@@ -1,4 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises';
+import { retry } from '@trainyard/events';
 import type { ApiClient } from './client.ts';
 import { CliError } from './errors.ts';
 import { cleanLog, cleanName, safeJson } from './output.ts';
@@ -100,54 +100,58 @@ export async function printLog(
   const out = (text: string) => (caughtUp ? write(text) : tail!.push(text));
   let lastId: string | undefined;
   let printedAttempt = -1;
-  for (let tries = 0; ; tries++) {
-    try {
-      const res = await client.request(
-        `/v1/jobs/${encodeURIComponent(id)}/logs${opts.follow ? '?follow=true' : ''}`,
-        {
-          headers: {
-            accept: 'text/event-stream',
-            ...(lastId !== undefined && { 'last-event-id': lastId }),
-          },
+  const reconnecting = (err: unknown) => opts.follow === true && worthReconnecting(err);
+  const read = async (): Promise<LogEnd | null> => {
+    const res = await client.request(
+      `/v1/jobs/${encodeURIComponent(id)}/logs${opts.follow ? '?follow=true' : ''}`,
+      {
+        headers: {
+          accept: 'text/event-stream',
+          ...(lastId !== undefined && { 'last-event-id': lastId }),
         },
-      );
-      if (!res.body) return null;
-      for await (const ev of readEvents(res.body)) {
-        const data = JSON.parse(ev.data) as unknown;
-        if (opts.json) {
-          if (ev.event !== 'caught-up')
-            write(`${safeJson({ type: ev.event, data }).replace(/\n\s*/g, '')}\n`);
-        } else if (ev.event === 'attempt') {
-          const h = data as AttemptHeader;
-          if (h.attempt !== printedAttempt) out(attemptLine(h));
-          printedAttempt = h.attempt;
-        } else if (ev.event === 'log') out(opts.raw ? (data as string) : cleanLog(data as string));
-        else if (ev.event === 'caught-up' && !caughtUp) {
-          caughtUp = true;
-          write(tail!.text());
-        }
-        if (ev.id !== undefined) lastId = ev.id;
-        if (ev.event === 'end') {
-          if (!caughtUp) write(tail!.text());
-          return data as LogEnd;
-        }
+      },
+    );
+    if (!res.body) return null;
+    for await (const ev of readEvents(res.body)) {
+      const data = JSON.parse(ev.data) as unknown;
+      if (opts.json) {
+        if (ev.event !== 'caught-up')
+          write(`${safeJson({ type: ev.event, data }).replace(/\n\s*/g, '')}\n`);
+      } else if (ev.event === 'attempt') {
+        const h = data as AttemptHeader;
+        if (h.attempt !== printedAttempt) out(attemptLine(h));
+        printedAttempt = h.attempt;
+      } else if (ev.event === 'log') out(opts.raw ? (data as string) : cleanLog(data as string));
+      else if (ev.event === 'caught-up' && !caughtUp) {
+        caughtUp = true;
+        write(tail!.text());
       }
-      if (!opts.follow) return null;
-      throw new CliError('the log stream ended before the job did', 'STREAM_ENDED');
-    } catch (err) {
-      if (!opts.follow || !worthReconnecting(err)) throw err;
-      if (tries >= RECONNECTS) {
-        throw new CliError(
-          `lost the log of ${id} and could not get it back after ${RECONNECTS} tries: ${(err as Error).message}`,
-          'STREAM_LOST',
-          1,
-          { cause: err },
-        );
+      if (ev.id !== undefined) lastId = ev.id;
+      if (ev.event === 'end') {
+        if (!caughtUp) write(tail!.text());
+        return data as LogEnd;
       }
-      const wait = Math.min(MAX_WAIT_MS, 250 * 2 ** tries);
-      note(`(connection to the log lost; reconnecting in ${(wait / 1000).toFixed(1)} s)\n`);
-      await sleep(wait);
     }
+    if (!opts.follow) return null;
+    throw new CliError('the log stream ended before the job did', 'STREAM_ENDED');
+  };
+  try {
+    return await retry(read, {
+      attempts: RECONNECTS + 1,
+      baseMs: 250,
+      maxMs: MAX_WAIT_MS,
+      retryable: reconnecting,
+      onRetry: (_, __, wait) =>
+        note(`(connection to the log lost; reconnecting in ${(wait / 1000).toFixed(1)} s)\n`),
+    });
+  } catch (err) {
+    if (!reconnecting(err)) throw err;
+    throw new CliError(
+      `lost the log of ${id} and could not get it back after ${RECONNECTS} tries: ${(err as Error).message}`,
+      'STREAM_LOST',
+      1,
+      { cause: err },
+    );
   }
 }
 

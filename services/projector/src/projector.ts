@@ -1,12 +1,6 @@
 import type { Kysely } from 'kysely';
-import type { StoredEvent } from '@trainyard/events';
-import {
-  followLog,
-  sleep,
-  supervise,
-  withDeadline,
-  type ServiceContext,
-} from '@trainyard/platform';
+import { retry, type RetryPolicy, type StoredEvent } from '@trainyard/events';
+import { followLog, supervise, withDeadline, type ServiceContext } from '@trainyard/platform';
 import { applyBatch, migrate, readCheckpoint, type Database } from '@trainyard/projections';
 
 export interface ProjectorOptions {
@@ -42,30 +36,38 @@ export async function startProjector(
 ): Promise<RunningProjector> {
   const abort = new AbortController();
   const log = ctx.log.child({ component: 'projector' });
+  /** PostgreSQL is waited for as long as it takes, until the projector stops. */
+  const UNTIL_STOPPED: RetryPolicy = {
+    attempts: Infinity,
+    baseMs: RETRY_MIN_MS,
+    maxMs: RETRY_MAX_MS,
+    signal: abort.signal,
+  };
 
   async function untilApplied(batch: StoredEvent[]): Promise<void> {
-    for (let wait = RETRY_MIN_MS; !abort.signal.aborted; wait = Math.min(wait * 2, RETRY_MAX_MS)) {
-      try {
-        await withDeadline('a projection batch', BATCH_DEADLINE_MS, applyBatch(db, batch));
-        return;
-      } catch (err) {
-        log.warn({ err, fromSeq: batch[0]?.seq, wait }, 'projection batch failed; retrying');
-        await sleep(wait, abort.signal);
-      }
-    }
+    await retry(
+      () => withDeadline('a projection batch', BATCH_DEADLINE_MS, applyBatch(db, batch)),
+      {
+        ...UNTIL_STOPPED,
+        onRetry: (err, _, wait) =>
+          log.warn({ err, fromSeq: batch[0]?.seq, wait }, 'projection batch failed; retrying'),
+      },
+    ).catch((err: unknown) => {
+      if (!abort.signal.aborted) throw err;
+    });
   }
 
   async function startSeq(): Promise<number> {
-    for (let wait = RETRY_MIN_MS; ; wait = Math.min(wait * 2, RETRY_MAX_MS)) {
-      try {
+    return retry(
+      async () => {
         await migrate(db);
         return (await readCheckpoint(db)) + 1;
-      } catch (err) {
-        if (abort.signal.aborted) throw err;
-        log.warn({ err, wait }, 'database not ready; retrying');
-        await sleep(wait, abort.signal);
-      }
-    }
+      },
+      {
+        ...UNTIL_STOPPED,
+        onRetry: (err, _, wait) => log.warn({ err, wait }, 'database not ready; retrying'),
+      },
+    );
   }
 
   async function run(): Promise<void> {

@@ -8,7 +8,7 @@ import {
   type ClusterState,
   type PlacementPolicy,
 } from '@trainyard/domain';
-import type { StoredEvent } from '@trainyard/events';
+import { retry, type StoredEvent } from '@trainyard/events';
 import {
   KvLease,
   newId,
@@ -40,6 +40,8 @@ export const DEFAULT_SCHEDULER_OPTIONS: SchedulerOptions = {
  * some replay, and a store that is away would otherwise hold the stop for the full deadline.
  */
 const FINAL_SNAPSHOT_DEADLINE_MS = 3_000;
+/** The pause after a failed round before the log is read again, the first of a growing few. */
+const RESYNC_MS = 500;
 
 /**
  * One term as leader: starts from the latest snapshot, folds the rest of the log into the
@@ -200,16 +202,21 @@ class Term {
    * the next round waits until the state holds everything the log held after the failure.
    */
   async #resync(): Promise<void> {
-    for (let wait = 500; !this.signal.aborted; wait = Math.min(wait * 2, 5_000)) {
-      await sleep(wait, this.signal);
-      try {
+    await sleep(RESYNC_MS, this.signal);
+    if (this.signal.aborted) return;
+    await retry(
+      async () => {
         this.#awaitSeq = Math.max(this.#awaitSeq, await this.ctx.bus.store.lastSeq());
         this.#again = true;
-        return;
-      } catch (err) {
-        this.ctx.log.warn({ err }, 'cannot read the log; scheduling waits');
-      }
-    }
+      },
+      {
+        attempts: Infinity,
+        baseMs: RESYNC_MS,
+        maxMs: 5_000,
+        signal: this.signal,
+        onRetry: (err) => this.ctx.log.warn({ err }, 'cannot read the log; scheduling waits'),
+      },
+    ).catch(() => undefined);
   }
 
   async #assign(a: Assignment, now: Date): Promise<number> {

@@ -1,11 +1,10 @@
 import { failure, type ProcessExit } from '@trainyard/domain';
-import type { Failure } from '@trainyard/events';
+import { retry, type Failure } from '@trainyard/events';
 import {
   archiveLimits,
   LogShipper,
   sendReport,
   shippedBytes,
-  sleep,
   type AttemptReport,
   type ReportedJob,
   type RunAttempt,
@@ -238,21 +237,25 @@ export class AttemptRun {
    * and log wait on disk in its sandbox. Gives up only when the worker stops; false then.
    */
   async #untilDone(what: string, step: () => Promise<void>): Promise<boolean> {
-    for (let wait = 500; ; wait = Math.min(wait * 2, 30_000)) {
-      try {
-        await step();
-        return true;
-      } catch (err) {
-        if (this.stopping.aborted) {
-          this.ctx.log.error(
-            { err, jobId: this.msg.jobId },
-            `could not ${what} before the worker stopped`,
-          );
-          return false;
-        }
-        this.ctx.log.warn({ err, jobId: this.msg.jobId, wait }, `could not ${what}; trying again`);
-        await sleep(wait, this.stopping);
-      }
+    try {
+      await retry(step, {
+        attempts: Infinity,
+        baseMs: 500,
+        maxMs: 30_000,
+        signal: this.stopping,
+        onRetry: (err, _, wait) =>
+          this.ctx.log.warn(
+            { err, jobId: this.msg.jobId, wait },
+            `could not ${what}; trying again`,
+          ),
+      });
+      return true;
+    } catch (err) {
+      this.ctx.log.error(
+        { err, jobId: this.msg.jobId },
+        `could not ${what} before the worker stopped`,
+      );
+      return false;
     }
   }
 

@@ -7,7 +7,7 @@
  */
 import { Readable } from 'node:stream';
 import { headers, type Msg, type NatsConnection } from '@nats-io/nats-core';
-import { isTransient, retryDelayMs, Subjects } from '@trainyard/events';
+import { isTransient, retry, Subjects } from '@trainyard/events';
 import { z } from 'zod';
 import type { BlobPart, BlobSource } from './types.ts';
 
@@ -62,24 +62,22 @@ async function fetchPart(
   workerId: string,
   request: FetchRequest,
 ): Promise<BlobPart | null> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      const msg = await nc.request(Subjects.fetch(workerId), JSON.stringify(request), {
-        timeout: FETCH_TIMEOUT_MS,
-      });
-      const error = msg.headers?.get(ERROR) as FetchError | undefined;
-      if (error === 'missing') return null;
-      if (error === 'BUSY' || error === 'UNAVAILABLE') {
-        throw new FetchBusyError(`the control plane could not give ${request.key} now (${error})`);
-      }
-      if (error) throw new FetchRefusedError(error, request.key);
-      return { data: msg.data, next: msg.headers?.get(NEXT) || null };
-    } catch (err) {
-      const again = err instanceof FetchBusyError || isTransient(err);
-      if (!again || attempt >= FETCH_ATTEMPTS) throw err;
-      await new Promise((r) => setTimeout(r, retryDelayMs(attempt)));
+  const ask = async () => {
+    const msg = await nc.request(Subjects.fetch(workerId), JSON.stringify(request), {
+      timeout: FETCH_TIMEOUT_MS,
+    });
+    const error = msg.headers?.get(ERROR) as FetchError | undefined;
+    if (error === 'missing') return null;
+    if (error === 'BUSY' || error === 'UNAVAILABLE') {
+      throw new FetchBusyError(`the control plane could not give ${request.key} now (${error})`);
     }
-  }
+    if (error) throw new FetchRefusedError(error, request.key);
+    return { data: msg.data, next: msg.headers?.get(NEXT) || null };
+  };
+  return retry(ask, {
+    attempts: FETCH_ATTEMPTS,
+    retryable: (err) => err instanceof FetchBusyError || isTransient(err),
+  });
 }
 
 /**
