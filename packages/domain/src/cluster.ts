@@ -1,4 +1,5 @@
 import type { AggregateHead, JobEvent, StoredEvent, WorkerEvent } from '@trainyard/events';
+import { evolveWorker, initialWorker, type WorkerLifecycle } from './worker.ts';
 import { assertNever } from './errors.ts';
 import { evolveJob, initialJobState, isTerminal, type JobState } from './job/state.ts';
 
@@ -12,7 +13,8 @@ export interface GpuUsage {
 
 export interface WorkerState {
   id: string;
-  online: boolean;
+  /** Where it stands in its lifecycle (`evolveWorker`): only an online worker gets work. */
+  lifecycle: WorkerLifecycle;
   gpus: GpuUsage[];
   cpuSlots: number;
   cpusUsed: number;
@@ -95,7 +97,7 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
       const existing = cluster.workers.get(ev.aggregateId);
       const worker: WorkerState = {
         id: ev.aggregateId,
-        online: true,
+        lifecycle: evolveWorker(existing?.lifecycle ?? initialWorker, ev),
         gpus: ev.data.gpus.map((g) => ({
           index: g.index,
           vramBytes: g.vramBytes,
@@ -123,7 +125,7 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
     case 'WorkerLeft':
     case 'WorkerLost': {
       const worker = cluster.workers.get(ev.aggregateId);
-      if (worker) worker.online = false;
+      if (worker) worker.lifecycle = evolveWorker(worker.lifecycle, ev);
       return;
     }
     default:
@@ -168,7 +170,7 @@ export function staleAttempts(cluster: ClusterState, workerId?: string): HeldAtt
     const worker = cluster.workers.get(attempt.workerId);
     const gone =
       !worker ||
-      !worker.online ||
+      worker.lifecycle.status !== 'online' ||
       (job.attemptSeq < worker.registeredSeq && !worker.reportedRunning.has(attempt.id));
     if (gone)
       stale.push({ jobId: job.state.id, attemptId: attempt.id, workerId: attempt.workerId });

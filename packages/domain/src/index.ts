@@ -5,3 +5,4 @@ export * from './failures.ts';
 export * from './job/decide.ts';
 export * from './job/state.ts';
 export * from './placement.ts';
+export * from './worker.ts';

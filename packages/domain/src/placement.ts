@@ -129,7 +129,7 @@ function cloneWorker(w: WorkerState): WorkerState {
 export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
   const { ready, wakeAt } = placeable(cluster, now);
   const workers = [...cluster.workers.values()]
-    .filter((w) => w.online)
+    .filter((w) => w.lifecycle.status === 'online')
     .sort((a, b) => (a.id < b.id ? -1 : 1))
     .map(cloneWorker);
   const assignments: Assignment[] = [];

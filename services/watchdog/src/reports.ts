@@ -6,24 +6,19 @@ import {
   isTerminal,
   type JobCommand,
   type JobState,
+  type WorkerCommand,
 } from '@trainyard/domain';
-import {
-  ConcurrencyError,
-  EventStoreError,
-  isTransient,
-  retryTransient,
-  Streams,
-  Subjects,
-  type WorkerEvent,
-} from '@trainyard/events';
+import { EventStoreError, isTransient, retryTransient, Streams, Subjects } from '@trainyard/events';
 import {
   dispatchSlots,
   loadJob,
   MAX_GPUS_PER_WORKER,
   ReportSchema,
   runJobCommand,
+  runWorkerCommand,
   supervise,
   type AttemptReport,
+  type Report,
   type JobSnapshot,
   type ReportedJob,
   type ReportReply,
@@ -36,7 +31,6 @@ import { askedByAClient, WORKER_ID } from './requests.ts';
 const CONCURRENCY = 128;
 /** Job snapshots kept between reports, newest last. */
 const CACHE_SIZE = 10_000;
-const WORKER_APPEND_TRIES = 5;
 /**
  * Reports of one worker answered at once, so that one worker cannot take every answer; the
  * rest wait their turn, up to `PER_WORKER_WAITING`, past which they are answered `UNAVAILABLE`.
@@ -212,7 +206,10 @@ export function startReports(ctx: ServiceContext): RunningReports {
     return { ok: true, seq: head.seq, applied: false, job: reportedJob(state, workerId) };
   }
 
-  async function onWorker(workerId: string, event: WorkerEvent): Promise<ReportReply> {
+  async function onWorker(
+    workerId: string,
+    event: Extract<Report, { kind: 'worker' }>['event'],
+  ): Promise<ReportReply> {
     if (event.type === 'WorkerRegistered') {
       if (event.data.name !== workerId) {
         throw new Refused('NOT_YOURS', `worker ${workerId} may not register as ${event.data.name}`);
@@ -232,21 +229,15 @@ export function startReports(ctx: ServiceContext): RunningReports {
       await refuseIfRevoked(workerId, true);
       await openSlots(workerId, indexes, event.data.cpuSlots);
     }
-    for (let tries = 1; ; tries++) {
-      const head = await ctx.bus.store.head('worker', workerId);
-      try {
-        const appended = await ctx.bus.store.append({
-          aggregate: 'worker',
-          aggregateId: workerId,
-          head,
-          events: [event],
-          meta: { actor: { kind: 'service', id: `worker:${workerId}` }, now: new Date() },
-        });
-        return { ok: true, seq: appended.head.seq, applied: true };
-      } catch (err) {
-        if (!(err instanceof ConcurrencyError) || tries >= WORKER_APPEND_TRIES) throw err;
-      }
-    }
+    const command: WorkerCommand =
+      event.type === 'WorkerRegistered'
+        ? { type: 'RegisterWorker', registration: event.data }
+        : { type: 'LeaveCluster', reason: event.data.reason };
+    const { snapshot, events } = await runWorkerCommand(ctx.bus.store, workerId, command, {
+      actor: { kind: 'service', id: `worker:${workerId}` },
+      now: new Date(),
+    });
+    return { ok: true, seq: snapshot.head.seq, applied: events.length > 0 };
   }
 
   async function answer(workerId: string, body: unknown): Promise<ReportReply> {

@@ -1,12 +1,22 @@
 import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
+import { evolveWorker, initialWorker } from '@trainyard/domain';
 import {
   ConcurrencyError,
+  EMPTY_HEAD,
   HeartbeatSchema,
   retryTransient,
   Streams,
   Subjects,
+  type WorkerEvent,
 } from '@trainyard/events';
-import { followLog, supervise, takeFromDurable, type ServiceContext } from '@trainyard/platform';
+import {
+  followLog,
+  runWorkerCommand,
+  supervise,
+  takeFromDurable,
+  type ServiceContext,
+  type WorkerSnapshot,
+} from '@trainyard/platform';
 import { startFetches } from './fetches.ts';
 import { startReports } from './reports.ts';
 
@@ -25,9 +35,8 @@ export interface RunningWatchdog {
 }
 
 interface Watched {
-  online: boolean;
-  seq: number;
-  hash: string;
+  /** The worker as the log has it; a worker seen only by its heartbeats has no event yet. */
+  worker: WorkerSnapshot;
   lastSeenMs: number;
 }
 
@@ -63,9 +72,13 @@ export async function startWatchdog(
           eventsRead = e.seq;
           const known = workers.get(e.aggregateId);
           workers.set(e.aggregateId, {
-            online: e.type === 'WorkerRegistered',
-            seq: e.seq,
-            hash: e.hash,
+            worker: {
+              state: evolveWorker(
+                known?.worker.state ?? initialWorker,
+                e as typeof e & WorkerEvent,
+              ),
+              head: { seq: e.seq, hash: e.hash },
+            },
             lastSeenMs: Math.max(
               known?.lastSeenMs ?? startedMs,
               e.type === 'WorkerRegistered' ? Date.parse(e.occurredAt) : 0,
@@ -100,9 +113,7 @@ export async function startWatchdog(
             if (w) w.lastSeenMs = Math.max(w.lastSeenMs, seenMs);
             else
               workers.set(hb.data.workerId, {
-                online: false,
-                seq: 0,
-                hash: '',
+                worker: { state: initialWorker, head: EMPTY_HEAD },
                 lastSeenMs: seenMs,
               });
           }
@@ -118,24 +129,22 @@ export async function startWatchdog(
   async function check(): Promise<void> {
     const now = Date.now();
     for (const [id, w] of workers) {
-      if (!w.online || w.seq === 0 || now - w.lastSeenMs < opts.heartbeatTimeoutMs) continue;
+      if (w.worker.state.status !== 'online' || now - w.lastSeenMs < opts.heartbeatTimeoutMs) {
+        continue;
+      }
       try {
-        await ctx.bus.store.append({
-          aggregate: 'worker',
-          aggregateId: id,
-          head: { seq: w.seq, hash: w.hash },
-          events: [
-            {
-              type: 'WorkerLost',
-              data: {
-                lastSeenAt: new Date(w.lastSeenMs).toISOString(),
-                timeoutMs: opts.heartbeatTimeoutMs,
-              },
-            },
-          ],
-          meta: { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
-        });
-        w.online = false;
+        const lost = await runWorkerCommand(
+          ctx.bus.store,
+          id,
+          {
+            type: 'MarkWorkerLost',
+            lastSeenAt: new Date(w.lastSeenMs).toISOString(),
+            timeoutMs: opts.heartbeatTimeoutMs,
+          },
+          { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
+          { snapshot: w.worker, decideAgain: false },
+        );
+        w.worker = lost.snapshot;
         log.warn({ workerId: id, silentMs: now - w.lastSeenMs }, 'worker lost');
       } catch (err) {
         if (!(err instanceof ConcurrencyError))

@@ -1,3 +1,4 @@
+import { evolveWorker, initialWorker } from '@trainyard/domain';
 import { ofAggregate, type StoredEvent } from '@trainyard/events';
 import type { WorkerRow } from '../tables/workers.table.ts';
 import type { TableProjector } from './types.ts';
@@ -5,12 +6,14 @@ import type { TableProjector } from './types.ts';
 function step(row: WorkerRow | undefined, event: StoredEvent): WorkerRow | undefined {
   if (!ofAggregate(event, 'worker')) return undefined;
   const at = new Date(event.occurredAt);
+  // A worker's status follows from its last event alone.
+  const { status } = evolveWorker(initialWorker, event);
   switch (event.type) {
     case 'WorkerRegistered':
       return {
         id: event.aggregateId,
         hostname: event.data.hostname,
-        status: 'online',
+        status,
         gpus: event.data.gpus,
         cpu_slots: event.data.cpuSlots,
         runtime: event.data.runtime,
@@ -19,9 +22,8 @@ function step(row: WorkerRow | undefined, event: StoredEvent): WorkerRow | undef
         updated_at: at,
       };
     case 'WorkerLeft':
-      return row && { ...row, status: 'offline', updated_at: at };
     case 'WorkerLost':
-      return row && { ...row, status: event.data.revoked ? 'revoked' : 'lost', updated_at: at };
+      return row && { ...row, status, updated_at: at };
     default: {
       const never: never = event;
       throw new Error(`unhandled worker event ${JSON.stringify(never)}`);

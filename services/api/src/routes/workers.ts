@@ -1,9 +1,9 @@
 import { z } from 'zod';
-import { ConcurrencyError } from '@trainyard/events';
 import {
   DEFAULT_ENROLMENT_TTL_S,
   EnrolmentError,
   MAX_ENROLMENT_TTL_S,
+  runWorkerCommand,
   WORKER_NAME,
 } from '@trainyard/platform';
 import type { Api, ApiDeps } from '../deps.ts';
@@ -47,28 +47,15 @@ function reachableFrom(natsUrl: string, apiHost: string): string {
     .join(',');
 }
 
-/** How many times a revocation's `WorkerLost` is tried against a racing worker event. */
-const REVOKE_APPEND_TRIES = 5;
-
 /** Marks a revoked worker lost, so that its attempts are failed and run elsewhere at once. */
 async function markRevoked(deps: ApiDeps, name: string, by: Caller): Promise<boolean> {
-  for (let tries = 1; ; tries++) {
-    const head = await deps.bus.store.head('worker', name);
-    const last = await deps.bus.store.last('worker', name);
-    if (!last || last.type !== 'WorkerRegistered') return false;
-    try {
-      await deps.bus.store.append({
-        aggregate: 'worker',
-        aggregateId: name,
-        head,
-        events: [{ type: 'WorkerLost', data: { lastSeenAt: null, timeoutMs: 0, revoked: true } }],
-        meta: { actor: actorOf(by), now: new Date() },
-      });
-      return true;
-    } catch (err) {
-      if (!(err instanceof ConcurrencyError) || tries >= REVOKE_APPEND_TRIES) throw err;
-    }
-  }
+  const { events } = await runWorkerCommand(
+    deps.bus.store,
+    name,
+    { type: 'RevokeWorker' },
+    { actor: actorOf(by), now: new Date() },
+  );
+  return events.length > 0;
 }
 
 /** Worker enrolment: tokens (admins), enrolment (a worker with a token), revocation (admins). */
