@@ -22,6 +22,7 @@ export default defineConfig({
             'packages/*/test/**/*.int.test.ts',
             'services/*/test/**/*.int.test.ts',
             'infra/test/**/*.int.test.ts',
+            'scripts/test/**/*.int.test.ts',
           ],
           globalSetup,
           testTimeout: 30_000,

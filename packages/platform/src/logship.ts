@@ -72,7 +72,7 @@ export class LogShipper {
       this.#bufferStart += oldest.length;
       this.droppedBytes += oldest.length;
     }
-    if (this.#bytes >= MAX_CHUNK && !this.#publishing) this.flush();
+    if (this.#bytes >= MAX_CHUNK && !this.#publishing) void this.flush();
     else this.#timer ??= setTimeout(() => this.flush(), FLUSH_MS);
   }
 
