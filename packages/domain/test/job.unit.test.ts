@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import type { JobEvent } from '@trainyard/events';
 import { DomainError, endsJob, failure } from '../src/index.ts';
 import { assigned, given, spec, started, submitted, T0, when } from './given.ts';
 
@@ -16,8 +17,20 @@ const expectRejected = (fn: () => unknown, code: string) => {
 describe('job decider', () => {
   it('submits a job that needs no build straight into the queue', () => {
     const events = when([], { type: 'SubmitJob', owner: 'alice', spec: spec() });
-    expect(events).toEqual([{ type: 'JobSubmitted', data: { owner: 'alice', spec: spec() } }]);
+    expect(events).toEqual([
+      { type: 'JobSubmitted', data: { owner: 'alice', spec: spec(), build: false } },
+    ]);
     expect(given(events).status).toBe('queued');
+  });
+
+  it('records the build decision in JobSubmitted, and reads older events by the rule of their time', () => {
+    const code = { key: 'k', sizeBytes: 1, sha256: 'a'.repeat(64), format: 'zip' as const };
+    const [decided] = when([], { type: 'SubmitJob', owner: 'alice', spec: spec(), code });
+    expect(decided).toMatchObject({ type: 'JobSubmitted', data: { build: true } });
+    const older = (data: object) => given([{ type: 'JobSubmitted', data } as JobEvent]).status;
+    expect(older({ owner: 'alice', spec: spec(), code })).toBe('submitted');
+    expect(older({ owner: 'alice', spec: spec() })).toBe('queued');
+    expect(older({ owner: 'alice', spec: spec(), code, build: false })).toBe('queued');
   });
 
   it('sends a job with code and no image to the builder', () => {

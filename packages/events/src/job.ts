@@ -57,8 +57,14 @@ export const JobSubmitted = z.object({
     owner: z.string().min(1),
     spec: JobSpecSchema,
     code: CodeArchiveSchema.optional(),
+    /**
+     * Whether the job is built before it is queued, decided once at submission. Absent from
+     * events recorded before it was: `buildsFirst` reads those.
+     */
+    build: z.boolean().optional(),
   }),
 });
+export type JobSubmittedData = z.infer<typeof JobSubmitted>['data'];
 
 export const JobBuildStarted = z.object({
   type: z.literal('JobBuildStarted'),

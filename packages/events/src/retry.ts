@@ -55,7 +55,7 @@ export interface RetryPolicy {
  * The pause before try `attempt + 1`: `baseMs` doubling up to `maxMs`, drawn between half and
  * all of that when `jitter`.
  */
-export function backoffMs(
+export function retryPauseMs(
   attempt: number,
   policy: Pick<RetryPolicy, 'baseMs' | 'maxMs' | 'jitter'> = {},
   random: () => number = Math.random,
@@ -96,7 +96,7 @@ export async function retry<T>(
     } catch (err) {
       if (retryable && !retryable(err)) throw err;
       if (attempt >= attempts || signal?.aborted) throw err;
-      const pause = waited?.(err) ? 0 : backoffMs(attempt, policy);
+      const pause = waited?.(err) ? 0 : retryPauseMs(attempt, policy);
       if (Date.now() + pause > deadline) throw err;
       onRetry?.(err, attempt, pause);
       await sleep(pause, signal);

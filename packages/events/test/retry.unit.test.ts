@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { backoffMs, EventStoreError, isTransient, retry, retryTransient } from '../src/index.ts';
+import { retryPauseMs, EventStoreError, isTransient, retry, retryTransient } from '../src/index.ts';
 
 const timeout = () => Object.assign(new Error('timeout'), { name: 'TimeoutError' });
 
@@ -66,13 +66,13 @@ describe('retry', () => {
   }
 
   it('doubles its pauses up to the cap, each drawn between half and all of it', () => {
-    expect([1, 2, 3, 4, 5, 6].map((a) => backoffMs(a, { jitter: false }))).toEqual([
+    expect([1, 2, 3, 4, 5, 6].map((a) => retryPauseMs(a, { jitter: false }))).toEqual([
       200, 400, 800, 1_600, 2_000, 2_000,
     ]);
-    expect(backoffMs(3, {}, () => 0)).toBe(400);
-    expect(backoffMs(3, {}, () => 1)).toBe(800);
-    expect(backoffMs(2, { baseMs: 0 })).toBe(0);
-    const drawn = new Set(Array.from({ length: 50 }, () => backoffMs(4)));
+    expect(retryPauseMs(3, {}, () => 0)).toBe(400);
+    expect(retryPauseMs(3, {}, () => 1)).toBe(800);
+    expect(retryPauseMs(2, { baseMs: 0 })).toBe(0);
+    const drawn = new Set(Array.from({ length: 50 }, () => retryPauseMs(4)));
     expect(drawn.size).toBeGreaterThan(1);
     for (const d of drawn) expect(d).toBeGreaterThanOrEqual(800);
   });

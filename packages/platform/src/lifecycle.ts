@@ -1,4 +1,4 @@
-import { backoffMs, sleep } from '@trainyard/events';
+import { retryPauseMs, sleep } from '@trainyard/events';
 import type { Logger } from 'pino';
 
 /** Something that runs until stopped. */
@@ -78,7 +78,7 @@ export async function supervise(
     } catch (err) {
       if (signal.aborted) return;
       log.error({ err, loop: name }, 'loop failed; restarting');
-      await sleep(backoffMs(++failures, { baseMs: 100, maxMs: maxPauseMs }), signal);
+      await sleep(retryPauseMs(++failures, { baseMs: 100, maxMs: maxPauseMs }), signal);
     }
   }
 }

@@ -1,4 +1,4 @@
-import { DomainError, needsBuild } from '@trainyard/domain';
+import { buildsFirst, DomainError } from '@trainyard/domain';
 import { retry, Subjects } from '@trainyard/events';
 import {
   archiveLimits,
@@ -145,8 +145,7 @@ export async function startBuilder(
         onStall: (read) => log.warn({ read }, 'builder reader stalled; starting it again'),
       },
       async (event) => {
-        const wanted =
-          event.type === 'JobSubmitted' && needsBuild(event.data.spec, event.data.code);
+        const wanted = event.type === 'JobSubmitted' && buildsFirst(event.data);
         position.read(event.seq, wanted);
         if (!wanted) return;
         while (inflight.size >= opts.concurrency) await Promise.race(inflight);

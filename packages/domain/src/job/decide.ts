@@ -9,7 +9,7 @@ import type {
 import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
 import { classifyExit, exitCodeOf, type ProcessExit } from '../failures.ts';
-import { currentAttempt, isTerminal, type JobState } from './state.ts';
+import { currentAttempt, isTerminal, needsBuild, type JobState } from './state.ts';
 
 /** Commands on a job. Time and randomness arrive inside them; `decide` has neither. */
 export type JobCommand =
@@ -96,6 +96,7 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
             owner: command.owner,
             spec: command.spec,
             ...(command.code && { code: command.code }),
+            build: needsBuild(command.spec, command.code),
           },
         },
       ];

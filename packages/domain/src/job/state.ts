@@ -6,6 +6,7 @@ import type {
   JobEvent,
   JobSpec,
   JobStatus,
+  JobSubmittedData,
   OutputFile,
 } from '@trainyard/events';
 import { assertNever } from '../errors.ts';
@@ -61,6 +62,14 @@ export const initialJobState = (id: string): JobState => ({
   outputsWorkerId: null,
 });
 
+/**
+ * Whether a submitted job is built before it is queued: as decided at submission, or, for an
+ * event recorded before the decision was, by the rule of that time.
+ */
+export function buildsFirst(data: JobSubmittedData): boolean {
+  return data.build ?? (!data.spec.image && (data.code != null || data.spec.setup != null));
+}
+
 /** A job needs the builder when it brings code or a setup step and names no ready image. */
 export function needsBuild(spec: JobSpec, code: CodeArchive | undefined | null): boolean {
   return !spec.image && (code != null || spec.setup != null);
@@ -109,7 +118,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         spec: event.data.spec,
         code: event.data.code ?? null,
         submittedAt: at,
-        status: needsBuild(event.data.spec, event.data.code) ? 'submitted' : 'queued',
+        status: buildsFirst(event.data) ? 'submitted' : 'queued',
       };
     case 'JobBuildStarted':
       return { ...state, status: 'building', builderId: event.data.builderId };

@@ -1,3 +1,4 @@
+import { buildsFirst } from '@trainyard/domain';
 import { ofAggregate, type StoredEvent } from '@trainyard/events';
 import type { JobRow } from '../tables/jobs.table.ts';
 import type { TableProjector } from './types.ts';
@@ -11,7 +12,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       id: event.aggregateId,
       name: spec.name,
       owner,
-      status: spec.image || (!event.data.code && !spec.setup) ? 'queued' : 'submitted',
+      status: buildsFirst(event.data) ? 'submitted' : 'queued',
       priority: spec.priority,
       command: spec.command,
       image: spec.image ?? null,
