@@ -1,5 +1,6 @@
 export * from './catalog.ts';
 export * from './common.ts';
+export * from './dispatch.ts';
 export * from './envelope.ts';
 export * from './errors.ts';
 export * from './hash.ts';

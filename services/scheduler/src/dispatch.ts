@@ -1,10 +1,9 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { DomainError, failure } from '@trainyard/domain';
-import { Subjects } from '@trainyard/events';
+import { DISPATCH_VERSION, Subjects, type DispatchMessage } from '@trainyard/events';
 import {
   publishReliably,
   runJobCommand,
-  type DispatchMessage,
   type JobSnapshot,
   type ServiceContext,
 } from '@trainyard/platform';
@@ -19,6 +18,7 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
   const attempt = state.attempts[state.attempts.length - 1];
   if (!attempt || !state.spec) return;
   const message: DispatchMessage = {
+    v: DISPATCH_VERSION,
     kind: 'run',
     jobId: state.id,
     attemptId: attempt.id,
@@ -75,7 +75,12 @@ async function failUndeliverable(
 export async function dispatchStop(js: JetStreamClient, job: JobSnapshot): Promise<void> {
   const attempt = job.state.attempts[job.state.attempts.length - 1];
   if (!attempt) return;
-  const message: DispatchMessage = { kind: 'stop', jobId: job.state.id, attemptId: attempt.id };
+  const message: DispatchMessage = {
+    v: DISPATCH_VERSION,
+    kind: 'stop',
+    jobId: job.state.id,
+    attemptId: attempt.id,
+  };
   await publishReliably(
     js,
     Subjects.dispatchControl(attempt.workerId),

@@ -1,5 +1,5 @@
 import { failure, type ProcessExit } from '@trainyard/domain';
-import { retry, type Failure } from '@trainyard/events';
+import { retry, type Failure, type RunAttempt } from '@trainyard/events';
 import {
   archiveLimits,
   LogShipper,
@@ -7,7 +7,6 @@ import {
   shippedBytes,
   type AttemptReport,
   type ReportedJob,
-  type RunAttempt,
   type RunningAttempt,
 } from '@trainyard/platform';
 import { OutputMirror } from './outputs.ts';

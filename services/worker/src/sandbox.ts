@@ -11,7 +11,7 @@ import { readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { failure } from '@trainyard/domain';
 import type { JobUser } from './users.ts';
-import type { Failure } from '@trainyard/events';
+import { type Failure, RunAttemptSchema, type RunAttempt } from '@trainyard/events';
 import {
   ArchiveError,
   type ArchiveLimits,
@@ -19,8 +19,6 @@ import {
   unpackArchive,
   type BlobSource,
   recordedPid,
-  RunAttemptSchema,
-  type RunAttempt,
   type RunSpec,
 } from '@trainyard/platform';
 

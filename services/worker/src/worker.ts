@@ -2,22 +2,23 @@ import { chmod, mkdir, rmdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import type { JsMsg } from '@nats-io/jetstream';
 import {
+  DISPATCH_VERSION,
   retryTransient,
   Streams,
   Subjects,
   type Gpu,
   type Heartbeat,
   type WorkerEvent,
+  DispatchMessageSchema,
+  type RunAttempt,
 } from '@trainyard/events';
 import {
   dispatchSlots,
   fetchedBlobs,
-  DispatchMessageSchema,
   sendReport,
   type Report,
   supervise,
   takeFromDurable,
-  type RunAttempt,
   type ServiceContext,
 } from '@trainyard/platform';
 import { AttemptRun } from './attempt.ts';
@@ -184,9 +185,16 @@ export async function startWorker(
   }
 
   async function onMessage(msg: JsMsg): Promise<void> {
-    const parsed = DispatchMessageSchema.safeParse(msg.json());
+    const body = msg.json<{ v?: unknown }>();
+    const parsed = DispatchMessageSchema.safeParse(body);
     if (!parsed.success) {
-      log.error({ subject: msg.subject }, 'malformed dispatch message dropped');
+      const v = body?.v;
+      if (typeof v === 'number' && v > DISPATCH_VERSION) {
+        log.error(
+          { subject: msg.subject, version: v, reads: DISPATCH_VERSION },
+          'dispatch message of a newer version dropped: upgrade this worker',
+        );
+      } else log.error({ subject: msg.subject }, 'malformed dispatch message dropped');
       msg.term();
       return;
     }

@@ -3,6 +3,7 @@ import { access, mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunAttempt } from '@trainyard/events';
 import {
   connectBus,
   DEFAULT_ARCHIVE_LIMITS,
@@ -11,7 +12,6 @@ import {
   ProcessRuntime,
   putFile,
   type BlobStore,
-  type RunAttempt,
 } from '@trainyard/platform';
 import { startTestNats, tempDir, waitFor } from '@trainyard/testkit';
 import {
@@ -34,6 +34,7 @@ const noBlobs = {} as BlobStore;
 
 function attempt(jobId: string): RunAttempt {
   return {
+    v: 1,
     kind: 'run',
     jobId,
     attemptId: `att_${jobId}`,

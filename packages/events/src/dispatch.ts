@@ -1,0 +1,50 @@
+/**
+ * Messages on the dispatch stream, versioned wire contracts between the scheduler and the
+ * workers. They are derived from committed events, never the truth: the scheduler turns
+ * `JobAssigned` into a `RunAttempt` for the worker's slot, and `JobCancelRequested` into a
+ * `StopAttempt` on the worker's control subject. Each names what the worker needs, field by
+ * field, and nothing of the decider's state; a worker decides nothing on them: what it reports
+ * is decided on the log by the control plane.
+ *
+ * `v` is the contract's version. A message without one was sent before versions were: it reads
+ * as version 1, which it is. A change a worker of the previous version could not read takes a
+ * new version, and workers accept both while they are upgraded.
+ */
+import { z } from 'zod';
+import { BlobRefSchema } from './common.ts';
+import { CodeArchiveSchema } from './job.ts';
+
+export const DISPATCH_VERSION = 1;
+const Version = z.literal(DISPATCH_VERSION).default(DISPATCH_VERSION);
+
+export const RunAttemptSchema = z.object({
+  v: Version,
+  kind: z.literal('run'),
+  jobId: z.string(),
+  attemptId: z.string(),
+  attempt: z.number().int().min(1),
+  /** The worker's GPUs it runs on, by index. */
+  gpus: z.array(z.number().int()),
+  command: z.string(),
+  /** Run before the command, in the sandbox, as the attempt's user. */
+  setup: z.string().optional(),
+  env: z.record(z.string(), z.string()),
+  /** What the builder made of the code, or null: then the code itself, or nothing. */
+  artifact: BlobRefSchema.nullable(),
+  code: CodeArchiveSchema.nullable(),
+});
+export type RunAttempt = z.infer<typeof RunAttemptSchema>;
+
+export const StopAttemptSchema = z.object({
+  v: Version,
+  kind: z.literal('stop'),
+  jobId: z.string(),
+  attemptId: z.string(),
+});
+export type StopAttempt = z.infer<typeof StopAttemptSchema>;
+
+export const DispatchMessageSchema = z.discriminatedUnion('kind', [
+  RunAttemptSchema,
+  StopAttemptSchema,
+]);
+export type DispatchMessage = z.infer<typeof DispatchMessageSchema>;

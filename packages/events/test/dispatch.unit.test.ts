@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest';
+import { DISPATCH_VERSION, DispatchMessageSchema } from '../src/index.ts';
+
+const run = {
+  kind: 'run',
+  jobId: 'job_1',
+  attemptId: 'att_1',
+  attempt: 1,
+  gpus: [0],
+  command: 'python train.py',
+  env: { SEED: '1' },
+  artifact: null,
+  code: null,
+};
+
+describe('the dispatch contract', () => {
+  it('reads a message of its version, and one sent before versions as version 1', () => {
+    expect(DispatchMessageSchema.parse({ ...run, v: DISPATCH_VERSION })).toEqual({
+      ...run,
+      v: 1,
+    });
+    expect(DispatchMessageSchema.parse(run)).toMatchObject({ v: 1, kind: 'run' });
+    expect(
+      DispatchMessageSchema.parse({ kind: 'stop', jobId: 'job_1', attemptId: 'att_1' }),
+    ).toEqual({ v: 1, kind: 'stop', jobId: 'job_1', attemptId: 'att_1' });
+  });
+
+  it('refuses a version it does not know, and a message missing what a worker needs', () => {
+    expect(DispatchMessageSchema.safeParse({ ...run, v: 2 }).success).toBe(false);
+    const { command: _command, ...noCommand } = run;
+    expect(DispatchMessageSchema.safeParse(noCommand).success).toBe(false);
+    expect(DispatchMessageSchema.safeParse({ ...run, kind: 'state' }).success).toBe(false);
+  });
+});
