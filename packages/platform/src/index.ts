@@ -36,3 +36,5 @@ export * from './reports.ts';
 export * from './worker-keys.ts';
 export * from './servers/accounts.ts';
 export * from './service-buckets.ts';
+export * from './inboxes.ts';
+export * from './servers/authorize-workers.ts';

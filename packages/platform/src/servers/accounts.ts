@@ -1,11 +1,10 @@
+import { CONTROL_SERVICES, type ControlService } from '../inboxes.ts';
 import {
   CONTROL_ACCOUNT,
   controlExports,
-  CONTROL_SERVICES,
   servicePermissions,
   WORKER_ACCOUNT,
   workerImports,
-  type ControlService,
 } from './permissions.ts';
 import type { NatsPermissions } from './nats-server.ts';
 

@@ -2,6 +2,12 @@ import { Subjects } from '@trainyard/events';
 import { workerBucket } from '../blob/object-store.ts';
 import { possibleDispatchSlots } from '../dispatch.ts';
 import type { NatsPermissions } from './nats-server.ts';
+import {
+  serviceInbox,
+  WORKER_INBOXES,
+  workerInbox,
+  type ControlService,
+} from '../inboxes.ts';
 
 /** Buckets that hold secrets: password hashes, sessions, the token key, worker enrolment. */
 const SECRET_BUCKETS = [
@@ -62,14 +68,6 @@ const objectsUser = (bucket: string) => [
 ];
 
 /**
- * Where workers' replies arrive: each worker's connection takes its inboxes under
- * `workerInbox(name)`, so that no worker can subscribe to the control plane's replies
- * (`_INBOX.>`), which carry other workers' dispatches and the secrets the services read.
- */
-const WORKER_INBOXES = '_INBOX_W';
-export const workerInbox = (workerId: string) => `${WORKER_INBOXES}.${workerId}`;
-
-/**
  * What a worker's own login may do: heartbeat and report as itself only, read only its own
  * dispatch consumers (which the control plane makes), read code and artifacts from the shared
  * object store, write only to its own bucket (which the control plane made for it), and ship
@@ -102,14 +100,6 @@ export function workerPermissions(workerId: string): NatsPermissions {
     subscribe: { allow: [`${workerInbox(workerId)}.>`] },
   };
 }
-
-/** The services of the control plane, each with a NATS login of its own on `up`'s server. */
-export const CONTROL_SERVICES = ['api', 'scheduler', 'builder', 'projector', 'watchdog'] as const;
-export type ControlService = (typeof CONTROL_SERVICES)[number];
-
-/** Where a control-plane service's replies arrive: no other service may read them. */
-const SERVICE_INBOXES = '_INBOX_S';
-export const serviceInbox = (service: ControlService) => `${SERVICE_INBOXES}.${service}`;
 
 const EVENTS = 'TY_EVENTS';
 const HEARTBEATS = 'TY_HEARTBEATS';
