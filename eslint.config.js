@@ -4,6 +4,11 @@ import tseslint from 'typescript-eslint';
 
 const services = ['api', 'scheduler', 'builder', 'worker', 'watchdog', 'projector', 'cli'];
 const servicePackages = services.map((s) => `@trainyard/${s}`);
+/** The adapters, each a package of its own: see the package graph in docs/architecture.md. */
+const adapters = ['blobs', 'service-kit', 'runtime', 'application', 'servers'].map(
+  (p) => `@trainyard/${p}`,
+);
+const except = (...names) => adapters.filter((a) => !names.includes(a));
 
 /** No reaching into another package's files: import its public index only. */
 const noDeepImports = {
@@ -11,7 +16,11 @@ const noDeepImports = {
   message: 'import the package by name; its src/index.ts is its public surface',
 };
 
-/** The one-way rule: events <- domain <- projections/platform <- services. */
+/**
+ * The one-way rule: events <- domain <- projections, and events <- blobs <- service-kit <-
+ * runtime / application <- servers; services stand on all of them but the servers, which only
+ * the composition root (cli) and the tests start.
+ */
 function restrict(files, paths, patterns = []) {
   return {
     files,
@@ -60,7 +69,7 @@ export default tseslint.config(
   restrict(
     ['packages/events/src/**'],
     banned(
-      ['@trainyard/domain', '@trainyard/projections', '@trainyard/platform', ...servicePackages],
+      ['@trainyard/domain', '@trainyard/projections', ...adapters, ...servicePackages],
       'events is the bottom layer',
     ),
   ),
@@ -77,7 +86,7 @@ export default tseslint.config(
               allowTypeImports: true,
             },
             ...banned(
-              ['@trainyard/projections', '@trainyard/platform', ...servicePackages],
+              ['@trainyard/projections', ...adapters, ...servicePackages],
               'the domain imports nothing but event types',
             ),
           ],
@@ -113,18 +122,81 @@ export default tseslint.config(
     },
   },
   restrict(
-    ['packages/projections/src/**', 'packages/platform/src/**'],
-    banned(['@trainyard/testkit', ...servicePackages], 'adapters never import services'),
+    ['packages/projections/src/**'],
+    banned(
+      ['@trainyard/testkit', ...adapters, ...servicePackages],
+      'projections fold events into tables, and stand on events and the domain alone',
+    ),
+  ),
+  restrict(
+    ['packages/blobs/src/**'],
+    banned(
+      [
+        '@trainyard/domain',
+        '@trainyard/projections',
+        '@trainyard/testkit',
+        ...except(),
+        ...servicePackages,
+      ],
+      'blob storage and archives stand on events alone',
+    ),
+  ),
+  restrict(
+    ['packages/service-kit/src/**'],
+    banned(
+      [
+        '@trainyard/domain',
+        '@trainyard/projections',
+        '@trainyard/testkit',
+        ...except('@trainyard/blobs'),
+        ...servicePackages,
+      ],
+      'the service kit is plumbing: it knows no domain and no application',
+    ),
+  ),
+  restrict(
+    ['packages/runtime/src/**'],
+    banned(
+      [
+        '@trainyard/projections',
+        '@trainyard/testkit',
+        ...except('@trainyard/blobs', '@trainyard/service-kit'),
+        ...servicePackages,
+      ],
+      'the host runtime runs processes and ships their logs; it decides nothing',
+    ),
+  ),
+  restrict(
+    ['packages/application/src/**'],
+    banned(
+      [
+        '@trainyard/projections',
+        '@trainyard/testkit',
+        ...except('@trainyard/blobs', '@trainyard/service-kit'),
+        ...servicePackages,
+      ],
+      'the application layer runs the deciders; it starts no server and runs no process',
+    ),
+  ),
+  restrict(
+    ['packages/servers/src/**'],
+    banned(
+      ['@trainyard/projections', '@trainyard/testkit', '@trainyard/runtime', ...servicePackages],
+      'the embedded servers serve the composition root and the tests',
+    ),
   ),
   ...services
     .filter((s) => s !== 'cli')
     .map((s) =>
       restrict(
         [`services/${s}/src/**`],
-        banned(
-          servicePackages.filter((p) => p !== `@trainyard/${s}`),
-          'services never import each other; they share events',
-        ),
+        [
+          ...banned(
+            servicePackages.filter((p) => p !== `@trainyard/${s}`),
+            'services never import each other; they share events',
+          ),
+          ...banned(['@trainyard/servers'], 'only the composition root (cli) starts servers'),
+        ],
       ),
     ),
   {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { StorageType } from '@nats-io/jetstream';
-import type { Bus } from '@trainyard/platform';
+import type { Bus } from '@trainyard/service-kit';
 
 /**
  * The raw JetStream ceiling on this machine: pipelined publishes of ~200-byte events, each

@@ -8,7 +8,7 @@ import { Kvm } from '@nats-io/kv';
 import { startStack, type Stack } from '@trainyard/cli';
 import { ChainVerifier, type ChainBreak, type StoredEvent } from '@trainyard/events';
 import { compareWithRebuild } from '@trainyard/projections';
-import { followLog } from '@trainyard/platform';
+import { followLog } from '@trainyard/service-kit';
 import { createTestDatabase, startTestNatsCluster, tempDir, waitFor } from '@trainyard/testkit';
 
 const BIN = resolve(fileURLToPath(new URL('../services/cli/bin/trainyard.js', import.meta.url)));

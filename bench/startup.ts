@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { JobEvent } from '@trainyard/events';
 import { EMPTY_HEAD } from '@trainyard/events';
-import type { ServiceContext } from '@trainyard/platform';
+import type { ServiceContext } from '@trainyard/service-kit';
 import { DEFAULT_SCHEDULER_OPTIONS, startScheduler } from '@trainyard/scheduler';
 import { startTestNats, testContext } from '@trainyard/testkit';
 

@@ -15,7 +15,7 @@ import {
   stopOnSignals,
   workerInbox,
   type ServiceContext,
-} from '@trainyard/platform';
+} from '@trainyard/service-kit';
 import { startWorker, type RunningWorker } from '@trainyard/worker';
 
 const [prefix = 'host', count = '1', shape = '8x80GiB', sandboxes = tmpdir(), ...flags] =

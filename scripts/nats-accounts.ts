@@ -1,5 +1,5 @@
 import { writeFileSync } from 'node:fs';
-import { natsAccountsConfig } from '@trainyard/platform';
+import { natsAccountsConfig } from '@trainyard/servers';
 
 const file = new URL('../infra/nats/accounts.conf', import.meta.url);
 writeFileSync(file, natsAccountsConfig());

@@ -8,20 +8,22 @@ import { createUser, type KeyPair } from '@nats-io/nkeys';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import { WorkerKeys } from '@trainyard/application';
 import {
-  connectBus,
-  connectNats,
-  CONTROL_SERVICES,
   createAuthIssuer,
-  createLogger,
   natsAccountsConfig,
   servicePasswordVariable,
   startAuthCallout,
   startNatsServer,
-  workerInbox,
-  WorkerKeys,
   type ChildServer,
-} from '@trainyard/platform';
+} from '@trainyard/servers';
+import {
+  connectBus,
+  connectNats,
+  CONTROL_SERVICES,
+  createLogger,
+  workerInbox,
+} from '@trainyard/service-kit';
 import { clusterNatsServer, tempDir, waitFor } from '@trainyard/testkit';
 
 const INFRA = resolve(fileURLToPath(new URL('..', import.meta.url)));

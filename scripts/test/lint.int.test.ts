@@ -26,7 +26,11 @@ describe('the lint configuration', () => {
     for (const file of [
       'packages/events/src/hash.ts',
       'packages/domain/src/worker.ts',
-      'packages/platform/src/commands.ts',
+      'packages/blobs/src/types.ts',
+      'packages/service-kit/src/ids.ts',
+      'packages/runtime/src/gpu.ts',
+      'packages/application/src/commands.ts',
+      'packages/servers/src/ports.ts',
       'services/watchdog/src/watchdog.ts',
     ]) {
       expect(await broken(file, ''), file).toEqual([]);
@@ -36,12 +40,26 @@ describe('the lint configuration', () => {
   it('refuses every arrow that points back down the layers', async () => {
     const backArrows: [file: string, extra: string][] = [
       ['packages/events/src/hash.ts', "export * as domain from '@trainyard/domain';"],
-      ['packages/domain/src/worker.ts', "export * as platform from '@trainyard/platform';"],
+      ['packages/events/src/hash.ts', "export * as blobs from '@trainyard/blobs';"],
+      ['packages/domain/src/worker.ts', "export * as kit from '@trainyard/service-kit';"],
       ['packages/domain/src/worker.ts', "export { createHash } from 'node:crypto';"],
       ['packages/projections/src/index.ts', "export * as api from '@trainyard/api';"],
-      ['packages/platform/src/commands.ts', "export * as worker from '@trainyard/worker';"],
+      ['packages/projections/src/index.ts', "export * as kit from '@trainyard/service-kit';"],
+      ['packages/blobs/src/types.ts', "export * as kit from '@trainyard/service-kit';"],
+      ['packages/blobs/src/types.ts', "export * as domain from '@trainyard/domain';"],
+      ['packages/service-kit/src/ids.ts', "export * as app from '@trainyard/application';"],
+      ['packages/service-kit/src/ids.ts', "export * as runtime from '@trainyard/runtime';"],
+      ['packages/service-kit/src/ids.ts', "export * as domain from '@trainyard/domain';"],
+      ['packages/runtime/src/gpu.ts', "export * as app from '@trainyard/application';"],
+      ['packages/runtime/src/gpu.ts', "export * as servers from '@trainyard/servers';"],
+      ['packages/application/src/commands.ts', "export * as servers from '@trainyard/servers';"],
+      ['packages/application/src/commands.ts', "export * as runtime from '@trainyard/runtime';"],
+      ['packages/application/src/commands.ts', "export * as worker from '@trainyard/worker';"],
+      ['packages/servers/src/ports.ts', "export * as runtime from '@trainyard/runtime';"],
+      ['packages/servers/src/ports.ts', "export * as cli from '@trainyard/cli';"],
       ['services/watchdog/src/watchdog.ts', "export * as scheduler from '@trainyard/scheduler';"],
-      ['services/api/src/deps.ts', "export * as kit from '@trainyard/platform/src/ids.ts';"],
+      ['services/watchdog/src/watchdog.ts', "export * as servers from '@trainyard/servers';"],
+      ['services/api/src/deps.ts', "export * as kit from '@trainyard/service-kit/src/ids.ts';"],
     ];
     for (const [file, extra] of backArrows) {
       const rules = await broken(file, extra);
@@ -51,12 +69,12 @@ describe('the lint configuration', () => {
 
   it('refuses a promise nobody awaits', async () => {
     const rules = await broken(
-      'packages/platform/src/commands.ts',
+      'packages/application/src/commands.ts',
       'export function forget(store: EventStore): void {\n  store.lastSeq();\n}',
     );
     expect(rules.join('\n')).toMatch(/no-floating-promises/);
     const marked = await broken(
-      'packages/platform/src/commands.ts',
+      'packages/application/src/commands.ts',
       'export function forget(store: EventStore): void {\n  void store.lastSeq();\n}',
     );
     expect(marked).toEqual([]);

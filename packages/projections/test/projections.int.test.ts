@@ -1,7 +1,8 @@
 import { sql, type Kysely } from 'kysely';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { JobEvent, StoredEvent } from '@trainyard/events';
-import { connectBus, loadJob, runJobCommand, type Bus } from '@trainyard/platform';
+import { loadJob, runJobCommand } from '@trainyard/application';
+import { connectBus, type Bus } from '@trainyard/service-kit';
 import { createTestDatabase, startTestNats } from '@trainyard/testkit';
 import {
   applyBatch,

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
-import { freePorts, startNatsServer, type ChildServer } from '@trainyard/platform';
+import { freePorts, startNatsServer, type ChildServer } from '@trainyard/servers';
 import { tempDir } from './tmp.ts';
 import { waitFor } from './wait.ts';
 

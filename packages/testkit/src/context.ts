@@ -4,7 +4,7 @@ import {
   openContext,
   parseEnv,
   type ServiceContext,
-} from '@trainyard/platform';
+} from '@trainyard/service-kit';
 
 /** A service context against a test NATS, logging only warnings and errors. */
 export async function testContext(natsUrl: string, name = 'test'): Promise<ServiceContext> {

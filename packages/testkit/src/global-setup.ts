@@ -1,6 +1,6 @@
 import type {} from 'vitest';
 import type { TestProject } from 'vitest/node';
-import { startPostgres } from '@trainyard/platform';
+import { startPostgres } from '@trainyard/servers';
 import { tempDir } from './tmp.ts';
 
 declare module 'vitest' {

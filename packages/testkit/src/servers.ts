@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import postgres from 'postgres';
-import { startNatsServer, type ChildServer } from '@trainyard/platform';
+import { startNatsServer, type ChildServer } from '@trainyard/servers';
 import { tempDir } from './tmp.ts';
 
 /**

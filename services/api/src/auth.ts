@@ -4,7 +4,7 @@ import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { jwtVerify, SignJWT } from 'jose';
 import { EventStoreError, retry, retryTransient, type Role } from '@trainyard/events';
-import { openBucket } from '@trainyard/platform';
+import { openBucket } from '@trainyard/service-kit';
 import { ApiError } from './errors.ts';
 
 const VERIFIED_CACHE_SIZE = 10_000;

@@ -8,7 +8,9 @@ import type {
 import type { ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { Kysely } from 'kysely';
 import type { Database } from '@trainyard/projections';
-import type { ArchiveLimits, BlobStore, Bus, Logger, WorkerKeys } from '@trainyard/platform';
+import type { WorkerKeys } from '@trainyard/application';
+import type { ArchiveLimits, BlobStore } from '@trainyard/blobs';
+import type { Bus, Logger } from '@trainyard/service-kit';
 import type { CredentialStore, TokenIssuer } from './auth.ts';
 import type { SessionStore } from './sessions.ts';
 import type { LoginThrottle } from './throttle.ts';

@@ -1,6 +1,6 @@
 import { DomainError } from '@trainyard/domain';
 import { ConcurrencyError, EventStoreError } from '@trainyard/events';
-import { ArchiveError } from '@trainyard/platform';
+import { ArchiveError } from '@trainyard/blobs';
 import {
   hasZodFastifySchemaValidationErrors,
   ResponseSerializationError,

@@ -1,13 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { Kysely } from 'kysely';
-import {
-  archiveLimits,
-  ConfigError,
-  natsUrlWithoutLogin,
-  WorkerKeys,
-  type ServiceContext,
-} from '@trainyard/platform';
+import { WorkerKeys } from '@trainyard/application';
+import { archiveLimits } from '@trainyard/blobs';
+import { ConfigError, natsUrlWithoutLogin, type ServiceContext } from '@trainyard/service-kit';
 import type { Database } from '@trainyard/projections';
 import { buildApp } from './app.ts';
 import {

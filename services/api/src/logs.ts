@@ -7,14 +7,9 @@ import {
   Streams,
   Subjects,
 } from '@trainyard/events';
-import {
-  BlobKeys,
-  getWritten,
-  loadJob,
-  onAbort,
-  type BlobStore,
-  type Bus,
-} from '@trainyard/platform';
+import { loadJob } from '@trainyard/application';
+import { BlobKeys, getWritten, type BlobStore } from '@trainyard/blobs';
+import { onAbort, type Bus } from '@trainyard/service-kit';
 
 const CHECK_MS = 500;
 

@@ -2,7 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { retryTransient, type Role } from '@trainyard/events';
-import { openBucket } from '@trainyard/platform';
+import { openBucket } from '@trainyard/service-kit';
 import { ApiError } from './errors.ts';
 
 /** How long a login lasts without a new password: its refresh token's life. */

@@ -13,7 +13,7 @@ import {
   putFile,
   sniffFile,
   type BlobStore,
-} from '@trainyard/platform';
+} from '@trainyard/blobs';
 import { ApiError } from './errors.ts';
 
 /** An uploaded code archive parked on local disk until the spec has been accepted. */

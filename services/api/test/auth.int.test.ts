@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectBus, type Bus } from '@trainyard/platform';
+import { connectBus, type Bus } from '@trainyard/service-kit';
 import { startTestNats } from '@trainyard/testkit';
 import { loadTokenSecret } from '../src/auth.ts';
 

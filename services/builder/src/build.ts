@@ -7,15 +7,15 @@ import {
   ArchiveError,
   BlobKeys,
   fetchVerified,
-  LogShipper,
   packDirectory,
   putFile,
   streamToFile,
   unpackArchive,
   type ArchiveLimits,
   type BlobStore,
-  type Bus,
-} from '@trainyard/platform';
+} from '@trainyard/blobs';
+import { LogShipper } from '@trainyard/runtime';
+import { type Bus } from '@trainyard/service-kit';
 
 export type BuildOutcome = { ok: true; artifact: BlobRef } | { ok: false; failure: Failure };
 

@@ -1,17 +1,15 @@
 import { buildsFirst, DomainError } from '@trainyard/domain';
 import { retry, Subjects } from '@trainyard/events';
+import { loadJob, type JobSnapshot, runJobCommand } from '@trainyard/application';
+import { archiveLimits } from '@trainyard/blobs';
 import {
-  archiveLimits,
   followLog,
   Liveness,
-  loadJob,
   LogPosition,
-  type JobSnapshot,
-  runJobCommand,
   sleep,
   supervise,
   type ServiceContext,
-} from '@trainyard/platform';
+} from '@trainyard/service-kit';
 import { buildArtifact } from './build.ts';
 
 export interface BuilderOptions {

@@ -1,12 +1,7 @@
-import {
-  authIssuer,
-  connectNats,
-  createLogger,
-  ensureWorkerBucket,
-  startAuthCallout,
-  stopOnSignals,
-  WorkerKeys,
-} from '@trainyard/platform';
+import { WorkerKeys } from '@trainyard/application';
+import { ensureWorkerBucket } from '@trainyard/blobs';
+import { authIssuer, startAuthCallout } from '@trainyard/servers';
+import { connectNats, createLogger, stopOnSignals } from '@trainyard/service-kit';
 import { reach } from './connect.ts';
 import { serviceContext } from './env.ts';
 import { CliError } from './errors.ts';

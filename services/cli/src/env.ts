@@ -1,3 +1,4 @@
+import { workerBucket, type BlobReads } from '@trainyard/blobs';
 import {
   BaseConfigSchema,
   connectBus,
@@ -5,14 +6,12 @@ import {
   openContext,
   CONTROL_SERVICES,
   serviceInbox,
-  workerBucket,
   workerInbox,
   type BaseConfig,
-  type BlobReads,
   type Bus,
   type NatsTlsOptions,
   type ServiceContext,
-} from '@trainyard/platform';
+} from '@trainyard/service-kit';
 import { connectDb, migrate } from '@trainyard/projections';
 import { readSigningKey, readStack } from './config.ts';
 import { reach } from './connect.ts';

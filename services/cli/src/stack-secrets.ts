@@ -7,13 +7,8 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { EventSigner } from '@trainyard/events';
-import {
-  CONTROL_SERVICES,
-  servicePermissions,
-  workerPermissions,
-  type ControlService,
-  type NatsUser,
-} from '@trainyard/platform';
+import { servicePermissions, workerPermissions, type NatsUser } from '@trainyard/servers';
+import { CONTROL_SERVICES, type ControlService } from '@trainyard/service-kit';
 import { CliError } from './client.ts';
 import { readSigningKey, signingKeyFile, writePrivate } from './config.ts';
 

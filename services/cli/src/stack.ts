@@ -6,31 +6,31 @@ import { fileURLToPath } from 'node:url';
 import type { Kysely } from 'kysely';
 import { startApi, type RunningApi } from '@trainyard/api';
 import { DEFAULT_BUILDER_OPTIONS, startBuilder } from '@trainyard/builder';
+import { WorkerKeys, ensureServiceBuckets } from '@trainyard/application';
+import { ensureWorkerBucket, workerBucket } from '@trainyard/blobs';
 import {
-  BaseConfigSchema,
   embeddedPostgresDir,
-  openContext,
-  parseEnv,
   portInUse,
-  setLogDestination,
   startNatsServer,
   startPostgres,
-  stopOnSignals,
   authorizeWorkers,
-  ensureWorkerBucket,
-  withDeadline,
-  WorkerKeys,
   type ChildServer,
   type NatsServer,
-  type ControlService,
-  ensureServiceBuckets,
-  serviceInbox,
-  workerBucket,
-  workerInbox,
   urlHost,
+} from '@trainyard/servers';
+import {
+  BaseConfigSchema,
+  openContext,
+  parseEnv,
+  setLogDestination,
+  stopOnSignals,
+  withDeadline,
+  type ControlService,
+  serviceInbox,
+  workerInbox,
   type ServiceContext,
   type Stoppable,
-} from '@trainyard/platform';
+} from '@trainyard/service-kit';
 import { connectDb, migrate, type Database } from '@trainyard/projections';
 import { startProjector } from '@trainyard/projector';
 import {

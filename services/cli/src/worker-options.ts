@@ -5,11 +5,11 @@ import {
   NoGpuInventory,
   NvidiaSmiInventory,
   ProcessRuntime,
-  sharedStateDir,
   SimulatedInventory,
   SimulatedRuntime,
   type GpuInventory,
-} from '@trainyard/platform';
+} from '@trainyard/runtime';
+import { sharedStateDir } from '@trainyard/servers';
 import { DEFAULT_UID_RANGE, JobUsers, type WorkerOptions } from '@trainyard/worker';
 import { CliError } from './client.ts';
 import { homeDirOf } from './config.ts';

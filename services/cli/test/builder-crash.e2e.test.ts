@@ -4,7 +4,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { packDirectory } from '@trainyard/platform';
+import { packDirectory } from '@trainyard/blobs';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { startTestStack, submit, type TestStack } from './harness.ts';
 import { startService, type ServiceProcess } from './processes.ts';

@@ -6,7 +6,7 @@ import { createServer, connect, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { TokenIssuer } from '@trainyard/api';
-import { freePort } from '@trainyard/platform';
+import { freePort } from '@trainyard/servers';
 import { startTestNats, tempDir, waitFor } from '@trainyard/testkit';
 import { ADMIN_PASSWORD, codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
 import { BIN } from './processes.ts';

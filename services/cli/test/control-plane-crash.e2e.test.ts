@@ -1,6 +1,6 @@
 import { Kvm } from '@nats-io/kv';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
-import { SimulatedInventory } from '@trainyard/platform';
+import { SimulatedInventory } from '@trainyard/runtime';
 import { compareWithRebuild } from '@trainyard/projections';
 import { createTestDatabase, waitFor } from '@trainyard/testkit';
 import { startTestStack, submit, type Job, type TestStack } from './harness.ts';

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { freePort, sharedStateDir } from '@trainyard/platform';
+import { freePort, sharedStateDir } from '@trainyard/servers';
 import { pidsMatching, processAlive, waitFor } from '@trainyard/testkit';
 
 const REPO = resolve(fileURLToPath(new URL('../../..', import.meta.url)));

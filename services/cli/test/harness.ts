@@ -4,13 +4,9 @@ import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { inject } from 'vitest';
 import type { JobView } from '@trainyard/api';
-import {
-  freePort,
-  packDirectory,
-  ProcessRuntime,
-  NoGpuInventory,
-  type GpuInventory,
-} from '@trainyard/platform';
+import { packDirectory } from '@trainyard/blobs';
+import { ProcessRuntime, NoGpuInventory, type GpuInventory } from '@trainyard/runtime';
+import { freePort } from '@trainyard/servers';
 import { createTestDatabase, tempDir, waitFor } from '@trainyard/testkit';
 import { JobUsers } from '@trainyard/worker';
 import { startStack, type Stack, type StackOptions } from '../src/index.ts';

@@ -4,15 +4,10 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  ensureWorkerBucket,
-  setLogDestination,
-  startNatsServer,
-  workerInbox,
-  workerPermissions,
-  type ChildServer,
-  type ReportReply,
-} from '@trainyard/platform';
+import { type ReportReply } from '@trainyard/application';
+import { ensureWorkerBucket } from '@trainyard/blobs';
+import { startNatsServer, workerPermissions, type ChildServer } from '@trainyard/servers';
+import { setLogDestination, workerInbox } from '@trainyard/service-kit';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
 import { startWorkerProcess, type ServiceProcess } from './processes.ts';

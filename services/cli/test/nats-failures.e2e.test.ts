@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ChainVerifier } from '@trainyard/events';
-import { freePort, startNatsServer, type ChildServer } from '@trainyard/platform';
+import { freePort, startNatsServer, type ChildServer } from '@trainyard/servers';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { startTestStack, submit, type TestStack } from './harness.ts';
 

@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startPostgres, type ChildServer } from '@trainyard/platform';
+import { startPostgres, type ChildServer } from '@trainyard/servers';
 import { waitFor } from '@trainyard/testkit';
 import { startTestStack, submit, type Job, type TestStack } from './harness.ts';
 

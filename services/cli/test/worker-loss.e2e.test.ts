@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runJobCommand, loadJob } from '@trainyard/platform';
+import { runJobCommand, loadJob } from '@trainyard/application';
 import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
 import { startTestStack, submit, type TestStack } from './harness.ts';
 import { startWorkerProcess, type ServiceProcess } from './processes.ts';

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import { retry, type RetryPolicy, type StoredEvent } from '@trainyard/events';
-import { followLog, supervise, withDeadline, type ServiceContext } from '@trainyard/platform';
+import { followLog, supervise, withDeadline, type ServiceContext } from '@trainyard/service-kit';
 import { applyBatch, migrate, readCheckpoint, type Database } from '@trainyard/projections';
 
 export interface ProjectorOptions {

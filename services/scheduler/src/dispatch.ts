@@ -1,12 +1,8 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { DomainError, failure } from '@trainyard/domain';
 import { DISPATCH_VERSION, Subjects, type DispatchMessage } from '@trainyard/events';
-import {
-  publishReliably,
-  runJobCommand,
-  type JobSnapshot,
-  type ServiceContext,
-} from '@trainyard/platform';
+import { runJobCommand, type JobSnapshot } from '@trainyard/application';
+import { publishReliably, type ServiceContext } from '@trainyard/service-kit';
 
 /**
  * Sends a worker the attempt it was assigned; the message id makes resends harmless. A message

@@ -1,6 +1,7 @@
 import { DomainError, failure, staleAttempts, type ClusterState } from '@trainyard/domain';
 import type { StoredEvent } from '@trainyard/events';
-import { runJobCommand, type ServiceContext } from '@trainyard/platform';
+import { runJobCommand } from '@trainyard/application';
+import { type ServiceContext } from '@trainyard/service-kit';
 import { dispatchStop } from './dispatch.ts';
 
 /**

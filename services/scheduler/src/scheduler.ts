@@ -9,15 +9,15 @@ import {
   type PlacementPolicy,
 } from '@trainyard/domain';
 import { retry, type StoredEvent } from '@trainyard/events';
+import { runJobCommand } from '@trainyard/application';
 import {
   KvLease,
   newId,
-  runJobCommand,
   sleep,
   followLog,
   onAbort,
   type ServiceContext,
-} from '@trainyard/platform';
+} from '@trainyard/service-kit';
 import { dispatchRun, dispatchStop } from './dispatch.ts';
 import { react, recover } from './reactions.ts';
 import { loadSnapshot, saveSnapshot } from './snapshot.ts';

@@ -4,7 +4,7 @@ import {
   type ClusterSnapshot,
   type ClusterState,
 } from '@trainyard/domain';
-import { withDeadline, type ServiceContext } from '@trainyard/platform';
+import { withDeadline, type ServiceContext } from '@trainyard/service-kit';
 
 const KEY = 'scheduler/cluster-snapshot.json';
 /** A snapshot read or written in no more than this; past it, a new leader replays instead. */

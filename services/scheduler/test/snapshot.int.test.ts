@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EMPTY_HEAD } from '@trainyard/events';
-import { loadJob, runJobCommand, type ServiceContext } from '@trainyard/platform';
+import { loadJob, runJobCommand } from '@trainyard/application';
+import { type ServiceContext } from '@trainyard/service-kit';
 import { startTestNats, testContext, waitFor } from '@trainyard/testkit';
 import { DEFAULT_SCHEDULER_OPTIONS, startScheduler } from '../src/index.ts';
 

@@ -1,13 +1,9 @@
 import type { Msg } from '@nats-io/nats-core';
 import { currentAttempt, isTerminal } from '@trainyard/domain';
 import { AttemptStatus, Subjects } from '@trainyard/events';
-import {
-  answerFetch,
-  fetchableJob,
-  FetchRequestSchema,
-  loadJob,
-  type ServiceContext,
-} from '@trainyard/platform';
+import { loadJob } from '@trainyard/application';
+import { answerFetch, fetchableJob, FetchRequestSchema } from '@trainyard/blobs';
+import { type ServiceContext } from '@trainyard/service-kit';
 import { askedByAClient, WORKER_ID } from './requests.ts';
 
 /** Parts of one worker's blobs given at once; more are answered `BUSY` and asked again. */

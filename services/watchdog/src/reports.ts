@@ -16,15 +16,14 @@ import {
   ReportSchema,
   runJobCommand,
   runWorkerCommand,
-  supervise,
   type AttemptReport,
   type Report,
   type JobSnapshot,
   type ReportedJob,
   type ReportReply,
   WorkerKeys,
-  type ServiceContext,
-} from '@trainyard/platform';
+} from '@trainyard/application';
+import { supervise, type ServiceContext } from '@trainyard/service-kit';
 import { askedByAClient, WORKER_ID } from './requests.ts';
 
 /** Reports handled at once; more wait in the subscription. */

@@ -1,5 +1,5 @@
 import type { Msg } from '@nats-io/nats-core';
-import { workerInbox } from '@trainyard/platform';
+import { workerInbox } from '@trainyard/service-kit';
 
 /** A worker id as a report or fetch subject may carry it. */
 export const WORKER_ID = /^[A-Za-z0-9_-]{1,64}$/;

@@ -9,14 +9,8 @@ import {
   Subjects,
   type WorkerEvent,
 } from '@trainyard/events';
-import {
-  followLog,
-  runWorkerCommand,
-  supervise,
-  takeFromDurable,
-  type ServiceContext,
-  type WorkerSnapshot,
-} from '@trainyard/platform';
+import { runWorkerCommand, type WorkerSnapshot } from '@trainyard/application';
+import { followLog, supervise, takeFromDurable, type ServiceContext } from '@trainyard/service-kit';
 import { startFetches } from './fetches.ts';
 import { startReports } from './reports.ts';
 

@@ -1,14 +1,8 @@
 import { failure, type ProcessExit } from '@trainyard/domain';
 import { retry, type Failure, type RunAttempt } from '@trainyard/events';
-import {
-  archiveLimits,
-  LogShipper,
-  sendReport,
-  shippedBytes,
-  type AttemptReport,
-  type ReportedJob,
-  type RunningAttempt,
-} from '@trainyard/platform';
+import { sendReport, type AttemptReport, type ReportedJob } from '@trainyard/application';
+import { archiveLimits } from '@trainyard/blobs';
+import { LogShipper, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
 import { OutputMirror } from './outputs.ts';
 import {
   markSandbox,

@@ -1,10 +1,6 @@
-import type {
-  BlobSource,
-  BlobStore,
-  GpuInventory,
-  Runtime,
-  ServiceContext,
-} from '@trainyard/platform';
+import type { BlobSource, BlobStore } from '@trainyard/blobs';
+import type { GpuInventory, Runtime } from '@trainyard/runtime';
+import type { ServiceContext } from '@trainyard/service-kit';
 import type { JobUsers } from './users.ts';
 
 export interface WorkerOptions {

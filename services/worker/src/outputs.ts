@@ -2,7 +2,7 @@ import { constants, createReadStream } from 'node:fs';
 import { lstat, open, readdir, realpath } from 'node:fs/promises';
 import { dirname, join, relative, sep } from 'node:path';
 import { retryTransient, type BlobRef, type OutputFile } from '@trainyard/events';
-import { BlobKeys, type BlobStore } from '@trainyard/platform';
+import { BlobKeys, type BlobStore } from '@trainyard/blobs';
 
 interface Seen {
   sizeBytes: number;

@@ -18,9 +18,8 @@ import {
   fetchVerified,
   unpackArchive,
   type BlobSource,
-  recordedPid,
-  type RunSpec,
-} from '@trainyard/platform';
+} from '@trainyard/blobs';
+import { recordedPid, type RunSpec } from '@trainyard/runtime';
 
 export interface Sandbox {
   root: string;

@@ -12,15 +12,9 @@ import {
   DispatchMessageSchema,
   type RunAttempt,
 } from '@trainyard/events';
-import {
-  dispatchSlots,
-  fetchedBlobs,
-  sendReport,
-  type Report,
-  supervise,
-  takeFromDurable,
-  type ServiceContext,
-} from '@trainyard/platform';
+import { dispatchSlots, sendReport, type Report } from '@trainyard/application';
+import { fetchedBlobs } from '@trainyard/blobs';
+import { supervise, takeFromDurable, type ServiceContext } from '@trainyard/service-kit';
 import { AttemptRun } from './attempt.ts';
 import { killGroup, leftSandboxes, removeSandbox } from './sandbox.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';

@@ -5,14 +5,14 @@ import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunAttempt } from '@trainyard/events';
 import {
-  connectBus,
   DEFAULT_ARCHIVE_LIMITS,
   JetStreamBlobStore,
   packDirectory,
-  ProcessRuntime,
   putFile,
   type BlobStore,
-} from '@trainyard/platform';
+} from '@trainyard/blobs';
+import { ProcessRuntime } from '@trainyard/runtime';
+import { connectBus } from '@trainyard/service-kit';
 import { startTestNats, tempDir, waitFor } from '@trainyard/testkit';
 import {
   leftSandboxes,

@@ -1,6 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { Actor } from '@trainyard/events';
-import { loadJobHistory, sleep, type JobSnapshot } from '@trainyard/platform';
+import { loadJobHistory, type JobSnapshot } from '@trainyard/application';
+import { sleep } from '@trainyard/service-kit';
 import { readCheckpoint } from '@trainyard/projections';
 import type { Caller } from '../auth.ts';
 import type { ApiDeps } from '../deps.ts';

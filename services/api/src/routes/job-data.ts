@@ -1,7 +1,8 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { currentAttempt, type JobState } from '@trainyard/domain';
-import { BlobKeys, getWritten, loadJob } from '@trainyard/platform';
+import { loadJob } from '@trainyard/application';
+import { BlobKeys, getWritten } from '@trainyard/blobs';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { logEventStream, type AttemptHeader, type LogEnd } from '../log-events.ts';

@@ -5,7 +5,7 @@ import {
   MAX_ENROLMENT_TTL_S,
   runWorkerCommand,
   WORKER_NAME,
-} from '@trainyard/platform';
+} from '@trainyard/application';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { errorResponses } from '../schemas.ts';

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import type { ServiceContext, Stoppable } from '@trainyard/platform';
+import type { ServiceContext, Stoppable } from '@trainyard/service-kit';
 import type { WorkerFlags } from '../worker-options.ts';
 
 /**
@@ -7,23 +7,39 @@ import type { WorkerFlags } from '../worker-options.ts';
  * commands start without it.
  */
 const server = async () => {
-  const [api, builder, platform, projector, scheduler, watchdog, worker, env, stack, options] =
-    await Promise.all([
-      import('@trainyard/api'),
-      import('@trainyard/builder'),
-      import('@trainyard/platform'),
-      import('@trainyard/projector'),
-      import('@trainyard/scheduler'),
-      import('@trainyard/watchdog'),
-      import('@trainyard/worker'),
-      import('../env.ts'),
-      import('../stack.ts'),
-      import('../worker-options.ts'),
-    ]);
+  const [
+    api,
+    builder,
+    application,
+    serviceKit,
+    servers,
+    projector,
+    scheduler,
+    watchdog,
+    worker,
+    env,
+    stack,
+    options,
+  ] = await Promise.all([
+    import('@trainyard/api'),
+    import('@trainyard/builder'),
+    import('@trainyard/application'),
+    import('@trainyard/service-kit'),
+    import('@trainyard/servers'),
+    import('@trainyard/projector'),
+    import('@trainyard/scheduler'),
+    import('@trainyard/watchdog'),
+    import('@trainyard/worker'),
+    import('../env.ts'),
+    import('../stack.ts'),
+    import('../worker-options.ts'),
+  ]);
   return {
     ...api,
     ...builder,
-    ...platform,
+    ...application,
+    ...serviceKit,
+    ...servers,
     ...projector,
     ...scheduler,
     ...watchdog,

@@ -1,8 +1,7 @@
 import { hostname } from 'node:os';
 import { EventSigner } from '@trainyard/events';
-import type { BlobStore } from './blob/types.ts';
-import { openBlobStore } from './blob/open.ts';
-import type { BlobReads } from './blob/object-store.ts';
+import type { BlobStore, BlobReads } from '@trainyard/blobs';
+import { openBlobStore } from './blob-store.ts';
 import { BaseConfigSchema, parseEnv, type BaseConfig } from './config.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { connectBus, type Bus, type NatsTlsOptions } from './nats.ts';

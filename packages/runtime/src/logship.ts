@@ -1,7 +1,7 @@
 import { createWriteStream, statSync, type WriteStream } from 'node:fs';
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { retry, retryTransient, Streams, Subjects } from '@trainyard/events';
-import { BlobKeys, putFile, type BlobStore } from './blob/types.ts';
+import { BlobKeys, putFile, type BlobStore } from '@trainyard/blobs';
 
 const FLUSH_MS = 100;
 const MAX_CHUNK = 64 * 1024;

@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DeliverPolicy } from '@nats-io/jetstream';
 import { Streams, Subjects } from '@trainyard/events';
 import { startTestNats, tempDir } from '@trainyard/testkit';
-import { connectBus, LogShipper, type Bus } from '../src/index.ts';
+import { LogShipper } from '../src/index.ts';
+import { connectBus, type Bus } from '@trainyard/service-kit';
 
 let nats: Awaited<ReturnType<typeof startTestNats>>;
 let bus: Bus;

@@ -1,7 +1,7 @@
 import { ReadableStream } from 'node:stream/web';
 import type { Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { BlobReadIdleError, resumableRead } from '../src/blob/resumable.ts';
+import { BlobReadIdleError, resumableRead } from '../src/resumable.ts';
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 

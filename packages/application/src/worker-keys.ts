@@ -11,7 +11,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { fromPublic } from '@nats-io/nkeys';
-import { openBucket } from './buckets.ts';
+import { openBucket } from '@trainyard/service-kit';
 
 /** A worker name: one NATS subject token, also a consumer name's part. */
 export const WORKER_NAME = /^[A-Za-z0-9_-]{1,64}$/;

@@ -2,7 +2,8 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '@trainyard/testkit';
-import { startNatsServer, workerInbox, workerPermissions } from '../src/index.ts';
+import { startNatsServer, workerPermissions } from '../src/index.ts';
+import { workerInbox } from '@trainyard/service-kit';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 beforeAll(async () => {

@@ -1,9 +1,8 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
-import type { BaseConfig } from '../config.ts';
-import { ConfigError } from '../config.ts';
-import { JetStreamBlobStore, type BlobReads } from './object-store.ts';
-import { S3BlobStore } from './s3.ts';
-import type { BlobStore } from './types.ts';
+import type { BaseConfig } from './config.ts';
+import { ConfigError } from './config.ts';
+import { JetStreamBlobStore, type BlobReads, S3BlobStore } from '@trainyard/blobs';
+import type { BlobStore } from '@trainyard/blobs';
 
 /** Opens the blob store the configuration names. */
 export async function openBlobStore(

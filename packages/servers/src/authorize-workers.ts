@@ -1,9 +1,9 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
 import { retry } from '@trainyard/events';
-import { ensureWorkerBucket } from '../blob/object-store.ts';
-import { supervise } from '../lifecycle.ts';
-import type { Logger } from '../logger.ts';
-import type { WorkerKey, WorkerKeys, WorkerRecord } from '../worker-keys.ts';
+import { ensureWorkerBucket } from '@trainyard/blobs';
+import { supervise } from '@trainyard/service-kit';
+import type { Logger } from '@trainyard/service-kit';
+import type { WorkerKey, WorkerKeys, WorkerRecord } from '@trainyard/application';
 import type { NatsServer } from './nats-server.ts';
 import { workerPermissions } from './permissions.ts';
 

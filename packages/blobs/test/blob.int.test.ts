@@ -4,15 +4,14 @@ import S3rver from 's3rver';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestNats, tempDir } from '@trainyard/testkit';
 import {
-  connectBus,
   ensureWorkerBucket,
-  freePort,
   getWritten,
   JetStreamBlobStore,
   S3BlobStore,
   type BlobStore,
-  type Bus,
 } from '../src/index.ts';
+import { freePort } from '@trainyard/servers';
+import { connectBus, type Bus } from '@trainyard/service-kit';
 
 async function readAll(stream: Readable): Promise<Buffer> {
   const chunks: Buffer[] = [];

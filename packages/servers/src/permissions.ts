@@ -1,13 +1,13 @@
 import { Subjects } from '@trainyard/events';
-import { workerBucket } from '../blob/object-store.ts';
-import { possibleDispatchSlots } from '../dispatch.ts';
+import { workerBucket } from '@trainyard/blobs';
+import { possibleDispatchSlots } from '@trainyard/application';
 import type { NatsPermissions } from './nats-server.ts';
 import {
   serviceInbox,
   WORKER_INBOXES,
   workerInbox,
   type ControlService,
-} from '../inboxes.ts';
+} from '@trainyard/service-kit';
 
 /** Buckets that hold secrets: password hashes, sessions, the token key, worker enrolment. */
 const SECRET_BUCKETS = [

@@ -15,11 +15,11 @@ import {
 } from '@nats-io/jwt';
 import type { Msg, NatsConnection } from '@nats-io/nats-core';
 import { createAccount, fromPublic, fromSeed, type KeyPair } from '@nats-io/nkeys';
-import { supervise } from './lifecycle.ts';
-import type { Logger } from './logger.ts';
-import type { NatsPermissions } from './servers/nats-server.ts';
-import { WORKER_ACCOUNT, workerPermissions } from './servers/permissions.ts';
-import type { WorkerKeys } from './worker-keys.ts';
+import { supervise } from '@trainyard/service-kit';
+import type { Logger } from '@trainyard/service-kit';
+import type { NatsPermissions } from './nats-server.ts';
+import { WORKER_ACCOUNT, workerPermissions } from './permissions.ts';
+import type { WorkerKeys } from '@trainyard/application';
 
 /** Where nats-server asks, in the callout's account. */
 export const AUTH_CALLOUT_SUBJECT = '$SYS.REQ.USER.AUTH';

@@ -1,7 +1,5 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { openLeaseBucket } from './lease.ts';
-import { openLivenessBucket } from './liveness.ts';
-import { openPositionBucket } from './position.ts';
+import { openLeaseBucket, openLivenessBucket, openPositionBucket } from '@trainyard/service-kit';
 import { WorkerKeys } from './worker-keys.ts';
 
 /**

@@ -1,4 +1,4 @@
-import { CONTROL_SERVICES, type ControlService } from '../inboxes.ts';
+import { CONTROL_SERVICES, type ControlService } from '@trainyard/service-kit';
 import {
   CONTROL_ACCOUNT,
   controlExports,
@@ -34,7 +34,7 @@ const list = (items: unknown[]) => JSON.stringify(items, null, 2).replace(/\n/g,
  * nats:accounts` writes it, and a test holds the file to it.
  */
 export function natsAccountsConfig(): string {
-  return `# Accounts and permissions, written by \`npm run nats:accounts\` from packages/platform (a test
+  return `# Accounts and permissions, written by \`npm run nats:accounts\` from packages/servers (a test
 # holds this file to it): edit the permissions there, not here.
 #
 # The control plane's logins are in the ${CONTROL_ACCOUNT} account, with the streams and buckets:

@@ -1,0 +1,5 @@
+export * from './commands.ts';
+export * from './dispatch.ts';
+export * from './reports.ts';
+export * from './service-buckets.ts';
+export * from './worker-keys.ts';

@@ -1,0 +1,5 @@
+export * from './gpu.ts';
+export * from './logship.ts';
+export * from './process.ts';
+export * from './simulated.ts';
+export * from './types.ts';
