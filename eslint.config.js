@@ -2,13 +2,37 @@ import js from '@eslint/js';
 import { createNodeResolver, importX } from 'eslint-plugin-import-x';
 import tseslint from 'typescript-eslint';
 
-const services = ['api', 'scheduler', 'builder', 'worker', 'watchdog', 'projector', 'cli'];
-const servicePackages = services.map((s) => `@trainyard/${s}`);
-/** The adapters, each a package of its own: see the package graph in docs/architecture.md. */
-const adapters = ['blobs', 'service-kit', 'runtime', 'application', 'servers'].map(
-  (p) => `@trainyard/${p}`,
-);
-const except = (...names) => adapters.filter((a) => !names.includes(a));
+/** The services: each imports the packages below, never another service nor the servers. */
+const services = ['api', 'scheduler', 'builder', 'worker', 'watchdog', 'projector'];
+
+/**
+ * The package graph, drawn in docs/architecture.md (a test holds the drawing, this table and
+ * the package.json files to one another): each package may import only those listed. `cli`, the
+ * composition root, may import anything.
+ */
+export const LAYERS = {
+  events: [],
+  domain: ['events'],
+  projections: ['domain', 'events'],
+  blobs: ['events'],
+  'service-kit': ['blobs', 'events'],
+  runtime: ['blobs', 'domain', 'events'],
+  application: ['service-kit', 'domain', 'events'],
+  servers: ['application', 'service-kit', 'blobs', 'events'],
+  testkit: ['servers', 'service-kit', 'events'],
+  ...Object.fromEntries(
+    services.map((s) => [
+      s,
+      ['application', 'runtime', 'projections', 'service-kit', 'blobs', 'domain', 'events'],
+    ]),
+  ),
+};
+const everyPackage = [...Object.keys(LAYERS), 'cli'];
+/** What a package may not import: every workspace package it is not given. */
+export const forbiddenFor = (pkg) =>
+  everyPackage.filter((p) => p !== pkg && !LAYERS[pkg].includes(p)).map((p) => `@trainyard/${p}`);
+const sourcesOf = (pkg) =>
+  services.includes(pkg) ? `services/${pkg}/src/**` : `packages/${pkg}/src/**`;
 
 /** No reaching into another package's files: import its public index only. */
 const noDeepImports = {
@@ -16,11 +40,6 @@ const noDeepImports = {
   message: 'import the package by name; its src/index.ts is its public surface',
 };
 
-/**
- * The one-way rule: events <- domain <- projections, and events <- blobs <- service-kit <-
- * runtime / application <- servers; services stand on all of them but the servers, which only
- * the composition root (cli) and the tests start.
- */
 function restrict(files, paths, patterns = []) {
   return {
     files,
@@ -66,13 +85,19 @@ export default tseslint.config(
       'import-x/no-cycle': ['error', { ignoreExternal: true }],
     },
   },
-  restrict(
-    ['packages/events/src/**'],
-    banned(
-      ['@trainyard/domain', '@trainyard/projections', ...adapters, ...servicePackages],
-      'events is the bottom layer',
+  ...Object.keys(LAYERS)
+    .filter((pkg) => pkg !== 'domain')
+    .map((pkg) =>
+      restrict(
+        [sourcesOf(pkg)],
+        banned(
+          forbiddenFor(pkg),
+          LAYERS[pkg].length === 0
+            ? `${pkg} is the bottom layer: it imports no other package`
+            : `${pkg} may import only ${LAYERS[pkg].join(', ')} (the package graph in docs/architecture.md)`,
+        ),
+      ),
     ),
-  ),
   {
     files: ['packages/domain/src/**'],
     rules: {
@@ -85,10 +110,7 @@ export default tseslint.config(
               message: 'the domain takes types only from events',
               allowTypeImports: true,
             },
-            ...banned(
-              ['@trainyard/projections', ...adapters, ...servicePackages],
-              'the domain imports nothing but event types',
-            ),
+            ...banned(forbiddenFor('domain'), 'the domain imports nothing but event types'),
           ],
           patterns: [
             noDeepImports,
@@ -121,84 +143,6 @@ export default tseslint.config(
       ],
     },
   },
-  restrict(
-    ['packages/projections/src/**'],
-    banned(
-      ['@trainyard/testkit', ...adapters, ...servicePackages],
-      'projections fold events into tables, and stand on events and the domain alone',
-    ),
-  ),
-  restrict(
-    ['packages/blobs/src/**'],
-    banned(
-      [
-        '@trainyard/domain',
-        '@trainyard/projections',
-        '@trainyard/testkit',
-        ...except(),
-        ...servicePackages,
-      ],
-      'blob storage and archives stand on events alone',
-    ),
-  ),
-  restrict(
-    ['packages/service-kit/src/**'],
-    banned(
-      [
-        '@trainyard/domain',
-        '@trainyard/projections',
-        '@trainyard/testkit',
-        ...except('@trainyard/blobs'),
-        ...servicePackages,
-      ],
-      'the service kit is plumbing: it knows no domain and no application',
-    ),
-  ),
-  restrict(
-    ['packages/runtime/src/**'],
-    banned(
-      [
-        '@trainyard/projections',
-        '@trainyard/testkit',
-        ...except('@trainyard/blobs', '@trainyard/service-kit'),
-        ...servicePackages,
-      ],
-      'the host runtime runs processes and ships their logs; it decides nothing',
-    ),
-  ),
-  restrict(
-    ['packages/application/src/**'],
-    banned(
-      [
-        '@trainyard/projections',
-        '@trainyard/testkit',
-        ...except('@trainyard/blobs', '@trainyard/service-kit'),
-        ...servicePackages,
-      ],
-      'the application layer runs the deciders; it starts no server and runs no process',
-    ),
-  ),
-  restrict(
-    ['packages/servers/src/**'],
-    banned(
-      ['@trainyard/projections', '@trainyard/testkit', '@trainyard/runtime', ...servicePackages],
-      'the embedded servers serve the composition root and the tests',
-    ),
-  ),
-  ...services
-    .filter((s) => s !== 'cli')
-    .map((s) =>
-      restrict(
-        [`services/${s}/src/**`],
-        [
-          ...banned(
-            servicePackages.filter((p) => p !== `@trainyard/${s}`),
-            'services never import each other; they share events',
-          ),
-          ...banned(['@trainyard/servers'], 'only the composition root (cli) starts servers'),
-        ],
-      ),
-    ),
   {
     files: ['**/*.test.ts', 'scripts/**', 'bench/**'],
     rules: { '@typescript-eslint/no-non-null-assertion': 'off' },

@@ -226,6 +226,24 @@ describe('the production compose file', () => {
     }
   });
 
+  it('gives a worker host no secret of the control plane', () => {
+    const workers = Object.entries(compose.services).filter(
+      ([, s]) => (s as { command?: string[] }).command?.[0] === 'worker',
+    );
+    expect(workers.length).toBeGreaterThan(0);
+    for (const [name, s] of workers) {
+      const env = Object.keys(s.environment ?? {});
+      expect(env, name).toContain('TRAINYARD_ENROL_TOKEN');
+      for (const secret of ['DATABASE_URL', 'TRAINYARD_JWT_SECRET', 'TRAINYARD_NATS_URL']) {
+        expect(env, `${name} has ${secret}`).not.toContain(secret);
+      }
+      expect(
+        env.filter((v) => v.endsWith('_PASSWORD') || v.endsWith('_SEED')),
+        name,
+      ).toEqual([]);
+    }
+  });
+
   it('pins every image, checks the health of the servers, and waits for them', () => {
     const services = Object.entries(compose.services);
     for (const [name, s] of services) {

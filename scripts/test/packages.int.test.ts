@@ -1,6 +1,6 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
@@ -71,6 +71,19 @@ describe('the package graph', () => {
     }
     for (const node of drawn.keys()) {
       if (node !== 'services') expect([...actual.keys()], node).toContain(node);
+    }
+  });
+
+  it('is the one lint enforces', async () => {
+    const { LAYERS } = (await import(pathToFileURL(join(ROOT, 'eslint.config.js')).href)) as {
+      LAYERS: Record<string, string[]>;
+    };
+    const drawn = documentedGraph();
+    const actual = packageGraph();
+    for (const [pkg, allowed] of Object.entries(LAYERS)) {
+      const node = SERVICES.includes(pkg) ? 'services' : pkg;
+      expect([...allowed].sort(), pkg).toEqual(drawn.get(node) ?? []);
+      for (const dep of actual.get(pkg) ?? []) expect(allowed, `${pkg} -> ${dep}`).toContain(dep);
     }
   });
 });

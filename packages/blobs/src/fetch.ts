@@ -22,7 +22,11 @@ export type FetchError = 'missing' | 'NOT_YOURS' | 'BAD_REQUEST' | 'BUSY' | 'UNA
 const NEXT = 'Trainyard-Next';
 const ERROR = 'Trainyard-Error';
 const FETCH_TIMEOUT_MS = 15_000;
-const FETCH_ATTEMPTS = 8;
+/**
+ * How long one part is asked for again while the control plane is busy or out of reach: a busy
+ * control plane (many workers starting at once) delays a read rather than failing it.
+ */
+const FETCH_DEADLINE_MS = 120_000;
 
 /** The job whose blob `key` is, when a worker may fetch it: only code and artifacts. */
 export function fetchableJob(key: string): string | null {
@@ -75,7 +79,9 @@ async function fetchPart(
     return { data: msg.data, next: msg.headers?.get(NEXT) || null };
   };
   return retry(ask, {
-    attempts: FETCH_ATTEMPTS,
+    attempts: Infinity,
+    deadlineMs: FETCH_DEADLINE_MS,
+    maxMs: 5_000,
     retryable: (err) => err instanceof FetchBusyError || isTransient(err),
   });
 }
@@ -83,7 +89,7 @@ async function fetchPart(
 /**
  * Blobs as a worker reads them: through the control plane, which gives only the code and
  * artifacts of the attempts that worker holds. Each part is asked for again after a transient
- * error, a bounded number of times; a blob replaced while it is read fails the read.
+ * error or a busy answer, for up to two minutes; a blob replaced while it is read fails the read.
  */
 export function fetchedBlobs(nc: NatsConnection, workerId: string): BlobSource {
   return {

@@ -1,6 +1,6 @@
 import { Readable } from 'node:stream';
 import type { ReadableStream as WebReadableStream } from 'node:stream/web';
-import type { JetStreamClient } from '@nats-io/jetstream';
+import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { Objm, type ObjectResult, type ObjectStore } from '@nats-io/obj';
 import { assertSubjectToken, isTransient, retryTransient, type BlobRef } from '@trainyard/events';
 import { hashing } from './hashing.ts';
@@ -37,6 +37,15 @@ export async function ensureWorkerBucket(
 export class JetStreamBlobStore implements BlobStore {
   readonly kind = 'nats';
   readonly #workers = new Map<string, JetStreamBlobStore>();
+  #jsm: Promise<JetStreamManager> | undefined;
+  /** One manager for the store's direct reads: making one asks the server for its account. */
+  #manager(): Promise<JetStreamManager> {
+    this.#jsm ??= this.js.jetstreamManager().catch((err: unknown) => {
+      this.#jsm = undefined;
+      throw err;
+    });
+    return this.#jsm;
+  }
   private constructor(
     private readonly os: ObjectStore,
     private readonly js: JetStreamClient,
@@ -141,7 +150,7 @@ export class JetStreamBlobStore implements BlobStore {
     const found = await retryTransient(`read ${key}`, () => this.os.info(key));
     if (!found || found.deleted) return null;
     const info = found;
-    const jsm = await this.js.jetstreamManager();
+    const jsm = await this.#manager();
     const stream = `OBJ_${this.bucket}`;
     const subject = `$O.${this.bucket}.C.${info.nuid}`;
     async function* chunks(): AsyncGenerator<Uint8Array> {
@@ -174,7 +183,7 @@ export class JetStreamBlobStore implements BlobStore {
     const read = Number(at[2]);
     if (read >= info.size && info.size > 0) return null;
     if (info.size === 0) return { data: new Uint8Array(), next: null };
-    const jsm = await this.js.jetstreamManager();
+    const jsm = await this.#manager();
     const msg = await retryTransient(`read ${key}`, () =>
       jsm.direct.getMessage(`OBJ_${this.bucket}`, {
         seq: Number(at[1]),

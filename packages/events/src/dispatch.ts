@@ -8,14 +8,17 @@
  *
  * `v` is the contract's version. A message without one was sent before versions were: it reads
  * as version 1, which it is. A change a worker of the previous version could not read takes a
- * new version, and workers accept both while they are upgraded.
+ * new version: `Version` then lists both, so that workers read both while they are upgraded, and a
+worker sent a version it does not read fails that attempt, saying to upgrade it.
  */
 import { z } from 'zod';
 import { BlobRefSchema } from './common.ts';
 import { CodeArchiveSchema } from './job.ts';
 
+/** The version the scheduler sends; workers read every version listed in `Version`. */
 export const DISPATCH_VERSION = 1;
-const Version = z.literal(DISPATCH_VERSION).default(DISPATCH_VERSION);
+/** A message without a version was sent before versions were, as version 1. */
+const Version = z.literal(1).default(1);
 
 export const RunAttemptSchema = z.object({
   v: Version,

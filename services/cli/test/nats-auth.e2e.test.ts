@@ -206,4 +206,27 @@ describe('a NATS that requires a login', () => {
       await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
     }
   });
+  it('fails an attempt whose dispatch is of a version the worker cannot read, saying to upgrade it', async () => {
+    const token = await t.token();
+    const res = await submit(
+      t,
+      token,
+      { name: 'newer', command: 'sleep 60', resources: { gpus: 0 }, maxRetries: 0 },
+      await codeArchive({ 'x.txt': 'x' }),
+    );
+    const { id } = (await res.json()) as { id: string };
+    const running = await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
+    const attemptId = running.attempts[0]!.id;
+    try {
+      const newer = { v: 2, kind: 'run', jobId: id, attemptId, placement: { slots: [0] } };
+      await t.stack.ctx.bus.js.publish('ty.dispatch.remote.cpu', JSON.stringify(newer), {
+        msgID: `newer-${attemptId}`,
+      });
+      const job = await t.waitForJob(id, token, (j) => j.status === 'failed', 30_000);
+      expect(job.attempts[0]!.failure).toMatchObject({ kind: 'system', reason: 'launchError' });
+      expect(job.attempts[0]!.failure!.message).toMatch(/version 2: upgrade it/);
+    } finally {
+      await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
+    }
+  });
 });

@@ -58,6 +58,7 @@ export function startFetches(ctx: ServiceContext): RunningFetches {
     }
     const jobId = fetchableJob(request.key);
     if (!jobId || !(await holdsAttempt(workerId, jobId, request.cursor === null))) {
+      if (jobId) holds.delete(`${workerId} ${jobId}`);
       log.warn({ workerId, key: request.key.slice(0, 128) }, 'refused a fetch of a blob not its');
       answerFetch(msg, 'NOT_YOURS');
       return;

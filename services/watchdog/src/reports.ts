@@ -232,10 +232,26 @@ export function startReports(ctx: ServiceContext): RunningReports {
       event.type === 'WorkerRegistered'
         ? { type: 'RegisterWorker', registration: event.data }
         : { type: 'LeaveCluster', reason: event.data.reason };
-    const { snapshot, events } = await runWorkerCommand(ctx.bus.store, workerId, command, {
-      actor: { kind: 'service', id: `worker:${workerId}` },
+    const meta = () => ({
+      actor: { kind: 'service' as const, id: `worker:${workerId}` },
       now: new Date(),
     });
+    const { snapshot, events } = await runWorkerCommand(ctx.bus.store, workerId, command, meta());
+    if (command.type === 'RegisterWorker') {
+      // A revocation is written to the keys before it is recorded in the log: one that came
+      // while this registration was on its way is seen now, and recorded after it.
+      try {
+        await refuseIfRevoked(workerId, true);
+      } catch (err) {
+        await runWorkerCommand(
+          ctx.bus.store,
+          workerId,
+          { type: 'RevokeWorker' },
+          { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
+        );
+        throw err;
+      }
+    }
     return { ok: true, seq: snapshot.head.seq, applied: events.length > 0 };
   }
 

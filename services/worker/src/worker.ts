@@ -1,6 +1,7 @@
 import { chmod, mkdir, rmdir } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import type { JsMsg } from '@nats-io/jetstream';
+import { failure } from '@trainyard/domain';
 import {
   DISPATCH_VERSION,
   retryTransient,
@@ -178,17 +179,38 @@ export async function startWorker(
     }
   }
 
+  /**
+   * A dispatch of a version this worker cannot read: its attempt fails as a platform failure
+   * that says to upgrade the worker (and runs elsewhere), rather than holding its slot.
+   */
+  async function onNewer(msg: JsMsg, body: Record<string, unknown>, v: number): Promise<void> {
+    const { kind, jobId, attemptId } = body;
+    const message = `worker ${id} reads dispatch messages of version ${DISPATCH_VERSION}, and was sent version ${v}: upgrade it`;
+    log.error({ subject: msg.subject, version: v, jobId, attemptId }, message);
+    if (kind !== 'run' || typeof jobId !== 'string' || typeof attemptId !== 'string') {
+      msg.term();
+      return;
+    }
+    try {
+      await sendReport(ctx.bus.nc, id, {
+        kind: 'attempt',
+        jobId,
+        report: { type: 'FailAttempt', attemptId, failure: failure('launchError', message) },
+      });
+      msg.ack();
+    } catch (err) {
+      log.error({ err, jobId, attemptId }, 'could not report an attempt it cannot read');
+      msg.nak(2_000);
+    }
+  }
+
   async function onMessage(msg: JsMsg): Promise<void> {
-    const body = msg.json<{ v?: unknown }>();
+    const body = msg.json<Record<string, unknown> | null>();
     const parsed = DispatchMessageSchema.safeParse(body);
     if (!parsed.success) {
       const v = body?.v;
-      if (typeof v === 'number' && v > DISPATCH_VERSION) {
-        log.error(
-          { subject: msg.subject, version: v, reads: DISPATCH_VERSION },
-          'dispatch message of a newer version dropped: upgrade this worker',
-        );
-      } else log.error({ subject: msg.subject }, 'malformed dispatch message dropped');
+      if (typeof v === 'number' && v > DISPATCH_VERSION) return onNewer(msg, body!, v);
+      log.error({ subject: msg.subject }, 'malformed dispatch message dropped');
       msg.term();
       return;
     }
