@@ -101,6 +101,21 @@ describe('a training job end to end over HTTP', () => {
     const file = await t.http(`/v1/jobs/${jobId}/outputs/ckpt/model.bin`, { token: alice });
     expect(file.status).toBe(200);
     expect(await file.text()).toBe('weights');
+
+    // A row projected before the read model named the attempt that reported the outputs: the
+    // file is still found, in the bucket of the worker the log names.
+    await t.stack.db
+      .updateTable('jobs')
+      .set({ outputs_attempt_id: null })
+      .where('id', '=', jobId)
+      .execute();
+    const again = await t.http(`/v1/jobs/${jobId}/outputs/ckpt/model.bin`, { token: alice });
+    expect(await again.text()).toBe('weights');
+    await t.stack.db
+      .updateTable('jobs')
+      .set({ outputs_attempt_id: job.attempts[0]!.id })
+      .where('id', '=', jobId)
+      .execute();
   });
 
   it('streams the log live with follow=true until the job ends', async () => {

@@ -33,6 +33,7 @@ describe('PostgreSQL going away', () => {
 
     const read = await t.http(`/v1/jobs/${id}`, { token });
     expect(read.status).toBe(503);
+    expect((await t.http(`/v1/jobs/${id}/outputs`, { token })).status).toBe(503);
     expect(((await read.json()) as { error: { code: string } }).error.code).toBe(
       'PROJECTIONS_UNAVAILABLE',
     );

@@ -27,6 +27,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       retry_at: null,
       attempt_count: 0,
       outputs: [],
+      outputs_attempt_id: null,
       last_seq: event.seq,
     };
   }
@@ -44,7 +45,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
     case 'JobStarted':
       return { ...next, status: 'running', started_at: row.started_at ?? at };
     case 'JobOutputsSynced':
-      return { ...next, outputs: event.data.files };
+      return { ...next, outputs: event.data.files, outputs_attempt_id: event.data.attemptId };
     case 'JobSucceeded':
       return { ...next, status: 'succeeded', exit_code: 0, failure: null, finished_at: at };
     case 'JobAttemptFailed': {

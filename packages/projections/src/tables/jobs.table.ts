@@ -20,6 +20,8 @@ export interface JobsTable {
   retry_at: Date | null;
   attempt_count: number;
   outputs: OutputFile[];
+  /** The attempt that reported `outputs`: its worker keeps the files. */
+  outputs_attempt_id: string | null;
   last_seq: number;
 }
 export type JobRow = Selectable<JobsTable>;

@@ -2,7 +2,7 @@ import type { FastifyRequest } from 'fastify';
 import type { Actor } from '@trainyard/events';
 import { loadJobHistory, type JobSnapshot } from '@trainyard/application';
 import { sleep } from '@trainyard/service-kit';
-import { readCheckpoint } from '@trainyard/projections';
+import { findJob, readCheckpoint, type JobRow } from '@trainyard/projections';
 import type { Caller } from '../auth.ts';
 import type { ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
@@ -71,6 +71,24 @@ export function jobIdParam(req: FastifyRequest): string {
   const id = (req.params as { id?: string }).id ?? '';
   if (!JOB_ID.test(id)) throw new ApiError('NOT_FOUND', 'job not found');
   return id;
+}
+
+/**
+ * A job's row in the read model if the caller may see it; otherwise it does not exist. The row
+ * is read once the read model holds the job's last event (one lookup of the job's head), so a
+ * read just after the job changed sees the change.
+ */
+export async function visibleJobRow(deps: ApiDeps, caller: Caller, id: string): Promise<JobRow> {
+  let job = await readModel(() => findJob(deps.db, id));
+  const { seq } = await deps.bus.store.head('job', id);
+  if (seq > (job?.last_seq ?? 0)) {
+    await waitForSeq(deps, seq);
+    job = await readModel(() => findJob(deps.db, id));
+  }
+  if (!job || (caller.role !== 'admin' && job.owner !== caller.username)) {
+    throw new ApiError('NOT_FOUND', `job ${id} not found`);
+  }
+  return job;
 }
 
 /** Loads a job from the log if the caller may see it; otherwise it does not exist. */

@@ -14,7 +14,15 @@ import {
   OutputViewSchema,
   queryFlag,
 } from '../schemas.ts';
-import { callerOf, jobIdParam, visibleJob, visibleJobHistory } from './common.ts';
+import { listAttempts, type JobRow } from '@trainyard/projections';
+import {
+  callerOf,
+  jobIdParam,
+  readModel,
+  visibleJob,
+  visibleJobHistory,
+  visibleJobRow,
+} from './common.ts';
 
 const LogQuery = z.object({
   follow: queryFlag('stream until the job ends'),
@@ -26,6 +34,19 @@ const LogQuery = z.object({
 });
 
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+
+/**
+ * The worker that keeps a job's outputs: the one that held the attempt that reported them. A
+ * row projected before the attempt was recorded names none: the log says.
+ */
+async function outputsWriter(deps: ApiDeps, job: JobRow): Promise<string | null> {
+  if (job.outputs.length === 0) return null;
+  if (job.outputs_attempt_id === null) {
+    return (await loadJob(deps.bus.store, job.id)).state.outputsWorkerId;
+  }
+  const attempts = await readModel(() => listAttempts(deps.db, job.id));
+  return attempts.find((a) => a.id === job.outputs_attempt_id)?.worker_id ?? null;
+}
 
 /**
  * A stream as a route's body. Fastify sends streams as they are, unserialized; the route's
@@ -146,8 +167,8 @@ export function jobDataRoutes(app: Api, deps: ApiDeps): void {
     },
     async (req) => {
       const id = jobIdParam(req);
-      const { state } = await visibleJob(deps, callerOf(req), id);
-      return state.outputs.map((f) => ({ path: f.path, size: f.sizeBytes, sha256: f.sha256 }));
+      const job = await visibleJobRow(deps, callerOf(req), id);
+      return job.outputs.map((f) => ({ path: f.path, size: f.sizeBytes, sha256: f.sha256 }));
     },
   );
 
@@ -170,10 +191,11 @@ export function jobDataRoutes(app: Api, deps: ApiDeps): void {
     async (req, reply) => {
       const id = jobIdParam(req);
       const path = req.params['*'];
-      const { state } = await visibleJob(deps, callerOf(req), id);
-      const file = state.outputs.find((f) => f.path === path);
+      const job = await visibleJobRow(deps, callerOf(req), id);
+      const file = job.outputs.find((f) => f.path === path);
       if (!file) throw new ApiError('NOT_FOUND', `job ${id} has no output ${path}`);
-      const blob = await getWritten(deps.blobs, state.outputsWorkerId, BlobKeys.output(id, path));
+      const writer = await outputsWriter(deps, job);
+      const blob = await getWritten(deps.blobs, writer, BlobKeys.output(id, path));
       if (!blob) throw new ApiError('NOT_FOUND', `output ${path} is no longer stored`);
       return reply
         .type('application/octet-stream')
