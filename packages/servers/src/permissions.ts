@@ -124,6 +124,8 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     'ty.ev.user.*',
     'ty.ev.worker.*',
     ...lookupsIn(HEARTBEATS),
+    // It follows the heartbeats, to list the workers with their last beat.
+    ...readerOf(HEARTBEATS),
     ...lookupsIn(LOGS),
     ...readerOf(LOGS),
     ...objectsUser('trainyard'),

@@ -12,6 +12,7 @@ import type { WorkerKeys } from '@trainyard/application';
 import type { ArchiveLimits, BlobStore } from '@trainyard/blobs';
 import type { Bus, Logger } from '@trainyard/service-kit';
 import type { CredentialStore, TokenIssuer } from './auth.ts';
+import type { HeartbeatView } from './heartbeats.ts';
 import type { SessionStore } from './sessions.ts';
 import type { LoginThrottle } from './throttle.ts';
 import type { ApiMetrics } from './metrics.ts';
@@ -37,6 +38,8 @@ export interface ApiDeps {
   archiveLimits: ArchiveLimits;
   /** How long `?after=<seq>` waits for the projections. */
   readYourWritesTimeoutMs: number;
+  /** When each worker was last heard from. */
+  heartbeats: HeartbeatView;
 }
 
 /** The API's fastify instance, typed by the zod schemas its routes declare. */

@@ -13,6 +13,7 @@ import {
   TokenIssuer,
   type Caller,
 } from './auth.ts';
+import { watchHeartbeats } from './heartbeats.ts';
 import { passwordProblem } from './passwords.ts';
 import { SessionStore } from './sessions.ts';
 import { LoginThrottle } from './throttle.ts';
@@ -101,6 +102,7 @@ export async function apiDeps(
     maxUploadBytes: opts.maxUploadBytes ?? 2 * 1024 ** 3,
     archiveLimits: archiveLimits(ctx.config),
     readYourWritesTimeoutMs: 10_000,
+    heartbeats: watchHeartbeats(ctx.bus, ctx.log),
   };
 }
 
@@ -126,7 +128,7 @@ export async function startApi(
     issueToken: (caller) => deps.tokens.issue(caller),
     stop: async () => {
       await app.close();
-      await deps.sessions.stop();
+      await Promise.all([deps.sessions.stop(), deps.heartbeats.stop()]);
     },
   };
 }

@@ -8,6 +8,7 @@ import { workerView } from '../views.ts';
 import { MAX_LIST_LIMIT } from './jobs.ts';
 import { callerOf, readModel } from './common.ts';
 
+/** A worker's last heartbeat, read from the stream: until the API's own view has caught up. */
 async function lastHeartbeat(deps: ApiDeps, workerId: string): Promise<string | null> {
   const msg = await retryTransient(`read the last heartbeat of ${workerId}`, () =>
     deps.bus.jsm.streams.getMessage(Streams.heartbeats, {
@@ -32,7 +33,15 @@ export function systemRoutes(app: Api, deps: ApiDeps): void {
       const admin = callerOf(req).role === 'admin';
       const rows = await readModel(() => listWorkers(deps.db));
       return Promise.all(
-        rows.map(async (w) => workerView(w, await lastHeartbeat(deps, w.id), admin)),
+        rows.map(async (w) =>
+          workerView(
+            w,
+            deps.heartbeats.ready
+              ? deps.heartbeats.lastSeen(w.id)
+              : await lastHeartbeat(deps, w.id),
+            admin,
+          ),
+        ),
       );
     },
   );
