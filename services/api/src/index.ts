@@ -113,14 +113,23 @@ export async function startApi(
   opts: ApiOptions,
 ): Promise<RunningApi> {
   const deps = await apiDeps(ctx, db, opts);
-  const generatedAdminPassword = await ensureAdmin(deps, opts.adminPassword);
-  const app = await buildApp(
-    deps,
-    opts.tls
-      ? { https: { cert: await readFile(opts.tls.cert), key: await readFile(opts.tls.key) } }
-      : {},
-  );
-  const address = await app.listen({ port: opts.port, host: opts.host });
+  const watchers = () => Promise.all([deps.sessions.stop(), deps.heartbeats.stop()]);
+  let generatedAdminPassword: string | null;
+  let app: Awaited<ReturnType<typeof buildApp>>;
+  let address: string;
+  try {
+    generatedAdminPassword = await ensureAdmin(deps, opts.adminPassword);
+    app = await buildApp(
+      deps,
+      opts.tls
+        ? { https: { cert: await readFile(opts.tls.cert), key: await readFile(opts.tls.key) } }
+        : {},
+    );
+    address = await app.listen({ port: opts.port, host: opts.host });
+  } catch (err) {
+    await watchers();
+    throw err;
+  }
   ctx.log.info({ address }, 'api listening');
   return {
     url: address,
@@ -128,7 +137,7 @@ export async function startApi(
     issueToken: (caller) => deps.tokens.issue(caller),
     stop: async () => {
       await app.close();
-      await Promise.all([deps.sessions.stop(), deps.heartbeats.stop()]);
+      await watchers();
     },
   };
 }
