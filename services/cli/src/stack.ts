@@ -1,7 +1,5 @@
-import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { isIP } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import type { Kysely } from 'kysely';
 import { startApi, type RunningApi } from '@trainyard/api';
@@ -9,7 +7,6 @@ import { DEFAULT_BUILDER_OPTIONS, startBuilder } from '@trainyard/builder';
 import { WorkerKeys, ensureServiceBuckets } from '@trainyard/application';
 import { ensureWorkerBucket, workerBucket } from '@trainyard/blobs';
 import {
-  embeddedPostgresDir,
   portInUse,
   startNatsServer,
   startPostgres,
@@ -22,8 +19,6 @@ import {
   BaseConfigSchema,
   openContext,
   parseEnv,
-  setLogDestination,
-  stopOnSignals,
   withDeadline,
   type ControlService,
   serviceInbox,
@@ -40,7 +35,6 @@ import {
 } from '@trainyard/scheduler';
 import { DEFAULT_WATCHDOG_OPTIONS, startWatchdog, type WatchdogOptions } from '@trainyard/watchdog';
 import { startWorker, type RunningWorker, type WorkerOptions } from '@trainyard/worker';
-import pretty from 'pino-pretty';
 import {
   LOCAL_WORKER_USER,
   LOOPBACK_TLS,
@@ -50,12 +44,7 @@ import {
   withLogin,
   type NatsLogins,
 } from './stack-secrets.ts';
-import { ApiClient } from './client.ts';
-import { followToEnd, submitDirectory } from './commands/jobs.ts';
-import { homeDirOf, stackFile, userStackFile, writePrivate, type StackInfo } from './config.ts';
-import { reach, redactUrl } from './connect.ts';
-import { CliError } from './errors.ts';
-import { workerOptions } from './worker-options.ts';
+import { reach } from './connect.ts';
 
 export const EXAMPLE_DIR = resolve(
   fileURLToPath(new URL('../../../examples/hello', import.meta.url)),
@@ -305,240 +294,4 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     await stop().catch(() => undefined);
     throw err;
   }
-}
-
-export interface UpOptions {
-  demo: boolean;
-  worker: boolean;
-  simulateGpus?: string;
-  listen?: string;
-  tlsCert?: string;
-  tlsKey?: string;
-}
-
-/** The certificate and key `up` serves TLS with: both, or neither. */
-function tlsFiles(opts: UpOptions, env: NodeJS.ProcessEnv): { cert: string; key: string } | null {
-  const cert = opts.tlsCert ?? env.TRAINYARD_TLS_CERT;
-  const key = opts.tlsKey ?? env.TRAINYARD_TLS_KEY;
-  if (!cert && !key) return null;
-  if (!cert || !key) {
-    throw new CliError(
-      'TLS takes a certificate and its key: give both --tls-cert and --tls-key (or TRAINYARD_TLS_CERT and TRAINYARD_TLS_KEY)',
-      'BAD_TLS',
-    );
-  }
-  for (const file of [cert, key]) {
-    if (!existsSync(file)) throw new CliError(`${file} does not exist`, 'BAD_TLS');
-  }
-  return { cert: resolve(cert), key: resolve(key) };
-}
-
-const isLoopbackHost = (host: string) =>
-  host === 'localhost' || host === '::1' || host.startsWith('127.');
-
-function banner(
-  api: RunningApi,
-  stack: Pick<Stack, 'natsUrl' | 'workerNatsUrl'>,
-  home: string,
-  worker: boolean,
-  postgresDir: string | null,
-) {
-  const nats = redactUrl(stack.natsUrl);
-  const joining = stack.workerNatsUrl
-    ? `workers join with a token from \`trainyard worker token create\`: npx trainyard worker --name NAME --token TOKEN --api ${api.url}`
-    : `workers join: TRAINYARD_NATS_URL=${nats} npx trainyard worker --name NAME`;
-  const lines = [
-    '',
-    'Trainyard is up.',
-    `  API        ${api.url}  (API docs: ${api.url}/docs)`,
-    `  NATS       ${nats}  (${joining})`,
-    `  worker     ${worker ? 'local (this process)' : 'none (--no-worker)'}`,
-  ];
-  if (postgresDir) lines.push(`  postgres   data in ${postgresDir}`);
-  if (api.generatedAdminPassword) {
-    lines.push(
-      `  admin      password ${api.generatedAdminPassword}  (shown once; set TRAINYARD_ADMIN_PASSWORD to choose it)`,
-    );
-  }
-  lines.push(
-    `  next       npx trainyard login -u admin && npx trainyard submit examples/hello --command "python3 train.py" --follow`,
-    '',
-  );
-  console.log(lines.join('\n'));
-}
-
-/** A port from the environment, or a clear error naming the variable. */
-function portFrom(env: NodeJS.ProcessEnv, name: string, fallback?: number): number | undefined {
-  const raw = env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const port = Number(raw);
-  if (!Number.isInteger(port) || port < 0 || port > 65535)
-    throw new CliError(`${name} must be a port number (0-65535), not "${raw}"`);
-  return port;
-}
-
-/** The API's settings from the environment: secrets, the admin's password, the upload limit. */
-export function apiSettings(env: NodeJS.ProcessEnv) {
-  const count = (name: string) => {
-    const raw = env[name];
-    if (!raw) return undefined;
-    const n = Number(raw);
-    if (!Number.isInteger(n) || n <= 0)
-      throw new CliError(`${name} must be a whole number above 0, not "${raw}"`);
-    return n;
-  };
-  const maxUploadBytes = count('TRAINYARD_MAX_UPLOAD_BYTES');
-  const tokenTtlSeconds = count('TRAINYARD_TOKEN_TTL_S');
-  return {
-    ...(env.TRAINYARD_ADMIN_PASSWORD && { adminPassword: env.TRAINYARD_ADMIN_PASSWORD }),
-    ...(env.TRAINYARD_JWT_SECRET && { jwtSecret: env.TRAINYARD_JWT_SECRET }),
-    ...(maxUploadBytes && { maxUploadBytes }),
-    ...(tokenTtlSeconds && { tokenTtlSeconds }),
-  };
-}
-
-/** Fails at once, naming the variable that moves it, when a port `up` needs is taken. */
-async function ensureFree(port: number | undefined, name: string, host = '127.0.0.1') {
-  if (!port || !(await portInUse(port))) return;
-  throw new CliError(
-    `port ${port} is already in use (on ${host}); another Trainyard or another program holds it. Stop it, or set ${name} to a free port, e.g. ${name}=${port + 1} npm run up`,
-    'PORT_IN_USE',
-  );
-}
-
-/**
- * Claims `home` for this process, so that two `up`s never share one NATS store: a lock file
- * made with O_EXCL, holding our pid. A lock whose process is gone is taken over.
- */
-async function lockHome(home: string): Promise<() => Promise<void>> {
-  await mkdir(home, { recursive: true });
-  const lock = join(home, 'up.lock');
-  for (let tries = 0; tries < 2; tries++) {
-    try {
-      await writeFile(lock, String(process.pid), { flag: 'wx', mode: 0o600 });
-      return () => rm(lock, { force: true });
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      const holder = Number(await readFile(lock, 'utf8').catch(() => ''));
-      if (Number.isInteger(holder) && holder > 0 && processRuns(holder)) {
-        throw new CliError(
-          `a Trainyard is already running from ${home} (pid ${holder}); stop it first, or set TRAINYARD_HOME to another directory for a second one`,
-          'ALREADY_RUNNING',
-        );
-      }
-      await rm(lock, { force: true });
-    }
-  }
-  throw new CliError(
-    `could not claim ${home}: another \`up\` is starting there`,
-    'ALREADY_RUNNING',
-  );
-}
-
-function processRuns(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-/** `trainyard up`: the embedded stack, until Ctrl-C. */
-export async function up(opts: UpOptions): Promise<void> {
-  const env = process.env;
-  if (process.stdout.isTTY && !env.TRAINYARD_LOG_FORMAT?.startsWith('json')) {
-    setLogDestination(
-      pretty({ colorize: true, translateTime: 'SYS:HH:MM:ss', ignore: 'pid,hostname' }),
-    );
-  }
-  const apiPort = portFrom(env, 'TRAINYARD_PORT', 8080)!;
-  const natsPort = portFrom(env, 'TRAINYARD_NATS_PORT');
-  const home = homeDirOf();
-  const tls = tlsFiles(opts, env);
-  if (opts.listen && opts.listen !== 'localhost' && !isIP(opts.listen)) {
-    throw new CliError(
-      `--listen takes an address of this host (e.g. 0.0.0.0, or 10.0.0.5), not the name "${opts.listen}": Trainyard's own services reach NATS there`,
-      'BAD_LISTEN',
-    );
-  }
-  if (opts.listen && env.TRAINYARD_NATS_URL) {
-    throw new CliError(
-      '--listen serves the embedded NATS, and TRAINYARD_NATS_URL names another one: unset it, or leave out --listen',
-      'BAD_LISTEN',
-    );
-  }
-  const unlock = await lockHome(home);
-  try {
-    await ensureFree(apiPort, 'TRAINYARD_PORT', env.TRAINYARD_HOST);
-    if (!env.TRAINYARD_NATS_URL) await ensureFree(natsPort, 'TRAINYARD_NATS_PORT');
-  } catch (err) {
-    await unlock();
-    throw err;
-  }
-  const postgresDir = env.DATABASE_URL ? null : embeddedPostgresDir(home);
-  const stack = await startStack({
-    home,
-    ...(env.TRAINYARD_NATS_URL && { natsUrl: env.TRAINYARD_NATS_URL }),
-    ...(env.DATABASE_URL && { databaseUrl: env.DATABASE_URL }),
-    ...(postgresDir && { postgresDir }),
-    ...(natsPort !== undefined && { natsPort }),
-    apiPort,
-    apiHost: env.TRAINYARD_HOST ?? '127.0.0.1',
-    ...(opts.listen && { listen: opts.listen }),
-    ...(tls && { tls }),
-    ...apiSettings(env),
-    worker: opts.worker
-      ? await workerOptions({
-          name: 'local',
-          ...(opts.simulateGpus && { simulateGpus: opts.simulateGpus }),
-        })
-      : null,
-  }).catch(async (err: unknown) => {
-    await unlock();
-    throw err;
-  });
-  const info: StackInfo = {
-    apiUrl: stack.api.url,
-    natsUrl: stack.natsUrl,
-    databaseUrl: stack.databaseUrl,
-    publicKey: stack.publicKey,
-    ...(tls && !env.TRAINYARD_NATS_URL && { natsTls: true }),
-    pid: process.pid,
-    home,
-  };
-  const files = [stackFile(), userStackFile()];
-  for (const file of files) await writePrivate(file, JSON.stringify(info, null, 2));
-  banner(stack.api, stack, home, opts.worker, postgresDir);
-  if (opts.listen && !isLoopbackHost(opts.listen) && !tls) {
-    console.log(
-      `  warning    the API and NATS are served on ${opts.listen} without TLS: passwords, tokens and jobs cross the network in the clear. Give --tls-cert and --tls-key.\n`,
-    );
-  }
-  stopOnSignals(
-    {
-      stop: async () => {
-        await stack.stop();
-        for (const file of files) {
-          const held = await readFile(file, 'utf8').catch(() => '');
-          if (held.includes(`"pid": ${process.pid},`)) await rm(file, { force: true });
-        }
-        await unlock();
-        console.log('Trainyard stopped.');
-      },
-    },
-    stack.ctx.log,
-  );
-  if (opts.demo) await demo(stack.api);
-}
-
-async function demo(api: RunningApi): Promise<void> {
-  const client = new ApiClient(api.url, await api.issueToken({ username: 'admin', role: 'admin' }));
-  const { id } = await submitDirectory(client, EXAMPLE_DIR, {
-    command: 'python3 train.py',
-    name: 'hello-demo',
-  });
-  console.log(`demo job ${id} submitted; following its log (Ctrl-C stops Trainyard)`);
-  await followToEnd(client, id);
-  console.log(`its outputs: npx trainyard outputs ${id}`);
 }

@@ -3,13 +3,19 @@ import { currentAttempt, isTerminal } from '@trainyard/domain';
 import { AttemptStatus, Subjects } from '@trainyard/events';
 import { loadJob } from '@trainyard/application';
 import { answerFetch, fetchableJob, FetchRequestSchema } from '@trainyard/blobs';
-import { type ServiceContext } from '@trainyard/service-kit';
-import { askedByAClient, WORKER_ID } from './requests.ts';
+import type { ServiceContext } from '@trainyard/service-kit';
+import { serveWorkerRequests, type WorkerRequestLimits } from './requests.ts';
 
-/** Parts of one worker's blobs given at once; more are answered `BUSY` and asked again. */
-const PER_WORKER_CONCURRENCY = 8;
-/** Parts given at once in all. */
-const CONCURRENCY = 64;
+/**
+ * Parts given at once: 64 in all, 8 of one worker's, whose next 64 wait their turn (past them
+ * it is answered `BUSY` and asks again); one that waited past its asker's 15 s is dropped.
+ */
+const LIMITS: WorkerRequestLimits = {
+  concurrency: 64,
+  perWorker: 8,
+  waiting: 64,
+  staleMs: 10_000,
+};
 /** How long a worker's hold on a job is taken as read for the later parts of a read. */
 const HOLD_MS = 30_000;
 const HOLDS_KEPT = 10_000;
@@ -29,8 +35,6 @@ export function startFetches(ctx: ServiceContext): RunningFetches {
   const log = ctx.log.child({ component: 'fetches' });
   /** `worker job` → until when its hold is taken as read. */
   const holds = new Map<string, number>();
-  const inFlight = new Map<string, number>();
-  const running = new Set<Promise<void>>();
 
   async function holdsAttempt(workerId: string, jobId: string, fresh: boolean): Promise<boolean> {
     const key = `${workerId} ${jobId}`;
@@ -67,43 +71,16 @@ export function startFetches(ctx: ServiceContext): RunningFetches {
     answerFetch(msg, part ?? 'missing');
   }
 
-  const sub = ctx.bus.nc.subscribe(Subjects.allFetches, { queue: 'watchdog' });
-  const loop = (async () => {
-    for await (const msg of sub) {
-      const workerId = msg.subject.slice('ty.fetch.'.length);
-      if (!WORKER_ID.test(workerId) || !askedByAClient(msg, workerId)) {
-        log.warn(
-          { workerId: workerId.slice(0, 64) },
-          'dropped a fetch that is no client’s request',
-        );
-        continue;
-      }
-      const busy = inFlight.get(workerId) ?? 0;
-      if (busy >= PER_WORKER_CONCURRENCY || running.size >= CONCURRENCY) {
-        answerFetch(msg, 'BUSY');
-        continue;
-      }
-      inFlight.set(workerId, busy + 1);
-      const done: Promise<void> = handle(msg, workerId)
-        .catch((err: unknown) => {
-          log.error({ err, workerId }, 'could not give a part of a blob');
-          answerFetch(msg, 'UNAVAILABLE');
-        })
-        .finally(() => {
-          running.delete(done);
-          const left = (inFlight.get(workerId) ?? 1) - 1;
-          if (left > 0) inFlight.set(workerId, left);
-          else inFlight.delete(workerId);
-        });
-      running.add(done);
-    }
-  })();
-
-  return {
-    stop: async () => {
-      await sub.drain();
-      await loop;
-      await Promise.all(running);
-    },
-  };
+  return serveWorkerRequests(ctx, {
+    subject: Subjects.allFetches,
+    queue: 'watchdog',
+    limits: LIMITS,
+    log,
+    handle: (msg, workerId) =>
+      handle(msg, workerId).catch((err: unknown) => {
+        log.error({ err, workerId }, 'could not give a part of a blob');
+        answerFetch(msg, 'UNAVAILABLE');
+      }),
+    busy: (msg) => answerFetch(msg, 'BUSY'),
+  });
 }

@@ -1,5 +1,5 @@
 import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
-import type { Msg, Subscription } from '@nats-io/nats-core';
+import type { Msg } from '@nats-io/nats-core';
 import {
   currentAttempt,
   DomainError,
@@ -24,20 +24,20 @@ import {
   WorkerKeys,
 } from '@trainyard/application';
 import { supervise, type ServiceContext } from '@trainyard/service-kit';
-import { askedByAClient, WORKER_ID } from './requests.ts';
+import { serveWorkerRequests, type WorkerRequestLimits } from './requests.ts';
 
-/** Reports handled at once; more wait in the subscription. */
-const CONCURRENCY = 128;
 /** Job snapshots kept between reports, newest last. */
 const CACHE_SIZE = 10_000;
 /**
- * Reports of one worker answered at once, so that one worker cannot take every answer; the
- * rest wait their turn, up to `PER_WORKER_WAITING`, past which they are answered `UNAVAILABLE`.
+ * Reports answered at once: 128 in all, 32 of one worker, whose next 256 wait their turn (past
+ * them it is answered `UNAVAILABLE`); one that waited past its sender's 10 s is dropped.
  */
-const PER_WORKER_CONCURRENCY = 32;
-const PER_WORKER_WAITING = 256;
-/** A report that waited longer than its sender waits for an answer is dropped: it was sent again. */
-const STALE_MS = 10_000;
+const LIMITS: WorkerRequestLimits = {
+  concurrency: 128,
+  perWorker: 32,
+  waiting: 256,
+  staleMs: 10_000,
+};
 /** How often a worker may register. */
 const REGISTER_EVERY_MS = 1_000;
 /** The largest registration a worker may send. */
@@ -85,8 +85,6 @@ export function startReports(ctx: ServiceContext): RunningReports {
   const snapshots = new Map<string, JobSnapshot>();
   /** Reports of one job are handled one at a time, in the order they came. */
   const perJob = new Map<string, Promise<unknown>>();
-  const running = new Set<Promise<void>>();
-  const inFlight = new Map<string, number>();
   const registeredAt = new Map<string, number>();
   /** Workers whose keys were revoked: nothing they report is taken. */
   const revoked = new Set<string>();
@@ -290,8 +288,7 @@ export function startReports(ctx: ServiceContext): RunningReports {
     return reply;
   }
 
-  async function handle(msg: Msg): Promise<void> {
-    const workerId = msg.subject.slice('ty.report.'.length);
+  async function handle(msg: Msg, workerId: string): Promise<void> {
     let body: unknown;
     let reply: ReportReply;
     try {
@@ -326,72 +323,25 @@ export function startReports(ctx: ServiceContext): RunningReports {
     msg.respond(JSON.stringify(reply));
   }
 
-  const sub: Subscription = ctx.bus.nc.subscribe(Subjects.allReports, { queue: 'reports' });
-  /** Reports of one worker beyond what it may have answered at once, oldest first. */
-  const waiting = new Map<string, { msg: Msg; at: number }[]>();
-
-  /** The next report of `workerId` still worth answering. */
-  function nextWaiting(workerId: string): Msg | undefined {
-    const queue = waiting.get(workerId);
-    let next: { msg: Msg; at: number } | undefined;
-    while ((next = queue?.shift()) && Date.now() - next.at > STALE_MS);
-    if (queue?.length === 0) waiting.delete(workerId);
-    return next?.msg;
-  }
-
-  /** Answers `msg`; when done, the next waiting report of the same worker takes its place. */
-  function start(workerId: string, msg: Msg): void {
-    inFlight.set(workerId, (inFlight.get(workerId) ?? 0) + 1);
-    const done: Promise<void> = handle(msg)
-      .catch((err: unknown) => log.error({ err }, 'report answer failed'))
-      .finally(() => {
-        running.delete(done);
-        const next = nextWaiting(workerId);
-        const left = (inFlight.get(workerId) ?? 1) - 1;
-        if (left > 0) inFlight.set(workerId, left);
-        else inFlight.delete(workerId);
-        if (next) start(workerId, next);
-      });
-    running.add(done);
-  }
-
-  const loop = (async () => {
-    for await (const msg of sub) {
-      const workerId = msg.subject.slice('ty.report.'.length);
-      // Checked before anything is queued or answered: no answer goes to a reply that is not
-      // the worker's own inbox.
-      if (!WORKER_ID.test(workerId) || !askedByAClient(msg, workerId)) {
-        log.warn(
-          { workerId: workerId.slice(0, 64), reply: msg.reply?.slice(0, 128) ?? null },
-          'dropped a report that is no request of a client (delivered by JetStream?)',
-        );
-        continue;
-      }
-      if ((inFlight.get(workerId) ?? 0) >= PER_WORKER_CONCURRENCY) {
-        const queue = waiting.get(workerId) ?? [];
-        if (queue.length >= PER_WORKER_WAITING) {
-          const reply: ReportReply = {
-            ok: false,
-            code: 'UNAVAILABLE',
-            message: `worker ${workerId} has ${queue.length} reports waiting; send again later`,
-          };
-          msg.respond(JSON.stringify(reply));
-        } else {
-          queue.push({ msg, at: Date.now() });
-          waiting.set(workerId, queue);
-        }
-        continue;
-      }
-      while (running.size >= CONCURRENCY) await Promise.race(running);
-      start(workerId, msg);
-    }
-  })();
+  const served = serveWorkerRequests(ctx, {
+    subject: Subjects.allReports,
+    queue: 'reports',
+    limits: LIMITS,
+    log,
+    handle,
+    busy: (msg, workerId) => {
+      const reply: ReportReply = {
+        ok: false,
+        code: 'UNAVAILABLE',
+        message: `worker ${workerId} has ${LIMITS.waiting} reports waiting; send again later`,
+      };
+      msg.respond(JSON.stringify(reply));
+    },
+  });
 
   return {
     stop: async () => {
-      await sub.drain();
-      await loop;
-      while (running.size > 0) await Promise.all(running);
+      await served.stop();
       stopping.abort();
       await watching;
     },

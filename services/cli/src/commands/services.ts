@@ -19,6 +19,7 @@ const server = async () => {
     worker,
     env,
     stack,
+    upCommand,
     options,
   ] = await Promise.all([
     import('@trainyard/api'),
@@ -32,6 +33,7 @@ const server = async () => {
     import('@trainyard/worker'),
     import('../env.ts'),
     import('../stack.ts'),
+    import('../up.ts'),
     import('../worker-options.ts'),
   ]);
   return {
@@ -46,6 +48,7 @@ const server = async () => {
     ...worker,
     ...env,
     ...stack,
+    ...upCommand,
     ...options,
   };
 };
