@@ -7,8 +7,8 @@ const services = ['api', 'scheduler', 'builder', 'worker', 'watchdog', 'projecto
 
 /**
  * The package graph, drawn in docs/architecture.md (a test holds the drawing, this table and
- * the package.json files to one another): each package may import only those listed. `cli`, the
- * composition root, may import anything.
+ * the package.json files to one another): each package may import only those listed. `cli` is
+ * the user's client and takes only `events`; `stack`, the composition root, may import anything.
  */
 export const LAYERS = {
   events: [],
@@ -20,6 +20,7 @@ export const LAYERS = {
   application: ['service-kit', 'domain', 'events'],
   servers: ['application', 'service-kit', 'blobs', 'events'],
   testkit: ['servers', 'service-kit', 'events'],
+  cli: ['events'],
   ...Object.fromEntries(
     services.map((s) => [
       s,
@@ -27,17 +28,36 @@ export const LAYERS = {
     ]),
   ),
 };
-const everyPackage = [...Object.keys(LAYERS), 'cli'];
+const everyPackage = [...Object.keys(LAYERS), 'stack'];
 /** What a package may not import: every workspace package it is not given. */
 export const forbiddenFor = (pkg) =>
   everyPackage.filter((p) => p !== pkg && !LAYERS[pkg].includes(p)).map((p) => `@trainyard/${p}`);
 const sourcesOf = (pkg) =>
-  services.includes(pkg) ? `services/${pkg}/src/**` : `packages/${pkg}/src/**`;
+  services.includes(pkg) || pkg === 'cli' ? `services/${pkg}/src/**` : `packages/${pkg}/src/**`;
 
 /** No reaching into another package's files: import its public index only. */
 const noDeepImports = {
   group: ['@trainyard/*/*'],
   message: 'import the package by name; its src/index.ts is its public surface',
+};
+
+/** The client installs alone and talks HTTP: no library of the server's. */
+export const SERVER_LIBRARIES = [
+  '@nats-io/*',
+  'postgres',
+  'kysely',
+  'fastify',
+  '@fastify/*',
+  'dockerode',
+  'minio',
+  'ssh2',
+  'jose',
+  'pino',
+  'pino-pretty',
+];
+const clientOnly = {
+  group: SERVER_LIBRARIES,
+  message: 'the trainyard client talks to the API over HTTP and installs alone: no server library',
 };
 
 function restrict(files, paths, patterns = []) {
@@ -96,6 +116,7 @@ export default tseslint.config(
             ? `${pkg} is the bottom layer: it imports no other package`
             : `${pkg} may import only ${LAYERS[pkg].join(', ')} (the package graph in docs/architecture.md)`,
         ),
+        pkg === 'cli' ? [clientOnly] : [],
       ),
     ),
   {

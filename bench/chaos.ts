@@ -5,7 +5,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
 import { Kvm } from '@nats-io/kv';
-import { startStack, type Stack } from '@trainyard/cli';
+import { startStack, type Stack } from '@trainyard/stack';
 import { ChainVerifier, type ChainBreak, type StoredEvent } from '@trainyard/events';
 import { compareWithRebuild } from '@trainyard/projections';
 import { followLog } from '@trainyard/service-kit';

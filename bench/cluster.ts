@@ -5,7 +5,7 @@ import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
 import { decodeEvent, Streams, Subjects } from '@trainyard/events';
-import { startStack, type Stack } from '@trainyard/cli';
+import { startStack, type Stack } from '@trainyard/stack';
 import { tempDir, waitFor } from '@trainyard/testkit';
 
 const HOST = resolve(fileURLToPath(new URL('./worker-host.ts', import.meta.url)));

@@ -7,7 +7,7 @@
  */
 import { join } from 'node:path';
 import { tmpdir } from 'node:os';
-import { workerOptions } from '@trainyard/cli';
+import { workerOptions } from '@trainyard/stack';
 import {
   BaseConfigSchema,
   openContext,

@@ -9,12 +9,20 @@ let eslint: ESLint;
 /** The package graph lint enforces (`LAYERS` in eslint.config.js). */
 let layers: Record<string, string[]>;
 let forbiddenFor: (pkg: string) => string[];
+/** The libraries the client may not import. */
+let serverLibraries: string[];
 
 beforeAll(async () => {
   eslint = new ESLint({ cwd: ROOT });
-  ({ LAYERS: layers, forbiddenFor } = (await import(
-    pathToFileURL(join(ROOT, 'eslint.config.js')).href
-  )) as { LAYERS: Record<string, string[]>; forbiddenFor: (pkg: string) => string[] });
+  ({
+    LAYERS: layers,
+    forbiddenFor,
+    SERVER_LIBRARIES: serverLibraries,
+  } = (await import(pathToFileURL(join(ROOT, 'eslint.config.js')).href)) as {
+    LAYERS: Record<string, string[]>;
+    forbiddenFor: (pkg: string) => string[];
+    SERVER_LIBRARIES: string[];
+  });
 });
 
 /** A real source file of each package, to which lint tests add imports. */
@@ -28,6 +36,7 @@ const FILE_OF: Record<string, string> = {
   application: 'packages/application/src/commands.ts',
   servers: 'packages/servers/src/ports.ts',
   testkit: 'packages/testkit/src/index.ts',
+  cli: 'services/cli/src/output.ts',
 };
 const fileOf = (pkg: string) => FILE_OF[pkg] ?? `services/${pkg}/src/index.ts`;
 
@@ -81,6 +90,17 @@ describe('the lint configuration', () => {
       "export { createHash } from 'node:crypto';",
     );
     expect(impure.join('\n')).toMatch(/no-restricted-imports/);
+    const serverSide = await broken(
+      fileOf('cli'),
+      serverLibraries
+        .map((l, i) => `export * as lib${i} from '${l.replace('*', 'kv')}';`)
+        .join('\n'),
+    );
+    for (const lib of serverLibraries) {
+      expect(serverSide.join('\n'), `cli importing ${lib}`).toContain(
+        `'${lib.replace('*', 'kv')}' import is restricted`,
+      );
+    }
   }, 180_000);
 
   it('refuses a promise nobody awaits', async () => {

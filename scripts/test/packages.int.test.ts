@@ -54,7 +54,7 @@ describe('the package graph', () => {
       if (SERVICES.includes(name)) {
         const allowed = drawn.get('services') ?? [];
         for (const dep of deps) expect(allowed, `${name} -> ${dep}`).toContain(dep);
-      } else if (name === 'cli') {
+      } else if (name === 'stack') {
         const reachable = new Set<string>();
         const visit = (node: string) => {
           for (const next of drawn.get(node) ?? []) {
@@ -63,8 +63,8 @@ describe('the package graph', () => {
             visit(next);
           }
         };
-        visit('cli');
-        for (const dep of deps) expect([...reachable], `cli -> ${dep}`).toContain(dep);
+        visit('stack');
+        for (const dep of deps) expect([...reachable], `stack -> ${dep}`).toContain(dep);
       } else {
         expect(deps, name).toEqual(drawn.get(name) ?? []);
       }

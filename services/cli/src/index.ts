@@ -1,4 +1,16 @@
 export { ApiClient, CliError } from './client.ts';
-export { buildProgram, main } from './main.ts';
-export { EXAMPLE_DIR, startStack, type Stack, type StackOptions } from './stack.ts';
-export { workerOptions } from './worker-options.ts';
+export { codesOf, connectionProblem } from './errors.ts';
+export {
+  homeDirOf,
+  readJson,
+  readSigningKey,
+  readStack,
+  signingKeyFile,
+  stackFile,
+  userStackFile,
+  writePrivate,
+  type StackInfo,
+} from './config.ts';
+export { followToEnd, submitDirectory } from './commands/jobs.ts';
+export { printJson } from './commands/table.ts';
+export { buildProgram, main, type ServerCommands } from './main.ts';

@@ -3,11 +3,16 @@ import { registerAccountCommands } from './commands/account.ts';
 import { registerAdminCommands } from './commands/admin.ts';
 import { registerCompletionCommand } from './commands/completion.ts';
 import { registerJobCommands } from './commands/jobs.ts';
-import { registerServiceCommands } from './commands/services.ts';
 import { CliError, describeError, verbose } from './errors.ts';
+import { loadServerCommands, type ServerCommands } from './server.ts';
 
-/** The `trainyard` command. */
-export function buildProgram(): Command {
+export type { ServerCommands } from './server.ts';
+
+/**
+ * The `trainyard` command: the client's commands, and the server's (`up`, the services, the
+ * operators' commands) when the server side is installed beside it.
+ */
+export function buildProgram(server: ServerCommands): Command {
   const program = new Command('trainyard')
     .description('Trainyard: GPU training jobs, scheduled on an event log')
     .version('0.1.0')
@@ -21,10 +26,11 @@ export function buildProgram(): Command {
       if (o.profile) process.env.TRAINYARD_PROFILE = o.profile;
       if (o.verbose) process.env.TRAINYARD_DEBUG = '1';
     });
-  registerServiceCommands(program);
+  server.registerServiceCommands(program);
   registerAccountCommands(program);
   registerJobCommands(program);
   registerAdminCommands(program);
+  server.registerOperatorCommands(program);
   registerCompletionCommand(program);
   return program;
 }
@@ -44,7 +50,7 @@ export async function main(argv: string[]): Promise<void> {
     });
   }
   try {
-    await buildProgram().parseAsync(argv);
+    await buildProgram(await loadServerCommands()).parseAsync(argv);
   } catch (err) {
     if (err instanceof CommanderError) {
       process.exitCode = err.exitCode;

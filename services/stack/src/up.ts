@@ -2,18 +2,29 @@
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { isIP } from 'node:net';
 import type { RunningApi } from '@trainyard/api';
 import { embeddedPostgresDir, portInUse } from '@trainyard/servers';
 import { setLogDestination, stopOnSignals } from '@trainyard/service-kit';
 import pretty from 'pino-pretty';
-import { ApiClient } from './client.ts';
-import { followToEnd, submitDirectory } from './commands/jobs.ts';
-import { homeDirOf, stackFile, userStackFile, writePrivate, type StackInfo } from './config.ts';
+import {
+  ApiClient,
+  followToEnd,
+  submitDirectory,
+  homeDirOf,
+  stackFile,
+  userStackFile,
+  writePrivate,
+  type StackInfo,
+  CliError,
+} from '@trainyard/cli';
 import { redactUrl } from './connect.ts';
-import { CliError } from './errors.ts';
-import { EXAMPLE_DIR, startStack, type Stack } from './stack.ts';
+import { startStack, type Stack } from './stack.ts';
 import { workerOptions } from './worker-options.ts';
+
+/** The job `up --demo` submits. */
+const EXAMPLE_DIR = resolve(fileURLToPath(new URL('../../../examples/hello', import.meta.url)));
 
 export interface UpOptions {
   demo: boolean;

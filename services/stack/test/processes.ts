@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-export const BIN = resolve(fileURLToPath(new URL('../bin/trainyard.js', import.meta.url)));
+export const BIN = resolve(fileURLToPath(new URL('../../cli/bin/trainyard.js', import.meta.url)));
 
 /** A Trainyard service in a process of its own, to kill -9 like a crash would. */
 export interface ServiceProcess {

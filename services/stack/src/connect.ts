@@ -1,4 +1,4 @@
-import { CliError, codesOf, connectionProblem } from './errors.ts';
+import { CliError, codesOf, connectionProblem } from '@trainyard/cli';
 
 /** A URL (or a comma-separated list of them) with any password replaced by `***`. */
 export function redactUrl(urls: string): string {

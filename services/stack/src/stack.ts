@@ -1,6 +1,5 @@
 import { chmod, mkdir } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import type { Kysely } from 'kysely';
 import { startApi, type RunningApi } from '@trainyard/api';
 import { DEFAULT_BUILDER_OPTIONS, startBuilder } from '@trainyard/builder';
@@ -46,9 +45,6 @@ import {
 } from './stack-secrets.ts';
 import { reach } from './connect.ts';
 
-export const EXAMPLE_DIR = resolve(
-  fileURLToPath(new URL('../../../examples/hello', import.meta.url)),
-);
 const DEFAULT_NATS_PORT = 4223;
 
 export interface StackOptions {

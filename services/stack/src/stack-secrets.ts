@@ -9,8 +9,7 @@ import { dirname, join } from 'node:path';
 import { EventSigner } from '@trainyard/events';
 import { servicePermissions, workerPermissions, type NatsUser } from '@trainyard/servers';
 import { CONTROL_SERVICES, type ControlService } from '@trainyard/service-kit';
-import { CliError } from './client.ts';
-import { readSigningKey, signingKeyFile, writePrivate } from './config.ts';
+import { CliError, readSigningKey, signingKeyFile, writePrivate } from '@trainyard/cli';
 
 /**
  * The logins of the embedded NATS, made on first start and kept in `home/secrets` (0600):

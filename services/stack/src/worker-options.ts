@@ -11,8 +11,7 @@ import {
 } from '@trainyard/runtime';
 import { sharedStateDir } from '@trainyard/servers';
 import { DEFAULT_UID_RANGE, JobUsers, type WorkerOptions } from '@trainyard/worker';
-import { CliError } from './client.ts';
-import { homeDirOf } from './config.ts';
+import { CliError, homeDirOf } from '@trainyard/cli';
 
 const VERSION = '0.1.0';
 

@@ -13,10 +13,9 @@ import {
   type ServiceContext,
 } from '@trainyard/service-kit';
 import { connectDb, migrate } from '@trainyard/projections';
-import { readSigningKey, readStack } from './config.ts';
+import { readSigningKey, readStack, CliError } from '@trainyard/cli';
 import { reach } from './connect.ts';
 import { workerCredential } from './enrol.ts';
-import { CliError } from './errors.ts';
 
 const HOW_TO_POINT =
   'run it where `npm run up` runs (or set TRAINYARD_HOME to that stack’s state directory), or set TRAINYARD_NATS_URL and DATABASE_URL';

@@ -2,9 +2,9 @@ import { WorkerKeys } from '@trainyard/application';
 import { ensureWorkerBucket } from '@trainyard/blobs';
 import { authIssuer, startAuthCallout } from '@trainyard/servers';
 import { connectNats, createLogger, stopOnSignals } from '@trainyard/service-kit';
+import { CliError } from '@trainyard/cli';
 import { reach } from './connect.ts';
 import { serviceContext } from './env.ts';
-import { CliError } from './errors.ts';
 
 /** A setting `nats auth` cannot run without. */
 function required(env: NodeJS.ProcessEnv, name: string, what: string): string {

@@ -1,8 +1,6 @@
 import { join } from 'node:path';
 import { createUser } from '@nats-io/nkeys';
-import { ApiClient } from './client.ts';
-import { homeDirOf, readJson, writePrivate } from './config.ts';
-import { CliError } from './errors.ts';
+import { ApiClient, homeDirOf, readJson, writePrivate, CliError } from '@trainyard/cli';
 
 /** What an enrolled worker keeps: its name, its nkey seed and where to connect. 0600. */
 export interface WorkerCredential {

@@ -1,0 +1,166 @@
+import { execFile } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { cp, mkdir, symlink, writeFile } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempDir } from '@trainyard/testkit';
+import { ADMIN_PASSWORD, startTestStack, type TestStack } from './harness.ts';
+
+const REPO = resolve(fileURLToPath(new URL('../../..', import.meta.url)));
+
+interface Manifest {
+  name: string;
+  dependencies?: Record<string, string>;
+}
+
+const manifest = (dir: string) =>
+  JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as Manifest;
+
+/** The workspace's own packages, by name. */
+function workspaces(): Map<string, string> {
+  const found = new Map<string, string>();
+  for (const group of ['packages', 'services']) {
+    for (const entry of readdirSync(join(REPO, group))) {
+      const dir = join(REPO, group, entry);
+      if (existsSync(join(dir, 'package.json'))) found.set(manifest(dir).name, dir);
+    }
+  }
+  return found;
+}
+
+/**
+ * Installs `@trainyard/cli` into `root/node_modules` with its declared dependencies and nothing
+ * else, as `npm install` would for a laptop: the workspace packages it needs are copied (so that
+ * nothing resolves from the repository), libraries are linked. Returns the Trainyard packages
+ * installed.
+ */
+async function installClientAlone(root: string): Promise<string[]> {
+  const ours = workspaces();
+  const installed: string[] = [];
+  const queue = ['@trainyard/cli'];
+  const linked = new Set<string>();
+  while (queue.length > 0) {
+    const name = queue.shift()!;
+    if (installed.includes(name)) continue;
+    const dir = ours.get(name);
+    if (!dir) throw new Error(`${name} is not a package of this repository`);
+    installed.push(name);
+    const target = join(root, 'node_modules', name);
+    await mkdir(dirname(target), { recursive: true });
+    await cp(dir, target, {
+      recursive: true,
+      filter: (src) => !/\/(node_modules|test)(\/|$)/.test(src.slice(dir.length)),
+    });
+    for (const dep of Object.keys(manifest(dir).dependencies ?? {})) {
+      if (ours.has(dep)) {
+        queue.push(dep);
+        continue;
+      }
+      const nested = join(dir, 'node_modules', dep);
+      const where = existsSync(nested) ? nested : join(REPO, 'node_modules', dep);
+      const link = existsSync(nested)
+        ? join(target, 'node_modules', dep)
+        : join(root, 'node_modules', dep);
+      if (linked.has(link)) continue;
+      linked.add(link);
+      await mkdir(dirname(link), { recursive: true });
+      await symlink(where, link);
+    }
+  }
+  return installed;
+}
+
+let t: TestStack;
+let work: Awaited<ReturnType<typeof tempDir>>;
+let installed: string[];
+
+type Run = { code: number; stdout: string; stderr: string };
+
+/** The lone client's `trainyard`, as a user on a laptop runs it. */
+function trainyard(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
+  return new Promise((done) => {
+    execFile(
+      process.execPath,
+      [join(work.path, 'node_modules', '@trainyard', 'cli', 'bin', 'trainyard.js'), ...args],
+      {
+        cwd: work.path,
+        timeout: 60_000,
+        env: {
+          PATH: process.env.PATH,
+          HOME: work.path,
+          XDG_CONFIG_HOME: join(work.path, 'config'),
+          XDG_STATE_HOME: join(work.path, 'state'),
+          ...env,
+        },
+      },
+      (err, stdout, stderr) =>
+        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+beforeAll(async () => {
+  work = await tempDir('trainyard-client-');
+  installed = await installClientAlone(work.path);
+  t = await startTestStack();
+}, 120_000);
+
+afterAll(async () => {
+  await t?.stop();
+  await work?.remove();
+});
+
+describe('the trainyard client installed alone', () => {
+  it('needs no server package', () => {
+    expect(installed.sort()).toEqual(['@trainyard/cli', '@trainyard/events']);
+    expect(existsSync(join(work.path, 'node_modules', '@trainyard', 'stack'))).toBe(false);
+    expect(existsSync(join(work.path, 'node_modules', 'postgres'))).toBe(false);
+    expect(existsSync(join(work.path, 'node_modules', 'fastify'))).toBe(false);
+  });
+
+  it('names the package that brings the server commands', async () => {
+    const help = await trainyard(['--help']);
+    expect(help.code, help.stderr).toBe(0);
+    expect(help.stdout).toMatch(/submit \[options\] <dir>/);
+    expect(help.stdout).toMatch(
+      /up \[args\.\.\.\]\s+run the whole stack on this machine \(needs\s+@trainyard\/stack\)/,
+    );
+    const serverCommands: [string[], string][] = [
+      [['up'], 'up'],
+      [['worker', '--name', 'w1'], 'worker'],
+      [['events', 'verify'], 'events verify'],
+      [['projections', 'rebuild'], 'projections'],
+    ];
+    for (const [args, name] of serverCommands) {
+      const r = await trainyard(args);
+      expect(r.code, args.join(' ')).toBe(1);
+      expect(r.stderr).toContain(`\`trainyard ${name}\` runs part of the Trainyard server`);
+      expect(r.stderr).toContain('install @trainyard/stack');
+      expect(r.stderr).not.toMatch(/ERR_MODULE_NOT_FOUND|\.ts:\d+/);
+    }
+    const token = await trainyard(['worker', 'token', 'create', '--help']);
+    expect(token.code).toBe(0);
+    expect(token.stdout).toContain('issue a one-time token a worker enrols with');
+  });
+
+  it('logs in, submits, follows and downloads outputs from a running Trainyard', async () => {
+    const login = await trainyard(['--api', t.url, 'login', '-u', 'admin', '-p', ADMIN_PASSWORD]);
+    expect(login.code, login.stderr).toBe(0);
+    expect(login.stdout).toContain(`logged in to ${t.url} as admin`);
+    const project = join(work.path, 'project');
+    await mkdir(project);
+    await writeFile(
+      join(project, 'train.py'),
+      'import os\nprint("alone", flush=True)\nopen(os.path.join(os.environ["TRAINYARD_OUTPUT_DIR"], "w.txt"), "w").write("7")\n',
+    );
+    const run = await trainyard(['submit', project, '--command', 'python3 train.py', '--follow']);
+    expect(run.code, `${run.stderr}\n${run.stdout}`).toBe(0);
+    const id = run.stdout.split('\n')[0]!.trim();
+    expect(id).toMatch(/^job_/);
+    expect(run.stdout).toContain('alone\n');
+    const out = await trainyard(['outputs', id, '--download', join(work.path, 'out')]);
+    expect(out.code, out.stderr).toBe(0);
+    expect(readFileSync(join(work.path, 'out', 'w.txt'), 'utf8')).toBe('7');
+  });
+});
