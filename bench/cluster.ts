@@ -3,8 +3,7 @@ import { Agent, request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { DeliverPolicy, type JsMsg } from '@nats-io/jetstream';
-import { decodeEvent, Streams, Subjects } from '@trainyard/events';
+import { sleep, Subjects, type StoredEvent } from '@trainyard/events';
 import { startStack, type Stack } from '@trainyard/stack';
 import { tempDir, waitFor } from '@trainyard/testkit';
 
@@ -129,30 +128,40 @@ export class BenchCluster {
     this.#workers = [];
   }
 
+  /** Reads the job events as one more follower of the stack's reader of the log. */
   async #track(): Promise<void> {
-    const consumer = await this.stack.ctx.bus.js.consumers.get(Streams.events, {
-      filter_subjects: Subjects.aggregateEvents('job'),
-      deliver_policy: DeliverPolicy.New,
-    });
-    const messages = await consumer.consume({ max_messages: 4096 });
-    this.#stopTracking = () => messages.stop();
+    const { events, bus } = this.stack.ctx;
+    const stop = new AbortController();
+    this.#stopTracking = () => stop.abort();
+    let next = (await bus.store.lastSeq()) + 1;
+    const record = (e: StoredEvent) => {
+      next = e.seq + 1;
+      const t = this.times.get(e.aggregateId) ?? {};
+      const at = Date.parse(e.occurredAt);
+      if (e.type === 'JobSubmitted') t.submittedMs = at;
+      else if (e.type === 'JobAssigned') t.assignedMs = at;
+      else if (e.type === 'JobStarted') t.startedMs = at;
+      else if (
+        e.type === 'JobSucceeded' ||
+        e.type === 'JobAttemptFailed' ||
+        e.type === 'JobCancelled'
+      ) {
+        t.finishedMs = at;
+        t.status = e.type;
+      }
+      this.times.set(e.aggregateId, t);
+    };
     void (async () => {
-      for await (const msg of messages as AsyncIterable<JsMsg>) {
-        const e = decodeEvent(msg);
-        const t = this.times.get(e.aggregateId) ?? {};
-        const at = Date.parse(e.occurredAt);
-        if (e.type === 'JobSubmitted') t.submittedMs = at;
-        else if (e.type === 'JobAssigned') t.assignedMs = at;
-        else if (e.type === 'JobStarted') t.startedMs = at;
-        else if (
-          e.type === 'JobSucceeded' ||
-          e.type === 'JobAttemptFailed' ||
-          e.type === 'JobCancelled'
-        ) {
-          t.finishedMs = at;
-          t.status = e.type;
-        }
-        this.times.set(e.aggregateId, t);
+      while (!stop.signal.aborted) {
+        await events
+          .follow(
+            { fromSeq: next, filter: Subjects.aggregateEvents('job'), signal: stop.signal },
+            record,
+          )
+          .catch(async (err: unknown) => {
+            console.error('bench tracker:', err);
+            await sleep(500, stop.signal);
+          });
       }
     })();
   }

@@ -5,6 +5,7 @@ import { openBlobStore } from './blob-store.ts';
 import { BaseConfigSchema, parseEnv, type BaseConfig } from './config.ts';
 import { createLogger, type Logger } from './logger.ts';
 import { connectBus, type Bus, type NatsTlsOptions } from './nats.ts';
+import { SharedLog } from './shared-log.ts';
 
 /** What every service is started with. */
 export interface ServiceContext {
@@ -14,6 +15,8 @@ export interface ServiceContext {
   config: BaseConfig;
   /** Names this process in events it appends (`actor`) and in NATS connection names. */
   instanceId: string;
+  /** Follows the event log: one reader for every service of the process that shares it. */
+  events: SharedLog;
 }
 
 /**
@@ -39,6 +42,8 @@ export async function openContext(
      * shared one not at all.
      */
     blobBuckets?: string[];
+    /** The reader of the event log this service shares with others in the process. */
+    events?: SharedLog;
   } = {},
 ): Promise<ServiceContext> {
   const log = createLogger(service);
@@ -62,7 +67,7 @@ export async function openContext(
   });
   try {
     const blobs = await openBlobStore(config, bus.js, manage, opts.blobReads, opts.blobBuckets);
-    return { bus, blobs, log, config, instanceId };
+    return { bus, blobs, log, config, instanceId, events: opts.events ?? new SharedLog(bus.store) };
   } catch (err) {
     await bus.close();
     throw err;

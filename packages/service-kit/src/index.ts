@@ -13,3 +13,4 @@ export * from './nats.ts';
 export * from './position.ts';
 export * from './publish.ts';
 export * from './stall.ts';
+export * from './shared-log.ts';

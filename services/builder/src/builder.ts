@@ -3,7 +3,6 @@ import { retry, Subjects } from '@trainyard/events';
 import { loadJob, type JobSnapshot, runJobCommand } from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
 import {
-  followLog,
   Liveness,
   LogPosition,
   sleep,
@@ -134,8 +133,7 @@ export async function startBuilder(
   }
 
   async function follow(): Promise<void> {
-    await followLog(
-      ctx.bus.store,
+    await ctx.events.follow(
       {
         fromSeq: position.resumeAt,
         filter: Subjects.aggregateEvents('job'),

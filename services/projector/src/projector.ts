@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely';
 import { retry, type RetryPolicy, type StoredEvent } from '@trainyard/events';
-import { followLog, supervise, withDeadline, type ServiceContext } from '@trainyard/service-kit';
+import { supervise, withDeadline, type ServiceContext } from '@trainyard/service-kit';
 import { applyBatch, migrate, readCheckpoint, type Database } from '@trainyard/projections';
 
 export interface ProjectorOptions {
@@ -84,8 +84,7 @@ export async function startProjector(
       return writing;
     };
     try {
-      await followLog(
-        ctx.bus.store,
+      await ctx.events.follow(
         {
           fromSeq: await startSeq(),
           maxMessages: opts.batchSize * 2,

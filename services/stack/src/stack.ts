@@ -181,7 +181,8 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
     const control = ctx;
     /**
      * On the embedded NATS every service connects with a login of its own; on a NATS given by
-     * URL they share the one connection, as that URL's login is all there is.
+     * URL they share the one connection, as that URL's login is all there is. Either way the
+     * services of the control plane share one reader of the event log, the stack's.
      */
     const contextOf = async (
       service: ControlService | 'localWorker',
@@ -199,6 +200,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
           signer,
           manage: false,
           inboxPrefix,
+          ...(service !== 'localWorker' && { events: control.events }),
           ...(service === 'localWorker' &&
             opts.worker && {
               blobReads: 'direct' as const,

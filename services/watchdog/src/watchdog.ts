@@ -10,7 +10,7 @@ import {
   type WorkerEvent,
 } from '@trainyard/events';
 import { runWorkerCommand, type WorkerSnapshot } from '@trainyard/application';
-import { followLog, supervise, takeFromDurable, type ServiceContext } from '@trainyard/service-kit';
+import { supervise, takeFromDurable, type ServiceContext } from '@trainyard/service-kit';
 import { startFetches } from './fetches.ts';
 import { startReports } from './reports.ts';
 
@@ -54,8 +54,7 @@ export async function startWatchdog(
   const followEvents = supervise(
     'watchdog-events',
     () =>
-      followLog(
-        ctx.bus.store,
+      ctx.events.follow(
         {
           fromSeq: eventsRead + 1,
           filter: Subjects.aggregateEvents('worker'),

@@ -1,0 +1,218 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import { EMPTY_HEAD, EventStore, type StoredEvent } from '@trainyard/events';
+import { jobSubmitted, startTestNats, testMeta, waitFor } from '@trainyard/testkit';
+import { connectBus, SharedLog, subjectMatches, type Bus } from '../src/index.ts';
+
+let nats: Awaited<ReturnType<typeof startTestNats>>;
+let bus: Bus;
+beforeAll(async () => {
+  nats = await startTestNats();
+  bus = await connectBus(nats.url, 'shared-log-test');
+});
+afterAll(async () => {
+  await bus.close();
+  await nats.stop();
+});
+
+async function append(aggregate: 'job' | 'worker', id: string): Promise<number> {
+  const event =
+    aggregate === 'job'
+      ? jobSubmitted()
+      : {
+          type: 'WorkerRegistered' as const,
+          data: {
+            name: id,
+            hostname: 'h',
+            gpus: [],
+            cpuSlots: 1,
+            runtime: 'simulated',
+            version: 't',
+            runningAttempts: [],
+          },
+        };
+  const { head } = await bus.store.append({
+    aggregate,
+    aggregateId: id,
+    head: EMPTY_HEAD,
+    events: [event],
+    meta: testMeta(),
+  } as Parameters<EventStore['append']>[0]);
+  return head.seq;
+}
+
+/** Counts the readers made on the log. */
+class CountingStore extends EventStore {
+  readers: { fromSeq: number; filter?: string }[] = [];
+  override reader(opts: Parameters<EventStore['reader']>[0]): Promise<ConsumerMessages> {
+    this.readers.push({ fromSeq: opts.fromSeq, ...(opts.filter && { filter: opts.filter }) });
+    return super.reader(opts);
+  }
+}
+
+/** The log as a server whose count stayed off after a failover serves it: one too many waiting. */
+class MiscountingStore extends EventStore {
+  override async reader(opts: Parameters<EventStore['reader']>[0]): Promise<ConsumerMessages> {
+    const real = await super.reader(opts);
+    return {
+      stop: () => real.stop(),
+      async *[Symbol.asyncIterator]() {
+        for await (const m of real as AsyncIterable<JsMsg>) {
+          yield { seq: m.seq, string: () => m.string(), info: { pending: m.info.pending + 1 } };
+        }
+      },
+    } as unknown as ConsumerMessages;
+  }
+}
+
+const seqs = (events: StoredEvent[]) => events.map((e) => e.seq);
+
+describe('subject filters', () => {
+  it('match as NATS matches them', () => {
+    expect(subjectMatches('ty.ev.job.*', 'ty.ev.job.j1')).toBe(true);
+    expect(subjectMatches('ty.ev.job.*', 'ty.ev.worker.w1')).toBe(false);
+    expect(subjectMatches('ty.ev.job.*', 'ty.ev.job.j1.x')).toBe(false);
+    expect(subjectMatches('ty.ev.>', 'ty.ev.job.j1')).toBe(true);
+    expect(subjectMatches('ty.ev.>', 'ty.ev')).toBe(false);
+    expect(subjectMatches('ty.ev.job.j1', 'ty.ev.job.j1')).toBe(true);
+  });
+});
+
+describe('one reader of the log shared by the services of a process', () => {
+  it('serves each follower from its own position and filter with one reader', async () => {
+    const base = await bus.store.lastSeq();
+    const j1 = await append('job', 'sj1');
+    const w1 = await append('worker', 'sw1');
+    const j2 = await append('job', 'sj2');
+    const store = new CountingStore(bus.js, bus.jsm);
+    const shared = new SharedLog(store);
+    const stop = new AbortController();
+    const all: StoredEvent[] = [];
+    const jobs: StoredEvent[] = [];
+    const following = [
+      shared.follow({ fromSeq: base + 1, signal: stop.signal }, (e) => void all.push(e)),
+      shared.follow(
+        { fromSeq: w1, filter: 'ty.ev.job.*', signal: stop.signal },
+        (e) => void jobs.push(e),
+      ),
+    ];
+    await waitFor('both read', () => all.length === 3 && jobs.length === 1);
+    const j3 = await append('job', 'sj3');
+    await waitFor('the new event', () => all.length === 4 && jobs.length === 2);
+    expect(seqs(all)).toEqual([j1, w1, j2, j3]);
+    expect(seqs(jobs)).toEqual([j2, j3]);
+    expect(store.readers).toEqual([{ fromSeq: base + 1 }]);
+    stop.abort();
+    await Promise.all(following);
+  });
+
+  it('reads again for a follower behind it; one ahead does not get an event twice', async () => {
+    const first = await append('job', 'rj1');
+    const second = await append('job', 'rj2');
+    const store = new CountingStore(bus.js, bus.jsm);
+    const shared = new SharedLog(store);
+    const stop = new AbortController();
+    const ahead: StoredEvent[] = [];
+    const behind: StoredEvent[] = [];
+    let aheadCaughtUp = 0;
+    const following = [
+      shared.follow(
+        { fromSeq: second, signal: stop.signal, onCaughtUp: () => aheadCaughtUp++ },
+        (e) => void ahead.push(e),
+      ),
+    ];
+    await waitFor('the first follower caught up', () => aheadCaughtUp > 0);
+    following.push(
+      shared.follow({ fromSeq: first, signal: stop.signal }, (e) => void behind.push(e)),
+    );
+    await waitFor('the second follower read', () => behind.length === 2);
+    const third = await append('job', 'rj3');
+    await waitFor('both read the next', () => ahead.length === 2 && behind.length === 3);
+    expect(seqs(ahead)).toEqual([second, third]);
+    expect(seqs(behind)).toEqual([first, second, third]);
+    expect(store.readers.map((r) => r.fromSeq)).toEqual([second, first]);
+    stop.abort();
+    await Promise.all(following);
+  });
+
+  it('lets a slow follower fall behind without holding the others, and says it caught up only once it has', async () => {
+    const from = (await bus.store.lastSeq()) + 1;
+    const shared = new SharedLog(bus.store);
+    const stop = new AbortController();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((r) => (release = r));
+    const fast: number[] = [];
+    const slow: number[] = [];
+    let slowCaughtUp = 0;
+    const following = [
+      shared.follow({ fromSeq: from, signal: stop.signal }, (e) => void fast.push(e.seq)),
+      shared.follow(
+        { fromSeq: from, signal: stop.signal, onCaughtUp: () => slowCaughtUp++ },
+        async (e) => {
+          slow.push(e.seq);
+          await gate;
+        },
+      ),
+    ];
+    const written = [
+      await append('job', 'gj1'),
+      await append('job', 'gj2'),
+      await append('job', 'gj3'),
+    ];
+    await waitFor('the fast follower read all', () => fast.length === 3);
+    expect(slow).toEqual([written[0]]);
+    expect(slowCaughtUp).toBe(0);
+    release();
+    await waitFor('the slow follower caught up', () => slowCaughtUp > 0);
+    expect(slow).toEqual(written);
+    expect(fast).toEqual(written);
+    stop.abort();
+    await Promise.all(following);
+  });
+
+  it("ends only the follow whose handler failed, with that handler's error", async () => {
+    const from = (await bus.store.lastSeq()) + 1;
+    const shared = new SharedLog(bus.store);
+    const stop = new AbortController();
+    const healthy: number[] = [];
+    const failing = shared.follow({ fromSeq: from, signal: stop.signal }, () => {
+      throw new Error('cannot fold');
+    });
+    const following = shared.follow(
+      { fromSeq: from, signal: stop.signal },
+      (e) => void healthy.push(e.seq),
+    );
+    const first = await append('job', 'ej1');
+    await expect(failing).rejects.toThrow('cannot fold');
+    const second = await append('job', 'ej2');
+    await waitFor('the healthy follower read on', () => healthy.length === 2);
+    expect(healthy).toEqual([first, second]);
+    stop.abort();
+    await following;
+  });
+
+  it('returns every follow, each told its own position, when the reader miscounted', async () => {
+    const first = await append('job', 'mj1');
+    const second = await append('worker', 'mw1');
+    const shared = new SharedLog(new MiscountingStore(bus.js, bus.jsm));
+    const signal = new AbortController().signal;
+    const told: Record<string, number> = {};
+    await Promise.all([
+      shared.follow(
+        { fromSeq: first, signal, quietMs: 50, onMiscount: (at) => (told.all = at) },
+        () => undefined,
+      ),
+      shared.follow(
+        {
+          fromSeq: first,
+          filter: 'ty.ev.job.*',
+          signal,
+          quietMs: 50,
+          onMiscount: (at) => (told.jobs = at),
+        },
+        () => undefined,
+      ),
+    ]);
+    expect(told).toEqual({ all: second, jobs: second });
+  });
+});
