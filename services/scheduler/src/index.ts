@@ -1,6 +1,2 @@
-export {
-  DEFAULT_SCHEDULER_OPTIONS,
-  startScheduler,
-  type RunningScheduler,
-  type SchedulerOptions,
-} from './scheduler.ts';
+export { startScheduler, type RunningScheduler } from './leadership.ts';
+export { DEFAULT_SCHEDULER_OPTIONS, type SchedulerOptions } from './options.ts';

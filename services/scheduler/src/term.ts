@@ -1,0 +1,111 @@
+import { DomainError, type Assignment } from '@trainyard/domain';
+import type { StoredEvent } from '@trainyard/events';
+import { runJobCommand } from '@trainyard/application';
+import { newId, type ServiceContext } from '@trainyard/service-kit';
+import { realClock, type Clock } from './clock.ts';
+import { dispatchRun, dispatchStop } from './dispatch.ts';
+import { Folding } from './folding.ts';
+import type { SchedulerOptions } from './options.ts';
+import { react, recover } from './reactions.ts';
+import { Rounds } from './rounds.ts';
+
+/**
+ * One term as leader: folds the log into the cluster state and, once it has caught up, sends
+ * workers what the log gives them, fails what lost workers held, and places jobs in rounds.
+ */
+export class Term {
+  readonly #folding: Folding;
+  readonly #rounds: Rounds;
+
+  constructor(
+    private readonly ctx: ServiceContext,
+    opts: SchedulerOptions,
+    signal: AbortSignal,
+    clock: Clock = realClock,
+  ) {
+    this.#folding = new Folding(ctx, opts.snapshotEveryEvents, signal, {
+      caughtUp: () => this.#onCaughtUp(),
+      atEnd: () => this.#rounds.wakeSoon(),
+      live: (event) => this.#react(event),
+    });
+    this.#rounds = new Rounds({
+      state: () => this.#folding.cluster,
+      policy: opts.policy,
+      assign: (a, now) => this.#assign(a, now),
+      lastSeq: () => ctx.bus.store.lastSeq(),
+      log: ctx.log,
+      signal,
+      clock,
+    });
+  }
+
+  /** The sequence the term started folding from: 1 without a snapshot, 0 before it loaded. */
+  get startSeq(): number {
+    return this.#folding.startSeq;
+  }
+
+  /** Whether the term has folded the log up to its end and places jobs. */
+  get isCaughtUp(): boolean {
+    return this.#folding.isCaughtUp;
+  }
+
+  /** Runs until the term's signal aborts, then leaves a snapshot for the next leader. */
+  async run(): Promise<void> {
+    await this.#folding.load();
+    try {
+      await this.#folding.follow();
+    } finally {
+      this.#rounds.stop();
+    }
+    await this.#folding.finish();
+  }
+
+  /** A takeover: resends what the last leader may not have, then plans. */
+  #onCaughtUp(): void {
+    const cluster = this.#folding.cluster;
+    for (const job of cluster.jobs.values()) {
+      if (job.state.status === 'assigned' && !job.state.cancelRequested)
+        this.#send(dispatchRun(this.ctx, job));
+      if (job.state.cancelRequested) this.#send(dispatchStop(this.ctx.bus.js, job));
+    }
+    this.#send(recover(this.ctx, cluster));
+    this.#rounds.wake();
+  }
+
+  #react(event: StoredEvent): void {
+    const effect = react(this.ctx, this.#folding.cluster, event);
+    if (effect) this.#send(effect);
+  }
+
+  #send(p: Promise<void>): void {
+    p.catch((err: unknown) => this.ctx.log.warn({ err }, 'scheduler side effect failed'));
+  }
+
+  /** Appends and dispatches an assignment: the sequence it landed at, 0 if it no longer applies. */
+  async #assign(a: Assignment, now: Date): Promise<number> {
+    const tracked = this.#folding.cluster.jobs.get(a.jobId);
+    if (!tracked) return 0;
+    try {
+      const result = await runJobCommand(
+        this.ctx.bus.store,
+        a.jobId,
+        {
+          type: 'AssignJob',
+          attemptId: newId('att'),
+          workerId: a.workerId,
+          gpus: a.gpus,
+          vramBytes: a.vramBytes,
+          cpus: a.cpus,
+        },
+        { actor: { kind: 'service', id: this.ctx.instanceId }, now },
+        { snapshot: { state: tracked.state, head: tracked.head } },
+      );
+      if (result.state.status === 'assigned') this.#send(dispatchRun(this.ctx, result));
+      return result.head.seq;
+    } catch (err) {
+      if (!(err instanceof DomainError)) throw err;
+      this.ctx.log.debug({ jobId: a.jobId, code: err.code }, 'assignment no longer applies');
+      return 0;
+    }
+  }
+}
