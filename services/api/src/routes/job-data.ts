@@ -1,6 +1,5 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { currentAttempt, type JobState } from '@trainyard/domain';
 import { loadJob } from '@trainyard/application';
 import { BlobKeys, getWritten } from '@trainyard/blobs';
 import type { Api, ApiDeps } from '../deps.ts';
@@ -14,15 +13,9 @@ import {
   OutputViewSchema,
   queryFlag,
 } from '../schemas.ts';
-import { listAttempts, type JobRow } from '@trainyard/projections';
-import {
-  callerOf,
-  jobIdParam,
-  readModel,
-  visibleJob,
-  visibleJobHistory,
-  visibleJobRow,
-} from './common.ts';
+import { listAttempts, type AttemptRow, type JobRow } from '@trainyard/projections';
+import type { Caller } from '../auth.ts';
+import { callerOf, jobIdParam, readModel, visibleJobHistory, visibleJobRow } from './common.ts';
 
 const LogQuery = z.object({
   follow: queryFlag('stream until the job ends'),
@@ -54,17 +47,23 @@ async function outputsWriter(deps: ApiDeps, job: JobRow): Promise<string | null>
  */
 const streamed = (body: NodeJS.ReadableStream) => body as unknown as string;
 
-function headerOf(state: JobState, attempt: number): AttemptHeader {
-  const a = state.attempts.find((x) => x.number === attempt);
-  return { attempt, build: attempt === 0, workerId: a?.workerId ?? null, gpus: a?.gpus ?? [] };
+/** A job's row and attempts, once the read model holds the job's last event. */
+async function jobAndAttempts(deps: ApiDeps, caller: Caller, id: string) {
+  const job = await visibleJobRow(deps, caller, id);
+  return { job, attempts: await readModel(() => listAttempts(deps.db, id)) };
 }
 
-function endOf(state: JobState): LogEnd {
+function headerOf(attempts: AttemptRow[], attempt: number): AttemptHeader {
+  const a = attempts.find((x) => x.number === attempt);
+  return { attempt, build: attempt === 0, workerId: a?.worker_id ?? null, gpus: a?.gpus ?? [] };
+}
+
+function endOf(job: JobRow, attempts: AttemptRow[]): LogEnd {
   return {
-    status: state.status,
-    ended: TERMINAL.has(state.status),
-    exitCode: currentAttempt(state)?.exitCode ?? null,
-    failure: state.failure,
+    status: job.status,
+    ended: TERMINAL.has(job.status),
+    exitCode: attempts.at(-1)?.exit_code ?? null,
+    failure: job.failure,
   };
 }
 
@@ -121,7 +120,8 @@ export function jobDataRoutes(app: Api, deps: ApiDeps): void {
     },
     async (req, reply) => {
       const id = jobIdParam(req);
-      const job = await visibleJob(deps, callerOf(req), id);
+      const caller = callerOf(req);
+      let { attempts } = await jobAndAttempts(deps, caller, id);
       const { follow } = req.query;
       const events = (req.headers.accept ?? '').includes('text/event-stream');
       const lastEventId = req.headers['last-event-id'];
@@ -142,14 +142,16 @@ export function jobDataRoutes(app: Api, deps: ApiDeps): void {
         }
         return reply.type('text/plain; charset=utf-8').send(streamed(Readable.from(text())));
       }
-      let state = job.state;
       const header = async (attempt: number) => {
-        if (attempt > 0 && !state.attempts.some((a) => a.number === attempt)) {
-          state = (await loadJob(deps.bus.store, id)).state;
+        if (attempt > 0 && !attempts.some((a) => a.number === attempt)) {
+          ({ attempts } = await jobAndAttempts(deps, caller, id));
         }
-        return headerOf(state, attempt);
+        return headerOf(attempts, attempt);
       };
-      const end = async () => endOf((await loadJob(deps.bus.store, id)).state);
+      const end = async () => {
+        const now = await jobAndAttempts(deps, caller, id);
+        return endOf(now.job, now.attempts);
+      };
       reply.header('x-accel-buffering', 'no');
       return reply.type('text/event-stream').send(streamed(logEventStream(pieces, header, end)));
     },
