@@ -35,6 +35,20 @@ export const RunAttemptSchema = z.object({
   /** What the builder made of the code, or null: then the code itself, or nothing. */
   artifact: BlobRefSchema.nullable(),
   code: CodeArchiveSchema.nullable(),
+  /**
+   * What the attempt was given: the VRAM booked on each of its GPUs and its CPU cores (as
+   * `JobAssigned` records them), and the memory the job asked for, which a runtime that can
+   * hold an attempt to a limit sets. Absent in a message sent before it was in the contract.
+   */
+  resources: z
+    .object({
+      vramBytes: z.number().int().min(0),
+      cpus: z.number().int().min(0),
+      memoryGb: z.number().positive().optional(),
+    })
+    .optional(),
+  /** The job's head in the log when the message was derived: its `JobAssigned`. */
+  headSeq: z.number().int().min(1).optional(),
 });
 export type RunAttempt = z.infer<typeof RunAttemptSchema>;
 

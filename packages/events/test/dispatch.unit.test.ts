@@ -25,6 +25,20 @@ describe('the dispatch contract', () => {
     ).toEqual({ v: 1, kind: 'stop', jobId: 'job_1', attemptId: 'att_1' });
   });
 
+  it('carries what the attempt was given and the log position it was derived from', () => {
+    const given = {
+      ...run,
+      v: 1,
+      resources: { vramBytes: 8 * 1024 ** 3, cpus: 2, memoryGb: 16 },
+      headSeq: 42,
+    };
+    expect(DispatchMessageSchema.parse(given)).toEqual(given);
+    expect(DispatchMessageSchema.safeParse({ ...given, headSeq: 0 }).success).toBe(false);
+    expect(
+      DispatchMessageSchema.safeParse({ ...given, resources: { vramBytes: -1, cpus: 0 } }).success,
+    ).toBe(false);
+  });
+
   it('refuses a version it does not know, and a message missing what a worker needs', () => {
     expect(DispatchMessageSchema.safeParse({ ...run, v: 2 }).success).toBe(false);
     const { command: _command, ...noCommand } = run;

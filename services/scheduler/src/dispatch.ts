@@ -25,6 +25,12 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
     env: state.spec.env,
     artifact: state.artifact,
     code: state.artifact ? null : state.code,
+    resources: {
+      vramBytes: attempt.vramBytes,
+      cpus: attempt.cpus,
+      ...(state.spec.resources.memoryGb && { memoryGb: state.spec.resources.memoryGb }),
+    },
+    headSeq: job.head.seq,
   };
   const subject =
     attempt.gpus.length > 0

@@ -186,6 +186,18 @@ describe('a training job end to end over HTTP', () => {
     };
     expect(processAlive(pid)).toBe(true);
     expect(groupAlive()).toBe(true);
+    const { msg } = JSON.parse(
+      await readFile(join(t.sandboxes, `${id}-1`, 'attempt.json'), 'utf8'),
+    ) as { msg: { resources?: unknown; headSeq?: number; attemptId: string } };
+    const events = (await (await t.http(`/v1/jobs/${id}/events`, { token: alice })).json()) as {
+      type: string;
+      seq: number;
+      data: { attemptId?: string; vramBytes?: number; cpus?: number };
+    }[];
+    const assigned = events.find((e) => e.type === 'JobAssigned')!;
+    expect(msg.attemptId).toBe(assigned.data.attemptId);
+    expect(msg.headSeq).toBe(assigned.seq);
+    expect(msg.resources).toEqual({ vramBytes: assigned.data.vramBytes, cpus: assigned.data.cpus });
     const cancel = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: alice });
     expect(cancel.status).toBe(202);
     const job = await t.waitForJob(id, alice, (j) => j.status === 'cancelled');
