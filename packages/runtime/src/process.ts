@@ -11,6 +11,7 @@ import {
 import { readFile } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
 import { shellQuote } from './shell.ts';
+import { LAUNCH_FIELDS } from './perl-spawner.ts';
 import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
@@ -70,7 +71,7 @@ export { shellQuote } from './shell.ts';
 /**
  * The script that runs one attempt (`RunSpec.scriptFile`), as the attempt's user, in a new
  * session, in the work directory, with its output already sent to the log (the runtime's
- * launcher did those, as the worker). It sets the attempt's environment, runs `setup` if there
+ * spawner did those, as the worker). It sets the attempt's environment, runs `setup` if there
  * is one, then the command, each in a subshell (a fork, no new program) that it passes stop
  * signals on to, and records how it ended in the result file. It ends with its command's exit
  * code; a failed setup ends it with `SETUP_FAILED`.
@@ -119,12 +120,12 @@ export function underSharedTmp(path: string): boolean {
 }
 
 /**
- * What the launcher needs for one attempt, as shell assignments it reads (as the worker, before
- * it drops to the attempt's user): where to run, where the output, the process group and the
- * end go, and whom to run as.
+ * What the spawner needs for one attempt, read (as the worker, before it drops to the attempt's
+ * user) as data and never run: where to run, where the output, the process group and the end go,
+ * and whom to run as. One `NAME=value` entry per field, each ended by a NUL, which no path holds.
  */
 export function launchScript(spec: RunSpec): string {
-  const vars: Record<string, string> = {
+  const fields: Record<(typeof LAUNCH_FIELDS)[number], string> = {
     TY_WORK: spec.workDir,
     TY_LOG: spec.logFile,
     TY_PID: spec.pidFile,
@@ -134,9 +135,10 @@ export function launchScript(spec: RunSpec): string {
     TY_GID: spec.user ? String(spec.user.gid) : '',
     TY_PRIVATE_TMP: spec.user && !underSharedTmp(spec.workDir) ? '1' : '0',
   };
-  return `${Object.entries(vars)
-    .map(([k, v]) => `${k}=${shellQuote(v)}`)
-    .join('\n')}\n`;
+  return LAUNCH_FIELDS.map((name) => {
+    if (fields[name].includes('\0')) throw new SpawnError(`${name} holds a NUL`);
+    return `${name}=${fields[name]}\0`;
+  }).join('');
 }
 
 const TAIL_MS = 50;
@@ -249,8 +251,8 @@ function fromStatus(status: number, result: string | null): ProcessExit {
 }
 
 /**
- * The end the launcher recorded (`RunSpec.exitFile`), read with the script's result; with no
- * launcher left to record it, what the script recorded of its own command. Null before either.
+ * The end the spawner recorded (`RunSpec.exitFile`), read with the script's result; with no
+ * spawner left to record it, what the script recorded of its own command. Null before either.
  */
 async function recordedExit(spec: RunSpec): Promise<ProcessExit | null> {
   const text = await readFile(spec.exitFile, 'utf8').catch(() => null);
@@ -272,7 +274,7 @@ export async function recordedPid(pidFile: string): Promise<number | null> {
   return pid !== null && pid > 1 ? pid : null;
 }
 
-/** How a launch whose waiter went away without a word ended, from what was recorded. */
+/** How a launch ended, from its status and what was recorded; null: its spawner went without a word. */
 async function endOf(spec: RunSpec, status: number | null): Promise<ProcessExit> {
   if (status !== null && status < SETUP_FAILED) return { kind: 'exited', exitCode: status };
   const recorded = await recordedExit(spec);
@@ -298,27 +300,6 @@ function killer(pid: number, exited: Promise<ProcessExit>) {
   };
 }
 
-/** How often a started attempt is checked for, in case its waiter went away without a word. */
-const GONE_CHECK_MS = 1_000;
-
-/**
- * Settles with null once neither the process group `pid` leads nor its leader has been seen on
- * two checks in a row; never, once `ended` has settled first.
- */
-function whenGone(pid: number, ended: Promise<unknown>): Promise<null> {
-  return new Promise((resolve) => {
-    let misses = 0;
-    const timer = setInterval(() => {
-      misses = signalGroup(pid, 0) || signalProcess(pid, 0) ? 0 : misses + 1;
-      if (misses < 2) return;
-      clearInterval(timer);
-      resolve(null);
-    }, GONE_CHECK_MS);
-    timer.unref();
-    void ended.finally(() => clearInterval(timer));
-  });
-}
-
 function notStarted(message: string): RunningAttempt {
   return {
     pid: undefined,
@@ -329,7 +310,7 @@ function notStarted(message: string): RunningAttempt {
 
 /**
  * Runs attempts as local processes, each in its own session and sandbox directory, started by
- * a small spawner shell. Output goes to the attempt's log file, which the worker reads as it
+ * a small spawner. Output goes to the attempt's log file, which the worker reads as it
  * grows; the exit code is recorded beside it. A worker that restarts re-attaches to what still
  * runs. The script, a small file on the sandbox's local disk, is written synchronously: that
  * costs the event loop less than a round trip through the thread pool.
@@ -338,7 +319,7 @@ export class ProcessRuntime implements Runtime {
   readonly kind = 'process';
   readonly #spawner: Spawner;
 
-  /** `path` replaces the safe PATH for the spawner: for tests of a host without util-linux. */
+  /** `path` replaces the safe PATH for the spawner: for tests of a host without perl. */
   constructor(host: NodeJS.ProcessEnv = process.env, path = SAFE_PATH) {
     this.#spawner = new Spawner(hostEnv(host, path));
   }
@@ -359,8 +340,7 @@ export class ProcessRuntime implements Runtime {
       return notStarted((err as Error).message);
     }
     const tail = new FileTail(spec.logFile, 0, (chunk) => onOutput('stdout', chunk));
-    const ended = Promise.race([launched.ended, whenGone(pid, launched.ended)]);
-    const exited = ended.then(async (status): Promise<ProcessExit> => {
+    const exited = launched.ended.then(async (status): Promise<ProcessExit> => {
       signalGroup(pid, 'SIGKILL');
       await tail.close();
       return endOf(spec, status);

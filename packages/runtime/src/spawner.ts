@@ -1,77 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { accessSync, constants, readFileSync, statSync } from 'node:fs';
+import { isAbsolute, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Socket } from 'node:net';
-import type { Readable } from 'node:stream';
-import { shellQuote } from './shell.ts';
-
-/**
- * A small shell that starts attempts for a large process, which would otherwise copy its whole
- * address space on every fork. It reads `run ID LAUNCH` lines, where LAUNCH is a file of shell
- * assignments (see `launchScript`); for each it forks a waiter and says `forked ID` on its
- * stdout. The waiter enters the work directory and opens the log (as the worker: the attempt's
- * user cannot write either file), starts `setsid /bin/sh SCRIPT` there (through `setpriv`, as
- * the attempt's user, when one is named), records the process group and says `started ID PID`
- * on fd 3, waits, records the status and says `ended ID STATUS` (128 + the signal, for a script
- * killed by one). What it cannot start it records as a launch error and says `failed ID WHY`. Each line
- * is one short write, which a pipe keeps whole. Waiters outlive the shell, so their lines arrive
- * after it has gone; a started script outlives both. An `end ID UID` line ends every process of
- * an unprivileged uid (see `Spawner.endUser`) and says `ended ID STATUS`.
- */
-/**
- * The first process of an attempt that runs as a user of its own, as root, in new PID and mount
- * namespaces: the attempt sees only its own processes (not their command lines or environment),
- * and, unless its sandbox is under one of them, /tmp and /dev/shm of its own, gone when it ends.
- * It becomes the attempt's script as the attempt's user; when that first process ends, the
- * kernel ends whatever is left in the namespace.
- */
-const ATTEMPT_INIT = [
-  'if [ "$4" = 1 ]; then',
-  '  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp || exit 126',
-  '  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm || exit 126',
-  'fi',
-  'exec setpriv --reuid="$1" --regid="$2" --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all /bin/sh "$3"',
-].join('\n');
-
-const SPAWNER = [
-  'command -v setsid >/dev/null 2>&1 || { echo "fatal setsid (util-linux) is not installed"; exit 1; }',
-  'umask 077',
-  `__ty_inner=${shellQuote(ATTEMPT_INIT)}`,
-  'while read -r __ty_kind __ty_id __ty_launch; do',
-  '  if [ "$__ty_kind" = end ]; then',
-  '    case "$__ty_launch" in *[!0-9]*|"") echo "ended $__ty_id 2" >&3; continue ;; esac',
-  '    if [ "$__ty_launch" -lt 1000 ]; then echo "ended $__ty_id 2" >&3; continue; fi',
-  '    { setpriv --reuid="$__ty_launch" --regid="$__ty_launch" --clear-groups --no-new-privs /bin/sh -c "kill -9 -1 2>/dev/null; exit 0" </dev/null >/dev/null 2>&1 3>&-; echo "ended $__ty_id $?"; } >&3 &',
-  '    echo "forked $__ty_id"',
-  '    continue',
-  '  fi',
-  '  {',
-  '    . "$__ty_launch"',
-  '    if ! cd "$TY_WORK" 2>/dev/null; then',
-  '      echo "launch-error cannot enter the work directory" > "$TY_EXIT"; echo "failed $__ty_id cannot enter the work directory"',
-  '    elif ! { : >>"$TY_LOG"; } 2>/dev/null; then',
-  '      echo "launch-error cannot open the log file" > "$TY_EXIT"; echo "failed $__ty_id cannot open the log file"',
-  '    elif [ -n "$TY_UID" ] && ! { command -v setpriv && command -v unshare; } >/dev/null 2>&1; then',
-  '      echo "launch-error setpriv and unshare (util-linux) are needed" > "$TY_EXIT"; echo "failed $__ty_id setpriv and unshare (util-linux) are needed"',
-  '    else',
-  '      if [ -n "$TY_UID" ]; then',
-  '        setsid unshare --pid --fork --mount-proc --propagation private /bin/sh -c "$__ty_inner" trainyard-attempt "$TY_UID" "$TY_GID" "$TY_SCRIPT" "$TY_PRIVATE_TMP" </dev/null >>"$TY_LOG" 2>&1 3>&- &',
-  '      else',
-  '        setsid /bin/sh "$TY_SCRIPT" </dev/null >>"$TY_LOG" 2>&1 3>&- &',
-  '      fi',
-  '      __ty_pid=$!',
-  '      echo "$__ty_pid" > "$TY_PID"',
-  '      echo "started $__ty_id $__ty_pid"',
-  '      wait "$__ty_pid"; __ty_status=$?',
-  '      echo "status $__ty_status" > "$TY_EXIT"',
-  '      echo "ended $__ty_id $__ty_status"',
-  '    fi',
-  '  } >&3 &',
-  '  echo "forked $__ty_id"',
-  'done',
-].join('\n');
-
-/** How long a launch may still start after its spawner shell has gone. */
-const UNFORKED_GRACE_MS = 1_000;
+import { ATTEMPT_INIT, PERL_SPAWNER } from './perl-spawner.ts';
 
 export class SpawnError extends Error {
   override name = 'SpawnError';
@@ -84,141 +16,193 @@ export interface Launched {
 }
 
 interface Launch {
-  forked: boolean;
-  /** Whether `started` came: from then on only `ended` settles the launch. */
-  running: boolean;
+  /** The process group, once `started` came: from then on only `ended` settles the launch. */
+  pid: number | null;
   started(pid: number): void;
   failed(err: Error): void;
   ended(status: number | null): void;
 }
 
-function lines(stream: Readable, onLine: (words: string[], line: string) => void): void {
-  createInterface({ input: stream }).on('line', (line) => onLine(line.split(' '), line));
+/** How often a started script is checked for once its spawner has gone without its end. */
+const GONE_CHECK_MS = 1_000;
+
+/** The executable `name` in an absolute directory of `path`, the first one; null when none. */
+function onPath(name: string, path: string): string | null {
+  for (const dir of path.split(':')) {
+    if (!isAbsolute(dir)) continue;
+    const file = join(dir, name);
+    try {
+      accessSync(file, constants.X_OK);
+      if (statSync(file).isFile()) return file;
+    } catch {
+      continue;
+    }
+  }
+  return null;
 }
 
-/** One spawner shell and the launches made through it. */
-class Shell {
-  readonly child: ChildProcess;
-  readonly #launches = new Map<string, Launch>();
-  readonly #waiters: Socket;
-  #fatal: string | null = null;
-
-  constructor(env: Record<string, string>, onGone: () => void) {
-    this.child = spawn('/bin/sh', ['-c', SPAWNER, 'trainyard-spawner'], {
-      env,
-      stdio: ['pipe', 'pipe', 'ignore', 'pipe'],
-    });
-    this.child.unref();
-    this.child.stdin!.on('error', () => undefined);
-    const own = this.child.stdout!;
-    const waiters = this.child.stdio[3] as Socket;
-    this.#waiters = waiters;
-    (own as Socket).unref();
-    waiters.unref();
-    lines(own, ([kind, id], line) => {
-      if (kind === 'fatal') this.#fatal = line.slice('fatal '.length);
-      const launch = kind === 'forked' && id ? this.#launches.get(id) : undefined;
-      if (launch) launch.forked = true;
-    });
-    lines(waiters, ([kind, id, value], line) => {
-      const launch = id === undefined ? undefined : this.#launches.get(id);
-      if (launch && kind === 'failed') {
-        this.#launches.delete(id!);
-        this.#hold();
-        launch.failed(new SpawnError(line.slice(`failed ${id} `.length)));
-        launch.ended(null);
-        return;
-      }
-      const n = Number(value);
-      if (!launch || !Number.isInteger(n)) return;
-      if (kind === 'started') {
-        launch.running = true;
-        launch.started(n);
-      }
-      if (kind === 'ended') {
-        this.#launches.delete(id!);
-        this.#hold();
-        launch.ended(n);
-      }
-    });
-    this.child.once('error', (err) => {
-      this.#fatal ??= `the spawner shell could not start: ${err.message}`;
-    });
-    const ownClosed = new Promise<void>((resolve) => own.once('close', resolve));
-    void ownClosed.then(() => {
-      onGone();
-      setTimeout(() => this.#failUnstarted(), UNFORKED_GRACE_MS).unref();
-    });
-    waiters.once('close', () => {
-      void ownClosed.then(() => {
-        for (const launch of this.#launches.values()) {
-          launch.failed(new SpawnError(this.#fatal ?? 'the command was not started'));
-          launch.ended(null);
-        }
-        this.#launches.clear();
-      });
-    });
-  }
-
-  /**
-   * Fails the launches that a gone shell never said it forked and that never started. The
-   * shell may have died between the fork and its word, so such a waiter gets a grace to start.
-   */
-  #failUnstarted(): void {
-    for (const [id, launch] of this.#launches) {
-      if (launch.forked || launch.running) continue;
-      this.#launches.delete(id);
-      launch.failed(new SpawnError(this.#fatal ?? 'the spawner shell ended'));
-      launch.ended(null);
-    }
-    this.#hold();
-  }
-
-  /** Ends every process of an unprivileged uid (see `Spawner.endUser`). */
-  endUser(id: string, uid: number, launch: Launch): void {
-    this.#launches.set(id, launch);
-    this.#hold();
-    this.child.stdin!.write(`end ${id} ${uid}\n`);
-  }
-
-  launch(id: string, launchFile: string, launch: Launch): void {
-    this.#launches.set(id, launch);
-    this.#hold();
-    this.child.stdin!.write(`run ${id} ${launchFile}\n`);
-  }
-
-  /** Keeps the process alive while a launch waits to start or to end, and only then. */
-  #hold(): void {
-    if (this.#launches.size > 0) this.#waiters.ref();
-    else this.#waiters.unref();
+/** Whether process `pid` runs: a zombie (ended, not yet reaped by its new parent) does not. */
+function running(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z';
+  } catch {
+    return false;
   }
 }
 
 /**
- * Starts scripts through a spawner shell, started on first use and again once it has gone.
- * The shell holds no handle open: a process with nothing else to do still exits.
+ * A small Perl process that starts attempts for a large process, which would otherwise copy its
+ * whole address space on every fork. It reads `run ID LAUNCH` lines, where LAUNCH is a launch
+ * file (see `launchScript`). As the worker it enters the work directory and opens the log (the
+ * attempt's user can write neither file), then forks once: the child starts a session of its
+ * own and becomes `/bin/sh SCRIPT` (or, as the attempt's user, `unshare … ATTEMPT_INIT`). It
+ * records the process group and says `started ID PID` on its stdout, then, once it has reaped
+ * the script, records the status and says `ended ID STATUS` (128 + the signal, for a script
+ * killed by one). What it cannot start it records as a launch error and says `failed ID WHY`.
+ * Each line is one short write, which a pipe keeps whole. An `end ID UID` line ends every
+ * process of an unprivileged uid (see `Spawner.endUser`) and says `ended ID STATUS`. Once its
+ * stdin closes, the spawner waits for every script it started and records its status: a started
+ * script outlives the worker, and still has its end recorded.
+ */
+class SpawnerProcess {
+  readonly #child: ChildProcess | null = null;
+  readonly #words: Socket | null = null;
+  readonly #launches = new Map<string, Launch>();
+  #fatal: string | null = null;
+  #gone = false;
+
+  constructor(
+    env: Record<string, string>,
+    private readonly onGone: () => void,
+  ) {
+    const perl = onPath('perl', env.PATH ?? '');
+    if (!perl) {
+      this.#fatal = 'perl (perl-base) is not installed';
+      queueMicrotask(() => this.#ended());
+      return;
+    }
+    this.#child = spawn(perl, ['-e', PERL_SPAWNER, ATTEMPT_INIT], {
+      env,
+      stdio: ['pipe', 'pipe', 'ignore'],
+    });
+    this.#child.unref();
+    this.#child.stdin!.on('error', () => undefined);
+    this.#child.once('error', (err) => {
+      this.#fatal ??= `the spawner could not start: ${err.message}`;
+      this.#ended();
+    });
+    this.#words = this.#child.stdout as Socket;
+    this.#words.unref();
+    createInterface({ input: this.#words }).on('line', (line) => this.#heard(line));
+    this.#words.once('close', () => this.#ended());
+  }
+
+  #heard(line: string): void {
+    const [kind, id, value] = line.split(' ');
+    const launch = id === undefined ? undefined : this.#launches.get(id);
+    if (!launch) return;
+    if (kind === 'failed') {
+      this.#settle(id!, null, new SpawnError(line.slice(`failed ${id} `.length)));
+      return;
+    }
+    const n = Number(value);
+    if (!Number.isInteger(n)) return;
+    if (kind === 'started') {
+      launch.pid = n;
+      launch.started(n);
+    }
+    if (kind === 'ended') this.#settle(id!, n);
+  }
+
+  /** Settles a launch: with its status, or with null (and `err`, if it never started). */
+  #settle(id: string, status: number | null, err?: Error): void {
+    const launch = this.#launches.get(id);
+    if (!launch) return;
+    this.#launches.delete(id);
+    this.#hold();
+    if (err) launch.failed(err);
+    launch.ended(status);
+  }
+
+  /**
+   * The spawner has gone, and said all it will. What it never started never will be (a child
+   * runs its script only once the spawner said `started`); a started script runs on, and is
+   * settled with null once its first process has ended (checked every second), as the spawner
+   * would have said, so that its end is read from what its script recorded.
+   */
+  #ended(): void {
+    if (this.#gone) return;
+    this.#gone = true;
+    this.onGone();
+    for (const [id, launch] of this.#launches) {
+      if (launch.pid === null)
+        this.#settle(
+          id,
+          null,
+          new SpawnError(this.#fatal ?? 'the spawner ended before it started the command'),
+        );
+    }
+    if (this.#launches.size === 0) return;
+    const timer = setInterval(() => {
+      for (const [id, launch] of this.#launches) if (!running(launch.pid!)) this.#settle(id, null);
+      if (this.#launches.size === 0) clearInterval(timer);
+    }, GONE_CHECK_MS);
+  }
+
+  /** Sends a command line for the launch `id`, or fails it once the spawner has gone. */
+  send(id: string, command: string, launch: Launch): void {
+    this.#launches.set(id, launch);
+    if (this.#gone) {
+      this.#settle(id, null, new SpawnError(this.#fatal ?? 'the spawner ended'));
+      return;
+    }
+    this.#hold();
+    this.#child?.stdin!.write(`${command}\n`);
+  }
+
+  /** Lets the spawner go: it exits once what it started has ended. */
+  close(): void {
+    this.#child?.stdin!.end();
+  }
+
+  /** Keeps the process alive while a launch waits to start or to end, and only then. */
+  #hold(): void {
+    if (this.#launches.size > 0) this.#words?.ref();
+    else this.#words?.unref();
+  }
+}
+
+/**
+ * Starts scripts through a spawner, started on first use and again once it has gone. The
+ * spawner holds no handle open: a process with nothing else to do still exits.
  */
 export class Spawner {
-  #shell: Shell | null = null;
+  #process: SpawnerProcess | null = null;
   #next = 0;
 
-  /** `env` is what the shell, and so every script, starts with. */
+  /** `env` is what the spawner, and so every script, starts with. */
   constructor(private readonly env: Record<string, string>) {}
+
+  #current(): SpawnerProcess {
+    const spawner: SpawnerProcess = (this.#process ??= new SpawnerProcess(this.env, () => {
+      if (this.#process === spawner) this.#process = null;
+    }));
+    return spawner;
+  }
 
   /** Starts the attempt a launch file describes (see `launchScript`). */
   launch(launchFile: string): Launched {
     if (/[\n\r]/.test(launchFile))
       throw new SpawnError(`a launch file's path holds a newline: ${launchFile}`);
-    const shell = (this.#shell ??= new Shell(this.env, () => {
-      if (this.#shell === shell) this.#shell = null;
-    }));
     let launch!: Launch;
     const pid = new Promise<number>((started, failed) => {
-      launch = { forked: false, running: false, started, failed, ended: () => undefined };
+      launch = { pid: null, started, failed, ended: () => undefined };
     });
     const ended = new Promise<number | null>((resolve) => (launch.ended = resolve));
     pid.catch(() => undefined);
-    shell.launch(String(++this.#next), launchFile, launch);
+    const id = String(++this.#next);
+    this.#current().send(id, `run ${id} ${launchFile}`, launch);
     return { pid, ended };
   }
 
@@ -230,24 +214,21 @@ export class Spawner {
   endUser(uid: number): Promise<number | null> {
     if (!Number.isInteger(uid) || uid < 1000)
       return Promise.reject(new SpawnError(`refusing to end the processes of uid ${uid}`));
-    const shell = (this.#shell ??= new Shell(this.env, () => {
-      if (this.#shell === shell) this.#shell = null;
-    }));
     return new Promise((resolve) => {
       const launch: Launch = {
-        forked: false,
-        running: true,
+        pid: null,
         started: () => undefined,
         failed: () => undefined,
         ended: resolve,
       };
-      shell.endUser(String(++this.#next), uid, launch);
+      const id = String(++this.#next);
+      this.#current().send(id, `end ${id} ${uid}`, launch);
     });
   }
 
-  /** Ends the spawner shell; the scripts it started run on, and their waiters still report. */
+  /** Lets the spawner go; the scripts it started run on, and it still reports their ends. */
   close(): void {
-    this.#shell?.child.stdin!.end();
-    this.#shell = null;
+    this.#process?.close();
+    this.#process = null;
   }
 }

@@ -101,8 +101,8 @@ describe('process runtime', () => {
   });
 });
 
-/** The spawner shells this process started (the test's own children running the spawner). */
-function spawnerShells(): number[] {
+/** The spawners this process started (the test's own children running the spawner). */
+function spawners(): number[] {
   return pidsMatching('trainyard-spawner').filter(
     (pid) => processInfo(pid)?.parent === process.pid,
   );
@@ -132,10 +132,10 @@ describe('process runtime, starting through its spawner', () => {
   it("leaves the attempt none of the spawner's pipes", async () => {
     const s = spec('sleep 300');
     const run = await startedRun(s);
-    const [shell] = spawnerShells();
+    const [spawner] = spawners();
     const fds = (pid: number) =>
       readdirSync(`/proc/${pid}/fd`).map((fd) => readlinkSync(`/proc/${pid}/fd/${fd}`));
-    const spawnerPipes = [0, 1, 3].map((fd) => readlinkSync(`/proc/${shell}/fd/${fd}`));
+    const spawnerPipes = [0, 1].map((fd) => readlinkSync(`/proc/${spawner}/fd/${fd}`));
     expect(spawnerPipes.every((target) => /^(pipe|socket):/.test(target))).toBe(true);
     const attempt = fds(run.pid!);
     expect(attempt).toContain(s.logFile);
@@ -150,34 +150,25 @@ describe('process runtime, starting through its spawner', () => {
     expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGKILL' });
   });
 
-  it('says why nothing can start on a host without setsid', async () => {
+  it('says why nothing can start on a host without perl', async () => {
     const bare = new ProcessRuntime({}, join(dir.path, 'no-such-bin'));
     const run = await bare.start(spec('true'), () => undefined);
     expect(await run.exited).toEqual({
       kind: 'launch-error',
-      message: 'setsid (util-linux) is not installed',
+      message: 'perl (perl-base) is not installed',
     });
-  });
-
-  it('still reports the end of an attempt whose waiter was killed', async () => {
-    const s = spec('sleep 0.5; exit 7');
-    const run = await startedRun(s);
-    const waiter = processInfo(run.pid!)!.parent;
-    expect(spawnerShells()).not.toContain(waiter);
-    process.kill(waiter, 'SIGKILL');
-    expect(await run.exited).toEqual({ kind: 'exited', exitCode: 7 });
   });
 
   it('hears the end of what a killed spawner started, and starts the next attempt with a new one', async () => {
     const s = spec('sleep 0.5; exit 5');
     const run = await startedRun(s);
-    const [shell] = spawnerShells();
-    expect(shell).toBeGreaterThan(0);
-    process.kill(shell!, 'SIGKILL');
+    const [spawner] = spawners();
+    expect(spawner).toBeGreaterThan(0);
+    process.kill(spawner!, 'SIGKILL');
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 5 });
     const next = await runtime.start(spec('exit 6'), () => undefined);
     expect(await next.exited).toEqual({ kind: 'exited', exitCode: 6 });
-    expect(spawnerShells()).not.toContain(shell);
+    expect(spawners()).not.toContain(spawner);
   });
 });
 
@@ -249,7 +240,7 @@ describe('process runtime, and the PATH of the host', () => {
     const planted = join(dir.path, 'writable-bin');
     await mkdir(planted, { recursive: true, mode: 0o777 });
     const marker = join(dir.path, 'planted-ran');
-    for (const tool of ['setsid', 'sh', 'setpriv', 'unshare', 'env']) {
+    for (const tool of ['perl', 'sh', 'setpriv', 'unshare', 'env']) {
       await writeFile(join(planted, tool), `#!/bin/sh\ntouch ${marker}\nexit 1\n`);
       await chmod(join(planted, tool), 0o755);
     }
@@ -266,7 +257,7 @@ describe('process runtime, and the PATH of the host', () => {
 });
 
 describe('process runtime, attaching to what an earlier worker started', () => {
-  it('hears how a command ended from its waiter, which outlives the worker that started it', async () => {
+  it('hears how a command ended from its spawner, which outlives the worker that started it', async () => {
     const s = spec('sleep 300');
     const run = await startedRun(s);
     const attached = await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined);
@@ -289,7 +280,7 @@ describe('process runtime, attaching to what an earlier worker started', () => {
     expect(rest.join('')).toBe('line 2\nline 3\nline 4\nline 5\n');
   });
 
-  it('reports a command killed while no worker or waiter watched as lost, and a gone one as nothing', async () => {
+  it('reports a command killed while no worker or spawner watched as lost, and a gone one as nothing', async () => {
     const s = spec('sleep 300');
     const run = await startedRun(s);
     process.kill(processInfo(run.pid!)!.parent, 'SIGKILL');

@@ -59,11 +59,24 @@ function jobUsers(runtime: ProcessRuntime): JobUsers | undefined {
   return new JobUsers((uid) => runtime.endUser(uid), first, count);
 }
 
+/** The worker starts attempts through a Perl spawner: without perl, no attempt could start. */
+function needPerl(): void {
+  try {
+    execFileSync('perl', ['-e', '1'], { stdio: 'ignore' });
+  } catch {
+    throw new CliError(
+      'the worker starts attempts through perl (perl-base), which is missing: apt-get install -y perl-base',
+      'NO_PERL',
+    );
+  }
+}
+
 /** Worker options from command-line flags, with defaults for this host. */
 export async function workerOptions(flags: WorkerFlags): Promise<WorkerOptions> {
   const name = flags.name ?? 'local';
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(name))
     throw new CliError('--name may hold letters, digits, _ and - only');
+  if (!flags.simulateRuntime) needPerl();
   const processes = flags.simulateRuntime ? null : new ProcessRuntime();
   const users = processes ? jobUsers(processes) : undefined;
   return {

@@ -1,0 +1,205 @@
+import { spawn } from 'node:child_process';
+import { readFileSync, readlinkSync, realpathSync } from 'node:fs';
+import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
+import { ProcessRuntime, SAFE_PATH, shellQuote, type RunSpec } from '../src/index.ts';
+import { SpawnError, Spawner } from '../src/spawner.ts';
+
+const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
+const PROCESS_RUNTIME = fileURLToPath(new URL('../src/process.ts', import.meta.url));
+
+let dir: Awaited<ReturnType<typeof tempDir>>;
+beforeAll(async () => {
+  dir = await tempDir();
+});
+afterAll(async () => dir.remove());
+
+const runtime = new ProcessRuntime();
+afterAll(() => runtime.close());
+
+let runs = 0;
+function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
+  runs++;
+  return {
+    logFile: join(dir.path, `run-${runs}.log`),
+    exitFile: join(dir.path, `run-${runs}.exit`),
+    pidFile: join(dir.path, `run-${runs}.pid`),
+    scriptFile: join(dir.path, `run-${runs}.sh`),
+    launchFile: join(dir.path, `run-${runs}.launch`),
+    resultFile: join(dir.path, `run-${runs}.result`),
+    jobId: 'job_1',
+    attemptId: 'att_1',
+    attempt: 1,
+    command,
+    env: {},
+    workDir: dir.path,
+    outputDir: join(dir.path, 'out'),
+    gpus: [],
+    ...over,
+  };
+}
+
+/** A command that runs until `go` exists, then exits 9; and the file that lets it go. */
+function gated(): { command: string; go: string } {
+  const go = join(dir.path, `go-${runs}`);
+  return { command: `while [ ! -e ${shellQuote(go)} ]; do sleep 0.05; done; exit 9`, go };
+}
+
+/** The session `pid` belongs to, from /proc/PID/stat. */
+function sessionOf(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[3]);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Whether the spawner `pid` has read the end of its commands: it lets go of the pipe then (or,
+ * wrongly, has gone).
+ */
+function doneReading(pid: number): boolean {
+  try {
+    return readlinkSync(`/proc/${pid}/fd/0`) === '/dev/null';
+  } catch {
+    return true;
+  }
+}
+
+describe('the spawner', () => {
+  it('starts each attempt as a session leader whose parent is the spawner itself, with no waiter between', async () => {
+    const started = await Promise.all(
+      [1, 2, 3].map(() => runtime.start(spec('sleep 300'), () => undefined)),
+    );
+    const sh = realpathSync('/bin/sh');
+    const spawner = processInfo(started[0]!.pid!)!.parent;
+    expect(readFileSync(`/proc/${spawner}/cmdline`, 'utf8').split('\0')[0]).toBe(
+      'trainyard-spawner',
+    );
+    expect(processInfo(spawner)!.parent).toBe(process.pid);
+    for (const run of started) {
+      const pid = run.pid!;
+      await waitFor('the attempt to run its script', () => readlinkSync(`/proc/${pid}/exe`) === sh);
+      expect(sessionOf(pid)).toBe(pid);
+      expect(processInfo(pid)).toMatchObject({ group: pid, parent: spawner });
+    }
+    await Promise.all(started.map((run) => run.kill(100)));
+  });
+
+  it('lets what it started run on once closed, and still records and reports how each ended', async () => {
+    const own = new ProcessRuntime();
+    const { command, go } = gated();
+    const s = spec(command);
+    const run = await own.start(s, () => undefined);
+    const spawner = processInfo(run.pid!)!.parent;
+    try {
+      own.close();
+      await waitFor('the spawner to read the end of its commands', () => doneReading(spawner));
+      expect(processAlive(run.pid!)).toBe(true);
+      expect(processAlive(spawner)).toBe(true);
+    } finally {
+      await writeFile(go, '');
+    }
+    expect(await run.exited).toEqual({ kind: 'exited', exitCode: 9 });
+    expect(await readFile(s.exitFile, 'utf8')).toBe('status 9\n');
+    await waitFor('the spawner to exit', () => !processAlive(spawner));
+  });
+
+  it('outlives a worker that dies: what it started runs on, and its status is still recorded', async () => {
+    const { command, go } = gated();
+    const s = spec(command);
+    const code = [
+      `import { ProcessRuntime } from ${JSON.stringify(PROCESS_RUNTIME)};`,
+      'const run = await new ProcessRuntime().start(JSON.parse(process.argv[1]), () => undefined);',
+      'console.log(run.pid);',
+      'setInterval(() => undefined, 60_000);',
+    ].join('\n');
+    const worker = spawn(
+      process.execPath,
+      ['--import', 'tsx', '--input-type=module', '-e', code, JSON.stringify(s)],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    let said = '';
+    worker.stdout.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    try {
+      const pid = Number(
+        await waitFor('the worker to start the attempt', () => /^\d+\n/.exec(said)?.[0]),
+      );
+      const spawner = processInfo(pid)!.parent;
+      expect(processInfo(spawner)!.parent).toBe(worker.pid);
+      worker.kill('SIGKILL');
+      await waitFor('the worker to die', () => !processAlive(worker.pid!));
+      await waitFor('the spawner to see its worker gone', () => doneReading(spawner));
+      expect(processAlive(pid)).toBe(true);
+      await writeFile(go, '');
+      await waitFor('the status to be recorded', async () => {
+        return (await readFile(s.exitFile, 'utf8').catch(() => '')) === 'status 9\n';
+      });
+      await waitFor('the spawner to exit', () => !processAlive(spawner));
+    } finally {
+      worker.kill('SIGKILL');
+      await writeFile(go, '');
+    }
+  });
+
+  it('records and reports what keeps an attempt from starting', async () => {
+    const noWork = spec('true', { workDir: join(dir.path, 'missing') });
+    const noLog = spec('true', { logFile: join(dir.path, 'missing', 'attempt.log') });
+    for (const [s, message] of [
+      [noWork, 'cannot enter the work directory'],
+      [noLog, 'cannot open the log file'],
+    ] as const) {
+      const run = await runtime.start(s, () => undefined);
+      expect(await run.exited).toEqual({ kind: 'launch-error', message });
+      expect(await readFile(s.exitFile, 'utf8')).toBe(`launch-error ${message}\n`);
+      await expect(readFile(s.pidFile)).rejects.toThrow();
+    }
+  });
+
+  it('refuses an attempt of its own user on a host without setpriv and unshare', async () => {
+    const perlOnly = join(dir.path, 'perl-only');
+    await mkdir(perlOnly);
+    await symlink(realpathSync('/usr/bin/perl'), join(perlOnly, 'perl'));
+    const bare = new ProcessRuntime({}, perlOnly);
+    const user = { uid: process.getuid!(), gid: process.getgid!() };
+    const run = await bare.start(spec('true', { user }), () => undefined);
+    bare.close();
+    expect(await run.exited).toEqual({
+      kind: 'launch-error',
+      message: 'setpriv and unshare (util-linux) are needed',
+    });
+  });
+
+  it('fails a launch whose launch file it cannot read', async () => {
+    const spawner = new Spawner({ PATH: SAFE_PATH });
+    const launched = spawner.launch(join(dir.path, 'no-such.launch'));
+    spawner.close();
+    await expect(launched.pid).rejects.toThrow(new SpawnError('cannot read the launch file'));
+    expect(await launched.ended).toBeNull();
+  });
+});
+
+describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
+  const uid = 2_999_999;
+
+  it('starts an attempt of a user of its own as a session leader, a child of the spawner, in a PID namespace of its own', async () => {
+    const out: string[] = [];
+    const s = spec('echo "uid=$(id -u) pid=$$"; sleep 300', { user: { uid, gid: uid } });
+    const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
+    const pid = run.pid!;
+    await waitFor('the script to run', () => out.join('').includes(`uid=${uid} pid=1\n`));
+    expect(sessionOf(pid)).toBe(pid);
+    const spawner = processInfo(pid)!.parent;
+    expect(readFileSync(`/proc/${spawner}/cmdline`, 'utf8').split('\0')[0]).toBe(
+      'trainyard-spawner',
+    );
+    await runtime.endUser(uid);
+    await run.exited;
+    expect(await readFile(s.exitFile, 'utf8')).toMatch(/^status \d+\n$/);
+    expect(processAlive(pid)).toBe(false);
+  });
+});
