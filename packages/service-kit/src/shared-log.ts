@@ -4,8 +4,13 @@ import { onAbort } from './lifecycle.ts';
 
 export type OnEvent = (event: StoredEvent) => void | Promise<void>;
 
-/** Events a follower may hold unhandled before the reader waits for it. */
-const BACKLOG = 4096;
+/** Events a follower may hold unhandled before it leaves the shared reader for one of its own. */
+export const FOLLOWER_BACKLOG = 4096;
+
+export interface SharedLogOptions {
+  /** Events a follower may hold unhandled (default `FOLLOWER_BACKLOG`). */
+  backlog?: number;
+}
 
 /** Whether a NATS subject filter (`*` one token, `>` the rest) takes `subject`. */
 export function subjectMatches(filter: string, subject: string): boolean {
@@ -18,9 +23,14 @@ export function subjectMatches(filter: string, subject: string): boolean {
   return want.length === have.length;
 }
 
+/** How a reader ended: aborted, stalled, miscounted, or failed. */
+type Outcome = 'aborted' | 'stall' | 'miscount' | { error: unknown };
+
 /** One service following the log: its own position, handler and queue. */
 class Follower {
   next: number;
+  /** Its own reader while it is behind the shared one; null while it rides the shared one. */
+  alone: AbortController | null = null;
   readonly #queue: StoredEvent[] = [];
   #busy: Promise<void> | null = null;
   #caughtUp = false;
@@ -30,12 +40,14 @@ class Follower {
 
   constructor(
     readonly opts: FollowOptions,
+    readonly limit: number,
     private readonly onEvent: OnEvent,
     private readonly settle: (err?: unknown) => void,
   ) {
     this.next = opts.fromSeq;
   }
 
+  /** Whether `event` is one for this follower, which then counts it as read. */
   wants(event: StoredEvent): boolean {
     if (event.seq < this.next) return false;
     this.next = event.seq + 1;
@@ -54,9 +66,18 @@ class Follower {
     else this.#run(event);
   }
 
-  /** Resolves once the follower holds fewer than half its backlog. */
+  /** Resolves once the follower holds under half its backlog, or ends. */
   drained(): Promise<void> {
+    if (this.#queue.length < this.limit / 2 || this.#ending) return Promise.resolve();
     return new Promise((resolve) => this.#drained.push(resolve));
+  }
+
+  /** Forgets the events it holds unhandled: it reads them again from its own position. */
+  dropBacklog(): void {
+    const first = this.#queue[0];
+    if (first) this.next = first.seq;
+    this.#queue.length = 0;
+    this.#release();
   }
 
   /** The reader has read all there was: said once this follower has handled it all. */
@@ -65,13 +86,14 @@ class Follower {
     this.#drain();
   }
 
-  /** Ends the follow: at once on an error, else once the handler in progress has settled. */
+  /** Ends the follow once the handler in progress has settled, with `err` if one is given. */
   end(err?: unknown): void {
     this.#ending = true;
     this.#queue.length = 0;
-    this.#releaseReader();
-    if (err !== undefined || !this.#busy) return this.#settle(err);
-    void this.#busy.then(() => this.#settle());
+    this.#release();
+    this.alone?.abort();
+    if (!this.#busy) return this.#settle(err);
+    void this.#busy.then(() => this.#settle(err));
   }
 
   #settle(err?: unknown): void {
@@ -103,19 +125,16 @@ class Follower {
 
   #drain(): void {
     while (!this.#busy && !this.#ending && this.#queue.length > 0) this.#run(this.#queue.shift()!);
-    if (this.#queue.length < BACKLOG / 2) this.#releaseReader();
+    if (this.#queue.length < this.limit / 2) this.#release();
     if (this.#busy || this.#queue.length > 0 || !this.#caughtUp || this.#ending) return;
     this.#caughtUp = false;
     this.opts.onCaughtUp?.();
   }
 
-  #releaseReader(): void {
+  #release(): void {
     for (const resolve of this.#drained.splice(0)) resolve();
   }
 }
-
-/** How a reader ended: aborted (no follower left, or to read again), stalled, or failed. */
-type Outcome = 'aborted' | 'stall' | 'miscount' | { error: unknown };
 
 interface Reader {
   abort: AbortController;
@@ -125,30 +144,59 @@ interface Reader {
   caughtUp: boolean;
 }
 
+/** The options of a reader serving `followers`: the least waits, the largest batch. */
+function readerOptions(
+  followers: Follower[],
+): Pick<FollowOptions, 'stallMs' | 'quietMs' | 'maxMessages'> {
+  const pick = (take: (o: FollowOptions) => number | undefined) =>
+    followers.map((f) => take(f.opts)).filter((v) => v !== undefined);
+  const stall = pick((o) => o.stallMs);
+  const quiet = pick((o) => o.quietMs);
+  const batch = pick((o) => o.maxMessages);
+  return {
+    ...(stall.length > 0 && { stallMs: Math.min(...stall) }),
+    ...(quiet.length > 0 && { quietMs: Math.min(...quiet) }),
+    ...(batch.length > 0 && { maxMessages: Math.max(...batch) }),
+  };
+}
+
 /**
  * One reader of the event log for every service of a process that follows it. `follow` behaves
  * as `followLog` does for each of them: events in order from the follower's own `fromSeq`,
- * filtered by its own subject filter, `onCaughtUp` once it has handled all there was, and it
- * returns on its signal, or after `onStall` / `onMiscount` when the shared reader stalled or
- * miscounted, for the follower to start again from its own position, as it would alone. A
- * follower's handler runs on its own queue, so a slow one (the projector writing a batch) holds
- * the others back only once it is a backlog behind. A follower that starts behind the reader
- * makes it read again from there; those ahead skip what they have had.
+ * through its own subject filter; `onCaughtUp` once it has handled all there was; and it
+ * returns on its signal, or after `onStall` / `onMiscount` when its reader stalled or
+ * miscounted, for the follower to start again from its own position, as it would alone.
+ *
+ * Followers at the shared reader's position ride it. Each handles its events on a queue of its
+ * own, and the shared reader never waits for one: a follower that starts behind it, or falls
+ * `FOLLOWER_BACKLOG` events behind (a projector while PostgreSQL is away), reads on a reader of
+ * its own, at its own pace, and rides the shared one again once it has caught up. So one slow
+ * service never holds back another (the scheduler keeps placing jobs while the projector
+ * waits), and no follower holds more than its backlog in memory. When every rider takes one
+ * filter (a watchdog run alone), the filter goes to the server.
  */
 export class SharedLog {
   readonly #followers = new Set<Follower>();
+  readonly #riders = new Set<Follower>();
   #reader: Reader | null = null;
-  #rewind = false;
+  #restart = false;
 
-  constructor(private readonly store: EventStore) {}
+  readonly #backlog: number;
+
+  constructor(
+    private readonly store: EventStore,
+    opts: SharedLogOptions = {},
+  ) {
+    this.#backlog = opts.backlog ?? FOLLOWER_BACKLOG;
+  }
 
   follow(opts: FollowOptions, onEvent: OnEvent): Promise<void> {
     if (opts.signal.aborted) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
-      const follower: Follower = new Follower(opts, onEvent, (err) => {
+      const follower: Follower = new Follower(opts, this.#backlog, onEvent, (err) => {
         forgetAbort();
         this.#followers.delete(follower);
-        if (this.#followers.size === 0) this.#reader?.abort.abort();
+        this.#unride(follower);
         if (err === undefined) resolve();
         else reject(err instanceof Error ? err : new Error(String(err)));
       });
@@ -158,13 +206,15 @@ export class SharedLog {
     });
   }
 
+  /** Puts a follower on the shared reader if it is at its position, else on a reader of its own. */
   #admit(follower: Follower): void {
     const reader = this.#reader;
+    if (reader && follower.next < reader.next) return this.#readAlone(follower);
+    this.#riders.add(follower);
     if (!reader) return this.#start();
     const { filter } = follower.opts;
-    const misfit = reader.filter !== undefined && reader.filter !== filter;
-    if (reader.abort.signal.aborted || follower.next < reader.next || misfit) {
-      this.#rewind = true;
+    if (reader.abort.signal.aborted || (reader.filter !== undefined && reader.filter !== filter)) {
+      this.#restart = true;
       reader.abort.abort();
       return;
     }
@@ -175,70 +225,116 @@ export class SharedLog {
     }
   }
 
+  #unride(follower: Follower): void {
+    if (!this.#riders.delete(follower) || this.#riders.size > 0) return;
+    this.#reader?.abort.abort();
+  }
+
   #start(): void {
-    const followers = [...this.#followers];
-    const fromSeq = Math.min(...followers.map((f) => f.next));
-    const filters = new Set(followers.map((f) => f.opts.filter));
+    const riders = [...this.#riders];
+    const fromSeq = Math.min(...riders.map((f) => f.next));
+    const filters = new Set(riders.map((f) => f.opts.filter));
     const filter = filters.size === 1 ? [...filters][0] : undefined;
     const reader: Reader = { abort: new AbortController(), next: fromSeq, filter, caughtUp: false };
     this.#reader = reader;
-    let ended: Outcome = 'aborted';
-    const least = (pick: (o: FollowOptions) => number | undefined) => {
-      const given = followers.map((f) => pick(f.opts)).filter((v) => v !== undefined);
-      return given.length > 0 ? Math.min(...given) : undefined;
-    };
-    const stallMs = least((o) => o.stallMs);
-    const quietMs = least((o) => o.quietMs);
-    const maxMessages = Math.max(0, ...followers.map((f) => f.opts.maxMessages ?? 0));
+    let outcome: Outcome = 'aborted';
     followLog(
       this.store,
       {
         fromSeq,
         ...(filter && { filter }),
-        ...(maxMessages > 0 && { maxMessages }),
+        ...readerOptions(riders),
         signal: reader.abort.signal,
-        ...(stallMs !== undefined && { stallMs }),
-        ...(quietMs !== undefined && { quietMs }),
-        onStall: () => (ended = 'stall'),
-        onMiscount: () => (ended = 'miscount'),
+        onStall: () => (outcome = 'stall'),
+        onMiscount: () => (outcome = 'miscount'),
         onCaughtUp: () => {
           reader.caughtUp = true;
-          for (const f of this.#followers) f.caughtUp();
+          for (const f of this.#riders) f.caughtUp();
         },
       },
       (event) => {
         reader.next = event.seq + 1;
         reader.caughtUp = false;
-        return this.#deliver(event);
+        for (const f of this.#riders) {
+          if (!f.wants(event)) continue;
+          f.deliver(event);
+          if (f.backlog >= f.limit) this.#fallBehind(f);
+        }
       },
     ).then(
-      () => this.#ended(reader, ended),
+      () => this.#ended(reader, outcome),
       (error: unknown) => this.#ended(reader, { error }),
     );
   }
 
-  #deliver(event: StoredEvent): Promise<void> | undefined {
-    let waits: Promise<void>[] | undefined;
-    for (const f of this.#followers) {
-      if (!f.wants(event)) continue;
-      f.deliver(event);
-      if (f.backlog >= BACKLOG) (waits ??= []).push(f.drained());
-    }
-    return waits && Promise.all(waits).then(() => undefined);
+  /** A rider too far behind reads the rest alone, from the first event it had not handled. */
+  #fallBehind(follower: Follower): void {
+    this.#unride(follower);
+    follower.dropBacklog();
+    this.#readAlone(follower);
+  }
+
+  /**
+   * Reads for one follower alone, every event (so that its position is exact), until it has
+   * reached the shared reader's position, then lets it ride again.
+   */
+  #readAlone(follower: Follower): void {
+    const alone = new AbortController();
+    follower.alone = alone;
+    let outcome: Outcome = 'aborted';
+    const rejoin = () => {
+      const reader = this.#reader;
+      if (reader && (follower.next < reader.next || reader.abort.signal.aborted)) return;
+      alone.abort();
+      follower.alone = null;
+      this.#admit(follower);
+    };
+    followLog(
+      this.store,
+      {
+        fromSeq: follower.next,
+        ...readerOptions([follower]),
+        signal: alone.signal,
+        onStall: () => (outcome = 'stall'),
+        onMiscount: () => (outcome = 'miscount'),
+        onCaughtUp: () => {
+          if (follower.alone === alone) rejoin();
+        },
+      },
+      (event) => {
+        if (follower.alone !== alone) return;
+        if (follower.wants(event)) follower.deliver(event);
+        rejoin();
+        if (follower.alone === alone && follower.backlog >= follower.limit) {
+          return follower.drained();
+        }
+      },
+    ).then(
+      () => this.#aloneEnded(follower, alone, outcome),
+      (error: unknown) => this.#aloneEnded(follower, alone, { error }),
+    );
+  }
+
+  #aloneEnded(follower: Follower, alone: AbortController, outcome: Outcome): void {
+    if (follower.alone !== alone) return;
+    follower.alone = null;
+    if (this.#followers.has(follower)) this.#endFollower(follower, outcome);
   }
 
   #ended(reader: Reader, outcome: Outcome): void {
     if (this.#reader !== reader) return;
     this.#reader = null;
-    if (this.#rewind) {
-      this.#rewind = false;
-      if (this.#followers.size > 0) this.#start();
+    if (this.#restart) {
+      this.#restart = false;
+      if (this.#riders.size > 0) this.#start();
       return;
     }
-    for (const f of [...this.#followers]) {
-      if (outcome === 'stall') f.opts.onStall?.(f.next - 1);
-      if (outcome === 'miscount') f.opts.onMiscount?.(f.next - 1);
-      f.end(typeof outcome === 'object' ? outcome.error : undefined);
-    }
+    for (const f of [...this.#riders]) this.#endFollower(f, outcome);
+  }
+
+  #endFollower(f: Follower, outcome: Outcome): void {
+    if (outcome === 'stall') f.opts.onStall?.(f.next - 1);
+    if (outcome === 'miscount') f.opts.onMiscount?.(f.next - 1);
+    f.end(typeof outcome === 'object' ? outcome.error : undefined);
   }
 }

@@ -106,7 +106,7 @@ describe('one reader of the log shared by the services of a process', () => {
     await Promise.all(following);
   });
 
-  it('reads again for a follower behind it; one ahead does not get an event twice', async () => {
+  it('reads alone for a follower behind it until it reaches the shared reader, then shares it', async () => {
     const first = await append('job', 'rj1');
     const second = await append('job', 'rj2');
     const store = new CountingStore(bus.js, bus.jsm);
@@ -115,6 +115,7 @@ describe('one reader of the log shared by the services of a process', () => {
     const ahead: StoredEvent[] = [];
     const behind: StoredEvent[] = [];
     let aheadCaughtUp = 0;
+    let behindCaughtUp = 0;
     const following = [
       shared.follow(
         { fromSeq: second, signal: stop.signal, onCaughtUp: () => aheadCaughtUp++ },
@@ -123,21 +124,27 @@ describe('one reader of the log shared by the services of a process', () => {
     ];
     await waitFor('the first follower caught up', () => aheadCaughtUp > 0);
     following.push(
-      shared.follow({ fromSeq: first, signal: stop.signal }, (e) => void behind.push(e)),
+      shared.follow(
+        { fromSeq: first, signal: stop.signal, onCaughtUp: () => behindCaughtUp++ },
+        (e) => void behind.push(e),
+      ),
     );
-    await waitFor('the second follower read', () => behind.length === 2);
+    await waitFor('the second follower caught up', () => behindCaughtUp > 0);
+    expect(seqs(behind)).toEqual([first, second]);
     const third = await append('job', 'rj3');
-    await waitFor('both read the next', () => ahead.length === 2 && behind.length === 3);
-    expect(seqs(ahead)).toEqual([second, third]);
-    expect(seqs(behind)).toEqual([first, second, third]);
+    const fourth = await append('job', 'rj4');
+    await waitFor('both read the next', () => ahead.length === 3 && behind.length === 4);
+    expect(seqs(ahead)).toEqual([second, third, fourth]);
+    expect(seqs(behind)).toEqual([first, second, third, fourth]);
     expect(store.readers.map((r) => r.fromSeq)).toEqual([second, first]);
     stop.abort();
     await Promise.all(following);
   });
 
-  it('lets a slow follower fall behind without holding the others, and says it caught up only once it has', async () => {
+  it('lets a slow follower fall behind, alone, holding no more than its backlog, while the others go on', async () => {
     const from = (await bus.store.lastSeq()) + 1;
-    const shared = new SharedLog(bus.store);
+    const store = new CountingStore(bus.js, bus.jsm);
+    const shared = new SharedLog(store, { backlog: 3 });
     const stop = new AbortController();
     let release: () => void = () => undefined;
     const gate = new Promise<void>((r) => (release = r));
@@ -154,18 +161,21 @@ describe('one reader of the log shared by the services of a process', () => {
         },
       ),
     ];
-    const written = [
-      await append('job', 'gj1'),
-      await append('job', 'gj2'),
-      await append('job', 'gj3'),
-    ];
-    await waitFor('the fast follower read all', () => fast.length === 3);
+    const written: number[] = [];
+    for (let i = 0; i < 8; i++) written.push(await append('job', `gj${i}`));
+    await waitFor('the fast follower read all', () => fast.length === 8);
+    await waitFor('the slow one reading alone', () => store.readers.length === 2);
+    expect(store.readers.map((r) => r.fromSeq)).toEqual([from, written[1]]);
     expect(slow).toEqual([written[0]]);
     expect(slowCaughtUp).toBe(0);
     release();
     await waitFor('the slow follower caught up', () => slowCaughtUp > 0);
     expect(slow).toEqual(written);
     expect(fast).toEqual(written);
+    const last = await append('job', 'gj-last');
+    await waitFor('both read the last', () => slow.length === 9 && fast.length === 9);
+    expect(slow.at(-1)).toBe(last);
+    expect(store.readers.length).toBe(2);
     stop.abort();
     await Promise.all(following);
   });
