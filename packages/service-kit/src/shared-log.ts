@@ -42,14 +42,20 @@ class Follower {
     readonly opts: FollowOptions,
     readonly limit: number,
     private readonly onEvent: OnEvent,
+    /** Takes the follower off every reader, as it begins to end. */
+    private readonly leave: () => void,
     private readonly settle: (err?: unknown) => void,
   ) {
     this.next = opts.fromSeq;
   }
 
+  get ending(): boolean {
+    return this.#ending;
+  }
+
   /** Whether `event` is one for this follower, which then counts it as read. */
   wants(event: StoredEvent): boolean {
-    if (event.seq < this.next) return false;
+    if (this.#ending || event.seq < this.next) return false;
     this.next = event.seq + 1;
     const { filter } = this.opts;
     return !filter || subjectMatches(filter, Subjects.event(event.aggregate, event.aggregateId));
@@ -61,6 +67,7 @@ class Follower {
 
   /** Hands `event` to the handler now, or after those before it. */
   deliver(event: StoredEvent): void {
+    if (this.#ending) return;
     this.#caughtUp = false;
     if (this.#busy || this.#queue.length > 0) this.#queue.push(event);
     else this.#run(event);
@@ -88,10 +95,12 @@ class Follower {
 
   /** Ends the follow once the handler in progress has settled, with `err` if one is given. */
   end(err?: unknown): void {
-    this.#ending = true;
-    this.#queue.length = 0;
-    this.#release();
-    this.alone?.abort();
+    if (!this.#ending) {
+      this.#ending = true;
+      this.#queue.length = 0;
+      this.#release();
+      this.leave();
+    }
     if (!this.#busy) return this.#settle(err);
     void this.#busy.then(() => this.#settle(err));
   }
@@ -128,7 +137,11 @@ class Follower {
     if (this.#queue.length < this.limit / 2) this.#release();
     if (this.#busy || this.#queue.length > 0 || !this.#caughtUp || this.#ending) return;
     this.#caughtUp = false;
-    this.opts.onCaughtUp?.();
+    try {
+      this.opts.onCaughtUp?.();
+    } catch (err) {
+      this.end(err);
+    }
   }
 
   #release(): void {
@@ -170,17 +183,17 @@ function readerOptions(
  * Followers at the shared reader's position ride it. Each handles its events on a queue of its
  * own, and the shared reader never waits for one: a follower that starts behind it, or falls
  * `FOLLOWER_BACKLOG` events behind (a projector while PostgreSQL is away), reads on a reader of
- * its own, at its own pace, and rides the shared one again once it has caught up. So one slow
- * service never holds back another (the scheduler keeps placing jobs while the projector
- * waits), and no follower holds more than its backlog in memory. When every rider takes one
- * filter (a watchdog run alone), the filter goes to the server.
+ * its own, through its own filter and at its own pace, and rides the shared one again once it
+ * has caught up. So one slow service never holds back another (the scheduler keeps placing jobs
+ * while the projector waits), and no follower holds more than its backlog in memory. When every
+ * rider takes one filter (a watchdog run alone), the filter goes to the server. A reader that is
+ * stopped may still yield what it had fetched: each hands out nothing once it is aborted.
  */
 export class SharedLog {
   readonly #followers = new Set<Follower>();
   readonly #riders = new Set<Follower>();
   #reader: Reader | null = null;
   #restart = false;
-
   readonly #backlog: number;
 
   constructor(
@@ -193,13 +206,22 @@ export class SharedLog {
   follow(opts: FollowOptions, onEvent: OnEvent): Promise<void> {
     if (opts.signal.aborted) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
-      const follower: Follower = new Follower(opts, this.#backlog, onEvent, (err) => {
-        forgetAbort();
-        this.#followers.delete(follower);
-        this.#unride(follower);
-        if (err === undefined) resolve();
-        else reject(err instanceof Error ? err : new Error(String(err)));
-      });
+      const follower: Follower = new Follower(
+        opts,
+        this.#backlog,
+        onEvent,
+        () => {
+          this.#unride(follower);
+          follower.alone?.abort();
+          follower.alone = null;
+        },
+        (err) => {
+          forgetAbort();
+          this.#followers.delete(follower);
+          if (err === undefined) resolve();
+          else reject(err instanceof Error ? err : new Error(String(err)));
+        },
+      );
       const forgetAbort = onAbort(opts.signal, () => follower.end());
       this.#followers.add(follower);
       this.#admit(follower);
@@ -208,6 +230,7 @@ export class SharedLog {
 
   /** Puts a follower on the shared reader if it is at its position, else on a reader of its own. */
   #admit(follower: Follower): void {
+    if (follower.ending) return;
     const reader = this.#reader;
     if (reader && follower.next < reader.next) return this.#readAlone(follower);
     this.#riders.add(follower);
@@ -220,7 +243,9 @@ export class SharedLog {
     }
     if (reader.caughtUp) {
       queueMicrotask(() => {
-        if (this.#reader === reader && reader.caughtUp) follower.caughtUp();
+        if (this.#reader === reader && reader.caughtUp && this.#riders.has(follower)) {
+          follower.caughtUp();
+        }
       });
     }
   }
@@ -237,6 +262,11 @@ export class SharedLog {
     const filter = filters.size === 1 ? [...filters][0] : undefined;
     const reader: Reader = { abort: new AbortController(), next: fromSeq, filter, caughtUp: false };
     this.#reader = reader;
+    const { signal } = reader.abort;
+    const caughtUp = () => {
+      reader.caughtUp = true;
+      for (const f of this.#riders) f.caughtUp();
+    };
     let outcome: Outcome = 'aborted';
     followLog(
       this.store,
@@ -244,15 +274,15 @@ export class SharedLog {
         fromSeq,
         ...(filter && { filter }),
         ...readerOptions(riders),
-        signal: reader.abort.signal,
+        signal,
         onStall: () => (outcome = 'stall'),
         onMiscount: () => (outcome = 'miscount'),
         onCaughtUp: () => {
-          reader.caughtUp = true;
-          for (const f of this.#riders) f.caughtUp();
+          if (!signal.aborted) caughtUp();
         },
       },
       (event) => {
+        if (signal.aborted) return;
         reader.next = event.seq + 1;
         reader.caughtUp = false;
         for (const f of this.#riders) {
@@ -265,6 +295,13 @@ export class SharedLog {
       () => this.#ended(reader, outcome),
       (error: unknown) => this.#ended(reader, { error }),
     );
+    // A reader that starts at the end of the log reads nothing, and so would never say so.
+    this.store
+      .hasAfter(fromSeq - 1, filter)
+      .then((more) => {
+        if (!more && !signal.aborted && reader.next === fromSeq && !reader.caughtUp) caughtUp();
+      })
+      .catch(() => undefined);
   }
 
   /** A rider too far behind reads the rest alone, from the first event it had not handled. */
@@ -275,39 +312,57 @@ export class SharedLog {
   }
 
   /**
-   * Reads for one follower alone, every event (so that its position is exact), until it has
-   * reached the shared reader's position, then lets it ride again.
+   * Reads for one follower alone, through its filter, until it has reached the shared reader's
+   * position, then lets it ride again. Past the shared reader's position, it rides at once; on
+   * catching up short of it, it rides once the log holds nothing for it in between.
    */
   #readAlone(follower: Follower): void {
+    if (follower.ending) return;
     const alone = new AbortController();
     follower.alone = alone;
-    let outcome: Outcome = 'aborted';
-    const rejoin = () => {
-      const reader = this.#reader;
-      if (reader && (follower.next < reader.next || reader.abort.signal.aborted)) return;
+    const { signal } = alone;
+    const { filter } = follower.opts;
+    const current = () => follower.alone === alone && !signal.aborted && !follower.ending;
+    const ride = () => {
       alone.abort();
       follower.alone = null;
       this.#admit(follower);
     };
+    const settled = () => follower.backlog < follower.limit / 2;
+    const reached = () => {
+      const reader = this.#reader;
+      return !reader || (follower.next >= reader.next && !reader.abort.signal.aborted);
+    };
+    let outcome: Outcome = 'aborted';
     followLog(
       this.store,
       {
         fromSeq: follower.next,
+        ...(filter && { filter }),
         ...readerOptions([follower]),
-        signal: alone.signal,
+        signal,
         onStall: () => (outcome = 'stall'),
         onMiscount: () => (outcome = 'miscount'),
         onCaughtUp: () => {
-          if (follower.alone === alone) rejoin();
+          if (!current() || !settled()) return;
+          if (reached()) return ride();
+          const reader = this.#reader!;
+          const at = reader.next;
+          this.store
+            .hasAfter(follower.next - 1, filter)
+            .then((more) => {
+              if (more || !current() || this.#reader !== reader || reader.next !== at) return;
+              follower.next = at;
+              ride();
+            })
+            .catch(() => undefined);
         },
       },
       (event) => {
-        if (follower.alone !== alone) return;
+        if (!current()) return;
         if (follower.wants(event)) follower.deliver(event);
-        rejoin();
-        if (follower.alone === alone && follower.backlog >= follower.limit) {
-          return follower.drained();
-        }
+        if (current() && settled() && reached()) return ride();
+        if (current() && follower.backlog >= follower.limit) return follower.drained();
       },
     ).then(
       () => this.#aloneEnded(follower, alone, outcome),
@@ -318,7 +373,7 @@ export class SharedLog {
   #aloneEnded(follower: Follower, alone: AbortController, outcome: Outcome): void {
     if (follower.alone !== alone) return;
     follower.alone = null;
-    if (this.#followers.has(follower)) this.#endFollower(follower, outcome);
+    if (!follower.ending) this.#endFollower(follower, outcome);
   }
 
   #ended(reader: Reader, outcome: Outcome): void {

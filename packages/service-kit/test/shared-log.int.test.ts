@@ -161,15 +161,16 @@ describe('one reader of the log shared by the services of a process', () => {
         },
       ),
     ];
+    await waitFor('told it is at the end of the log', () => slowCaughtUp === 1);
     const written: number[] = [];
     for (let i = 0; i < 8; i++) written.push(await append('job', `gj${i}`));
     await waitFor('the fast follower read all', () => fast.length === 8);
     await waitFor('the slow one reading alone', () => store.readers.length === 2);
     expect(store.readers.map((r) => r.fromSeq)).toEqual([from, written[1]]);
     expect(slow).toEqual([written[0]]);
-    expect(slowCaughtUp).toBe(0);
+    expect(slowCaughtUp).toBe(1);
     release();
-    await waitFor('the slow follower caught up', () => slowCaughtUp > 0);
+    await waitFor('the slow follower caught up', () => slowCaughtUp > 1);
     expect(slow).toEqual(written);
     expect(fast).toEqual(written);
     const last = await append('job', 'gj-last');
@@ -178,6 +179,119 @@ describe('one reader of the log shared by the services of a process', () => {
     expect(store.readers.length).toBe(2);
     stop.abort();
     await Promise.all(following);
+  });
+
+  it('tells a follower that starts at the end of the log that it has caught up', async () => {
+    const shared = new SharedLog(bus.store);
+    const stop = new AbortController();
+    let caughtUp = 0;
+    const following = shared.follow(
+      {
+        fromSeq: (await bus.store.lastSeq()) + 1,
+        signal: stop.signal,
+        onCaughtUp: () => caughtUp++,
+      },
+      () => undefined,
+    );
+    await waitFor('told it caught up', () => caughtUp === 1);
+    stop.abort();
+    await following;
+  });
+
+  it('gives followers of other filters each of their events once while they join under load', async () => {
+    const from = (await bus.store.lastSeq()) + 1;
+    const written: { seq: number; aggregate: 'job' | 'worker' }[] = [];
+    const write = async (n: number, tag: string) => {
+      for (let i = 0; i < n; i++) {
+        const aggregate = i % 2 === 0 ? 'job' : 'worker';
+        written.push({ seq: await append(aggregate, `${tag}${i}`), aggregate });
+      }
+    };
+    await write(60, 'la');
+    const shared = new SharedLog(bus.store, { backlog: 8 });
+    const stop = new AbortController();
+    const jobs: number[] = [];
+    const workers: number[] = [];
+    const all: number[] = [];
+    let jobsCaughtUp = 0;
+    const following = [
+      shared.follow(
+        {
+          fromSeq: from,
+          filter: 'ty.ev.job.*',
+          maxMessages: 16,
+          signal: stop.signal,
+          onCaughtUp: () => jobsCaughtUp++,
+        },
+        (e) => void jobs.push(e.seq),
+      ),
+    ];
+    await waitFor('the job follower caught up', () => jobsCaughtUp > 0);
+    const more = write(60, 'lb');
+    following.push(
+      shared.follow(
+        { fromSeq: from, filter: 'ty.ev.worker.*', maxMessages: 16, signal: stop.signal },
+        async (e) => {
+          workers.push(e.seq);
+          if (workers.length % 5 === 0) await new Promise((r) => setTimeout(r, 5));
+        },
+      ),
+      shared.follow(
+        { fromSeq: from, maxMessages: 16, signal: stop.signal },
+        (e) => void all.push(e.seq),
+      ),
+    );
+    await more;
+    const of = (a: string) => written.filter((w) => w.aggregate === a).map((w) => w.seq);
+    await waitFor(
+      'every follower read everything',
+      () => workers.length >= 60 && jobs.length >= 60 && all.length >= 120,
+    );
+    await new Promise((r) => setTimeout(r, 100));
+    expect(jobs).toEqual(of('job'));
+    expect(workers).toEqual(of('worker'));
+    expect(all).toEqual(written.map((w) => w.seq));
+    stop.abort();
+    await Promise.all(following);
+  });
+
+  it('calls no handler of a follow that has ended, whether it rode, read alone or was handling', async () => {
+    const from = (await bus.store.lastSeq()) + 1;
+    for (let i = 0; i < 12; i++) await append('job', `za${i}`);
+    const shared = new SharedLog(bus.store, { backlog: 3 });
+    const riding = new AbortController();
+    const alone = new AbortController();
+    const busy = new AbortController();
+    const calls = { riding: 0, alone: 0, busy: 0 };
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((r) => (release = r));
+    let ridingCaughtUp = 0;
+    const rider = shared.follow(
+      { fromSeq: from, signal: riding.signal, onCaughtUp: () => ridingCaughtUp++ },
+      () => void calls.riding++,
+    );
+    await waitFor('the rider caught up', () => ridingCaughtUp > 0);
+    const behind = shared.follow({ fromSeq: from, maxMessages: 4, signal: alone.signal }, () => {
+      calls.alone++;
+      if (calls.alone === 2) alone.abort();
+    });
+    const handling = shared.follow({ fromSeq: from + 11, signal: busy.signal }, async () => {
+      calls.busy++;
+      await gate;
+    });
+    await behind;
+    expect(calls.alone).toBe(2);
+    await waitFor('the busy follower handling', () => calls.busy === 1);
+    busy.abort();
+    for (let i = 0; i < 6; i++) await append('job', `zb${i}`);
+    await waitFor('the rider read on', () => calls.riding === 18);
+    release();
+    await handling;
+    riding.abort();
+    await rider;
+    for (let i = 0; i < 3; i++) await append('job', `zc${i}`);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(calls).toEqual({ riding: 18, alone: 2, busy: 1 });
   });
 
   it("ends only the follow whose handler failed, with that handler's error", async () => {

@@ -41,6 +41,8 @@ const PASSING = new Set([
   'UNREACHABLE',
   'STREAM_ENDED',
   'EVENT_LOG_UNAVAILABLE',
+  'PROJECTIONS_UNAVAILABLE',
+  'PROJECTION_TIMEOUT',
   'HTTP_502',
   'HTTP_503',
   'HTTP_504',
@@ -48,7 +50,8 @@ const PASSING = new Set([
 
 /**
  * Whether a broken stream may mend: the API was out of reach, the connection dropped while the
- * body was read (fetch raises a TypeError), or the server said it was briefly unavailable.
+ * body was read (fetch raises a TypeError), or the server said it was briefly unavailable (its
+ * read model among it).
  */
 function worthReconnecting(err: unknown): boolean {
   if (err instanceof CliError) return PASSING.has(err.code);
