@@ -5,6 +5,8 @@ import { evolveJob, initialJobState, isTerminal, type JobState } from './job/sta
 
 export interface GpuUsage {
   index: number;
+  /** The model, as the worker's inventory names it. */
+  name: string;
   vramBytes: number;
   reservedBytes: number;
   attempts: number;
@@ -100,6 +102,7 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
         lifecycle: evolveWorker(existing?.lifecycle ?? initialWorker, ev),
         gpus: ev.data.gpus.map((g) => ({
           index: g.index,
+          name: g.name,
           vramBytes: g.vramBytes,
           reservedBytes: 0,
           attempts: 0,
@@ -180,7 +183,7 @@ export function staleAttempts(cluster: ClusterState, workerId?: string): HeldAtt
 
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {
-  version: 1;
+  version: 2;
   lastSeq: number;
   workers: (Omit<WorkerState, 'attempts' | 'reportedRunning'> & {
     attempts: string[];
@@ -191,7 +194,7 @@ export interface ClusterSnapshot {
 
 export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
   return {
-    version: 1,
+    version: 2,
     lastSeq: cluster.lastSeq,
     workers: [...cluster.workers.values()].map((w) => ({
       ...w,

@@ -50,7 +50,14 @@ function vramNeed(job: TrackedJob, gpu: GpuUsage): number {
   return gb === undefined ? gpu.vramBytes : Math.ceil(gb * GiB);
 }
 
+/** Whether a GPU is of the model the job asks for, if it asks for one. */
+function modelFits(job: TrackedJob, gpu: GpuUsage): boolean {
+  const model = job.state.spec?.resources.gpuModel;
+  return model === undefined || gpu.name.toLowerCase().includes(model.toLowerCase());
+}
+
 function gpuFits(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): boolean {
+  if (!modelFits(job, gpu)) return false;
   if (job.state.spec?.resources.vramGb === undefined) return gpu.attempts === 0;
   const free = gpu.vramBytes - gpu.reservedBytes;
   return vramNeed(job, gpu) + policy.headroomBytes <= free;
@@ -93,8 +100,9 @@ function shapeOf(job: TrackedJob): string {
   const resources = job.state.spec!.resources;
   let shape = shapes.get(resources);
   if (shape === undefined) {
-    const { gpus, vramGb, cpus } = resources;
-    shape = gpus === 0 ? `cpu ${cpus ?? 1}` : `gpu ${gpus} ${vramGb ?? 'whole'}`;
+    const { gpus, vramGb, cpus, gpuModel } = resources;
+    shape =
+      gpus === 0 ? `cpu ${cpus ?? 1}` : `gpu ${gpus} ${vramGb ?? 'whole'} ${gpuModel ?? 'any'}`;
     shapes.set(resources, shape);
   }
   return shape;

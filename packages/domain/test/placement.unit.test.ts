@@ -13,7 +13,7 @@ import {
 } from '../src/index.ts';
 import { spec, stored, T0 } from './given.ts';
 
-function worker(cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0) {
+function worker(cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0, model = 'sim') {
   evolveCluster(
     cluster,
     stored('worker', id, {
@@ -26,7 +26,7 @@ function worker(cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0
         version: 't',
         gpus: gpuGb.map((gb, index) => ({
           index,
-          name: 'sim',
+          name: model,
           uuid: `${id}-${index}`,
           vramBytes: gb * GiB,
           simulated: true,
@@ -65,6 +65,28 @@ function commit(cluster: ClusterState, now = T0) {
 }
 
 describe('placement policy v1', () => {
+  it('places a job that names a GPU model only on GPUs of that model, by name without case', () => {
+    const c = emptyCluster();
+    worker(c, 'a-l4', [24], 0, 'NVIDIA L4');
+    worker(c, 'b-a100', [80, 80], 0, 'NVIDIA A100-SXM4-80GB');
+    submit(c, 'wants-a100', { resources: { gpus: 2, vramGb: 10, gpuModel: 'a100' } });
+    submit(c, 'wants-h100', { resources: { gpus: 1, gpuModel: 'H100' } });
+    submit(c, 'any', { resources: { gpus: 1, vramGb: 10 } });
+    const placed = plan(c, T0).assignments;
+    expect(placed.map((a) => [a.jobId, a.workerId, a.gpus])).toEqual([
+      ['wants-a100', 'b-a100', [0, 1]],
+      ['any', 'a-l4', [0]],
+    ]);
+  });
+
+  it('does not let a job that names a model it cannot have hold back one that asks the same of any GPU', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24], 0, 'NVIDIA L4');
+    submit(c, 'h100', { resources: { gpus: 1, vramGb: 8, gpuModel: 'H100' } });
+    submit(c, 'plain', { resources: { gpus: 1, vramGb: 8 } });
+    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['plain']);
+  });
+
   it('places a job only where its VRAM plus the headroom fits', () => {
     const c = emptyCluster();
     worker(c, 'w1', [24]);

@@ -20,6 +20,17 @@ export const ResourcesSchema = z.object({
   vramGb: z.number().positive().max(4096).optional(),
   cpus: z.number().int().min(1).max(1024).optional(),
   memoryGb: z.number().positive().max(65536).optional(),
+  /**
+   * The GPU model a job needs, matched against each GPU's name without regard to case
+   * (`A100` takes an `NVIDIA A100-SXM4-80GB`). Only for jobs that ask for GPUs.
+   */
+  gpuModel: z
+    .string()
+    .trim()
+    .min(1)
+    .max(64)
+    .regex(/^[A-Za-z0-9 ._-]+$/, 'letters, digits, spaces, dots, dashes and underscores')
+    .optional(),
 });
 export type Resources = z.infer<typeof ResourcesSchema>;
 

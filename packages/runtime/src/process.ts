@@ -34,7 +34,11 @@ function hostEnv(host: NodeJS.ProcessEnv, path = SAFE_PATH): Record<string, stri
   return env;
 }
 
-/** The environment an attempt sees: a few host variables, the job's env, and Trainyard's. */
+/**
+ * The environment an attempt sees: a few host variables, the job's env, and Trainyard's. CUDA
+ * numbers GPUs in the order of their PCI bus, as `nvidia-smi` does, so that the GPUs placed are
+ * the GPUs used on a host with mixed models (CUDA's own order puts the fastest first).
+ */
 export function attemptEnv(
   spec: Pick<RunSpec, 'jobId' | 'attempt' | 'env' | 'workDir' | 'outputDir' | 'gpus'>,
   host: NodeJS.ProcessEnv = process.env,
@@ -44,6 +48,7 @@ export function attemptEnv(
     HOME: spec.workDir,
     ...spec.env,
     CUDA_VISIBLE_DEVICES: spec.gpus.join(','),
+    CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
     TRAINYARD_JOB_ID: spec.jobId,
     TRAINYARD_ATTEMPT: String(spec.attempt),
     TRAINYARD_OUTPUT_DIR: spec.outputDir,

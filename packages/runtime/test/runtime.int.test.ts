@@ -52,13 +52,14 @@ describe('process runtime', () => {
   it('runs the command in the sandbox with the job environment and captures output', async () => {
     const out: string[] = [];
     const s = spec(
-      'echo "$GREETING $CUDA_VISIBLE_DEVICES $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo "args=$#"; echo oops >&2; exit 3',
+      'echo "$GREETING $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo "args=$#"; echo oops >&2; exit 3',
+      { env: { GREETING: 'hi', CUDA_DEVICE_ORDER: 'FASTEST_FIRST' } },
     );
     const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 3 });
     expect(await readFile(s.pidFile, 'utf8')).toBe(`${run.pid}\n`);
     const text = out.join('');
-    expect(text).toContain(`hi 0,2 job_1 ${join(dir.path, 'out')} ${dir.path}`);
+    expect(text).toContain(`hi 0,2 PCI_BUS_ID job_1 ${join(dir.path, 'out')} ${dir.path}`);
     expect(text).toContain('args=0\n');
     expect(text).toContain('oops');
   });

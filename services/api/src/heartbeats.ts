@@ -1,13 +1,36 @@
 import { DeliverPolicy } from '@nats-io/jetstream';
-import { retryTransient, Streams, Subjects } from '@trainyard/events';
+import { HeartbeatSchema, retryTransient, Streams, Subjects } from '@trainyard/events';
 import { supervise, type Bus, type Logger } from '@trainyard/service-kit';
 
-/** When each worker was last heard from, kept as the heartbeats arrive. */
+/** One GPU's use, as a worker's heartbeat reads it. */
+export interface GpuUse {
+  index: number;
+  usedBytes: number;
+  utilPct: number;
+}
+
+/** A worker's last heartbeat: when it was stored, and its GPUs' use then. */
+export interface LastBeat {
+  at: string;
+  gpus: GpuUse[];
+}
+
+/** What a heartbeat says of the GPUs; nothing, for one that does not read as a heartbeat. */
+export function gpuUseOf(body: Uint8Array): GpuUse[] {
+  try {
+    const beat = HeartbeatSchema.safeParse(JSON.parse(new TextDecoder().decode(body)));
+    return beat.success ? beat.data.gpus : [];
+  } catch {
+    return [];
+  }
+}
+
+/** When each worker was last heard from, and its GPUs' use then, kept as the heartbeats arrive. */
 export interface HeartbeatView {
   /** True once it holds every worker's last heartbeat that the stream held when it started. */
   readonly ready: boolean;
-  /** The time of the worker's last heartbeat, or null when it has sent none. */
-  lastSeen(workerId: string): string | null;
+  /** The worker's last heartbeat, or null when it has sent none. */
+  last(workerId: string): LastBeat | null;
   stop(): Promise<void>;
 }
 
@@ -17,7 +40,7 @@ export interface HeartbeatView {
  * request. A broken reader starts again from each worker's last beat.
  */
 export function watchHeartbeats(bus: Bus, log: Logger): HeartbeatView {
-  const seen = new Map<string, number>();
+  const seen = new Map<string, { atMs: number; gpus: GpuUse[] }>();
   const stopping = new AbortController();
   let ready = false;
   const follow = async () => {
@@ -37,8 +60,10 @@ export function watchHeartbeats(bus: Bus, log: Logger): HeartbeatView {
     try {
       for await (const msg of messages) {
         const workerId = msg.subject.slice('ty.hb.'.length);
-        const at = msg.info.timestampNanos / 1e6;
-        seen.set(workerId, Math.max(seen.get(workerId) ?? 0, at));
+        const atMs = msg.info.timestampNanos / 1e6;
+        if (atMs >= (seen.get(workerId)?.atMs ?? 0)) {
+          seen.set(workerId, { atMs, gpus: gpuUseOf(msg.data) });
+        }
         if (msg.info.pending === 0) ready = true;
       }
     } finally {
@@ -51,9 +76,9 @@ export function watchHeartbeats(bus: Bus, log: Logger): HeartbeatView {
     get ready() {
       return ready;
     },
-    lastSeen: (workerId) => {
-      const at = seen.get(workerId);
-      return at === undefined ? null : new Date(at).toISOString();
+    last: (workerId) => {
+      const beat = seen.get(workerId);
+      return beat ? { at: new Date(beat.atMs).toISOString(), gpus: beat.gpus } : null;
     },
     stop: async () => {
       stopping.abort();

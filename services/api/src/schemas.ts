@@ -70,7 +70,16 @@ export const WorkerViewSchema = z
     hostname: z.string().nullable().describe('admins only; null for everyone else'),
     status: z.string(),
     simulated: z.boolean().describe('its GPUs are simulated (tests and benchmarks)'),
-    gpus: z.array(GpuSchema),
+    gpus: z.array(
+      GpuSchema.extend({
+        usedBytes: z
+          .number()
+          .int()
+          .nullable()
+          .describe('memory in use at the last heartbeat; null before one said'),
+        utilPct: z.number().nullable().describe('utilisation at the last heartbeat, in percent'),
+      }),
+    ),
     cpuSlots: z.number().int(),
     runtime: z.string(),
     version: z.string(),
@@ -139,6 +148,13 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
         code: 'custom',
         path: ['env'],
         message: `${envBytes} bytes in all, more than ${MAX_ENV_BYTES}`,
+      });
+    }
+    if (spec.resources.gpuModel !== undefined && spec.resources.gpus === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['resources', 'gpuModel'],
+        message: 'a GPU model is for jobs that ask for GPUs: set gpus, or leave out gpuModel',
       });
     }
     if (spec.resources.memoryGb !== undefined) {

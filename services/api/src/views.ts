@@ -1,5 +1,6 @@
 import type { AttemptStatus, JobStatus } from '@trainyard/events';
 import type { AttemptRow, JobRow, WorkerRow } from '@trainyard/projections';
+import type { LastBeat } from './heartbeats.ts';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
@@ -41,19 +42,25 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
   };
 }
 
-/** The public shape of a worker; where it runs is for admins only. */
-export function workerView(w: WorkerRow, lastHeartbeatAt: string | null, admin: boolean) {
+/**
+ * The public shape of a worker, its GPUs with their use as its last heartbeat read it; where it
+ * runs is for admins only.
+ */
+export function workerView(w: WorkerRow, beat: LastBeat | null, admin: boolean) {
   return {
     id: w.id,
     hostname: admin ? w.hostname : null,
     status: w.status,
     simulated: w.gpus.some((g) => g.simulated),
-    gpus: w.gpus,
+    gpus: w.gpus.map((g) => {
+      const use = beat?.gpus.find((u) => u.index === g.index);
+      return { ...g, usedBytes: use?.usedBytes ?? null, utilPct: use?.utilPct ?? null };
+    }),
     cpuSlots: w.cpu_slots,
     runtime: w.runtime,
     version: w.version,
     registeredAt: w.registered_at.toISOString(),
-    lastHeartbeatAt,
+    lastHeartbeatAt: beat?.at ?? null,
   };
 }
 

@@ -15,8 +15,16 @@ afterAll(async () => {
   await nats?.stop();
 });
 
-const beat = (workerId: string) =>
-  bus.js.publish(Subjects.heartbeat(workerId), JSON.stringify({ workerId }));
+const beat = (workerId: string, usedBytes = 0) =>
+  bus.js.publish(
+    Subjects.heartbeat(workerId),
+    JSON.stringify({
+      workerId,
+      at: new Date().toISOString(),
+      gpus: [{ index: 0, usedBytes, utilPct: 50 }],
+      runningAttempts: [],
+    }),
+  );
 
 describe('the API’s view of the heartbeats', () => {
   it('holds each worker’s last beat from the stream, then follows new ones', async () => {
@@ -25,18 +33,21 @@ describe('the API’s view of the heartbeats', () => {
     const view = watchHeartbeats(bus, createLogger('test'));
     try {
       await waitFor('the view to catch up', () => view.ready);
-      const w1 = view.lastSeen('w1');
-      expect(w1).not.toBeNull();
-      expect(view.lastSeen('w2')).not.toBeNull();
-      expect(view.lastSeen('w9')).toBeNull();
+      const w1 = view.last('w1')?.at;
+      expect(w1).toBeDefined();
+      expect(view.last('w2')).not.toBeNull();
+      expect(view.last('w9')).toBeNull();
       const stored = await bus.jsm.streams.getMessage('TY_HEARTBEATS', { seq: first.seq });
       expect(w1).toBe(stored!.time.toISOString());
 
       await new Promise((r) => setTimeout(r, 20));
-      await beat('w1');
+      await beat('w1', 5 * 1024 ** 3);
       await beat('w3');
-      await waitFor('the new beats to arrive', () => view.lastSeen('w3') !== null);
-      expect(Date.parse(view.lastSeen('w1')!)).toBeGreaterThan(Date.parse(w1!));
+      await bus.js.publish(Subjects.heartbeat('w4'), 'not a heartbeat');
+      await waitFor('the new beats to arrive', () => view.last('w4') !== null);
+      expect(Date.parse(view.last('w1')!.at)).toBeGreaterThan(Date.parse(w1!));
+      expect(view.last('w1')!.gpus).toEqual([{ index: 0, usedBytes: 5 * 1024 ** 3, utilPct: 50 }]);
+      expect(view.last('w4')!.gpus).toEqual([]);
     } finally {
       await view.stop();
     }
@@ -46,7 +57,7 @@ describe('the API’s view of the heartbeats', () => {
     await bus.jsm.streams.purge('TY_HEARTBEATS');
     const view = watchHeartbeats(bus, createLogger('test'));
     await waitFor('the view to be ready', () => view.ready);
-    expect(view.lastSeen('w1')).toBeNull();
+    expect(view.last('w1')).toBeNull();
     await view.stop();
   });
 });

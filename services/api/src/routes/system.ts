@@ -4,18 +4,19 @@ import { retryTransient, Streams, Subjects } from '@trainyard/events';
 import { countJobsByStatus, listWorkers } from '@trainyard/projections';
 import type { Api, ApiDeps } from '../deps.ts';
 import { errorResponses, HealthSchema, LimitsSchema, WorkerViewSchema } from '../schemas.ts';
+import { gpuUseOf, type LastBeat } from '../heartbeats.ts';
 import { workerView } from '../views.ts';
 import { MAX_LIST_LIMIT } from './jobs.ts';
 import { callerOf, readModel } from './common.ts';
 
 /** A worker's last heartbeat, read from the stream: until the API's own view has caught up. */
-async function lastHeartbeat(deps: ApiDeps, workerId: string): Promise<string | null> {
+async function lastHeartbeat(deps: ApiDeps, workerId: string): Promise<LastBeat | null> {
   const msg = await retryTransient(`read the last heartbeat of ${workerId}`, () =>
     deps.bus.jsm.streams.getMessage(Streams.heartbeats, {
       last_by_subj: Subjects.heartbeat(workerId),
     }),
   ).catch(() => null);
-  return msg ? msg.time.toISOString() : null;
+  return msg ? { at: msg.time.toISOString(), gpus: gpuUseOf(msg.data) } : null;
 }
 
 /** Workers, health, limits and metrics. */
@@ -25,7 +26,7 @@ export function systemRoutes(app: Api, deps: ApiDeps): void {
     {
       schema: {
         tags: ['system'],
-        summary: 'Workers, their GPUs and their last heartbeat',
+        summary: "Workers, their GPUs with each one's use, and their last heartbeat",
         response: { 200: z.array(WorkerViewSchema), ...errorResponses(401, 503) },
       },
     },
@@ -36,9 +37,7 @@ export function systemRoutes(app: Api, deps: ApiDeps): void {
         rows.map(async (w) =>
           workerView(
             w,
-            deps.heartbeats.ready
-              ? deps.heartbeats.lastSeen(w.id)
-              : await lastHeartbeat(deps, w.id),
+            deps.heartbeats.ready ? deps.heartbeats.last(w.id) : await lastHeartbeat(deps, w.id),
             admin,
           ),
         ),

@@ -4,6 +4,18 @@ import { ApiClient, CliError } from '../client.ts';
 import { profileName, readCredentials, removeCredentials, writeCredentials } from '../config.ts';
 import { printJson, printTable } from './table.ts';
 
+/** One GPU's memory and utilisation at its worker's last heartbeat: `0: 12.3/80 GiB 35%`. */
+function gpuUse(g: {
+  index: number;
+  vramBytes: number;
+  usedBytes: number | null;
+  utilPct: number | null;
+}): string {
+  if (g.usedBytes === null) return `${g.index}: ?`;
+  const gib = (b: number) => (b / 1024 ** 3).toFixed(1).replace(/\.0$/, '');
+  return `${g.index}: ${gib(g.usedBytes)}/${gib(g.vramBytes)} GiB ${Math.round(g.utilPct ?? 0)}%`;
+}
+
 /** Asks for a line on the terminal; a secret is read without echoing it. */
 async function prompt(question: string, what: string, hidden = false): Promise<string> {
   if (!process.stdin.isTTY) throw new CliError(`${what} is required: ${HOW_TO_GIVE[what]}`);
@@ -158,19 +170,26 @@ export function registerAccountCommands(program: Command): void {
           status: string;
           simulated: boolean;
           cpuSlots: number;
-          gpus: { index: number; name: string; vramBytes: number }[];
+          gpus: {
+            index: number;
+            name: string;
+            vramBytes: number;
+            usedBytes: number | null;
+            utilPct: number | null;
+          }[];
           lastHeartbeatAt: string | null;
         }[]
       >('/v1/workers');
       if (o.json) return printJson(workers);
       printTable(
-        ['WORKER', 'STATUS', 'GPUS', 'CPU SLOTS', 'LAST HEARTBEAT'],
+        ['WORKER', 'STATUS', 'GPUS', 'GPU USE', 'CPU SLOTS', 'LAST HEARTBEAT'],
         workers.map((w) => [
           w.id,
           w.status,
           w.gpus.length
             ? `${w.gpus.length}x ${w.gpus[0]!.name} (${(w.gpus[0]!.vramBytes / 1024 ** 3).toFixed(0)} GiB)${w.simulated ? ' [simulated]' : ''}`
             : '-',
+          w.gpus.map(gpuUse).join('  ') || '-',
           String(w.cpuSlots),
           w.lastHeartbeatAt ?? '-',
         ]),

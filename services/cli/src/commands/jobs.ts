@@ -65,6 +65,7 @@ function specFrom(root: string, o: SubmitFlags) {
       gpus: num('--gpus', 'gpus') ?? 0,
       ...(o.vramGb !== undefined && { vramGb: num('--vram-gb', 'vramGb') }),
       ...(o.cpus !== undefined && { cpus: num('--cpus', 'cpus') }),
+      ...(o.gpuModel !== undefined && { gpuModel: o.gpuModel as string }),
     },
     ...(o.priority !== undefined && { priority: num('--priority', 'priority') }),
     ...(o.maxRetries !== undefined && { maxRetries: num('--max-retries', 'maxRetries') }),
@@ -83,6 +84,7 @@ const FLAGS: Record<string, string> = {
   'resources.gpus': '--gpus',
   'resources.vramGb': '--vram-gb',
   'resources.cpus': '--cpus',
+  'resources.gpuModel': '--gpu-model',
   priority: '--priority',
   maxRetries: '--max-retries',
   env: '--env',
@@ -194,6 +196,7 @@ export function registerJobCommands(program: Command): void {
     .option('--name <name>', 'job name (default: the directory name)')
     .option('--gpus <n>', 'GPUs needed (0 = CPU only)', '0')
     .option('--vram-gb <gb>', 'VRAM per GPU, in GiB')
+    .option('--gpu-model <model>', 'only GPUs whose name holds this, e.g. A100 (any case)')
     .option(
       '--cpus <n>',
       "CPU-only jobs: how many of the worker's CPU slots it takes (not a limit)",
