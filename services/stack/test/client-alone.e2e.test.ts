@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { cp, mkdir, symlink, writeFile } from 'node:fs/promises';
+import { cp, mkdir, rm, symlink, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -142,6 +142,27 @@ describe('the trainyard client installed alone', () => {
     const token = await trainyard(['worker', 'token', 'create', '--help']);
     expect(token.code).toBe(0);
     expect(token.stdout).toContain('issue a one-time token a worker enrols with');
+  });
+
+  it('keeps its own commands when the server side is installed but cannot load', async () => {
+    const broken = join(work.path, 'node_modules', '@trainyard', 'stack');
+    await mkdir(broken, { recursive: true });
+    await writeFile(
+      join(broken, 'package.json'),
+      JSON.stringify({ name: '@trainyard/stack', type: 'module', exports: './index.js' }),
+    );
+    await writeFile(join(broken, 'index.js'), "import '@trainyard/not-installed';\n");
+    try {
+      const help = await trainyard(['--help']);
+      expect(help.code, help.stderr).toBe(0);
+      expect(help.stdout).toMatch(/submit \[options\] <dir>/);
+      const up = await trainyard(['up']);
+      expect(up.code).toBe(1);
+      expect(up.stderr).toContain('@trainyard/stack is installed but cannot be loaded');
+      expect(up.stderr).toContain("'@trainyard/not-installed'");
+    } finally {
+      await rm(broken, { recursive: true, force: true });
+    }
   });
 
   it('logs in, submits, follows and downloads outputs from a running Trainyard', async () => {
