@@ -88,6 +88,9 @@ describe('GPUs by model, and their use', () => {
       ),
     );
     expect(printed).toMatch(/GPU USE/);
+    expect(printed).toContain(
+      '1x NVIDIA L4 (24 GiB), 1x NVIDIA A100-SXM4-80GB (80 GiB) [simulated]',
+    );
     expect(printed).toContain('0: 3/24 GiB 42%  1: 0/80 GiB 0%');
   });
 

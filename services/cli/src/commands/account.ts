@@ -16,6 +16,16 @@ function gpuUse(g: {
   return `${g.index}: ${gib(g.usedBytes)}/${gib(g.vramBytes)} GiB ${Math.round(g.utilPct ?? 0)}%`;
 }
 
+/** A worker's GPUs by model and size, in index order: `1x NVIDIA L4 (24 GiB), 1x ...`. */
+function gpuModels(gpus: { name: string; vramBytes: number }[]): string {
+  const counts = new Map<string, number>();
+  for (const g of gpus) {
+    const model = `${g.name} (${(g.vramBytes / 1024 ** 3).toFixed(0)} GiB)`;
+    counts.set(model, (counts.get(model) ?? 0) + 1);
+  }
+  return [...counts].map(([model, n]) => `${n}x ${model}`).join(', ');
+}
+
 /** Asks for a line on the terminal; a secret is read without echoing it. */
 async function prompt(question: string, what: string, hidden = false): Promise<string> {
   if (!process.stdin.isTTY) throw new CliError(`${what} is required: ${HOW_TO_GIVE[what]}`);
@@ -186,9 +196,7 @@ export function registerAccountCommands(program: Command): void {
         workers.map((w) => [
           w.id,
           w.status,
-          w.gpus.length
-            ? `${w.gpus.length}x ${w.gpus[0]!.name} (${(w.gpus[0]!.vramBytes / 1024 ** 3).toFixed(0)} GiB)${w.simulated ? ' [simulated]' : ''}`
-            : '-',
+          w.gpus.length ? `${gpuModels(w.gpus)}${w.simulated ? ' [simulated]' : ''}` : '-',
           w.gpus.map(gpuUse).join('  ') || '-',
           String(w.cpuSlots),
           w.lastHeartbeatAt ?? '-',
