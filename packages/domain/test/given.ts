@@ -1,4 +1,5 @@
 import type { JobEvent, JobSpec, StoredEvent } from '@trainyard/events';
+import { storedEvent } from '@trainyard/testkit';
 import {
   decideJob,
   evolveJob,
@@ -37,21 +38,7 @@ export function stored<E extends { type: string; data: unknown }>(
   event: E,
   at = T0,
 ): StoredEvent {
-  seq++;
-  return {
-    ...event,
-    id: `e${seq}`,
-    schemaVersion: 1,
-    aggregate,
-    aggregateId: id,
-    occurredAt: at.toISOString(),
-    actor: { kind: 'service', id: 'test' },
-    correlationId: 'c',
-    causationId: null,
-    prevHash: '',
-    hash: `h${seq}`,
-    seq,
-  } as unknown as StoredEvent;
+  return storedEvent(aggregate, id, event, { seq: ++seq, at });
 }
 
 export const submitted = (s: JobSpec = spec()): JobEvent => ({

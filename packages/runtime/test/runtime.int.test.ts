@@ -16,6 +16,7 @@ import {
   SimulatedInventory,
   type RunSpec,
 } from '../src/index.ts';
+import { runSpecIn } from './run-spec.ts';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 beforeAll(async () => {
@@ -26,27 +27,8 @@ afterAll(async () => dir.remove());
 const runtime = new ProcessRuntime();
 afterAll(() => runtime.close());
 
-let runs = 0;
-function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
-  runs++;
-  return {
-    logFile: join(dir.path, `run-${runs}.log`),
-    exitFile: join(dir.path, `run-${runs}.exit`),
-    pidFile: join(dir.path, `run-${runs}.pid`),
-    scriptFile: join(dir.path, `run-${runs}.sh`),
-    launchFile: join(dir.path, `run-${runs}.launch`),
-    resultFile: join(dir.path, `run-${runs}.result`),
-    jobId: 'job_1',
-    attemptId: 'att_1',
-    attempt: 1,
-    command,
-    env: { GREETING: 'hi' },
-    workDir: dir.path,
-    outputDir: join(dir.path, 'out'),
-    gpus: [0, 2],
-    ...over,
-  };
-}
+const spec = (command: string, over: Partial<RunSpec> = {}) =>
+  runSpecIn(dir.path, command, { env: { GREETING: 'hi' }, gpus: [0, 2], ...over });
 
 describe('process runtime', () => {
   it('runs the command in the sandbox with the job environment and captures output', async () => {

@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
 import { ProcessRuntime, SAFE_PATH, shellQuote, type RunSpec } from '../src/index.ts';
+import { runSpecIn } from './run-spec.ts';
 import { SpawnError, Spawner } from '../src/spawner.ts';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
@@ -20,31 +21,12 @@ afterAll(async () => dir.remove());
 const runtime = new ProcessRuntime();
 afterAll(() => runtime.close());
 
-let runs = 0;
-function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
-  runs++;
-  return {
-    logFile: join(dir.path, `run-${runs}.log`),
-    exitFile: join(dir.path, `run-${runs}.exit`),
-    pidFile: join(dir.path, `run-${runs}.pid`),
-    scriptFile: join(dir.path, `run-${runs}.sh`),
-    launchFile: join(dir.path, `run-${runs}.launch`),
-    resultFile: join(dir.path, `run-${runs}.result`),
-    jobId: 'job_1',
-    attemptId: 'att_1',
-    attempt: 1,
-    command,
-    env: {},
-    workDir: dir.path,
-    outputDir: join(dir.path, 'out'),
-    gpus: [],
-    ...over,
-  };
-}
+const spec = (command: string, over: Partial<RunSpec> = {}) => runSpecIn(dir.path, command, over);
 
 /** A command that runs until `go` exists, then exits 9; and the file that lets it go. */
+let gates = 0;
 function gated(): { command: string; go: string } {
-  const go = join(dir.path, `go-${runs}`);
+  const go = join(dir.path, `go-${++gates}`);
   return { command: `while [ ! -e ${shellQuote(go)} ]; do sleep 0.05; done; exit 9`, go };
 }
 

@@ -7,6 +7,7 @@ import {
   type ClusterState,
 } from '@trainyard/domain';
 import type { DomainEvent, JobSpec, StoredEvent } from '@trainyard/events';
+import { storedEvent } from '@trainyard/testkit';
 import type { Clock } from '../src/clock.ts';
 
 export const T0 = new Date('2026-01-01T00:00:00.000Z');
@@ -51,20 +52,7 @@ export class FakeLog {
 
   append(aggregate: 'job' | 'worker', id: string, event: DomainEvent): number {
     const seq = this.events.length + 1;
-    this.events.push({
-      ...event,
-      id: `e${seq}`,
-      schemaVersion: 1,
-      aggregate,
-      aggregateId: id,
-      occurredAt: T0.toISOString(),
-      actor: { kind: 'service', id: 'test' },
-      correlationId: 'c',
-      causationId: null,
-      prevHash: '',
-      hash: `h${seq}`,
-      seq,
-    } as StoredEvent);
+    this.events.push(storedEvent(aggregate, id, event, { seq, at: T0 }));
     return seq;
   }
 
