@@ -11,7 +11,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { fromPublic } from '@nats-io/nkeys';
-import { openBucket } from '@trainyard/service-kit';
+import { onAbort, openBucket } from '@trainyard/service-kit';
 
 /** A worker name: one NATS subject token, also a consumer name's part. */
 export const WORKER_NAME = /^[A-Za-z0-9_-]{1,64}$/;
@@ -209,8 +209,7 @@ export class WorkerKeys {
   async watch(signal: AbortSignal, onChange: (records: WorkerRecord[]) => void): Promise<void> {
     const current = new Map<string, WorkerRecord>();
     const watcher = await this.keys.watch();
-    const stop = () => watcher.stop();
-    signal.addEventListener('abort', stop, { once: true });
+    const unlisten = onAbort(signal, () => watcher.stop());
     let caughtUp = false;
     const emit = () => onChange([...current.values()]);
     try {
@@ -223,7 +222,7 @@ export class WorkerKeys {
         }
       }
     } finally {
-      signal.removeEventListener('abort', stop);
+      unlisten();
     }
   }
 }

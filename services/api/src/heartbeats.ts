@@ -1,6 +1,6 @@
 import { DeliverPolicy } from '@nats-io/jetstream';
 import { HeartbeatSchema, retryTransient, Streams, Subjects } from '@trainyard/events';
-import { supervise, type Bus, type Logger } from '@trainyard/service-kit';
+import { onAbort, supervise, type Bus, type Logger } from '@trainyard/service-kit';
 
 /** One GPU's use, as a worker's heartbeat reads it. */
 export interface GpuUse {
@@ -55,8 +55,8 @@ export function watchHeartbeats(bus: Bus, log: Logger): HeartbeatView {
     );
     if (stream.state.messages === 0) ready = true;
     const messages = await consumer.consume({ max_messages: 256 });
-    const stop = () => messages.stop();
-    stopping.signal.addEventListener('abort', stop, { once: true });
+    // A stop asked for while the reader was being made ends it at once.
+    const unlisten = onAbort(stopping.signal, () => messages.stop());
     try {
       for await (const msg of messages) {
         const workerId = msg.subject.slice('ty.hb.'.length);
@@ -67,7 +67,7 @@ export function watchHeartbeats(bus: Bus, log: Logger): HeartbeatView {
         if (msg.info.pending === 0) ready = true;
       }
     } finally {
-      stopping.signal.removeEventListener('abort', stop);
+      unlisten();
     }
     if (!stopping.signal.aborted) throw new Error('the heartbeat reader ended');
   };

@@ -60,4 +60,13 @@ describe('the API’s view of the heartbeats', () => {
     expect(view.last('w1')).toBeNull();
     await view.stop();
   });
+
+  it('stops when told to while its reader is still being made (an API that fails to start)', async () => {
+    const view = watchHeartbeats(bus, createLogger('test'));
+    const stopped = await Promise.race([
+      view.stop().then(() => 'stopped'),
+      new Promise((r) => setTimeout(() => r('still running after 5 s'), 5_000)),
+    ]);
+    expect(stopped).toBe('stopped');
+  });
 });

@@ -48,6 +48,32 @@ describe('an embedded stack that cannot start', () => {
       },
     );
   });
+
+  it('fails at once, saying why, on an admin password it refuses', async () => {
+    const own = await tempDir('trainyard-stack-weak-');
+    try {
+      await expect(
+        startStack({
+          home: own.path,
+          natsPort: 0,
+          apiPort: 0,
+          apiHost: '127.0.0.1',
+          adminPassword: 'admin-pass-123',
+          worker: null,
+          fastPostgres: true,
+        }),
+      ).rejects.toThrow(/TRAINYARD_ADMIN_PASSWORD is refused: it may not contain the username/);
+      await waitFor(
+        'its NATS and PostgreSQL to be gone',
+        () => processesNaming(own.path).length === 0,
+        {
+          timeoutMs: 10_000,
+        },
+      );
+    } finally {
+      await own.remove();
+    }
+  });
 });
 
 describe('trainyard up', () => {
