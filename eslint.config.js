@@ -19,7 +19,7 @@ export const LAYERS = {
   runtime: ['blobs', 'domain', 'events'],
   application: ['service-kit', 'domain', 'events'],
   servers: ['application', 'service-kit', 'blobs', 'events'],
-  testkit: ['servers', 'service-kit', 'events'],
+  testkit: ['servers', 'service-kit', 'runtime', 'events'],
   cli: ['events'],
   ...Object.fromEntries(
     services.map((s) => [

@@ -1,8 +1,21 @@
 #!/usr/bin/env bash
 # Installs what Trainyard needs on a Debian machine, only what is missing:
 # nats-server and PostgreSQL (Debian packages), python3 (for the examples) and the npm packages.
+#   --containers     also Docker (docker.io), a registry (docker-registry), and what the default
+#                    base image is made of (python3-pip, busybox-static): for `up --runtime docker`
+#   --cluster-tools  also nats-server 2.10, for NATS clusters (tests, benchmarks, chaos)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+containers=false
+cluster_tools=false
+for arg in "$@"; do
+  case "$arg" in
+    --containers) containers=true ;;
+    --cluster-tools) cluster_tools=true ;;
+    *) printf '[setup] unknown option %s\n' "$arg" >&2; exit 2 ;;
+  esac
+done
 
 say() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -16,6 +29,12 @@ missing=()
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if [ "$containers" = true ]; then
+  [ -x /usr/sbin/dockerd ] || [ -x /usr/bin/dockerd ] || missing+=(docker.io)
+  [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
+  [ -d /usr/lib/python3/dist-packages/pip ] || missing+=(python3-pip)
+  [ -x /bin/busybox ] || missing+=(busybox-static)
+fi
 
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then apt_get=(apt-get); elif command -v sudo >/dev/null 2>&1; then apt_get=(sudo apt-get); else
@@ -43,7 +62,7 @@ fi
 # Debian trixie, unpacked under .tools/ (its binary runs on bookworm). The 2.9 of bookworm can
 # fork a hash chain under concurrent appends to a clustered stream (nats-server#4320). Without
 # the download, clusters run on the installed nats-server, and say so.
-if [ "${1:-}" = --cluster-tools ]; then
+if [ "$cluster_tools" = true ]; then
   nats210=.tools/nats-server-2.10/usr/sbin/nats-server
   if [ ! -x "$nats210" ]; then
     say "fetching nats-server 2.10 from Debian trixie, for NATS clusters"

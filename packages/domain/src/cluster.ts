@@ -20,6 +20,8 @@ export interface WorkerState {
   gpus: GpuUsage[];
   cpuSlots: number;
   cpusUsed: number;
+  /** How it runs attempts (`process`, `docker`, `simulated`): a job in a container needs `docker`. */
+  runtime: string;
   attempts: Set<string>;
   /** Stream sequence of the worker's latest `WorkerRegistered`. */
   registeredSeq: number;
@@ -110,6 +112,7 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
         })),
         cpuSlots: ev.data.cpuSlots,
         cpusUsed: 0,
+        runtime: ev.data.runtime,
         attempts: new Set(),
         registeredSeq: ev.seq,
         reportedRunning: new Set(ev.data.runningAttempts),

@@ -10,6 +10,8 @@ export const FailureReasons = {
   oomKilled: { kind: 'user', retryable: false },
   badArchive: { kind: 'user', retryable: false },
   setupFailed: { kind: 'user', retryable: false },
+  /** The job's image could not be built from what the job brought (a requirement, a file). */
+  buildFailed: { kind: 'user', retryable: false },
   launchError: { kind: 'system', retryable: true },
   processLost: { kind: 'system', retryable: true },
   workerLost: { kind: 'system', retryable: true },

@@ -1,4 +1,5 @@
 import type { ClusterState, GpuUsage, TrackedJob, WorkerState } from './cluster.ts';
+import { runsInContainer } from './job/state.ts';
 
 export const GiB = 1024 ** 3;
 
@@ -63,11 +64,17 @@ function gpuFits(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): boole
   return vramNeed(job, gpu) + policy.headroomBytes <= free;
 }
 
+/** Whether a worker runs attempts the way the job needs: in a container, or not. */
+function runtimeFits(job: TrackedJob, worker: WorkerState): boolean {
+  return runsInContainer(job.state.spec!) === (worker.runtime === 'docker');
+}
+
 function fitOnWorker(
   job: TrackedJob,
   worker: WorkerState,
   policy: PlacementPolicy,
 ): Assignment | null {
+  if (!runtimeFits(job, worker)) return null;
   const resources = job.state.spec!.resources;
   if (resources.gpus === 0) {
     const cpus = resources.cpus ?? 1;
@@ -97,13 +104,16 @@ function fitOnWorker(
  * place, no later job that asks the same finds one either.
  */
 function shapeOf(job: TrackedJob): string {
-  const resources = job.state.spec!.resources;
-  let shape = shapes.get(resources);
+  const spec = job.state.spec!;
+  let shape = shapes.get(spec);
   if (shape === undefined) {
-    const { gpus, vramGb, cpus, gpuModel } = resources;
+    const { gpus, vramGb, cpus, gpuModel } = spec.resources;
+    const where = runsInContainer(spec) ? 'container' : 'host';
     shape =
-      gpus === 0 ? `cpu ${cpus ?? 1}` : `gpu ${gpus} ${vramGb ?? 'whole'} ${gpuModel ?? 'any'}`;
-    shapes.set(resources, shape);
+      gpus === 0
+        ? `${where} cpu ${cpus ?? 1}`
+        : `${where} gpu ${gpus} ${vramGb ?? 'whole'} ${gpuModel ?? 'any'}`;
+    shapes.set(spec, shape);
   }
   return shape;
 }

@@ -39,15 +39,41 @@ describe('job decider', () => {
     expect(given(events).status).toBe('submitted');
   });
 
-  it('skips the build when the job names a ready image', () => {
+  it('builds a job that names an image, code or none, and records its image once built', () => {
+    const submittedWith = (code?: {
+      key: string;
+      sizeBytes: number;
+      sha256: string;
+      format: 'zip';
+    }) =>
+      when([], {
+        type: 'SubmitJob',
+        owner: 'alice',
+        spec: spec({ image: 'python' }),
+        ...(code && { code }),
+      });
     const code = { key: 'k', sizeBytes: 1, sha256: 'a'.repeat(64), format: 'zip' as const };
-    const events = when([], {
-      type: 'SubmitJob',
-      owner: 'alice',
-      spec: spec({ image: 'ready:1' }),
-      code,
-    });
-    expect(given(events).status).toBe('queued');
+    for (const events of [submittedWith(code), submittedWith()]) {
+      expect(events[0]).toMatchObject({ type: 'JobSubmitted', data: { build: true } });
+      expect(given(events).status).toBe('submitted');
+    }
+    const image = {
+      ref: `r:5000/trainyard/jobs@sha256:${'b'.repeat(64)}`,
+      digest: `sha256:${'b'.repeat(64)}`,
+    };
+    const state = given([
+      ...submittedWith(code),
+      { type: 'JobBuildStarted', data: { builderId: 'b1' } },
+      {
+        type: 'JobBuilt',
+        data: {
+          artifact: { key: 'a', sizeBytes: 1, sha256: 'c'.repeat(64) },
+          image,
+          durationMs: 5,
+        },
+      },
+    ]);
+    expect(state).toMatchObject({ status: 'queued', image });
   });
 
   it('refuses to submit the same job twice', () => {

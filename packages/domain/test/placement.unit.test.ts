@@ -13,7 +13,14 @@ import {
 } from '../src/index.ts';
 import { spec, stored, T0 } from './given.ts';
 
-function worker(cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0, model = 'sim') {
+function worker(
+  cluster: ClusterState,
+  id: string,
+  gpuGb: number[],
+  cpuSlots = 0,
+  model = 'sim',
+  runtime = 'process',
+) {
   evolveCluster(
     cluster,
     stored('worker', id, {
@@ -22,7 +29,7 @@ function worker(cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0
         name: id,
         hostname: 'h',
         cpuSlots,
-        runtime: 'process',
+        runtime,
         version: 't',
         gpus: gpuGb.map((gb, index) => ({
           index,
@@ -76,6 +83,21 @@ describe('placement policy v1', () => {
     expect(placed.map((a) => [a.jobId, a.workerId, a.gpus])).toEqual([
       ['wants-a100', 'b-a100', [0, 1]],
       ['any', 'a-l4', [0]],
+    ]);
+  });
+
+  it('places a job that runs in a container on a worker of the Docker runtime, and one on the host elsewhere', () => {
+    const c = emptyCluster();
+    worker(c, 'host', [24], 2);
+    worker(c, 'docker', [24], 2, 'sim', 'docker');
+    submit(c, 'boxed-gpu', { image: 'python', resources: { gpus: 1, vramGb: 4 } });
+    submit(c, 'boxed-cpu', { image: 'python', resources: { gpus: 0 } });
+    submit(c, 'bare-gpu', { resources: { gpus: 1, vramGb: 4 } });
+    submit(c, 'boxed-too-many', { image: 'python', resources: { gpus: 2 } });
+    expect(commit(c).map((a) => [a.jobId, a.workerId])).toEqual([
+      ['boxed-gpu', 'docker'],
+      ['boxed-cpu', 'docker'],
+      ['bare-gpu', 'host'],
     ]);
   });
 

@@ -36,6 +36,11 @@ export const RunAttemptSchema = z.object({
   artifact: BlobRefSchema.nullable(),
   code: CodeArchiveSchema.nullable(),
   /**
+   * The job's image, by digest, for a worker of the Docker runtime; absent for a job that runs
+   * on the host. A job with an image is only ever placed on a worker of that runtime.
+   */
+  image: z.string().min(1).max(512).optional(),
+  /**
    * What the attempt was given: the VRAM booked on each of its GPUs and its CPU cores (as
    * `JobAssigned` records them), and the memory the job asked for, which a runtime that can
    * hold an attempt to a limit sets. Absent in a message sent before it was in the contract.

@@ -36,11 +36,33 @@ export type Resources = z.infer<typeof ResourcesSchema>;
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+/**
+ * An image reference as Docker's grammar has it: an optional registry host (with a port), a
+ * lowercase path, an optional tag and an optional sha256 digest. Nothing else gets through: no
+ * spaces, quotes, newlines or shell characters.
+ */
+const PATH_PART = '[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*';
+export const IMAGE_REFERENCE = new RegExp(
+  `^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?/)?` +
+    `${PATH_PART}(?:/${PATH_PART})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$`,
+);
+
 /** The user's description of a job, as accepted by the API. */
 export const JobSpecSchema = z.object({
   name: z.string().trim().min(1).max(JOB_NAME_MAX),
   command: z.string().trim().min(1).max(8192),
-  image: z.string().min(1).max(512).optional(),
+  /**
+   * The base image the job's image is built on (`python`: Trainyard's default base). A job with
+   * an image runs in a container, on a worker of the Docker runtime.
+   */
+  image: z
+    .string()
+    .max(255)
+    .regex(
+      IMAGE_REFERENCE,
+      'an image reference such as python, pytorch/pytorch:2.3.0 or host:5000/team/image:tag',
+    )
+    .optional(),
   setup: z.string().min(1).max(8192).optional(),
   resources: ResourcesSchema,
   priority: z.number().int().min(-1000).max(1000).default(0),
@@ -82,9 +104,21 @@ export const JobBuildStarted = z.object({
   data: z.object({ builderId: z.string().min(1) }),
 });
 
+/** The image built for a job: a reference that names it by digest, and the digest. */
+export const BuiltImageSchema = z.object({
+  ref: z.string().min(1).max(512),
+  digest: z.string().regex(/^sha256:[a-f0-9]{64}$/),
+});
+export type BuiltImage = z.infer<typeof BuiltImageSchema>;
+
 export const JobBuilt = z.object({
   type: z.literal('JobBuilt'),
-  data: z.object({ artifact: BlobRefSchema, durationMs: z.number().nonnegative() }),
+  data: z.object({
+    artifact: BlobRefSchema,
+    /** The job's image, when it has one (its spec names an `image`). */
+    image: BuiltImageSchema.optional(),
+    durationMs: z.number().nonnegative(),
+  }),
 });
 
 export const JobBuildFailed = z.object({

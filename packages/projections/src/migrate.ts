@@ -3,12 +3,14 @@ import { Migrator, type Migration, type MigrationProvider } from 'kysely/migrati
 import * as m001 from './migrations/001_initial.ts';
 import * as m002 from './migrations/002_user_disabled.ts';
 import * as m003 from './migrations/003_outputs_attempt.ts';
+import * as m004 from './migrations/004_image_digest.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
   '001_initial': m001,
   '002_user_disabled': m002,
   '003_outputs_attempt': m003,
+  '004_image_digest': m004,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

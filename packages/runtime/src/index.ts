@@ -3,3 +3,5 @@ export * from './logship.ts';
 export * from './process.ts';
 export * from './simulated.ts';
 export * from './types.ts';
+export * from './base-image.ts';
+export * from './docker.ts';

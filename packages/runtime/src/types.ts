@@ -28,6 +28,14 @@ export interface RunSpec {
    */
   resultFile: string;
   gpus: number[];
+  /** The same GPUs by UUID, for a runtime that hands devices over by UUID. */
+  gpuUuids?: string[];
+  /** The job's image, by digest: a runtime of containers runs the attempt in it. */
+  image?: string;
+  /** The memory the attempt may use, for a runtime that holds it to a limit. */
+  memoryBytes?: number;
+  /** The CPU cores the attempt may use, for a runtime that holds it to a limit. */
+  cpus?: number;
   /** A shell command run in the work directory before `command`, as the same user. */
   setup?: string;
   /** The account the attempt runs as; absent: the worker's own. */
@@ -70,4 +78,11 @@ export interface Runtime {
   endUser?(uid: number): Promise<void>;
   /** Lets go of what the runtime holds to start attempts; what runs, runs on. */
   close?(): void;
+  /** Forgets an ended attempt once its end is reported (a container is removed then). */
+  remove?(attemptId: string): Promise<void>;
+  /**
+   * Removes what an earlier run of this worker left of attempts other than `keep`, which no
+   * run of it owns any more; says which.
+   */
+  sweep?(keep: Set<string>): Promise<string[]>;
 }

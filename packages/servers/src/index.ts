@@ -7,3 +7,4 @@ export * from './nats-server.ts';
 export * from './permissions.ts';
 export * from './ports.ts';
 export * from './postgres.ts';
+export * from './docker.ts';

@@ -30,6 +30,31 @@ export const BaseConfigSchema = z.object({
   TRAINYARD_MANAGE_STREAMS: z.enum(['true', 'false']).default('true'),
   /** A CA certificate (PEM file) to trust for a NATS that requires TLS. */
   TRAINYARD_NATS_CA: z.string().optional(),
+  /** The Docker engine the builder (and a worker of the Docker runtime) uses: `unix:///path`. */
+  TRAINYARD_DOCKER_HOST: z
+    .string()
+    .regex(/^unix:\/\/\/./, 'unix:///path/to/docker.sock')
+    .optional(),
+  /**
+   * The registry jobs' images are pushed to and pulled from (`host:port`). With it set, jobs may
+   * name an image and run in containers; without it, they run on the host.
+   */
+  TRAINYARD_REGISTRY: z
+    .string()
+    .regex(/^[A-Za-z0-9.-]+(:[0-9]{1,5})?$/, 'host:port')
+    .optional(),
+  TRAINYARD_REGISTRY_USERNAME: z.string().optional(),
+  TRAINYARD_REGISTRY_PASSWORD: z.string().optional(),
+  /** The base image of a job that names none, where jobs run in containers (e.g. `python`). */
+  TRAINYARD_DEFAULT_IMAGE: z.string().optional(),
+  /** Where the builder's pip finds packages: an index URL, and/or a directory of wheels. */
+  TRAINYARD_PIP_INDEX_URL: z.string().url().optional(),
+  TRAINYARD_PIP_FIND_LINKS: z.string().optional(),
+  /** The network the builder's RUN steps have: `none`, or `host` for an index on this host. */
+  TRAINYARD_BUILD_NETWORK: z.string().default('none'),
+  /** The builder removes jobs' images older than this, then the oldest beyond the size cap. */
+  TRAINYARD_IMAGE_MAX_AGE_HOURS: z.coerce.number().positive().default(168),
+  TRAINYARD_IMAGE_CACHE_GB: z.coerce.number().positive().default(50),
 });
 export type BaseConfig = z.infer<typeof BaseConfigSchema>;
 

@@ -5,3 +5,4 @@ export * from './wait.ts';
 export * from './process.ts';
 export * from './cluster.ts';
 export * from './fixtures.ts';
+export * from './docker.ts';

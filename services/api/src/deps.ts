@@ -40,6 +40,11 @@ export interface ApiDeps {
   readYourWritesTimeoutMs: number;
   /** When each worker was last heard from. */
   heartbeats: HeartbeatView;
+  /**
+   * Whether jobs may run in containers (a registry is configured for their images), and the base
+   * image of a job that names none then.
+   */
+  images: { enabled: boolean; defaultImage?: string };
 }
 
 /** The API's fastify instance, typed by the zod schemas its routes declare. */

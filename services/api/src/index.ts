@@ -103,6 +103,12 @@ export async function apiDeps(
     archiveLimits: archiveLimits(ctx.config),
     readYourWritesTimeoutMs: 10_000,
     heartbeats: watchHeartbeats(ctx.bus, ctx.log),
+    images: {
+      enabled: ctx.config.TRAINYARD_REGISTRY !== undefined,
+      ...(ctx.config.TRAINYARD_DEFAULT_IMAGE && {
+        defaultImage: ctx.config.TRAINYARD_DEFAULT_IMAGE,
+      }),
+    },
   };
 }
 

@@ -48,7 +48,14 @@ export const JobViewSchema = z
     status: z.enum(Object.values(JobStatus)),
     priority: z.number().int(),
     command: z.string(),
-    image: z.string().nullable(),
+    image: z
+      .string()
+      .nullable()
+      .describe('the base image the job runs on, if it runs in a container'),
+    imageDigest: z
+      .string()
+      .nullable()
+      .describe('the digest of the image built for the job (sha256:…), once built'),
     resources: ResourcesSchema,
     maxRetries: z.number().int(),
     envNames: z.array(z.string()),
@@ -110,27 +117,19 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
     `at most ${MAX_ENV_VARS} variables and ${MAX_ENV_BYTES / 1024} KiB in all, names included`,
   ),
   image: JobSpecSchema.shape.image.describe(
-    'not supported yet: jobs run as processes on the worker; a spec that names one is refused',
+    'the base image the job is built on and runs in (`python`: the default base); only where the cluster has a registry for images',
   ),
   resources: ResourcesSchema.extend({
     cpus: ResourcesSchema.shape.cpus.describe(
       'CPU slots a CPU-only job (gpus 0) takes on its worker; a share of the queue, not a CPU limit',
     ),
     memoryGb: ResourcesSchema.shape.memoryGb.describe(
-      'not supported yet: host memory is not limited; a spec that sets it is refused',
+      'the memory the job may use, a hard limit: for jobs in containers (with an image)',
     ),
   }).strict(),
 })
   .strict()
   .superRefine((spec, ctx) => {
-    if (spec.image !== undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['image'],
-        message:
-          'containers are not supported yet: jobs run as processes on the worker, so leave out image',
-      });
-    }
     const env = Object.entries(spec.env);
     if (env.length > MAX_ENV_VARS) {
       ctx.addIssue({
@@ -155,13 +154,6 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
         code: 'custom',
         path: ['resources', 'gpuModel'],
         message: 'a GPU model is for jobs that ask for GPUs: set gpus, or leave out gpuModel',
-      });
-    }
-    if (spec.resources.memoryGb !== undefined) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['resources', 'memoryGb'],
-        message: 'host memory limits are not enforced yet, so leave out memoryGb',
       });
     }
   })

@@ -14,6 +14,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     priority: job.priority,
     command: job.command,
     image: job.image,
+    imageDigest: job.image_digest,
     resources: job.resources,
     maxRetries: job.max_retries,
     envNames: job.env_names,

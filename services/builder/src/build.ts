@@ -2,7 +2,7 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { failure } from '@trainyard/domain';
-import type { BlobRef, CodeArchive, Failure, JobSpec } from '@trainyard/events';
+import type { BlobRef, BuiltImage, CodeArchive, Failure, JobSpec } from '@trainyard/events';
 import {
   ArchiveError,
   BlobKeys,
@@ -14,23 +14,35 @@ import {
   type ArchiveLimits,
   type BlobStore,
 } from '@trainyard/blobs';
-import { LogShipper } from '@trainyard/runtime';
+import {
+  DEFAULT_BASE_ALIAS,
+  DEFAULT_BASE_IMAGE,
+  ensureDefaultBaseImage,
+  LogShipper,
+  resolveBaseImage,
+} from '@trainyard/runtime';
 import { type Bus } from '@trainyard/service-kit';
+import { buildImage, type ImageBuildConfig } from './image.ts';
 
-export type BuildOutcome = { ok: true; artifact: BlobRef } | { ok: false; failure: Failure };
+export type BuildOutcome =
+  { ok: true; artifact: BlobRef; image?: BuiltImage } | { ok: false; failure: Failure };
 
 /**
- * Turns a job's code into an artifact for the process runtime: unpack it, checking it whole
- * first, and pack the result. A bad archive comes back as a user failure. `setup` is not run
- * here, in the control plane: the worker runs it in the attempt's sandbox, as its user.
+ * Turns a job's code into what its workers run: unpack it, checking it whole first, and pack
+ * the result as an artifact; for a job that names an image, build that image too, on `images`'
+ * engine, and push it. A bad archive, or an image that cannot be built from what the job
+ * brought, comes back as a user failure. A job on the host has its `setup` run by the worker, in
+ * the attempt's sandbox, as its user; a job in a container has it run in its image's build.
  */
-export async function buildArtifact(
+export async function buildJob(
   bus: Bus,
   blobs: BlobStore,
   jobId: string,
   spec: JobSpec,
   code: CodeArchive | null,
   limits: ArchiveLimits,
+  images: ImageBuildConfig | null,
+  signal?: AbortSignal,
 ): Promise<BuildOutcome> {
   const dir = await mkdtemp(join(tmpdir(), 'trainyard-build-'));
   const shipper = new LogShipper(bus.js, jobId, 0, join(dir, 'build.log'));
@@ -55,13 +67,40 @@ export async function buildArtifact(
     } else {
       await mkdir(src, { recursive: true });
     }
-    if (spec.setup)
-      shipper.write(Buffer.from('[trainyard] setup runs on the worker, before the command\n'));
+    const say = (line: string) => shipper.write(Buffer.from(`${line}\n`));
+    if (spec.setup && !spec.image) say('[trainyard] setup runs on the worker, before the command');
     const packed = join(dir, 'artifact.tar.gz');
     await streamToFile(packDirectory(src), packed);
     const artifact = await putFile(blobs, BlobKeys.artifact(jobId), packed);
-    shipper.write(Buffer.from(`[trainyard] artifact ready (${artifact.sizeBytes} bytes)\n`));
-    return { ok: true, artifact };
+    say(`[trainyard] artifact ready (${artifact.sizeBytes} bytes)`);
+    if (spec.image === undefined) return { ok: true, artifact };
+    if (!images) {
+      return {
+        ok: false,
+        failure: failure(
+          'buildInfrastructure',
+          'this builder has no Docker engine and registry (TRAINYARD_DOCKER_HOST, TRAINYARD_REGISTRY) to build the job’s image',
+        ),
+      };
+    }
+    if (spec.image === DEFAULT_BASE_ALIAS && (await ensureDefaultBaseImage(images.docker)))
+      say(`[trainyard] made the default base image ${DEFAULT_BASE_IMAGE} from this host’s Python`);
+    say(`[trainyard] building the job’s image on ${resolveBaseImage(spec.image)}`);
+    const built = await buildImage(
+      images,
+      {
+        jobId,
+        baseImage: resolveBaseImage(spec.image),
+        srcDir: src,
+        ...(spec.setup && { setup: spec.setup }),
+        codeSha256: code?.sha256 ?? null,
+      },
+      say,
+      signal,
+    );
+    if (!built.ok) return built;
+    say(`[trainyard] image ${built.image.ref}${built.cached ? ' (from the cache)' : ''}`);
+    return { ok: true, artifact, image: built.image };
   } catch (err) {
     if (err instanceof ArchiveError)
       return { ok: false, failure: failure('badArchive', err.message) };

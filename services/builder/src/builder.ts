@@ -1,4 +1,5 @@
 import { buildsFirst, DomainError } from '@trainyard/domain';
+import { dockerAt } from '@trainyard/runtime';
 import { retry, Subjects } from '@trainyard/events';
 import { loadJob, type JobSnapshot, runJobCommand } from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
@@ -9,7 +10,9 @@ import {
   supervise,
   type ServiceContext,
 } from '@trainyard/service-kit';
-import { buildArtifact } from './build.ts';
+import { buildJob, type BuildOutcome } from './build.ts';
+import type { ImageBuildConfig } from './image.ts';
+import { pruneImages } from './prune.ts';
 
 export interface BuilderOptions {
   /** Names the builder's saved position: builders that run side by side need names of their own. */
@@ -34,6 +37,34 @@ export interface RunningBuilder {
 
 const RETRY_MS = 2_000;
 const MAX_TRIES = 5;
+/** How often a build that failed for want of the platform (the engine, the registry) is tried. */
+const BUILD_TRIES = 3;
+/** How often the builder's engine is rid of old images. */
+const PRUNE_EVERY_MS = 60 * 60_000;
+
+/** A build that failed in a way another try could mend. */
+class RetryableBuild extends Error {
+  constructor(readonly outcome: BuildOutcome & { ok: false }) {
+    super(outcome.failure.message);
+  }
+}
+
+/** Where the builder builds images, when its config names an engine and a registry. */
+export function imageBuildConfig(config: ServiceContext['config']): ImageBuildConfig | null {
+  const host = config.TRAINYARD_DOCKER_HOST;
+  const registry = config.TRAINYARD_REGISTRY;
+  if (!host || !registry) return null;
+  const username = config.TRAINYARD_REGISTRY_USERNAME;
+  const password = config.TRAINYARD_REGISTRY_PASSWORD;
+  return {
+    docker: dockerAt(host),
+    registry,
+    ...(username && password && { auth: { username, password } }),
+    ...(config.TRAINYARD_PIP_INDEX_URL && { pipIndexUrl: config.TRAINYARD_PIP_INDEX_URL }),
+    ...(config.TRAINYARD_PIP_FIND_LINKS && { pipFindLinks: config.TRAINYARD_PIP_FIND_LINKS }),
+    network: config.TRAINYARD_BUILD_NETWORK,
+  };
+}
 
 /**
  * Builds submitted jobs that need it. It reads job events from its saved position; each build
@@ -52,6 +83,7 @@ export async function startBuilder(
   const stopping = new AbortController();
   const inflight = new Set<Promise<void>>();
   const meta = () => ({ actor: { kind: 'service' as const, id: ctx.instanceId }, now: new Date() });
+  const images = imageBuildConfig(ctx.config);
 
   /**
    * Claims a job's build: a new one, or one whose builder is gone. `held` when a live builder
@@ -84,19 +116,42 @@ export async function startBuilder(
     const { spec, code } = claimed.state;
     if (!spec) return;
     log.info({ jobId }, 'building');
-    const outcome = await buildArtifact(
-      ctx.bus,
-      ctx.blobs,
-      jobId,
-      spec,
-      code,
-      archiveLimits(ctx.config),
-    );
+    const once = async () => {
+      const built = await buildJob(
+        ctx.bus,
+        ctx.blobs,
+        jobId,
+        spec,
+        code,
+        archiveLimits(ctx.config),
+        images,
+        stopping.signal,
+      );
+      if (!built.ok && built.failure.retryable) throw new RetryableBuild(built);
+      return built;
+    };
+    const outcome = await retry(once, {
+      attempts: BUILD_TRIES,
+      baseMs: RETRY_MS,
+      maxMs: RETRY_MS * 4,
+      signal: stopping.signal,
+      retryable: (err) => err instanceof RetryableBuild,
+      onRetry: (err, tries) =>
+        log.warn({ jobId, tries, reason: (err as Error).message }, 'build failed; trying again'),
+    }).catch((err: unknown) => {
+      if (err instanceof RetryableBuild && !stopping.signal.aborted) return err.outcome;
+      throw err;
+    });
     await runJobCommand(
       ctx.bus.store,
       jobId,
       outcome.ok
-        ? { type: 'CompleteBuild', artifact: outcome.artifact, durationMs: Date.now() - started }
+        ? {
+            type: 'CompleteBuild',
+            artifact: outcome.artifact,
+            ...(outcome.image && { image: outcome.image }),
+            durationMs: Date.now() - started,
+          }
         : { type: 'FailBuild', failure: outcome.failure },
       meta(),
       { snapshot: claimed },
@@ -164,6 +219,21 @@ export async function startBuilder(
       .announce(ctx.instanceId)
       .catch((err: unknown) => log.warn({ err }, 'could not announce the builder'));
   }, opts.livenessTtlMs / 3);
+  let pruning: Promise<void> = Promise.resolve();
+  const prune = () => {
+    if (!images) return;
+    pruning = pruning
+      .then(async () => {
+        const { removed } = await pruneImages(images.docker, {
+          maxAgeMs: ctx.config.TRAINYARD_IMAGE_MAX_AGE_HOURS * 3_600_000,
+          maxTotalBytes: ctx.config.TRAINYARD_IMAGE_CACHE_GB * 1024 ** 3,
+        });
+        if (removed.length) log.info({ removed: removed.length }, 'removed old images');
+      })
+      .catch((err: unknown) => log.warn({ err }, 'could not remove old images'));
+  };
+  const pruner = setInterval(prune, PRUNE_EVERY_MS);
+  prune();
   const done = supervise('builder', follow, stopping.signal, log);
   log.info({ from: position.resumeAt }, 'builder started');
   return {
@@ -173,6 +243,8 @@ export async function startBuilder(
       await Promise.all(inflight);
       clearInterval(saver);
       clearInterval(announcer);
+      clearInterval(pruner);
+      await pruning;
       await liveness.withdraw(ctx.instanceId);
       await position.save().catch(() => undefined);
     },

@@ -13,6 +13,9 @@ export interface StackInfo {
   publicKey?: string;
   /** The embedded NATS requires TLS; local commands reach it on loopback. */
   natsTls?: boolean;
+  /** Where jobs' containers run and their images are kept, when the stack runs containers. */
+  dockerHost?: string;
+  registry?: string;
   pid: number;
   home: string;
 }

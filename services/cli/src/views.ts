@@ -22,6 +22,9 @@ export interface JobView {
   status: string;
   priority: number;
   command: string;
+  /** The base image of a job that runs in a container, and the digest of the image built. */
+  image?: string | null;
+  imageDigest?: string | null;
   resources: { gpus: number; vramGb?: number; cpus?: number };
   createdAt: string;
   startedAt: string | null;

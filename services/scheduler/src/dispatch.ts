@@ -25,6 +25,7 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
     env: state.spec.env,
     artifact: state.artifact,
     code: state.artifact ? null : state.code,
+    ...(state.image && { image: state.image.ref }),
     resources: {
       vramBytes: attempt.vramBytes,
       cpus: attempt.cpus,

@@ -33,6 +33,9 @@ export function serviceConfig(env = process.env): BaseConfig {
     ...(!env.DATABASE_URL && stack && { DATABASE_URL: stack.databaseUrl }),
     ...(!env.TRAINYARD_SIGNING_KEY &&
       stack && { TRAINYARD_SIGNING_KEY: readSigningKey(stack.home) }),
+    ...(!env.TRAINYARD_DOCKER_HOST &&
+      stack?.dockerHost && { TRAINYARD_DOCKER_HOST: stack.dockerHost }),
+    ...(!env.TRAINYARD_REGISTRY && stack?.registry && { TRAINYARD_REGISTRY: stack.registry }),
   });
 }
 

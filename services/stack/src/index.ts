@@ -1,10 +1,10 @@
 import type { StackOptions, Stack } from './stack.ts';
-import type { WorkerFlags } from './worker-options.ts';
+import type { DockerSettings, WorkerFlags } from './worker-options.ts';
 
 export { registerServiceCommands } from './commands/services.ts';
 export { registerOperatorCommands } from './commands/operator.ts';
 export type { Stack, StackOptions } from './stack.ts';
-export type { WorkerFlags } from './worker-options.ts';
+export type { DockerSettings, WorkerFlags } from './worker-options.ts';
 
 /*
  * The `trainyard` client loads this package for its server commands on every run, so the
@@ -17,6 +17,6 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
 }
 
 /** A worker's options from its command-line flags and the environment. */
-export async function workerOptions(flags: WorkerFlags) {
-  return (await import('./worker-options.ts')).workerOptions(flags);
+export async function workerOptions(flags: WorkerFlags, docker?: DockerSettings) {
+  return (await import('./worker-options.ts')).workerOptions(flags, docker);
 }

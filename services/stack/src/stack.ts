@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { Kysely } from 'kysely';
 import { startApi, type RunningApi } from '@trainyard/api';
 import { DEFAULT_BUILDER_OPTIONS, startBuilder } from '@trainyard/builder';
+import { DEFAULT_BASE_ALIAS } from '@trainyard/runtime';
 import { WorkerKeys, ensureServiceBuckets } from '@trainyard/application';
 import { ensureWorkerBucket, workerBucket } from '@trainyard/blobs';
 import {
@@ -82,6 +83,11 @@ export interface StackOptions {
   tls?: { cert: string; key: string };
   /** Services to leave out, to run them in processes of their own. */
   without?: readonly ('scheduler' | 'projector' | 'builder')[];
+  /**
+   * Run jobs in containers: the builder builds their images on this Docker engine and pushes
+   * them to this registry, and a job that names no image gets the default base.
+   */
+  containers?: { dockerHost: string; registry: string };
 }
 
 /** Everything `trainyard up` runs, in one process. */
@@ -166,6 +172,11 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       TRAINYARD_NATS_URL: natsUrl,
       DATABASE_URL: databaseUrl,
       ...(opts.streamReplicas && { TRAINYARD_STREAM_REPLICAS: String(opts.streamReplicas) }),
+      ...(opts.containers && {
+        TRAINYARD_DOCKER_HOST: opts.containers.dockerHost,
+        TRAINYARD_REGISTRY: opts.containers.registry,
+        TRAINYARD_DEFAULT_IMAGE: process.env.TRAINYARD_DEFAULT_IMAGE ?? DEFAULT_BASE_ALIAS,
+      }),
     });
     const signer = await signingKey(opts.home, config.TRAINYARD_SIGNING_KEY);
     ctx = await reach('NATS', natsUrl, 'TRAINYARD_NATS_URL', () =>

@@ -5,8 +5,13 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isIP } from 'node:net';
 import type { RunningApi } from '@trainyard/api';
-import { embeddedPostgresDir, portInUse } from '@trainyard/servers';
-import { setLogDestination, stopOnSignals } from '@trainyard/service-kit';
+import { embeddedPostgresDir, portInUse, type ChildServer } from '@trainyard/servers';
+import {
+  BaseConfigSchema,
+  parseEnv,
+  setLogDestination,
+  stopOnSignals,
+} from '@trainyard/service-kit';
 import pretty from 'pino-pretty';
 import {
   ApiClient,
@@ -21,7 +26,8 @@ import {
 } from '@trainyard/cli';
 import { redactUrl } from './connect.ts';
 import { startStack, type Stack } from './stack.ts';
-import { workerOptions } from './worker-options.ts';
+import { startContainers, type Containers } from './containers.ts';
+import { dockerSettings, workerOptions } from './worker-options.ts';
 
 /** The job `up --demo` submits. */
 const EXAMPLE_DIR = resolve(fileURLToPath(new URL('../../../examples/hello', import.meta.url)));
@@ -29,6 +35,8 @@ const EXAMPLE_DIR = resolve(fileURLToPath(new URL('../../../examples/hello', imp
 export interface UpOptions {
   demo: boolean;
   worker: boolean;
+  /** `docker`: jobs run in containers, built into images; `process` (the default): on the host. */
+  runtime?: string;
   simulateGpus?: string;
   listen?: string;
   tlsCert?: string;
@@ -61,6 +69,7 @@ function banner(
   home: string,
   worker: boolean,
   postgresDir: string | null,
+  containers: Containers | null,
 ) {
   const nats = redactUrl(stack.natsUrl);
   const joining = stack.workerNatsUrl
@@ -71,8 +80,15 @@ function banner(
     'Trainyard is up.',
     `  API        ${api.url}  (API docs: ${api.url}/docs)`,
     `  NATS       ${nats}  (${joining})`,
-    `  worker     ${worker ? 'local (this process)' : 'none (--no-worker)'}`,
+    `  worker     ${worker ? `local (this process), ${containers ? 'jobs in containers' : 'jobs on this host'}` : 'none (--no-worker)'}`,
   ];
+  if (containers) {
+    const base = containers.baseImage;
+    lines.push(
+      `  docker     ${containers.dockerHost}; images pushed to ${containers.registry}`,
+      `  base image ${base.ref} for "image": "python"${base.made ? ' (made now, from this host’s Python)' : ''}`,
+    );
+  }
   if (postgresDir) lines.push(`  postgres   data in ${postgresDir}`);
   if (api.generatedAdminPassword) {
     lines.push(
@@ -196,24 +212,50 @@ export async function up(opts: UpOptions): Promise<void> {
     throw err;
   }
   const postgresDir = env.DATABASE_URL ? null : embeddedPostgresDir(home);
-  const stack = await startStack({
-    home,
-    ...(env.TRAINYARD_NATS_URL && { natsUrl: env.TRAINYARD_NATS_URL }),
-    ...(env.DATABASE_URL && { databaseUrl: env.DATABASE_URL }),
-    ...(postgresDir && { postgresDir }),
-    ...(natsPort !== undefined && { natsPort }),
-    apiPort,
-    apiHost: env.TRAINYARD_HOST ?? '127.0.0.1',
-    ...(opts.listen && { listen: opts.listen }),
-    ...(tls && { tls }),
-    ...apiSettings(env),
-    worker: opts.worker
-      ? await workerOptions({
-          name: 'local',
-          ...(opts.simulateGpus && { simulateGpus: opts.simulateGpus }),
-        })
-      : null,
-  }).catch(async (err: unknown) => {
+  const runtime = opts.runtime ?? 'process';
+  if (runtime !== 'process' && runtime !== 'docker') {
+    await unlock();
+    throw new CliError(`--runtime is process or docker, not "${runtime}"`, 'BAD_RUNTIME');
+  }
+  /** The Docker engine and registry `up` started, stopped after the stack. */
+  const servers: ChildServer[] = [];
+  const stopContainers = async () => {
+    for (const child of servers.reverse()) await child.stop();
+  };
+  const started = async () => {
+    const containers =
+      runtime === 'docker' ? await startContainers(home, parseEnv(BaseConfigSchema, env)) : null;
+    servers.push(...(containers?.children ?? []));
+    const worker = opts.worker
+      ? await workerOptions(
+          {
+            name: 'local',
+            runtime,
+            ...(opts.simulateGpus && { simulateGpus: opts.simulateGpus }),
+          },
+          containers ? dockerSettings(env, containers) : undefined,
+        )
+      : null;
+    const stack = await startStack({
+      home,
+      ...(env.TRAINYARD_NATS_URL && { natsUrl: env.TRAINYARD_NATS_URL }),
+      ...(env.DATABASE_URL && { databaseUrl: env.DATABASE_URL }),
+      ...(postgresDir && { postgresDir }),
+      ...(natsPort !== undefined && { natsPort }),
+      apiPort,
+      apiHost: env.TRAINYARD_HOST ?? '127.0.0.1',
+      ...(opts.listen && { listen: opts.listen }),
+      ...(tls && { tls }),
+      ...apiSettings(env),
+      ...(containers && {
+        containers: { dockerHost: containers.dockerHost, registry: containers.registry },
+      }),
+      worker,
+    });
+    return { stack, containers };
+  };
+  const { stack, containers } = await started().catch(async (err: unknown) => {
+    await stopContainers();
     await unlock();
     throw err;
   });
@@ -223,12 +265,13 @@ export async function up(opts: UpOptions): Promise<void> {
     databaseUrl: stack.databaseUrl,
     publicKey: stack.publicKey,
     ...(tls && !env.TRAINYARD_NATS_URL && { natsTls: true }),
+    ...(containers && { dockerHost: containers.dockerHost, registry: containers.registry }),
     pid: process.pid,
     home,
   };
   const files = [stackFile(), userStackFile()];
   for (const file of files) await writePrivate(file, JSON.stringify(info, null, 2));
-  banner(stack.api, stack, home, opts.worker, postgresDir);
+  banner(stack.api, stack, home, opts.worker, postgresDir, containers);
   if (opts.listen && !isLoopbackHost(opts.listen) && !tls) {
     console.log(
       `  warning    the API and NATS are served on ${opts.listen} without TLS: passwords, tokens and jobs cross the network in the clear. Give --tls-cert and --tls-key.\n`,
@@ -238,6 +281,7 @@ export async function up(opts: UpOptions): Promise<void> {
     {
       stop: async () => {
         await stack.stop();
+        await stopContainers();
         for (const file of files) {
           const held = await readFile(file, 'utf8').catch(() => '');
           if (held.includes(`"pid": ${process.pid},`)) await rm(file, { force: true });

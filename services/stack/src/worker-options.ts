@@ -2,6 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import {
+  dockerAt,
+  DockerRuntime,
   NoGpuInventory,
   NvidiaSmiInventory,
   ProcessRuntime,
@@ -22,6 +24,19 @@ export interface WorkerFlags {
   sandbox?: string;
   heartbeatMs?: string;
   simulateRuntime?: boolean;
+  /** How attempts run: `process` (on the host, the default) or `docker` (in containers). */
+  runtime?: string;
+}
+
+/** Where a worker of the Docker runtime finds its engine and registry. */
+export interface DockerSettings {
+  /** `unix:///path/to/docker.sock`. */
+  host: string;
+  registry?: string;
+  username?: string;
+  password?: string;
+  /** The containers' network: `none` unless said. */
+  network?: string;
 }
 
 async function inventoryFor(flags: WorkerFlags): Promise<GpuInventory> {
@@ -71,19 +86,102 @@ function needPerl(): void {
   }
 }
 
+/**
+ * The Docker settings of a worker from the environment (`TRAINYARD_DOCKER_HOST`, the registry
+ * and its login, `TRAINYARD_DOCKER_NETWORK`), over what the stack it belongs to runs.
+ */
+export function dockerSettings(
+  env: NodeJS.ProcessEnv,
+  stack?: { dockerHost?: string; registry?: string },
+): DockerSettings | undefined {
+  const host = env.TRAINYARD_DOCKER_HOST ?? stack?.dockerHost;
+  if (!host) return undefined;
+  const registry = env.TRAINYARD_REGISTRY ?? stack?.registry;
+  return {
+    host,
+    ...(registry && { registry }),
+    ...(env.TRAINYARD_REGISTRY_USERNAME && { username: env.TRAINYARD_REGISTRY_USERNAME }),
+    ...(env.TRAINYARD_REGISTRY_PASSWORD && { password: env.TRAINYARD_REGISTRY_PASSWORD }),
+    ...(env.TRAINYARD_DOCKER_NETWORK && { network: env.TRAINYARD_DOCKER_NETWORK }),
+  };
+}
+
+/**
+ * The Docker runtime: containers on the engine `docker` names, pulling from its registry. GPUs
+ * go to containers by UUID through the NVIDIA runtime, unless they are simulated. As root,
+ * each attempt's container runs as a uid of its own, as a process attempt would.
+ */
+async function dockerRuntime(
+  name: string,
+  docker: DockerSettings | undefined,
+  inventory: GpuInventory,
+): Promise<{ runtime: DockerRuntime; users?: JobUsers }> {
+  if (!docker) {
+    throw new CliError(
+      'the Docker runtime needs a Docker engine: set TRAINYARD_DOCKER_HOST (unix:///path/to/docker.sock), or run `up --runtime docker`, which starts one',
+      'NO_DOCKER',
+    );
+  }
+  const client = dockerAt(docker.host);
+  await client.ping().catch((err: unknown) => {
+    throw new CliError(
+      `cannot reach the Docker engine at ${docker.host}: ${(err as Error).message}`,
+      'NO_DOCKER',
+    );
+  });
+  const gpus = await inventory.list();
+  const runtime = new DockerRuntime({
+    docker: client,
+    workerName: name,
+    network: docker.network ?? 'none',
+    gpuDevices: gpus.some((g) => g.simulated) || gpus.length === 0 ? 'none' : 'nvidia',
+    ...(docker.registry &&
+      docker.username &&
+      docker.password && {
+        auth: {
+          username: docker.username,
+          password: docker.password,
+          serveraddress: docker.registry,
+        },
+      }),
+  });
+  if (process.getuid?.() !== 0) return { runtime };
+  const { first, count } = uidRange(process.env);
+  // A container's processes end with it: there is nothing of a uid's to end on the host.
+  return { runtime, users: new JobUsers(async () => undefined, first, count) };
+}
+
 /** Worker options from command-line flags, with defaults for this host. */
-export async function workerOptions(flags: WorkerFlags): Promise<WorkerOptions> {
+export async function workerOptions(
+  flags: WorkerFlags,
+  docker?: DockerSettings,
+): Promise<WorkerOptions> {
   const name = flags.name ?? 'local';
   if (!/^[A-Za-z0-9_-]{1,64}$/.test(name))
     throw new CliError('--name may hold letters, digits, _ and - only');
+  const kind = flags.runtime ?? 'process';
+  if (kind !== 'process' && kind !== 'docker')
+    throw new CliError(`--runtime is process or docker, not "${kind}"`, 'BAD_RUNTIME');
+  const inventory = await inventoryFor(flags);
+  if (kind === 'docker') {
+    const { runtime, users } = await dockerRuntime(name, docker, inventory);
+    return { ...common(flags, name), inventory, runtime, ...(users && { users }) };
+  }
   if (!flags.simulateRuntime) needPerl();
   const processes = flags.simulateRuntime ? null : new ProcessRuntime();
   const users = processes ? jobUsers(processes) : undefined;
   return {
-    name,
-    inventory: await inventoryFor(flags),
+    ...common(flags, name),
+    inventory,
     runtime: processes ?? new SimulatedRuntime(),
     ...(users && { users }),
+  };
+}
+
+/** What every worker's options hold, whatever its runtime. */
+function common(flags: WorkerFlags, name: string) {
+  return {
+    name,
     cpuSlots: flags.cpuSlots !== undefined ? Number(flags.cpuSlots) : availableParallelism(),
     sandboxRoot: flags.sandbox ?? join(sharedStateDir(homeDirOf(), 'sandboxes'), name),
     heartbeatMs: Number(flags.heartbeatMs ?? 2_000),

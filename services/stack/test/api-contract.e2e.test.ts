@@ -104,11 +104,16 @@ describe('the API document', () => {
 });
 
 describe('what the API refuses', () => {
-  it('answers 400 for an image, a memory limit or a field it does not know, and stores nothing', async () => {
+  it('answers 400 for an image or a memory limit where jobs run on the host, a bad image reference, or a field it does not know, and stores nothing', async () => {
     const before = (await (await t.http('/v1/jobs?limit=500', { token: admin })).json()) as Job[];
     const cases: [object, string][] = [
-      [cpuSpec({ image: 'python:3.11' }), 'containers are not supported yet'],
-      [cpuSpec({ resources: { gpus: 0, memoryGb: 4 } }), 'memory limits are not enforced yet'],
+      [cpuSpec({ image: 'python:3.11' }), 'this cluster runs jobs on its workers’ hosts'],
+      [
+        cpuSpec({ resources: { gpus: 0, memoryGb: 4 } }),
+        'a memory limit holds for jobs in containers',
+      ],
+      [cpuSpec({ image: 'python\nRUN touch /x' }), 'an image reference'],
+      [cpuSpec({ image: 'python;id' }), 'an image reference'],
       [cpuSpec({ gpu: 1 }), 'gpu'],
       [cpuSpec({ resources: { gpus: 0, vram: 3 } }), 'vram'],
     ];

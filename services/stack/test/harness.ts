@@ -5,9 +5,14 @@ import { pipeline } from 'node:stream/promises';
 import { inject } from 'vitest';
 import type { JobView } from '@trainyard/api';
 import { packDirectory } from '@trainyard/blobs';
-import { ProcessRuntime, NoGpuInventory, type GpuInventory } from '@trainyard/runtime';
+import {
+  DockerRuntime,
+  ProcessRuntime,
+  NoGpuInventory,
+  type GpuInventory,
+} from '@trainyard/runtime';
 import { freePort } from '@trainyard/servers';
-import { createTestDatabase, tempDir, waitFor } from '@trainyard/testkit';
+import { createTestDatabase, tempDir, waitFor, type TestDocker } from '@trainyard/testkit';
 import { JobUsers } from '@trainyard/worker';
 import { startStack, type Stack, type StackOptions } from '../src/index.ts';
 
@@ -64,14 +69,21 @@ export async function startTestStack(
     /** Serve NATS and the API on this address, over TLS with `tls`. */
     listen?: string;
     tls?: { cert: string; key: string };
+    /** Run jobs in containers on the test run's Docker engine, its local worker too. */
+    containers?: TestDocker;
   } = {},
 ): Promise<TestStack> {
   const natsUrl = opts.natsUrl;
   const databaseUrl = opts.ownPostgres ? undefined : await createTestDatabase(inject('pgUrl'));
   const home = await tempDir('trainyard-home-');
   const sandboxes = await tempDir('trainyard-sandboxes-', '/var/tmp');
-  const runtime = new ProcessRuntime();
-  const users = process.getuid?.() === 0 ? new JobUsers((uid) => runtime.endUser(uid)) : undefined;
+  const docker = opts.containers;
+  const processes = docker ? null : new ProcessRuntime();
+  const runtime =
+    processes ??
+    new DockerRuntime({ docker: docker!.docker, workerName: 'local', gpuDevices: 'none' });
+  const endUser = processes ? (uid: number) => processes.endUser(uid) : async () => undefined;
+  const users = process.getuid?.() === 0 ? new JobUsers(endUser) : undefined;
   const stack = await startStack({
     home: home.path,
     ...(natsUrl ? { natsUrl } : { natsPort: await freePort() }),
@@ -87,6 +99,7 @@ export async function startTestStack(
     ...(opts.tokenTtlSeconds && { tokenTtlSeconds: opts.tokenTtlSeconds }),
     ...(opts.listen && { listen: opts.listen }),
     ...(opts.tls && { tls: opts.tls }),
+    ...(docker && { containers: { dockerHost: docker.host, registry: docker.registry } }),
     ...(opts.heartbeatTimeoutMs && {
       watchdog: { heartbeatTimeoutMs: opts.heartbeatTimeoutMs, checkEveryMs: 200 },
     }),

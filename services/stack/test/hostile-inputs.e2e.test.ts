@@ -231,7 +231,18 @@ const cases = (): Case[] => {
       400,
       'VALIDATION_FAILED',
     ],
-    ['an image', () => json(spec({ image: 'python:3.11' })), 400, 'VALIDATION_FAILED'],
+    [
+      'an image where jobs run on the host',
+      () => json(spec({ image: 'python:3.11' })),
+      400,
+      'VALIDATION_FAILED',
+    ],
+    [
+      'an image reference with a shell in it',
+      () => json(spec({ image: '$(id)' })),
+      400,
+      'VALIDATION_FAILED',
+    ],
     ['an unknown field', () => json(spec({ gpu: 1 })), 400, 'VALIDATION_FAILED'],
     [
       'a field named __proto__',

@@ -118,7 +118,7 @@ export class AttemptRun {
     this.#startedAt = Date.now();
     markSandbox(box, this.msg, this.#startedAt, this.#user);
     this.#process = this.opts.runtime.start(
-      runSpecIn(box, this.msg, this.#user),
+      runSpecIn(box, this.msg, this.#user, this.ctx.gpus),
       (_stream, chunk) => shipper.write(chunk),
     );
     void this.#supervise(await this.#process, shipper, outputs);
@@ -147,7 +147,7 @@ export class AttemptRun {
       attemptId: this.attemptId,
     });
     const attached = await this.opts.runtime.attach?.(
-      runSpecIn(box, this.msg, user),
+      runSpecIn(box, this.msg, user, this.ctx.gpus),
       pid,
       offset,
       (_s, chunk) => shipper.write(chunk),
@@ -215,6 +215,14 @@ export class AttemptRun {
    * attempt that never started had no processes.
    */
   async #release(): Promise<void> {
+    await this.opts.runtime
+      .remove?.(this.attemptId)
+      .catch((err: unknown) =>
+        this.ctx.log.error(
+          { err, jobId: this.msg.jobId },
+          'could not remove the attempt’s container',
+        ),
+      );
     if (this.#user) {
       await this.opts.users
         ?.release(this.#user, true)

@@ -1,4 +1,5 @@
 import type { BlobSource, BlobStore } from '@trainyard/blobs';
+import type { Gpu } from '@trainyard/events';
 import type { GpuInventory, Runtime } from '@trainyard/runtime';
 import type { ServiceContext } from '@trainyard/service-kit';
 import type { JobUsers } from './users.ts';
@@ -33,4 +34,6 @@ export interface WorkerContext extends ServiceContext {
   reads: BlobSource;
   /** Where this worker keeps outputs and archived logs. */
   written: BlobStore;
+  /** The worker's GPUs, as it registered them. */
+  gpus: readonly Gpu[];
 }

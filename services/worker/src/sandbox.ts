@@ -11,7 +11,7 @@ import { readdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { failure } from '@trainyard/domain';
 import type { JobUser } from './users.ts';
-import { type Failure, RunAttemptSchema, type RunAttempt } from '@trainyard/events';
+import { type Failure, type Gpu, RunAttemptSchema, type RunAttempt } from '@trainyard/events';
 import {
   ArchiveError,
   type ArchiveLimits,
@@ -55,11 +55,25 @@ function sandboxAt(dir: string): Sandbox {
   };
 }
 
-/** What the runtime needs to run `msg`'s attempt in `box`, as `user` when there is one. */
-export function runSpecIn(box: Sandbox, msg: RunAttempt, user?: JobUser): RunSpec {
+/**
+ * What the runtime needs to run `msg`'s attempt in `box`, as `user` when there is one. `gpus`
+ * are the worker's, to name the attempt's by UUID.
+ */
+export function runSpecIn(
+  box: Sandbox,
+  msg: RunAttempt,
+  user?: JobUser,
+  gpus: readonly Gpu[] = [],
+): RunSpec {
+  const memoryGb = msg.resources?.memoryGb;
+  const uuids = msg.gpus.map((i) => gpus.find((g) => g.index === i)?.uuid ?? '');
   return {
     ...(user && { user }),
     ...(msg.setup && { setup: msg.setup }),
+    ...(msg.image && { image: msg.image }),
+    ...(uuids.length > 0 && uuids.every(Boolean) && { gpuUuids: uuids }),
+    ...(memoryGb && { memoryBytes: Math.floor(memoryGb * 1024 ** 3) }),
+    ...(msg.resources?.cpus && { cpus: msg.resources.cpus }),
     jobId: msg.jobId,
     attemptId: msg.attemptId,
     attempt: msg.attempt,
@@ -161,6 +175,8 @@ async function fill(
   mkdirSync(box.workDir, { mode: 0o700 });
   mkdirSync(box.outputDir, { mode: 0o700 });
   mkdirSync(box.runDir, { mode: 0o700 });
+  // A job in a container has its code in its image.
+  if (msg.image) return;
   const source = msg.artifact ? { ...msg.artifact, format: 'tar.gz' as const } : msg.code;
   if (!source) return;
   const archive = join(box.root, `code.${source.format}`);

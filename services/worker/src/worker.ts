@@ -57,10 +57,12 @@ export async function startWorker(
   opts: WorkerOptions,
 ): Promise<RunningWorker> {
   const id = opts.name;
+  const gpus = await opts.inventory.list();
   const ctx: WorkerContext = {
     ...service,
     reads: fetchedBlobs(service.bus.nc, id),
     written: opts.ownBucket ? await service.blobs.ofWorker(id) : service.blobs,
+    gpus,
   };
   const log = ctx.log.child({ component: 'worker', workerId: id });
   await mkdir(opts.sandboxRoot, { recursive: true });
@@ -70,7 +72,6 @@ export async function startWorker(
       'jobs run as this worker’s own user and can reach what it can: run the worker as root to give each job a user of its own',
     );
   }
-  const gpus = await opts.inventory.list();
   const attempts = new Map<string, AttemptRun>();
   const loops: Promise<void>[] = [];
   const stopped = new AbortController();
@@ -103,6 +104,8 @@ export async function startWorker(
         log.info({ jobId: marker.msg.jobId, pid: marker.pid }, 're-attached to a running attempt');
       }
     }
+    const swept = await opts.runtime.sweep?.(new Set(resumed));
+    if (swept?.length) log.warn({ attempts: swept }, 'removed containers no attempt owns any more');
     return resumed;
   }
   const register = (runningAttempts: string[]) =>

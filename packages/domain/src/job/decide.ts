@@ -1,5 +1,6 @@
 import type {
   BlobRef,
+  BuiltImage,
   CodeArchive,
   Failure,
   JobEvent,
@@ -17,7 +18,7 @@ export type JobCommand =
   | { type: 'StartBuild'; builderId: string }
   /** Takes over a build whose builder is gone. */
   | { type: 'ReclaimBuild'; builderId: string; goneBuilderId: string }
-  | { type: 'CompleteBuild'; artifact: BlobRef; durationMs: number }
+  | { type: 'CompleteBuild'; artifact: BlobRef; image?: BuiltImage; durationMs: number }
   | { type: 'FailBuild'; failure: Failure }
   | {
       type: 'AssignJob';
@@ -122,7 +123,11 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         ? [
             {
               type: 'JobBuilt',
-              data: { artifact: command.artifact, durationMs: command.durationMs },
+              data: {
+                artifact: command.artifact,
+                ...(command.image && { image: command.image }),
+                durationMs: command.durationMs,
+              },
             },
           ]
         : [{ type: 'JobBuildFailed', data: { failure: command.failure } }];

@@ -1,6 +1,7 @@
 import type {
   AttemptStatus,
   BlobRef,
+  BuiltImage,
   CodeArchive,
   Failure,
   JobEvent,
@@ -33,6 +34,8 @@ export interface JobState {
   spec: JobSpec | null;
   code: CodeArchive | null;
   artifact: BlobRef | null;
+  /** The image built for the job, when its spec names a base image. */
+  image: BuiltImage | null;
   /** The builder that holds the build, while the job is `building`. */
   builderId: string | null;
   attempts: AttemptState[];
@@ -52,6 +55,7 @@ export const initialJobState = (id: string): JobState => ({
   spec: null,
   code: null,
   artifact: null,
+  image: null,
   builderId: null,
   attempts: [],
   cancelRequested: false,
@@ -70,9 +74,14 @@ export function buildsFirst(data: JobSubmittedData): boolean {
   return data.build ?? (!data.spec.image && (data.code != null || data.spec.setup != null));
 }
 
-/** A job needs the builder when it brings code or a setup step and names no ready image. */
+/** A job needs the builder when it has an image to build, or brings code or a setup step. */
 export function needsBuild(spec: JobSpec, code: CodeArchive | undefined | null): boolean {
-  return !spec.image && (code != null || spec.setup != null);
+  return spec.image !== undefined || code != null || spec.setup != null;
+}
+
+/** Whether a job runs in a container (it names an image), on a worker of the Docker runtime. */
+export function runsInContainer(spec: JobSpec): boolean {
+  return spec.image !== undefined;
 }
 
 /** The attempt that holds (or last held) the job's slot. */
@@ -123,7 +132,12 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
     case 'JobBuildStarted':
       return { ...state, status: 'building', builderId: event.data.builderId };
     case 'JobBuilt':
-      return { ...state, status: 'queued', artifact: event.data.artifact };
+      return {
+        ...state,
+        status: 'queued',
+        artifact: event.data.artifact,
+        image: event.data.image ?? null,
+      };
     case 'JobBuildFailed':
       return { ...state, status: 'failed', failure: event.data.failure };
     case 'JobAssigned':

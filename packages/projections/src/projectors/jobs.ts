@@ -16,6 +16,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       priority: spec.priority,
       command: spec.command,
       image: spec.image ?? null,
+      image_digest: null,
       resources: spec.resources,
       max_retries: spec.maxRetries,
       env_names: Object.keys(spec.env).sort(),
@@ -37,7 +38,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
     case 'JobBuildStarted':
       return { ...next, status: 'building' };
     case 'JobBuilt':
-      return { ...next, status: 'queued' };
+      return { ...next, status: 'queued', image_digest: event.data.image?.digest ?? null };
     case 'JobBuildFailed':
       return { ...next, status: 'failed', failure: event.data.failure, finished_at: at };
     case 'JobAssigned':

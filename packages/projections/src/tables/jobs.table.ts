@@ -9,6 +9,8 @@ export interface JobsTable {
   priority: number;
   command: string;
   image: string | null;
+  /** The digest of the image built for the job, once built. */
+  image_digest: string | null;
   resources: Resources;
   max_retries: number;
   env_names: string[];

@@ -50,6 +50,28 @@ function parseSpec(raw: unknown): JobSpec {
   return result.data;
 }
 
+/**
+ * The spec as this cluster runs it: a job that names no image gets the default one where jobs
+ * run in containers. An image where no registry holds images, or a memory limit for a job on the
+ * host (which nothing would enforce), is refused.
+ */
+function withImagePolicy(spec: JobSpec, images: ApiDeps['images']): JobSpec {
+  if (spec.image !== undefined && !images.enabled) {
+    throw new ApiError(
+      'VALIDATION_FAILED',
+      'spec.image: this cluster runs jobs on its workers’ hosts, not in containers (it has no registry for images: start it with `up --runtime docker`, or set TRAINYARD_REGISTRY)',
+    );
+  }
+  const image = spec.image ?? images.defaultImage;
+  if (spec.resources.memoryGb !== undefined && image === undefined) {
+    throw new ApiError(
+      'VALIDATION_FAILED',
+      'spec.resources.memoryGb: a memory limit holds for jobs in containers; name an image, or leave out memoryGb',
+    );
+  }
+  return image === undefined ? spec : { ...spec, image };
+}
+
 async function readSubmission(
   req: FastifyRequest,
   limits: ArchiveLimits,
@@ -129,7 +151,15 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
     },
     async (req, reply) => {
       const caller = callerOf(req);
-      const { spec, staged } = await readSubmission(req, deps.archiveLimits);
+      const submitted = await readSubmission(req, deps.archiveLimits);
+      const { staged } = submitted;
+      let spec: JobSpec;
+      try {
+        spec = withImagePolicy(submitted.spec, deps.images);
+      } catch (err) {
+        await staged?.discard();
+        throw err;
+      }
       if (spec.priority > 0 && caller.role !== 'admin') {
         await staged?.discard();
         throw new ApiError(

@@ -61,11 +61,13 @@ function specFrom(root: string, o: SubmitFlags) {
     name: (o.name as string | undefined) ?? root.split(sep).pop() ?? 'job',
     command: o.command as string,
     ...(o.setup ? { setup: o.setup } : {}),
+    ...(o.image !== undefined && { image: o.image as string }),
     resources: {
       gpus: num('--gpus', 'gpus') ?? 0,
       ...(o.vramGb !== undefined && { vramGb: num('--vram-gb', 'vramGb') }),
       ...(o.cpus !== undefined && { cpus: num('--cpus', 'cpus') }),
       ...(o.gpuModel !== undefined && { gpuModel: o.gpuModel as string }),
+      ...(o.memoryGb !== undefined && { memoryGb: num('--memory-gb', 'memoryGb') }),
     },
     ...(o.priority !== undefined && { priority: num('--priority', 'priority') }),
     ...(o.maxRetries !== undefined && { maxRetries: num('--max-retries', 'maxRetries') }),
@@ -85,6 +87,8 @@ const FLAGS: Record<string, string> = {
   'resources.vramGb': '--vram-gb',
   'resources.cpus': '--cpus',
   'resources.gpuModel': '--gpu-model',
+  'resources.memoryGb': '--memory-gb',
+  image: '--image',
   priority: '--priority',
   maxRetries: '--max-retries',
   env: '--env',
@@ -201,7 +205,15 @@ export function registerJobCommands(program: Command): void {
       '--cpus <n>',
       "CPU-only jobs: how many of the worker's CPU slots it takes (not a limit)",
     )
-    .option('--setup <cmd>', 'a setup command the builder runs once')
+    .option(
+      '--image <ref>',
+      'run in a container built on this base image (python: the default base); where the cluster runs containers',
+    )
+    .option('--memory-gb <gb>', 'a hard memory limit, in GiB: for jobs in containers')
+    .option(
+      '--setup <cmd>',
+      'a setup command: run on the worker before the command, or once in the image build',
+    )
     .option('--priority <n>', 'higher runs first')
     .option('--max-retries <n>', 'retries after platform failures')
     .option('--env <NAME=VALUE>', 'an environment variable (repeatable)', collect, [])
@@ -262,6 +274,7 @@ export function registerJobCommands(program: Command): void {
       console.log(
         `owner ${job.owner}  created ${job.createdAt}  started ${job.startedAt ?? '-'}  finished ${job.finishedAt ?? '-'}`,
       );
+      if (job.image) console.log(`image ${job.image}  built ${job.imageDigest ?? '(not yet)'}`);
       if (job.failure)
         console.log(
           `failure: ${job.failure.kind} ${job.failure.reason}: ${cleanName(job.failure.message)}`,

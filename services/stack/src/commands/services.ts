@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import type { ServiceContext, Stoppable } from '@trainyard/service-kit';
 import type { WorkerFlags } from '../worker-options.ts';
+import { readStack } from '@trainyard/cli';
 
 /**
  * The server side of the CLI is loaded when one of these commands runs, so that the client's
@@ -100,6 +101,11 @@ export function registerServiceCommands(program: Command): void {
     .option('--no-worker', 'run the control plane only; workers join with `trainyard worker`')
     .option('--simulate-gpus <shape>', 'give the local worker simulated GPUs, e.g. 2x24GiB')
     .option(
+      '--runtime <kind>',
+      'process: jobs run on this host; docker: jobs are built into images and run in containers (a private dockerd and registry start when TRAINYARD_DOCKER_HOST and TRAINYARD_REGISTRY are unset)',
+      'process',
+    )
+    .option(
       '--listen <host>',
       'serve the API and NATS on this address (e.g. 0.0.0.0) for workers on other hosts',
     )
@@ -110,6 +116,7 @@ export function registerServiceCommands(program: Command): void {
         demo?: boolean;
         worker: boolean;
         simulateGpus?: string;
+        runtime: string;
         listen?: string;
         tlsCert?: string;
         tlsKey?: string;
@@ -117,6 +124,7 @@ export function registerServiceCommands(program: Command): void {
         (await server()).up({
           demo: Boolean(o.demo),
           worker: o.worker,
+          runtime: o.runtime,
           ...(o.simulateGpus && { simulateGpus: o.simulateGpus }),
           ...(o.listen && { listen: o.listen }),
           ...(o.tlsCert && { tlsCert: o.tlsCert }),
@@ -263,6 +271,11 @@ export function registerServiceCommands(program: Command): void {
       '--simulate-runtime',
       'run nothing: every attempt exits 0 at once (control-plane benchmarks)',
     )
+    .option(
+      '--runtime <kind>',
+      'process: attempts run on this host; docker: in containers on TRAINYARD_DOCKER_HOST (or the local stack’s engine)',
+      'process',
+    )
     .option('--cpu-slots <n>', 'CPU-only job slots (default: CPU count)')
     .option('--sandbox <dir>', 'where attempts run')
     .option('--heartbeat-ms <ms>', 'heartbeat interval', '2000')
@@ -272,8 +285,12 @@ export function registerServiceCommands(program: Command): void {
     )
     .option('--key <file>', "this worker's key (default: TRAINYARD_HOME/secrets/worker-NAME.json)")
     .action(async (flags: WorkerFlags & { token?: string; key?: string }, cmd: Command) => {
-      const { startWorker, stopOnSignals, workerOptions, workerContext } = await server();
-      const opts = await workerOptions(flags);
+      const { startWorker, stopOnSignals, workerOptions, workerContext, dockerSettings } =
+        await server();
+      const opts = await workerOptions(
+        flags,
+        dockerSettings(process.env, readStack() ?? undefined),
+      );
       const api = cmd.optsWithGlobals<{ api?: string }>().api;
       const { ctx, enrolled } = await workerContext(opts.name, {
         ...flags,

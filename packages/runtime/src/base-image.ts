@@ -1,0 +1,141 @@
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, realpathSync } from 'node:fs';
+import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+import { promisify } from 'node:util';
+import type Docker from 'dockerode';
+
+const run = promisify(execFile);
+
+/** The image a job runs on when it names the default base (`"image": "python"`). */
+export const DEFAULT_BASE_IMAGE = 'trainyard/python:3';
+/** What a job writes to name the default base. */
+export const DEFAULT_BASE_ALIAS = 'python';
+
+/** The base image a job's `image` names: the default one for the alias, else as written. */
+export function resolveBaseImage(image: string | undefined): string {
+  return image === undefined || image === DEFAULT_BASE_ALIAS ? DEFAULT_BASE_IMAGE : image;
+}
+
+/** Whether the engine holds the image `ref`. */
+export async function hasImage(docker: Docker, ref: string): Promise<boolean> {
+  try {
+    await docker.getImage(ref).inspect();
+    return true;
+  } catch (err) {
+    if ((err as { statusCode?: number }).statusCode === 404) return false;
+    throw err;
+  }
+}
+
+/** The shared libraries an executable or library loads, by their paths on this host. */
+async function sharedLibraries(files: string[]): Promise<string[]> {
+  const libs = new Set<string>();
+  for (const file of files) {
+    const { stdout } = await run('ldd', [file]).catch(() => ({ stdout: '' }));
+    for (const match of stdout.matchAll(/(\/\S+)/g)) libs.add(match[1]!);
+  }
+  return [...libs];
+}
+
+/**
+ * Copies host paths into `root` at the same paths (`-L`: what links name, not the links). It
+ * runs from `/` with relative paths: bookworm's cp cannot keep the parents' modes otherwise.
+ */
+async function copyIn(root: string, paths: string[], follow = false): Promise<void> {
+  const present = paths.filter((p) => existsSync(p)).map((p) => p.replace(/^\/+/, ''));
+  if (!present.length) return;
+  await run('cp', [follow ? '-aL' : '-a', '--parents', ...present, `${root}/`], { cwd: '/' });
+}
+
+/**
+ * Makes the default base image from this host's Python (Debian's python3 and python3-pip) and a
+ * static busybox for the shell and the usual tools: no registry is needed. The interpreter, its
+ * standard library, pip and the shared libraries they load are copied into an empty root, which
+ * is imported as `ref`. Its `root` and `nobody` accounts are the only ones; jobs run as a uid of
+ * their own anyway.
+ */
+export async function makePythonBaseImage(docker: Docker, ref = DEFAULT_BASE_IMAGE): Promise<void> {
+  const python = realpathSync('/usr/bin/python3');
+  const version = basename(python);
+  const stdlib = `/usr/lib/${version}`;
+  if (!existsSync(stdlib)) throw new Error(`no standard library for ${python} at ${stdlib}`);
+  const pip = '/usr/lib/python3/dist-packages/pip';
+  if (!existsSync(pip)) {
+    throw new Error('pip is not installed on this host: install Debian’s python3-pip');
+  }
+  const busybox = ['/bin/busybox', '/usr/bin/busybox'].find((p) => existsSync(p));
+  if (!busybox) throw new Error('busybox is not installed on this host: install busybox-static');
+  const root = await mkdtemp(join(tmpdir(), 'trainyard-base-'));
+  try {
+    const { stdout: dynload } = await run('find', [stdlib, '-name', '*.so']);
+    const extensions = dynload.split('\n').filter(Boolean);
+    const packages = ['pip', 'setuptools', 'pkg_resources', '_distutils_hack', 'wheel'].map(
+      (name) => `/usr/lib/python3/dist-packages/${name}`,
+    );
+    await copyIn(root, [python, stdlib, ...packages, '/usr/share/python-wheels']);
+    const libs = await sharedLibraries([python, busybox, ...extensions]);
+    await copyIn(root, libs, true);
+    await rm(join(root, stdlib, 'EXTERNALLY-MANAGED'), { force: true });
+    await symlink(version, join(root, 'usr/bin/python3'));
+    await symlink('python3', join(root, 'usr/bin/python'));
+    await mkdir(join(root, 'bin'), { recursive: true });
+    await run('cp', [busybox, join(root, 'bin/busybox')]);
+    const { stdout: applets } = await run(busybox, ['--list']);
+    for (const applet of applets.split('\n').filter((a) => /^[a-z0-9_.[-]+$/.test(a))) {
+      if (applet !== 'busybox') await symlink('busybox', join(root, 'bin', applet));
+    }
+    await mkdir(join(root, 'etc'));
+    await writeFile(
+      join(root, 'etc/passwd'),
+      'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n',
+    );
+    await writeFile(join(root, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
+    for (const dir of ['tmp', 'root', 'workspace']) await mkdir(join(root, dir));
+    await chmod(join(root, 'tmp'), 0o1777);
+    await importRoot(docker, root, ref, [
+      'ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8',
+      'CMD ["python3"]',
+    ]);
+  } finally {
+    await rm(root, { recursive: true, force: true });
+  }
+}
+
+/** Imports the directory `root` as the image `ref`, with Dockerfile `changes` applied. */
+async function importRoot(
+  docker: Docker,
+  root: string,
+  ref: string,
+  changes: string[],
+): Promise<void> {
+  const tar = spawn('tar', ['-C', root, '-cf', '-', '.'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  tar.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const [repo, tag] = splitTag(ref);
+  const stream = await docker.importImage(tar.stdout, { repo, tag, changes });
+  await new Promise<void>((resolve, reject) =>
+    docker.modem.followProgress(stream, (err: Error | null) => (err ? reject(err) : resolve())),
+  );
+  const code = await new Promise<number | null>((resolve) => {
+    if (tar.exitCode !== null) resolve(tar.exitCode);
+    else tar.once('exit', resolve);
+  });
+  if (code !== 0) throw new Error(`tar failed with ${code}: ${stderr.trim()}`);
+  if (!(await hasImage(docker, ref))) throw new Error(`the import of ${ref} made no image`);
+}
+
+/** `repo:tag` split at the tag's colon (a registry's port has one too). */
+function splitTag(ref: string): [string, string] {
+  const slash = ref.lastIndexOf('/');
+  const colon = ref.lastIndexOf(':');
+  return colon > slash ? [ref.slice(0, colon), ref.slice(colon + 1)] : [ref, 'latest'];
+}
+
+/** Makes the default base image when the engine lacks it; true when it was made now. */
+export async function ensureDefaultBaseImage(docker: Docker): Promise<boolean> {
+  if (await hasImage(docker, DEFAULT_BASE_IMAGE)) return false;
+  await makePythonBaseImage(docker, DEFAULT_BASE_IMAGE);
+  return true;
+}

@@ -1,0 +1,304 @@
+import { chownSync, closeSync, fstatSync, openSync, writeSync, writeFileSync } from 'node:fs';
+import { Writable } from 'node:stream';
+import { constants as osConstants } from 'node:os';
+import Docker from 'dockerode';
+import type { ProcessExit } from '@trainyard/domain';
+import { attemptEnv } from './process.ts';
+import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
+
+/** Where an attempt's outputs are, inside its container. */
+export const CONTAINER_OUTPUT_DIR = '/trainyard/outputs';
+/** The working directory of a job's image: its code. */
+export const CONTAINER_WORK_DIR = '/workspace';
+/** The account an attempt runs as when a worker running as root gives it none of its own. */
+const NOBODY = { uid: 65534, gid: 65534 };
+
+/** Whom an attempt's container runs as: its own user, else never root. */
+function containerUser(spec: RunSpec): { uid: number; gid: number } {
+  if (spec.user) return spec.user;
+  const uid = process.getuid?.() ?? 0;
+  return uid === 0 ? NOBODY : { uid, gid: process.getgid?.() ?? uid };
+}
+/** Processes one container may hold: a fork bomb stops there. */
+const PIDS_LIMIT = 4096;
+
+export interface DockerRuntimeOptions {
+  docker: Docker;
+  /** Names the worker in its containers' labels, so that it finds its own after a restart. */
+  workerName: string;
+  /** Network of the containers: `none` (the default) keeps jobs off the control plane. */
+  network?: string;
+  /**
+   * `nvidia`: GPUs are given to containers by UUID through the NVIDIA runtime. `none`: no
+   * device is given (a host whose GPUs are simulated).
+   */
+  gpuDevices?: 'nvidia' | 'none';
+  /** Registry credentials for pulls; never logged. */
+  auth?: { username: string; password: string; serveraddress: string };
+}
+
+/** A client of the Docker engine at `unix:///path/to/docker.sock`. */
+export function dockerAt(host: string): Docker {
+  return new Docker({ socketPath: host.replace(/^unix:\/\//, '') });
+}
+
+export const Labels = {
+  job: 'trainyard.job',
+  attempt: 'trainyard.attempt',
+  worker: 'trainyard.worker',
+} as const;
+
+/** A container name for an attempt: its id, in the characters Docker allows. */
+export const containerName = (attemptId: string) =>
+  `trainyard-${attemptId.replace(/[^A-Za-z0-9_.-]/g, '_')}`;
+
+/**
+ * How a container is made for an attempt: its image, its command as one argument (never
+ * spliced into a shell line), a uid that is not root and no capabilities, only the assigned
+ * GPUs (by UUID), the spec's memory and CPU limits, the output directory mounted, and labels
+ * that name the job, the attempt and the worker.
+ */
+export function containerSpec(
+  spec: RunSpec,
+  opts: Pick<DockerRuntimeOptions, 'workerName' | 'network' | 'gpuDevices'>,
+): Docker.ContainerCreateOptions {
+  if (!spec.image) throw new Error(`attempt ${spec.attemptId} has no image to run`);
+  const user = containerUser(spec);
+  const env = attemptEnv({
+    ...spec,
+    workDir: CONTAINER_WORK_DIR,
+    outputDir: CONTAINER_OUTPUT_DIR,
+    // Inside the container its GPUs are numbered from 0, in the order they were given.
+    gpus: spec.gpus.map((_, i) => i),
+  });
+  const uuids = spec.gpuUuids ?? [];
+  const gpus = (opts.gpuDevices ?? 'nvidia') === 'nvidia' && uuids.length > 0;
+  return {
+    name: containerName(spec.attemptId),
+    Image: spec.image,
+    Cmd: ['/bin/sh', '-c', spec.command],
+    User: `${user.uid}:${user.gid}`,
+    WorkingDir: CONTAINER_WORK_DIR,
+    Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
+    Labels: {
+      [Labels.job]: spec.jobId,
+      [Labels.attempt]: spec.attemptId,
+      [Labels.worker]: opts.workerName,
+    },
+    HostConfig: {
+      Binds: [`${spec.outputDir}:${CONTAINER_OUTPUT_DIR}:rw`],
+      NetworkMode: opts.network ?? 'none',
+      Init: true,
+      CapDrop: ['ALL'],
+      SecurityOpt: ['no-new-privileges'],
+      PidsLimit: PIDS_LIMIT,
+      ...(spec.memoryBytes && { Memory: spec.memoryBytes, MemorySwap: spec.memoryBytes }),
+      ...(spec.cpus && { NanoCpus: spec.cpus * 1e9 }),
+      ...(gpus && {
+        DeviceRequests: [{ Driver: 'nvidia', DeviceIDs: uuids, Capabilities: [['gpu']] }],
+      }),
+    },
+  };
+}
+
+/** How a container's end reads as a process exit. */
+export function exitOfContainer(state: { ExitCode?: number; OOMKilled?: boolean }): ProcessExit {
+  if (state.OOMKilled) return { kind: 'oom' };
+  const code = state.ExitCode ?? 0;
+  const signal =
+    code > 128
+      ? Object.entries(osConstants.signals).find(([, n]) => n === code - 128)?.[0]
+      : undefined;
+  return signal ? { kind: 'signalled', signal } : { kind: 'exited', exitCode: code };
+}
+
+const statusOf = (err: unknown) => (err as { statusCode?: number }).statusCode;
+
+/**
+ * Copies a container's output, stdout and stderr in the order Docker logged them, into the
+ * attempt's log file and on to the worker: bytes up to `fileHas` are in the file already, and
+ * bytes up to `shipped` are in the live log already.
+ */
+class ContainerLog {
+  #seen = 0;
+  #fd: number;
+  readonly #fileHas: number;
+  constructor(
+    path: string,
+    private readonly shipped: number,
+    private readonly onOutput: (stream: LogStreamName, chunk: Buffer) => void,
+  ) {
+    this.#fd = openSync(path, 'a', 0o600);
+    this.#fileHas = fstatSync(this.#fd).size;
+  }
+
+  write(stream: LogStreamName, chunk: Buffer): void {
+    const start = this.#seen;
+    this.#seen += chunk.length;
+    if (this.#seen > this.#fileHas)
+      writeSync(this.#fd, chunk.subarray(Math.max(0, this.#fileHas - start)));
+    if (this.#seen > this.shipped)
+      this.onOutput(stream, chunk.subarray(Math.max(0, this.shipped - start)));
+  }
+
+  close(): void {
+    closeSync(this.#fd);
+  }
+}
+
+/**
+ * Runs attempts in containers on a Docker engine: each in its job's image, pulled by digest,
+ * as a uid of its own. Its output is copied from Docker's log into the attempt's log file; its
+ * end is the container's, which is kept until the worker has reported it (`remove`), so a
+ * worker that restarts finds its containers by label and takes them over.
+ */
+export class DockerRuntime implements Runtime {
+  readonly kind = 'docker';
+  /** Ends the following of every attempt, when the runtime is closed. */
+  readonly #closing = new AbortController();
+  constructor(private readonly opts: DockerRuntimeOptions) {}
+
+  /** Stops following the containers; they run on, for a worker that comes back to take over. */
+  close(): void {
+    this.#closing.abort();
+  }
+
+  async #pull(image: string): Promise<void> {
+    try {
+      await this.opts.docker.getImage(image).inspect();
+      return;
+    } catch (err) {
+      if (statusOf(err) !== 404) throw err;
+    }
+    const stream = await this.opts.docker.pull(
+      image,
+      this.opts.auth ? { authconfig: this.opts.auth } : {},
+    );
+    await new Promise<void>((resolve, reject) =>
+      this.opts.docker.modem.followProgress(stream, (err: Error | null) =>
+        err ? reject(err) : resolve(),
+      ),
+    );
+  }
+
+  async start(
+    spec: RunSpec,
+    onOutput: (stream: LogStreamName, chunk: Buffer) => void,
+  ): Promise<RunningAttempt> {
+    let container: Docker.Container;
+    try {
+      await this.#pull(spec.image ?? '');
+      const user = containerUser(spec);
+      if (!spec.user) chownSync(spec.outputDir, user.uid, user.gid);
+      container = await this.opts.docker.createContainer(containerSpec(spec, this.opts));
+      await container.start();
+    } catch (err) {
+      return {
+        pid: undefined,
+        exited: Promise.resolve({
+          kind: 'launch-error',
+          message: `the container could not start: ${(err as Error).message}`,
+        }),
+        kill: async () => undefined,
+      };
+    }
+    return this.#follow(container, spec, 0, onOutput);
+  }
+
+  async attach(
+    spec: RunSpec,
+    _pid: number,
+    offset: number,
+    onOutput: (stream: LogStreamName, chunk: Buffer) => void,
+  ): Promise<RunningAttempt | null> {
+    const container = await this.#find(spec.attemptId);
+    return container ? this.#follow(container, spec, offset, onOutput) : null;
+  }
+
+  async #find(attemptId: string): Promise<Docker.Container | null> {
+    const found = await this.opts.docker.listContainers({
+      all: true,
+      filters: {
+        label: [`${Labels.attempt}=${attemptId}`, `${Labels.worker}=${this.opts.workerName}`],
+      },
+    });
+    return found[0] ? this.opts.docker.getContainer(found[0].Id) : null;
+  }
+
+  async #follow(
+    container: Docker.Container,
+    spec: RunSpec,
+    shipped: number,
+    onOutput: (stream: LogStreamName, chunk: Buffer) => void,
+  ): Promise<RunningAttempt> {
+    const info = await container.inspect();
+    const pid = info.State.Pid > 0 ? info.State.Pid : undefined;
+    if (pid) writeFileSync(spec.pidFile, `${pid}\n`, { mode: 0o600 });
+    const log = new ContainerLog(spec.logFile, shipped, onOutput);
+    const abortSignal = this.#closing.signal;
+    const raw = await container.logs({ follow: true, stdout: true, stderr: true, abortSignal });
+    const sink = (stream: LogStreamName) =>
+      new Writable({
+        write(chunk: Buffer, _enc, done) {
+          log.write(stream, chunk);
+          done();
+        },
+      });
+    const drained = new Promise<void>((resolve) => {
+      raw.once('end', resolve);
+      raw.once('close', resolve);
+      raw.once('error', () => resolve());
+    });
+    this.opts.docker.modem.demuxStream(raw, sink('stdout'), sink('stderr'));
+    const exited = (async (): Promise<ProcessExit> => {
+      try {
+        await container.wait({ abortSignal });
+        await drained;
+        const state = (await container.inspect()).State;
+        return exitOfContainer(state);
+      } catch (err) {
+        // A closed runtime has let the attempt go: its end is for whoever takes it over.
+        if (abortSignal.aborted) return new Promise<never>(() => undefined);
+        return { kind: 'lost', message: `its container went away: ${(err as Error).message}` };
+      } finally {
+        log.close();
+      }
+    })();
+    const kill = async (graceMs = 10_000) => {
+      await container.stop({ t: Math.max(1, Math.ceil(graceMs / 1000)) }).catch((err: unknown) => {
+        if (statusOf(err) !== 304 && statusOf(err) !== 404) throw err;
+      });
+      await exited;
+    };
+    return { pid, exited, kill };
+  }
+
+  /** Removes an attempt's container once its end is reported. */
+  async remove(attemptId: string): Promise<void> {
+    const container = await this.#find(attemptId);
+    await container?.remove({ force: true }).catch((err: unknown) => {
+      if (statusOf(err) !== 404) throw err;
+    });
+  }
+
+  /** Removes this worker's containers of attempts other than `keep`: what no run of it still owns. */
+  async sweep(keep: Set<string>): Promise<string[]> {
+    const found = await this.opts.docker.listContainers({
+      all: true,
+      filters: { label: [`${Labels.worker}=${this.opts.workerName}`] },
+    });
+    const removed: string[] = [];
+    for (const c of found) {
+      const attemptId = c.Labels[Labels.attempt];
+      if (attemptId && keep.has(attemptId)) continue;
+      await this.opts.docker
+        .getContainer(c.Id)
+        .remove({ force: true })
+        .then(() => removed.push(attemptId ?? c.Id))
+        .catch((err: unknown) => {
+          if (statusOf(err) !== 404) throw err;
+        });
+    }
+    return removed;
+  }
+}

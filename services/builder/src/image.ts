@@ -1,0 +1,375 @@
+import { execFile, spawn } from 'node:child_process';
+import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import type Docker from 'dockerode';
+import { failure } from '@trainyard/domain';
+import type { Failure } from '@trainyard/events';
+import {
+  buildArgs,
+  cacheKey,
+  classifyBuildError,
+  clip,
+  ContextPaths,
+  dockerfileText,
+  isUrl,
+} from './dockerfile.ts';
+import {
+  engineUnreachable,
+  errorOf,
+  lineSplitter,
+  messageOf,
+  readProgress,
+  redactor,
+} from './progress.ts';
+
+const run = promisify(execFile);
+
+export interface ImageBuildConfig {
+  docker: Docker;
+  /** Registry images are pushed to, as image references name it, e.g. '127.0.0.1:5000'. */
+  registry: string;
+  /** Registry credentials; never logged, never in build output or errors. */
+  auth?: { username: string; password: string };
+  /**
+   * pip settings from config (TRAINYARD_PIP_INDEX_URL, TRAINYARD_PIP_FIND_LINKS). findLinks is a
+   * local directory on the builder host (copied into the build) or a URL.
+   */
+  pipIndexUrl?: string;
+  pipFindLinks?: string;
+  /**
+   * Network for RUN steps: 'none' (default) or 'host' (needed when pipIndexUrl is an http URL on
+   * this host).
+   */
+  network?: string;
+}
+
+export interface ImageBuildInput {
+  /** Lowercase letters, digits and dashes: safe as a tag. */
+  jobId: string;
+  /** A validated, resolved reference: `trainyard/python:3`, `host:5000/x/y:tag`, `x@sha256:…`. */
+  baseImage: string;
+  /** The job's unpacked code; `requirements.txt` at its root is installed. */
+  srcDir: string;
+  /** A shell command run once at build time, in /workspace. */
+  setup?: string;
+  /** The sha256 of the code archive (null: no code), part of the cache key. */
+  codeSha256: string | null;
+}
+
+export type ImageBuildOutcome =
+  | { ok: true; image: { ref: string; digest: string }; cached: boolean }
+  | { ok: false; failure: Failure };
+
+/** The repository in `registry` that every job's image is pushed to, tagged with the job's id. */
+export function jobRepository(registry: string): string {
+  return `${registry}/trainyard/jobs`;
+}
+
+/** Ends a build with a classified failure. */
+class ImageBuildFailed extends Error {
+  override readonly name = 'ImageBuildFailed';
+  constructor(readonly failure: Failure) {
+    super(failure.message);
+  }
+}
+
+/** The registry host an image reference names, or null for Docker Hub. */
+function registryOf(ref: string): string | null {
+  const first = ref.split('/')[0]!;
+  return ref.includes('/') && (/[.:]/.test(first) || first === 'localhost') ? first : null;
+}
+
+/** The engine's id for an image, or null when it does not hold it. */
+async function imageId(docker: Docker, ref: string): Promise<string | null> {
+  try {
+    return ((await docker.getImage(ref).inspect()) as { Id: string }).Id;
+  } catch (err) {
+    if ((err as { statusCode?: number }).statusCode === 404) return null;
+    throw err;
+  }
+}
+
+/**
+ * The base image's id, pulled first when the engine lacks it. A base that cannot be pulled is the
+ * job's fault, unless it lives in Trainyard's own registry and that registry failed.
+ */
+async function ensureBase(
+  cfg: ImageBuildConfig,
+  ref: string,
+  say: (line: string) => void,
+  signal?: AbortSignal,
+): Promise<string> {
+  const present = await imageId(cfg.docker, ref);
+  if (present) return present;
+  say(`[trainyard] pulling the base image ${ref}`);
+  const ours = registryOf(ref) === cfg.registry;
+  let error: string | undefined;
+  try {
+    const authconfig = ours && cfg.auth ? authConfig(cfg) : undefined;
+    const stream = await cfg.docker.pull(ref, { authconfig, abortSignal: signal });
+    await readProgress(stream, (e) => {
+      error ??= errorOf(e);
+      if (e.status && !e.id) say(e.status);
+    });
+  } catch (err) {
+    if (engineUnreachable(err) || signal?.aborted) throw err;
+    error = messageOf(err);
+  }
+  const pulled = error ? null : await imageId(cfg.docker, ref);
+  if (pulled) return pulled;
+  const why = error ?? 'the pull made no image';
+  const platform = ours && !/not found|manifest unknown|pull access denied/i.test(why);
+  throw new ImageBuildFailed(
+    failure(
+      platform ? 'buildInfrastructure' : 'buildFailed',
+      clip(`the base image ${ref} could not be pulled: ${why}`),
+    ),
+  );
+}
+
+function authConfig(cfg: ImageBuildConfig): Docker.AuthConfig {
+  return cfg.auth
+    ? { username: cfg.auth.username, password: cfg.auth.password, serveraddress: cfg.registry }
+    : {};
+}
+
+/** A fingerprint of a find-links directory: its files' names, sizes and times. */
+async function wheelsFingerprint(dir: string): Promise<string> {
+  const entries = await readdir(dir).catch(() => {
+    throw new ImageBuildFailed(
+      failure('buildInfrastructure', `the pip find-links directory ${dir} cannot be read`),
+    );
+  });
+  const lines = await Promise.all(
+    entries.sort().map(async (name) => {
+      const s = await stat(join(dir, name));
+      return `${name}\t${s.size}\t${s.mtimeMs}`;
+    }),
+  );
+  return lines.join('\n');
+}
+
+/** Copies a tree as it is (links as links), hard-linking files where the filesystem allows. */
+async function copyTree(from: string, to: string): Promise<void> {
+  await mkdir(to, { recursive: true });
+  try {
+    await run('cp', ['-al', '--', `${from}/.`, to]);
+  } catch {
+    await rm(to, { recursive: true, force: true });
+    await mkdir(to, { recursive: true });
+    await run('cp', ['-a', '--', `${from}/.`, to]);
+  }
+}
+
+/** Lays out the build context in `ctx`: the Dockerfile, the code, and what Trainyard adds. */
+async function writeContext(
+  ctx: string,
+  input: ImageBuildInput,
+  wheelsDir: string | null,
+): Promise<void> {
+  await writeFile(join(ctx, 'Dockerfile'), dockerfileText());
+  await mkdir(join(ctx, ContextPaths.build), { recursive: true });
+  if (input.setup) await writeFile(join(ctx, ContextPaths.setup), input.setup);
+  if (wheelsDir) await copyTree(wheelsDir, join(ctx, ContextPaths.wheels));
+  const hasCode = await stat(input.srcDir).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
+  if (hasCode) await copyTree(input.srcDir, join(ctx, ContextPaths.code));
+  else await mkdir(join(ctx, ContextPaths.code));
+}
+
+interface BuildPlan {
+  key: string;
+  args: Record<string, string>;
+  wheelsDir: string | null;
+}
+
+/** Builds the image with the classic builder, streaming its output; resolves to the image's id. */
+async function buildFresh(
+  cfg: ImageBuildConfig,
+  input: ImageBuildInput,
+  plan: BuildPlan,
+  say: (line: string) => void,
+  signal?: AbortSignal,
+): Promise<string> {
+  const ctx = await mkdtemp(join(tmpdir(), 'trainyard-image-'));
+  try {
+    await writeContext(ctx, input, plan.wheelsDir);
+    return await sendContext(cfg, input, plan, ctx, say, signal);
+  } finally {
+    await rm(ctx, { recursive: true, force: true });
+  }
+}
+
+async function sendContext(
+  cfg: ImageBuildConfig,
+  input: ImageBuildInput,
+  plan: BuildPlan,
+  ctx: string,
+  say: (line: string) => void,
+  signal?: AbortSignal,
+): Promise<string> {
+  const tar = spawn('tar', ['-C', ctx, '-c', '-f', '-', '.'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let tarErr = '';
+  tar.stderr.on('data', (chunk: Buffer) => (tarErr += chunk.toString()));
+  const tarDone = new Promise<number | null>((resolve) => {
+    tar.once('close', resolve);
+    tar.once('error', (err) => {
+      tarErr += err.message;
+      resolve(-1);
+    });
+  });
+  const tag = `${jobRepository(cfg.registry)}:${input.jobId}`;
+  let step = '';
+  let output: string[] = [];
+  let error: string | undefined;
+  let id: string | undefined;
+  let sent = false;
+  const lines = lineSplitter((line) => {
+    say(line);
+    if (/^Step \d+\/\d+ : /.test(line)) {
+      step = line;
+      output = [];
+    } else if (!/^ ---> |^Removing intermediate container /.test(line)) {
+      output = [...output.slice(-49), line];
+    }
+  });
+  try {
+    const stream = await cfg.docker.buildImage(tar.stdout, {
+      t: tag,
+      buildargs: { ...plan.args, TRAINYARD_CACHE_KEY: plan.key, TRAINYARD_JOB: input.jobId },
+      networkmode: cfg.network ?? 'none',
+      rm: true,
+      forcerm: true,
+      abortSignal: signal,
+    });
+    await readProgress(stream, (e) => {
+      if (e.stream) lines.push(e.stream);
+      if (e.aux?.ID) id = e.aux.ID;
+      error ??= errorOf(e);
+    });
+    lines.flush();
+    sent = true;
+  } finally {
+    if (!sent) tar.kill();
+  }
+  if (error) throw new ImageBuildFailed(classifyBuildError({ step, output, error }));
+  const code = await tarDone;
+  if (code !== 0) throw new Error(`tar could not pack the build context: ${tarErr.trim()}`);
+  id ??= (await imageId(cfg.docker, tag)) ?? undefined;
+  if (!id) throw new Error('the build finished without an image');
+  return id;
+}
+
+/** The newest image built from the inputs `key` names, or null when there is none. */
+async function findCached(docker: Docker, key: string): Promise<string | null> {
+  const images = await docker.listImages({ filters: { label: [`trainyard.cache-key=${key}`] } });
+  const newest = images.sort((a, b) => b.Created - a.Created)[0];
+  return newest?.Id ?? null;
+}
+
+/**
+ * Pushes the job's tag and resolves to the digest the registry stored it under. Every push error
+ * is the platform's: the registry is Trainyard's, not the job's.
+ */
+async function push(
+  cfg: ImageBuildConfig,
+  jobId: string,
+  say: (line: string) => void,
+  signal?: AbortSignal,
+): Promise<string> {
+  const repo = jobRepository(cfg.registry);
+  say(`[trainyard] pushing ${repo}:${jobId}`);
+  let digest: string | undefined;
+  let error: string | undefined;
+  try {
+    // The engine wants an X-Registry-Auth header even for a registry without accounts.
+    const stream = await cfg.docker
+      .getImage(repo)
+      .push({ tag: jobId, authconfig: authConfig(cfg), abortSignal: signal });
+    await readProgress(stream, (e) => {
+      if (e.aux?.Digest) digest = e.aux.Digest;
+      error ??= errorOf(e);
+    });
+  } catch (err) {
+    if (engineUnreachable(err) || signal?.aborted) throw err;
+    error = messageOf(err);
+  }
+  if (error) {
+    throw new ImageBuildFailed(
+      failure(
+        'buildInfrastructure',
+        clip(`pushing to the registry ${cfg.registry} failed: ${error}`),
+      ),
+    );
+  }
+  if (!digest) {
+    const info = (await cfg.docker.getImage(`${repo}:${jobId}`).inspect()) as {
+      RepoDigests?: string[];
+    };
+    digest = info.RepoDigests?.find((d) => d.startsWith(`${repo}@`))?.slice(repo.length + 1);
+  }
+  if (!digest) throw new Error(`the registry ${cfg.registry} gave no digest for ${repo}:${jobId}`);
+  say(`[trainyard] pushed ${repo}@${digest}`);
+  return digest;
+}
+
+/**
+ * Builds a job's image from its code, `requirements.txt` and `setup` on its base image, tags it
+ * `<registry>/trainyard/jobs:<jobId>` and pushes it; the result names it by digest. An image
+ * built before from the same inputs is reused. Output lines reach `out` as the engine sends them.
+ * Rejects only when `signal` aborts; every other failure comes back classified.
+ */
+export async function buildImage(
+  cfg: ImageBuildConfig,
+  input: ImageBuildInput,
+  out: (line: string) => void,
+  signal?: AbortSignal,
+): Promise<ImageBuildOutcome> {
+  const redact = redactor(cfg.auth?.password);
+  const say = (line: string) => out(redact(line));
+  try {
+    signal?.throwIfAborted();
+    const baseImageId = await ensureBase(cfg, input.baseImage, say, signal);
+    const localWheels = cfg.pipFindLinks && !isUrl(cfg.pipFindLinks) ? cfg.pipFindLinks : null;
+    const args = buildArgs(input.baseImage, {
+      indexUrl: cfg.pipIndexUrl,
+      findLinks: cfg.pipFindLinks,
+      network: cfg.network ?? 'none',
+    });
+    const key = cacheKey({
+      baseImage: input.baseImage,
+      baseImageId,
+      codeSha256: input.codeSha256,
+      setup: input.setup ?? null,
+      buildArgs: args,
+      wheels: localWheels ? await wheelsFingerprint(localWheels) : null,
+    });
+    const cachedId = await findCached(cfg.docker, key);
+    if (cachedId) {
+      say(`[trainyard] reusing the image ${cachedId}, built before from the same inputs`);
+      await cfg.docker
+        .getImage(cachedId)
+        .tag({ repo: jobRepository(cfg.registry), tag: input.jobId, abortSignal: signal });
+    } else {
+      await buildFresh(cfg, input, { key, args, wheelsDir: localWheels }, say, signal);
+    }
+    const digest = await push(cfg, input.jobId, say, signal);
+    const ref = `${jobRepository(cfg.registry)}@${digest}`;
+    return { ok: true, image: { ref, digest }, cached: cachedId !== null };
+  } catch (err) {
+    if (signal?.aborted) throw signal.reason;
+    if (err instanceof ImageBuildFailed) {
+      return { ok: false, failure: { ...err.failure, message: redact(err.failure.message) } };
+    }
+    const message = engineUnreachable(err)
+      ? `the Docker engine cannot be reached: ${messageOf(err)}`
+      : `the image build failed: ${messageOf(err)}`;
+    return { ok: false, failure: failure('buildInfrastructure', clip(redact(message))) };
+  }
+}

@@ -1,0 +1,141 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Labels } from '@trainyard/runtime';
+import { tempDir, testDocker, writeWheel } from '@trainyard/testkit';
+import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
+
+/**
+ * The container path from outside: a job with an image and a requirements file is built into
+ * an image (its requirements from a wheel directory, as no index is reachable), pushed to the
+ * registry, pulled by digest and run in a container by a worker of the Docker runtime.
+ */
+const docker = testDocker();
+let t: TestStack;
+let token: string;
+let wheels: Awaited<ReturnType<typeof tempDir>>;
+
+beforeAll(async () => {
+  wheels = await tempDir('trainyard-wheels-');
+  await writeWheel(wheels.path, 'tygreet', 'hello from a wheel');
+  process.env.TRAINYARD_PIP_FIND_LINKS = wheels.path;
+  t = await startTestStack({ containers: docker });
+  token = await t.token();
+});
+
+afterAll(async () => {
+  delete process.env.TRAINYARD_PIP_FIND_LINKS;
+  await t?.stop();
+  await wheels?.remove();
+});
+
+const TRAIN = [
+  'import os, tygreet',
+  'print(tygreet.GREETING, "uid", os.getuid(), flush=True)',
+  'out = os.environ["TRAINYARD_OUTPUT_DIR"]',
+  'open(os.path.join(out, "model.txt"), "w").write("weights")',
+].join('\n');
+
+const spec = (over: object = {}) => ({
+  name: 'boxed',
+  command: 'python3 train.py',
+  image: 'python',
+  resources: { gpus: 0 },
+  maxRetries: 0,
+  ...over,
+});
+
+async function submitted(res: Response): Promise<string> {
+  expect(res.status, await res.clone().text()).toBe(202);
+  return ((await res.json()) as { id: string }).id;
+}
+
+const logsOf = async (id: string, attempt?: number) =>
+  (
+    await t.http(`/v1/jobs/${id}/logs${attempt === undefined ? '' : `?attempt=${attempt}`}`, {
+      token,
+    })
+  ).text();
+
+describe('jobs in containers', () => {
+  it('builds the job’s image with its requirements, pushes it, and runs it in a container that is not root', async () => {
+    const code = await codeArchive({ 'train.py': TRAIN, 'requirements.txt': 'tygreet\n' });
+    const id = await submitted(await submit(t, token, spec(), code));
+    const job: Job = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 60_000);
+    expect(job.image).toBe('python');
+    expect(job.imageDigest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    const build = await logsOf(id, 0);
+    expect(build).toContain('building the job’s image');
+    expect(build).toMatch(/Successfully installed tygreet/);
+    const run = await logsOf(id);
+    expect(run).toMatch(/hello from a wheel uid \d+/);
+    expect(run).not.toMatch(/uid 0\b/);
+    const files = (await (await t.http(`/v1/jobs/${id}/outputs`, { token })).json()) as {
+      path: string;
+    }[];
+    expect(files.map((f) => f.path)).toEqual(['model.txt']);
+    const manifest = await fetch(
+      `http://${docker.registry}/v2/trainyard/jobs/manifests/${job.imageDigest}`,
+      { headers: { accept: 'application/vnd.docker.distribution.manifest.v2+json' } },
+    );
+    expect(manifest.status).toBe(200);
+    const left = await docker.docker.listContainers({
+      all: true,
+      filters: { label: [`${Labels.job}=${id}`] },
+    });
+    expect(left).toEqual([]);
+  });
+
+  it('fails a job whose requirement cannot be had, naming it, without running it', async () => {
+    const code = await codeArchive({ 'train.py': TRAIN, 'requirements.txt': 'nosuchpkg==9.9\n' });
+    const id = await submitted(await submit(t, token, spec(), code));
+    const job = await t.waitForJob(id, token, (j) => j.status === 'failed', 60_000);
+    expect(job.failure).toMatchObject({ kind: 'user', reason: 'buildFailed' });
+    expect(job.failure?.message).toContain('nosuchpkg');
+    expect(job.attempts).toEqual([]);
+  });
+
+  it('fails a job that outgrows its memory limit as out of memory', async () => {
+    const code = await codeArchive({
+      'train.py': 'x = bytearray(512 * 1024 * 1024)\nprint(len(x))\n',
+    });
+    const id = await submitted(
+      await submit(t, token, spec({ resources: { gpus: 0, memoryGb: 0.0625 } }), code),
+    );
+    const job = await t.waitForJob(id, token, (j) => j.status === 'failed', 60_000);
+    expect(job.failure).toMatchObject({ kind: 'user', reason: 'oomKilled' });
+  });
+
+  it('cancels a job in a container: the container stops and is removed', async () => {
+    const code = await codeArchive({
+      'train.py': 'import time\nprint("training", flush=True)\ntime.sleep(300)\n',
+    });
+    const id = await submitted(await submit(t, token, spec(), code));
+    await t.waitForJob(id, token, (j) => j.status === 'running', 60_000);
+    const res = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
+    expect(res.status).toBeLessThan(300);
+    await t.waitForJob(id, token, (j) => j.status === 'cancelled', 30_000);
+    const left = await docker.docker.listContainers({
+      all: true,
+      filters: { label: [`${Labels.job}=${id}`] },
+    });
+    expect(left).toEqual([]);
+  });
+
+  it('runs a job that names no image in the default base where jobs run in containers', async () => {
+    const id = await submitted(
+      await t.http('/v1/jobs', {
+        method: 'POST',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          name: 'plain',
+          command: 'python3 -c "import sys; print(sys.version_info.major)"',
+          resources: { gpus: 0 },
+          maxRetries: 0,
+        }),
+      }),
+    );
+    const job = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 60_000);
+    expect(job.image).toBe('python');
+    expect(await logsOf(id)).toContain('3\n');
+  });
+});
