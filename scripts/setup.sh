@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what Trainyard needs on a Debian machine, only what is missing:
 # nats-server and PostgreSQL (Debian packages), python3 (for the examples) and the npm packages.
-#   --containers     also Docker (docker.io), a registry (docker-registry), and what the default
-#                    base image is made of (python3-pip, busybox-static): for `up --runtime docker`
+#   --containers     also Docker (docker.io), a registry (docker-registry), what the default
+#                    base image is made of (python3-pip, busybox-static), and docker-compose:
+#                    for `up --runtime docker`, and the tests
 #   --cluster-tools  also nats-server 2.10, for NATS clusters (tests, benchmarks, chaos)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,8 @@ if [ "$containers" = true ]; then
   [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
   [ -d /usr/lib/python3/dist-packages/pip ] || missing+=(python3-pip)
   [ -x /bin/busybox ] || missing+=(busybox-static)
+  # For the check of infra/compose.yml.
+  command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 fi
 
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -28,9 +28,18 @@ const FETCH_TIMEOUT_MS = 15_000;
  */
 const FETCH_DEADLINE_MS = 120_000;
 
-/** The job whose blob `key` is, when a worker may fetch it: only code and artifacts. */
+/** The job whose blob `key` is, when it is code or an artifact, which a worker may fetch. */
 export function fetchableJob(key: string): string | null {
   return /^jobs\/([A-Za-z0-9_-]{1,64})\/(?:code|artifact\.tar\.gz)$/.exec(key)?.[1] ?? null;
+}
+
+/**
+ * The job and attempt whose output `key` is: a worker may fetch the outputs of the attempt
+ * before its own, to restore them (its checkpoints) before it starts.
+ */
+export function fetchableOutput(key: string): { jobId: string; attemptId: string } | null {
+  const m = /^jobs\/([A-Za-z0-9_-]{1,64})\/attempts\/([A-Za-z0-9_-]{1,128})\/outputs\/./.exec(key);
+  return m ? { jobId: m[1]!, attemptId: m[2]! } : null;
 }
 
 /** Answers a fetch with a part, or with why there is none. */

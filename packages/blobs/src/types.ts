@@ -45,6 +45,10 @@ export type BlobSource = Pick<BlobStore, 'get'>;
 export const BlobKeys = {
   code: (jobId: string) => `jobs/${jobId}/code`,
   artifact: (jobId: string) => `jobs/${jobId}/artifact.tar.gz`,
+  /** An output file of one attempt: each attempt's outputs are its own, so none overwrites another's. */
+  attemptOutput: (jobId: string, attemptId: string, path: string) =>
+    `jobs/${jobId}/attempts/${attemptId}/outputs/${path}`,
+  /** An output file as workers kept them before each attempt's were its own. */
   output: (jobId: string, path: string) => `jobs/${jobId}/outputs/${path}`,
   log: (jobId: string, attempt: number) => `jobs/${jobId}/logs/${attempt}.log`,
 } as const;

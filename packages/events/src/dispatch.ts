@@ -13,7 +13,7 @@ worker sent a version it does not read fails that attempt, saying to upgrade it.
  */
 import { z } from 'zod';
 import { BlobRefSchema } from './common.ts';
-import { CodeArchiveSchema } from './job.ts';
+import { CodeArchiveSchema, OutputFileSchema } from './job.ts';
 
 /** The version the scheduler sends; workers read every version listed in `Version`. */
 export const DISPATCH_VERSION = 1;
@@ -52,6 +52,11 @@ export const RunAttemptSchema = z.object({
       memoryGb: z.number().positive().optional(),
     })
     .optional(),
+  /**
+   * The outputs of the attempt before this one (its checkpoints), which the worker restores into
+   * this attempt's output directory before it starts it, with `TRAINYARD_RESUMED=1`.
+   */
+  restore: z.object({ attemptId: z.string(), files: z.array(OutputFileSchema) }).optional(),
   /** The job's head in the log when the message was derived: its `JobAssigned`. */
   headSeq: z.number().int().min(1).optional(),
 });

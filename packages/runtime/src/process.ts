@@ -40,7 +40,7 @@ function hostEnv(host: NodeJS.ProcessEnv, path = SAFE_PATH): Record<string, stri
  * the GPUs used on a host with mixed models (CUDA's own order puts the fastest first).
  */
 export function attemptEnv(
-  spec: Pick<RunSpec, 'jobId' | 'attempt' | 'env' | 'workDir' | 'outputDir' | 'gpus'>,
+  spec: Pick<RunSpec, 'jobId' | 'attempt' | 'env' | 'workDir' | 'outputDir' | 'gpus' | 'resumed'>,
   host: NodeJS.ProcessEnv = process.env,
 ): Record<string, string> {
   return {
@@ -52,6 +52,7 @@ export function attemptEnv(
     TRAINYARD_JOB_ID: spec.jobId,
     TRAINYARD_ATTEMPT: String(spec.attempt),
     TRAINYARD_OUTPUT_DIR: spec.outputDir,
+    ...(spec.resumed && { TRAINYARD_RESUMED: '1' }),
   };
 }
 

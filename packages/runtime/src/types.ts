@@ -36,6 +36,8 @@ export interface RunSpec {
   memoryBytes?: number;
   /** The CPU cores the attempt may use, for a runtime that holds it to a limit. */
   cpus?: number;
+  /** The outputs of the attempt before were restored into `outputDir`: it resumes from them. */
+  resumed?: boolean;
   /** A shell command run in the work directory before `command`, as the same user. */
   setup?: string;
   /** The account the attempt runs as; absent: the worker's own. */

@@ -167,8 +167,13 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     // It makes each registering worker's dispatch consumers.
     ...readerOf(DISPATCH),
     `$JS.API.STREAM.INFO.${DISPATCH}`,
-    // It reads code and artifacts for the workers that hold their attempts (`startFetches`).
+    // It reads code and artifacts for the workers that hold their attempts, and the outputs of
+    // the attempt before, in the bucket of the worker that kept them (`startFetches`).
     ...lookupsIn(OBJECTS),
+    '$JS.API.STREAM.INFO.*',
+    '$JS.API.STREAM.MSG.GET.*',
+    '$JS.API.DIRECT.GET.*',
+    '$JS.API.DIRECT.GET.*.>',
     // It reads worker keys, to refuse revoked workers; it may not write or purge them.
     ...bucketReader('ty_worker_keys'),
     // Its answers to workers' reports, which come from the workers' account (see
@@ -179,13 +184,24 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
   ],
 };
 
+/** The reads of the secret buckets that `allowed` does not name. */
+const secretsNotGiven = (allowed: string[]) =>
+  SECRET_BUCKETS.filter((b) => !allowed.includes(`$JS.API.STREAM.INFO.KV_${b}`)).flatMap((b) =>
+    lookupsIn(`KV_${b}`),
+  );
+
 /**
  * What one control-plane service's login may do on `up`'s server: what it needs, named; replies
  * reach it under its own inbox, and only the watchdog takes workers' reports.
  */
 export function servicePermissions(service: ControlService): NatsPermissions {
   return {
-    publish: { allow: [...SERVICE_COMMON, ...SERVICE_ALLOWS[service]] },
+    publish: {
+      allow: [...SERVICE_COMMON, ...SERVICE_ALLOWS[service]],
+      // The watchdog reads the buckets of every worker, named by worker: reads of any stream,
+      // less the secret buckets it is not given by name.
+      ...(service === 'watchdog' && { deny: secretsNotGiven(SERVICE_ALLOWS.watchdog) }),
+    },
     subscribe: {
       allow: [
         `${serviceInbox(service)}.>`,

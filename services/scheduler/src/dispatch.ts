@@ -26,6 +26,11 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
     artifact: state.artifact,
     code: state.artifact ? null : state.code,
     ...(state.image && { image: state.image.ref }),
+    ...(state.outputsAttemptId &&
+      state.outputsAttemptId !== attempt.id &&
+      state.outputs.length > 0 && {
+        restore: { attemptId: state.outputsAttemptId, files: state.outputs },
+      }),
     resources: {
       vramBytes: attempt.vramBytes,
       cpus: attempt.cpus,

@@ -21,6 +21,7 @@ let worker: ServiceProcess;
 let exitCode: Promise<number | null>;
 /** The job that ran on w1, with an output. */
 let ranOnW1: string;
+let attemptOnW1: string;
 
 const json = (body: unknown, token?: string) => ({
   method: 'POST',
@@ -183,6 +184,7 @@ describe('worker enrolment', () => {
     const { id } = (await res.json()) as { id: string };
     ranOnW1 = id;
     const job = await t.waitForJob(id, admin, (j) => j.status === 'succeeded', 30_000);
+    attemptOnW1 = job.attempts[0]!.id;
     expect(job.attempts[0]!.workerId).toBe('w1');
     expect(await (await t.http(`/v1/jobs/${id}/logs`, { token: admin })).text()).toContain('on-w1');
     const outputs = (await (await t.http(`/v1/jobs/${id}/outputs`, { token: admin })).json()) as {
@@ -229,6 +231,8 @@ describe('worker enrolment', () => {
       expect(await fetch(BlobKeys.code(ranOnW1))).toBe('NOT_YOURS');
       expect(await fetch('snapshots/scheduler')).toBe('NOT_YOURS');
       expect(await fetch('jobs/../code')).toBe('NOT_YOURS');
+      // Nor the outputs of an attempt of a job it does not hold.
+      expect(await fetch(BlobKeys.attemptOutput(ranOnW1, 'att_1', 'ckpt.bin'))).toBe('NOT_YOURS');
       nc.publish('ty.fetch.w9', JSON.stringify({ key: BlobKeys.code(ranOnW1), cursor: null }));
       const logs = [
         `$JS.API.DIRECT.GET.TY_LOGS.ty.log.${ranOnW1}.1.w9`,
@@ -264,9 +268,10 @@ describe('worker enrolment', () => {
       const shared = await JetStreamBlobStore.open(jetstream(control), 'trainyard', 1, false);
       const own = await shared.ofWorker('w1');
       expect(own).not.toBe(shared);
-      expect(await own.stat(BlobKeys.output(ranOnW1, 'result.txt'))).not.toBeNull();
+      const result = BlobKeys.attemptOutput(ranOnW1, attemptOnW1, 'result.txt');
+      expect(await own.stat(result)).not.toBeNull();
       expect(await own.stat(BlobKeys.log(ranOnW1, 1))).not.toBeNull();
-      expect(await shared.stat(BlobKeys.output(ranOnW1, 'result.txt'))).toBeNull();
+      expect(await shared.stat(result)).toBeNull();
       await expect(shared.ofWorker('nobody')).rejects.toThrow(/no object store bucket/);
     } finally {
       await control.close();

@@ -134,6 +134,51 @@ describe('a worker that dies mid-run', () => {
     });
   });
 
+  it('resumes on another worker from the last checkpoint the lost one kept', async () => {
+    const first = worker('w-ckpt-1');
+    await online('w-ckpt-1');
+    const train = [
+      'ckpt="$TRAINYARD_OUTPUT_DIR/step.txt"',
+      'step=0; [ -f "$ckpt" ] && step=$(cat "$ckpt")',
+      'echo "from step $step resumed=${TRAINYARD_RESUMED:-0}"',
+      'while [ "$step" -lt 60 ]; do step=$((step + 1)); echo "$step" > "$ckpt"; sleep 0.1; done',
+      'echo "done at step $step"',
+    ].join('\n');
+    const res = await submit(t, token, {
+      name: 'checkpointed',
+      command: train,
+      resources: { gpus: 0 },
+      maxRetries: 2,
+    });
+    const { id } = (await res.json()) as { id: string };
+    // Its outputs hold a checkpoint past the start: the lost worker kept it.
+    await waitFor(
+      'a checkpoint in the outputs',
+      async () => {
+        const files = (await (await t.http(`/v1/jobs/${id}/outputs`, { token })).json()) as {
+          path: string;
+          size: number;
+        }[];
+        return files.some((f) => f.path === 'step.txt');
+      },
+      { timeoutMs: 15_000 },
+    );
+    const kept = Number(await (await t.http(`/v1/jobs/${id}/outputs/step.txt`, { token })).text());
+    expect(kept).toBeGreaterThan(0);
+    await first.kill9();
+    // Another worker takes it: w-first, back since the first test, or this one.
+    worker('w-ckpt-2');
+    const done = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 30_000);
+    expect(done.attempts.map((a) => a.status)).toEqual(['failed', 'succeeded']);
+    expect(done.attempts[0]!.workerId).toBe('w-ckpt-1');
+    expect(done.attempts[1]!.workerId).not.toBe('w-ckpt-1');
+    const second = await (await t.http(`/v1/jobs/${id}/logs?attempt=2`, { token })).text();
+    const from = Number(/from step (\d+) resumed=1/.exec(second)?.[1]);
+    expect(from).toBeGreaterThanOrEqual(kept);
+    expect(second).toContain('done at step 60');
+    expect(await (await t.http(`/v1/jobs/${id}/outputs/step.txt`, { token })).text()).toBe('60\n');
+  });
+
   it('fails the job as a system failure once retries run out', async () => {
     const res = await submit(t, token, {
       name: 'doomed',

@@ -2,7 +2,7 @@ import type { Msg } from '@nats-io/nats-core';
 import { currentAttempt, isTerminal } from '@trainyard/domain';
 import { AttemptStatus, Subjects } from '@trainyard/events';
 import { loadJob } from '@trainyard/application';
-import { answerFetch, fetchableJob, FetchRequestSchema } from '@trainyard/blobs';
+import { answerFetch, fetchableJob, fetchableOutput, FetchRequestSchema } from '@trainyard/blobs';
 import type { ServiceContext } from '@trainyard/service-kit';
 import { serveWorkerRequests, type WorkerRequestLimits } from './requests.ts';
 
@@ -20,6 +20,12 @@ const LIMITS: WorkerRequestLimits = {
 const HOLD_MS = 30_000;
 const HOLDS_KEPT = 10_000;
 
+interface Hold {
+  until: number;
+  /** The attempt whose outputs the job shows, and the worker that keeps them. */
+  outputs: { attemptId: string | null; workerId: string | null };
+}
+
 export interface RunningFetches {
   stop(): Promise<void>;
 }
@@ -33,23 +39,29 @@ export interface RunningFetches {
  */
 export function startFetches(ctx: ServiceContext): RunningFetches {
   const log = ctx.log.child({ component: 'fetches' });
-  /** `worker job` → until when its hold is taken as read. */
-  const holds = new Map<string, number>();
+  /** `worker job` → until when its hold is taken as read, and whose outputs the job shows. */
+  const holds = new Map<string, Hold>();
 
-  async function holdsAttempt(workerId: string, jobId: string, fresh: boolean): Promise<boolean> {
+  /** A worker's hold on a job's live attempt, or null when it has none. */
+  async function holdOf(workerId: string, jobId: string, fresh: boolean): Promise<Hold | null> {
     const key = `${workerId} ${jobId}`;
-    if (!fresh && (holds.get(key) ?? 0) > Date.now()) return true;
+    const kept = holds.get(key);
+    if (!fresh && kept && kept.until > Date.now()) return kept;
     const { state } = await loadJob(ctx.bus.store, jobId);
     const attempt = currentAttempt(state);
     const held =
       !isTerminal(state.status) &&
       attempt?.workerId === workerId &&
       (attempt.status === AttemptStatus.assigned || attempt.status === AttemptStatus.running);
-    if (!held) return false;
+    if (!held) return null;
+    const hold = {
+      until: Date.now() + HOLD_MS,
+      outputs: { attemptId: state.outputsAttemptId, workerId: state.outputsWorkerId },
+    };
     holds.delete(key);
-    holds.set(key, Date.now() + HOLD_MS);
+    holds.set(key, hold);
     if (holds.size > HOLDS_KEPT) holds.delete(holds.keys().next().value!);
-    return true;
+    return hold;
   }
 
   async function handle(msg: Msg, workerId: string): Promise<void> {
@@ -60,14 +72,21 @@ export function startFetches(ctx: ServiceContext): RunningFetches {
       answerFetch(msg, 'BAD_REQUEST');
       return;
     }
-    const jobId = fetchableJob(request.key);
-    if (!jobId || !(await holdsAttempt(workerId, jobId, request.cursor === null))) {
+    const code = fetchableJob(request.key);
+    const output = code ? null : fetchableOutput(request.key);
+    const jobId = code ?? output?.jobId ?? null;
+    const hold = jobId ? await holdOf(workerId, jobId, request.cursor === null) : null;
+    // Outputs: only those of the attempt whose outputs the job shows, which held it before.
+    if (!hold || (output && hold.outputs.attemptId !== output.attemptId)) {
       if (jobId) holds.delete(`${workerId} ${jobId}`);
       log.warn({ workerId, key: request.key.slice(0, 128) }, 'refused a fetch of a blob not its');
       answerFetch(msg, 'NOT_YOURS');
       return;
     }
-    const part = await ctx.blobs.readPart(request.key, request.cursor);
+    const store = output
+      ? await ctx.blobs.ofWorker(hold.outputs.workerId ?? '', { orShared: true })
+      : ctx.blobs;
+    const part = await store.readPart(request.key, request.cursor);
     answerFetch(msg, part ?? 'missing');
   }
 

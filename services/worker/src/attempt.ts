@@ -112,6 +112,7 @@ export class AttemptRun {
     const outputs = new OutputMirror(
       box.outputDir,
       this.msg.jobId,
+      this.attemptId,
       this.ctx.written,
       this.#user?.uid,
     );
@@ -162,7 +163,13 @@ export class AttemptRun {
     void this.#supervise(
       attached,
       shipper,
-      new OutputMirror(box.outputDir, this.msg.jobId, this.ctx.written, this.#user?.uid),
+      new OutputMirror(
+        box.outputDir,
+        this.msg.jobId,
+        this.attemptId,
+        this.ctx.written,
+        this.#user?.uid,
+      ),
     );
     return true;
   }

@@ -68,6 +68,7 @@ export class OutputMirror {
   constructor(
     private readonly dir: string,
     private readonly jobId: string,
+    private readonly attemptId: string,
     private readonly blobs: BlobStore,
     /** The uid of the attempt's user, when it has one of its own: only its files are read. */
     private readonly owner?: number,
@@ -86,7 +87,7 @@ export class OutputMirror {
       if (seen && seen.sizeBytes === stat.size && seen.mtimeMs === stat.mtimeMs) continue;
       const ref = await putJobFile(
         this.blobs,
-        BlobKeys.output(this.jobId, path),
+        BlobKeys.attemptOutput(this.jobId, this.attemptId, path),
         file,
         this.dir,
         this.owner,

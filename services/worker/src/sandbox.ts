@@ -8,12 +8,13 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { readdir, readFile, rm } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { failure } from '@trainyard/domain';
 import type { JobUser } from './users.ts';
 import { type Failure, type Gpu, RunAttemptSchema, type RunAttempt } from '@trainyard/events';
 import {
   ArchiveError,
+  BlobKeys,
   type ArchiveLimits,
   fetchVerified,
   unpackArchive,
@@ -71,6 +72,7 @@ export function runSpecIn(
     ...(user && { user }),
     ...(msg.setup && { setup: msg.setup }),
     ...(msg.image && { image: msg.image }),
+    ...(msg.restore?.files.length && { resumed: true }),
     ...(uuids.length > 0 && uuids.every(Boolean) && { gpuUuids: uuids }),
     ...(memoryGb && { memoryBytes: Math.floor(memoryGb * 1024 ** 3) }),
     ...(msg.resources?.cpus && { cpus: msg.resources.cpus }),
@@ -175,6 +177,7 @@ async function fill(
   mkdirSync(box.workDir, { mode: 0o700 });
   mkdirSync(box.outputDir, { mode: 0o700 });
   mkdirSync(box.runDir, { mode: 0o700 });
+  await restoreOutputs(box, msg, blobs);
   // A job in a container has its code in its image.
   if (msg.image) return;
   const source = msg.artifact ? { ...msg.artifact, format: 'tar.gz' as const } : msg.code;
@@ -199,6 +202,38 @@ async function fill(
     throw err;
   } finally {
     await rm(archive, { force: true });
+  }
+}
+
+/** Whether a path from an output manifest stays inside the output directory. */
+const insideOutputs = (path: string) =>
+  path.split('/').every((part) => part !== '' && part !== '.' && part !== '..');
+
+/**
+ * Restores the outputs of the attempt before (its checkpoints) into this one's output directory,
+ * each checked against its sha256, so that the job resumes from them. Fetched through the
+ * control plane, which gives them only to the worker that holds the job's live attempt.
+ */
+async function restoreOutputs(box: Sandbox, msg: RunAttempt, blobs: BlobSource): Promise<void> {
+  const restore = msg.restore;
+  for (const file of restore?.files ?? []) {
+    if (!insideOutputs(file.path)) continue;
+    const target = join(box.outputDir, ...file.path.split('/'));
+    mkdirSync(dirname(target), { recursive: true, mode: 0o700 });
+    const ref = {
+      key: BlobKeys.attemptOutput(msg.jobId, restore!.attemptId, file.path),
+      sizeBytes: file.sizeBytes,
+      sha256: file.sha256,
+    };
+    const fetched = await fetchVerified(blobs, ref, target);
+    if (fetched !== 'fetched') {
+      throw new SandboxError(
+        failure(
+          'artifactUnavailable',
+          `the output ${file.path} of attempt ${restore!.attemptId} could not be restored: it is ${fetched === 'missing' ? 'gone' : 'not the one it reported'}`,
+        ),
+      );
+    }
   }
 }
 

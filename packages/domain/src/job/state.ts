@@ -46,6 +46,8 @@ export interface JobState {
   outputs: OutputFile[];
   /** The worker that wrote `outputs`: the one whose attempt last reported them. */
   outputsWorkerId: string | null;
+  /** The attempt that last reported `outputs`: its outputs are kept under its id. */
+  outputsAttemptId: string | null;
 }
 
 export const initialJobState = (id: string): JobState => ({
@@ -64,6 +66,7 @@ export const initialJobState = (id: string): JobState => ({
   submittedAt: null,
   outputs: [],
   outputsWorkerId: null,
+  outputsAttemptId: null,
 });
 
 /**
@@ -178,6 +181,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         outputs: event.data.files,
         outputsWorkerId:
           state.attempts.find((a) => a.id === event.data.attemptId)?.workerId ?? null,
+        outputsAttemptId: event.data.attemptId,
       };
     case 'JobSucceeded':
       return {

@@ -197,7 +197,12 @@ export function jobDataRoutes(app: Api, deps: ApiDeps): void {
       const file = job.outputs.find((f) => f.path === path);
       if (!file) throw new ApiError('NOT_FOUND', `job ${id} has no output ${path}`);
       const writer = await outputsWriter(deps, job);
-      const blob = await getWritten(deps.blobs, writer, BlobKeys.output(id, path));
+      const attemptId = job.outputs_attempt_id;
+      // Outputs kept before each attempt's were its own are under the job's key.
+      const blob =
+        (attemptId &&
+          (await getWritten(deps.blobs, writer, BlobKeys.attemptOutput(id, attemptId, path)))) ||
+        (await getWritten(deps.blobs, writer, BlobKeys.output(id, path)));
       if (!blob) throw new ApiError('NOT_FOUND', `output ${path} is no longer stored`);
       return reply
         .type('application/octet-stream')
