@@ -10,3 +10,4 @@ export type * from './tables/checkpoints.table.ts';
 export type * from './tables/jobs.table.ts';
 export type * from './tables/users.table.ts';
 export type * from './tables/workers.table.ts';
+export * from './usage.ts';

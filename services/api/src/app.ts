@@ -15,6 +15,7 @@ import { authRoutes } from './routes/auth.ts';
 import { jobDataRoutes } from './routes/job-data.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { systemRoutes } from './routes/system.ts';
+import { usageRoutes } from './routes/usage.ts';
 import { userRoutes } from './routes/users.ts';
 import { workerRoutes } from './routes/workers.ts';
 
@@ -74,5 +75,6 @@ export async function buildApp(
   jobDataRoutes(typed, deps);
   systemRoutes(typed, deps);
   workerRoutes(typed, deps);
+  usageRoutes(typed, deps);
   return app;
 }

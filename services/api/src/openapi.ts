@@ -18,6 +18,7 @@ export const OPENAPI_INFO = {
     { name: 'users', description: 'Users (admins)' },
     { name: 'jobs', description: 'Training jobs' },
     { name: 'system', description: 'Workers, health, limits and metrics' },
+    { name: 'usage', description: 'GPU-hours held, per user and per job' },
   ],
 };
 

@@ -15,7 +15,7 @@ import { STATUS_BY_CODE, type ApiErrorCode } from './errors.ts';
  * and the OpenAPI document at `/docs/json` is generated from them.
  */
 
-const isoTime = z.string().meta({ format: 'date-time', description: 'ISO 8601 time' });
+export const isoTime = z.string().meta({ format: 'date-time', description: 'ISO 8601 time' });
 
 export const ErrorBodySchema = z.object({
   error: z.object({
@@ -37,6 +37,7 @@ export const AttemptViewSchema = z
     assignedAt: isoTime,
     startedAt: isoTime.nullable(),
     finishedAt: isoTime.nullable(),
+    gpuHours: z.number().describe('GPUs held x time held, from assignment to the end (or now)'),
   })
   .meta({ id: 'Attempt' });
 
@@ -68,6 +69,10 @@ export const JobViewSchema = z
     attemptCount: z.number().int(),
     seq: z.number().int().describe('the stream sequence of the last event the view holds'),
     attempts: z.array(AttemptViewSchema).optional().describe('only on GET /v1/jobs/{id}'),
+    gpuHours: z
+      .number()
+      .optional()
+      .describe('the GPU-hours its attempts held; only on GET /v1/jobs/{id}'),
   })
   .meta({ id: 'Job' });
 

@@ -4,6 +4,13 @@ import type { LastBeat } from './heartbeats.ts';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
+/** Hours from seconds, to the hundredth of a second. */
+export const gpuHours = (seconds: number) => Math.round(seconds / 0.0036) / 1e6;
+
+/** The GPU-hours an attempt held: its GPUs, from its assignment to its end (or now). */
+const heldBy = (a: AttemptRow, now = Date.now()) =>
+  gpuHours((a.gpus.length * ((a.finished_at?.getTime() ?? now) - a.assigned_at.getTime())) / 1000);
+
 /** The public shape of a job. */
 export function jobView(job: JobRow, attempts?: AttemptRow[]) {
   return {
@@ -38,7 +45,9 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
         assignedAt: a.assigned_at.toISOString(),
         startedAt: iso(a.started_at),
         finishedAt: iso(a.finished_at),
+        gpuHours: heldBy(a),
       })),
+      gpuHours: gpuHours(attempts.reduce((sum, a) => sum + heldBy(a) * 3600, 0)),
     }),
   };
 }

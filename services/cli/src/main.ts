@@ -3,6 +3,7 @@ import { registerAccountCommands } from './commands/account.ts';
 import { registerAdminCommands } from './commands/admin.ts';
 import { registerCompletionCommand } from './commands/completion.ts';
 import { registerJobCommands } from './commands/jobs.ts';
+import { registerUsageCommands } from './commands/usage.ts';
 import { CliError, describeError, verbose } from './errors.ts';
 import { loadServerCommands, type ServerCommands } from './server.ts';
 
@@ -30,6 +31,7 @@ export function buildProgram(server: ServerCommands): Command {
   registerAccountCommands(program);
   registerJobCommands(program);
   registerAdminCommands(program);
+  registerUsageCommands(program);
   server.registerOperatorCommands(program);
   registerCompletionCommand(program);
   return program;
