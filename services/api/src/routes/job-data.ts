@@ -29,16 +29,20 @@ const LogQuery = z.object({
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 
 /**
- * The worker that keeps a job's outputs: the one that held the attempt that reported them. A
- * row projected before the attempt was recorded names none: the log says.
+ * The attempt whose outputs a job shows, and the worker that keeps them: the one that held it.
+ * A row projected before the attempt was recorded names none: the log says.
  */
-async function outputsWriter(deps: ApiDeps, job: JobRow): Promise<string | null> {
-  if (job.outputs.length === 0) return null;
+async function outputsWriter(
+  deps: ApiDeps,
+  job: JobRow,
+): Promise<{ attemptId: string | null; workerId: string | null }> {
   if (job.outputs_attempt_id === null) {
-    return (await loadJob(deps.bus.store, job.id)).state.outputsWorkerId;
+    const { state } = await loadJob(deps.bus.store, job.id);
+    return { attemptId: state.outputsAttemptId, workerId: state.outputsWorkerId };
   }
   const attempts = await readModel(() => listAttempts(deps.db, job.id));
-  return attempts.find((a) => a.id === job.outputs_attempt_id)?.worker_id ?? null;
+  const workerId = attempts.find((a) => a.id === job.outputs_attempt_id)?.worker_id ?? null;
+  return { attemptId: job.outputs_attempt_id, workerId };
 }
 
 /**
@@ -196,13 +200,12 @@ export function jobDataRoutes(app: Api, deps: ApiDeps): void {
       const job = await visibleJobRow(deps, callerOf(req), id);
       const file = job.outputs.find((f) => f.path === path);
       if (!file) throw new ApiError('NOT_FOUND', `job ${id} has no output ${path}`);
-      const writer = await outputsWriter(deps, job);
-      const attemptId = job.outputs_attempt_id;
+      const { attemptId, workerId } = await outputsWriter(deps, job);
       // Outputs kept before each attempt's were its own are under the job's key.
       const blob =
         (attemptId &&
-          (await getWritten(deps.blobs, writer, BlobKeys.attemptOutput(id, attemptId, path)))) ||
-        (await getWritten(deps.blobs, writer, BlobKeys.output(id, path)));
+          (await getWritten(deps.blobs, workerId, BlobKeys.attemptOutput(id, attemptId, path)))) ||
+        (await getWritten(deps.blobs, workerId, BlobKeys.output(id, path)));
       if (!blob) throw new ApiError('NOT_FOUND', `output ${path} is no longer stored`);
       return reply
         .type('application/octet-stream')
