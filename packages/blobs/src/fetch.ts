@@ -12,7 +12,7 @@ import { z } from 'zod';
 import type { BlobPart, BlobSource } from './types.ts';
 
 export const FetchRequestSchema = z
-  .object({ key: z.string().max(512), cursor: z.string().max(64).nullable() })
+  .object({ key: z.string().max(4608), cursor: z.string().max(64).nullable() })
   .strict();
 export type FetchRequest = z.infer<typeof FetchRequestSchema>;
 

@@ -6,3 +6,4 @@ export * from './job/decide.ts';
 export * from './job/state.ts';
 export * from './placement.ts';
 export * from './worker.ts';
+export * from './images.ts';

@@ -92,7 +92,8 @@ export async function makePythonBaseImage(docker: Docker, ref = DEFAULT_BASE_IMA
       'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n',
     );
     await writeFile(join(root, 'etc/group'), 'root:x:0:\nnogroup:x:65534:\n');
-    for (const dir of ['tmp', 'root', 'workspace']) await mkdir(join(root, dir));
+    // No /workspace: a job's image makes it, its build's own.
+    for (const dir of ['tmp', 'root']) await mkdir(join(root, dir));
     await chmod(join(root, 'tmp'), 0o1777);
     await importRoot(docker, root, ref, [
       'ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8',

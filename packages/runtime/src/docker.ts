@@ -72,7 +72,12 @@ export function containerSpec(
     gpus: spec.gpus.map((_, i) => i),
   });
   const uuids = spec.gpuUuids ?? [];
-  const gpus = (opts.gpuDevices ?? 'nvidia') === 'nvidia' && uuids.length > 0;
+  const nvidia = (opts.gpuDevices ?? 'nvidia') === 'nvidia';
+  if (nvidia && spec.gpus.length > 0 && uuids.length !== spec.gpus.length)
+    throw new Error(`the UUIDs of GPUs ${spec.gpus.join(',')} are not known: none is given`);
+  const gpus = nvidia && uuids.length > 0;
+  // Without a device request a container sees no GPU, whatever its image or the job says.
+  if (!gpus) env.NVIDIA_VISIBLE_DEVICES = 'void';
   return {
     name: containerName(spec.attemptId),
     Image: spec.image,
@@ -174,25 +179,31 @@ export class DockerRuntime implements Runtime {
       image,
       this.opts.auth ? { authconfig: this.opts.auth } : {},
     );
-    await new Promise<void>((resolve, reject) =>
-      this.opts.docker.modem.followProgress(stream, (err: Error | null) =>
-        err ? reject(err) : resolve(),
+    const events = await new Promise<{ error?: string }[]>((resolve, reject) =>
+      this.opts.docker.modem.followProgress(
+        stream,
+        (err: Error | null, out: { error?: string }[]) => (err ? reject(err) : resolve(out)),
       ),
     );
+    const failed = events.find((e) => e.error)?.error;
+    if (failed) throw new Error(`the pull of ${image} failed: ${failed}`);
   }
 
   async start(
     spec: RunSpec,
     onOutput: (stream: LogStreamName, chunk: Buffer) => void,
   ): Promise<RunningAttempt> {
-    let container: Docker.Container;
+    let container: Docker.Container | null = null;
     try {
       await this.#pull(spec.image ?? '');
       const user = containerUser(spec);
       if (!spec.user) chownSync(spec.outputDir, user.uid, user.gid);
       container = await this.opts.docker.createContainer(containerSpec(spec, this.opts));
       await container.start();
+      return await this.#follow(container, spec, 0, onOutput);
     } catch (err) {
+      // Nothing runs unwatched: a container that started but could not be followed goes.
+      await container?.remove({ force: true, v: true }).catch(() => undefined);
       return {
         pid: undefined,
         exited: Promise.resolve({
@@ -202,7 +213,6 @@ export class DockerRuntime implements Runtime {
         kill: async () => undefined,
       };
     }
-    return this.#follow(container, spec, 0, onOutput);
   }
 
   async attach(
@@ -276,7 +286,7 @@ export class DockerRuntime implements Runtime {
   /** Removes an attempt's container once its end is reported. */
   async remove(attemptId: string): Promise<void> {
     const container = await this.#find(attemptId);
-    await container?.remove({ force: true }).catch((err: unknown) => {
+    await container?.remove({ force: true, v: true }).catch((err: unknown) => {
       if (statusOf(err) !== 404) throw err;
     });
   }
@@ -293,7 +303,7 @@ export class DockerRuntime implements Runtime {
       if (attemptId && keep.has(attemptId)) continue;
       await this.opts.docker
         .getContainer(c.Id)
-        .remove({ force: true })
+        .remove({ force: true, v: true })
         .then(() => removed.push(attemptId ?? c.Id))
         .catch((err: unknown) => {
           if (statusOf(err) !== 404) throw err;

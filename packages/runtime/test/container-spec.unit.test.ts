@@ -21,9 +21,20 @@ describe('container spec', () => {
     expect(c.Env).toContain('CUDA_DEVICE_ORDER=PCI_BUS_ID');
   });
 
-  it('asks for no device where GPUs are simulated', () => {
-    const c = containerSpec(base(), { workerName: 'w1', gpuDevices: 'none' });
+  it('asks for no device where GPUs are simulated, and then the container sees none', () => {
+    const c = containerSpec(base({ env: { NVIDIA_VISIBLE_DEVICES: 'all' } }), {
+      workerName: 'w1',
+      gpuDevices: 'none',
+    });
     expect(c.HostConfig?.DeviceRequests).toBeUndefined();
+    expect(c.Env).toContain('NVIDIA_VISIBLE_DEVICES=void');
+    expect(c.Env).not.toContain('NVIDIA_VISIBLE_DEVICES=all');
+  });
+
+  it('refuses to start GPUs it cannot name by UUID, rather than give it none or all', () => {
+    expect(() =>
+      containerSpec(base({ gpuUuids: ['GPU-aaa'] }), { workerName: 'w1', gpuDevices: 'nvidia' }),
+    ).toThrow(/UUIDs of GPUs 1,3/);
   });
 
   it('passes the command as one argument, runs as the attempt’s uid, off the network, within its limits', () => {

@@ -52,6 +52,9 @@ export const BaseConfigSchema = z.object({
   TRAINYARD_PIP_FIND_LINKS: z.string().optional(),
   /** The network the builder's RUN steps have: `none`, or `host` for an index on this host. */
   TRAINYARD_BUILD_NETWORK: z.string().default('none'),
+  /** What one image build may take: its memory, and its time before it fails as the job's. */
+  TRAINYARD_BUILD_MEMORY_GB: z.coerce.number().positive().default(4),
+  TRAINYARD_BUILD_TIMEOUT_MIN: z.coerce.number().positive().default(60),
   /** The builder removes jobs' images older than this, then the oldest beyond the size cap. */
   TRAINYARD_IMAGE_MAX_AGE_HOURS: z.coerce.number().positive().default(168),
   TRAINYARD_IMAGE_CACHE_GB: z.coerce.number().positive().default(50),

@@ -44,7 +44,7 @@ export interface ApiDeps {
    * Whether jobs may run in containers (a registry is configured for their images), and the base
    * image of a job that names none then.
    */
-  images: { enabled: boolean; defaultImage?: string };
+  images: { enabled: boolean; defaultImage?: string; registry?: string };
 }
 
 /** The API's fastify instance, typed by the zod schemas its routes declare. */

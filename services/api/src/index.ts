@@ -105,6 +105,7 @@ export async function apiDeps(
     heartbeats: watchHeartbeats(ctx.bus, ctx.log),
     images: {
       enabled: ctx.config.TRAINYARD_REGISTRY !== undefined,
+      ...(ctx.config.TRAINYARD_REGISTRY && { registry: ctx.config.TRAINYARD_REGISTRY }),
       ...(ctx.config.TRAINYARD_DEFAULT_IMAGE && {
         defaultImage: ctx.config.TRAINYARD_DEFAULT_IMAGE,
       }),

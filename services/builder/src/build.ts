@@ -86,18 +86,27 @@ export async function buildJob(
     if (spec.image === DEFAULT_BASE_ALIAS && (await ensureDefaultBaseImage(images.docker)))
       say(`[trainyard] made the default base image ${DEFAULT_BASE_IMAGE} from this host’s Python`);
     say(`[trainyard] building the job’s image on ${resolveBaseImage(spec.image)}`);
+    const deadline = AbortSignal.timeout(images.timeoutMs ?? 3_600_000);
     const built = await buildImage(
       images,
       {
         jobId,
         baseImage: resolveBaseImage(spec.image),
+        localBase: spec.image === DEFAULT_BASE_ALIAS,
         srcDir: src,
         ...(spec.setup && { setup: spec.setup }),
         codeSha256: code?.sha256 ?? null,
       },
       say,
-      signal,
-    );
+      signal ? AbortSignal.any([signal, deadline]) : deadline,
+    ).catch((err: unknown) => {
+      if (!deadline.aborted || signal?.aborted) throw err;
+      const minutes = Math.round((images.timeoutMs ?? 3_600_000) / 60_000);
+      return {
+        ok: false as const,
+        failure: failure('buildFailed', `the image build ran past its ${minutes}-minute limit`),
+      };
+    });
     if (!built.ok) return built;
     say(`[trainyard] image ${built.image.ref}${built.cached ? ' (from the cache)' : ''}`);
     return { ok: true, artifact, image: built.image };

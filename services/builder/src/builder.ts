@@ -63,6 +63,8 @@ export function imageBuildConfig(config: ServiceContext['config']): ImageBuildCo
     ...(config.TRAINYARD_PIP_INDEX_URL && { pipIndexUrl: config.TRAINYARD_PIP_INDEX_URL }),
     ...(config.TRAINYARD_PIP_FIND_LINKS && { pipFindLinks: config.TRAINYARD_PIP_FIND_LINKS }),
     network: config.TRAINYARD_BUILD_NETWORK,
+    memoryBytes: Math.floor(config.TRAINYARD_BUILD_MEMORY_GB * 1024 ** 3),
+    timeoutMs: config.TRAINYARD_BUILD_TIMEOUT_MIN * 60_000,
   };
 }
 

@@ -31,7 +31,7 @@ export const REQUIREMENTS_RUN =
   'if [ -f requirements.txt ]; then python3 -m pip install --user --no-cache-dir --disable-pip-version-check -r requirements.txt; fi';
 /** The shell that runs the job's `setup`, when it has one. */
 export const SETUP_RUN =
-  'if [ -f /trainyard/build/setup.sh ]; then sh /trainyard/build/setup.sh; fi';
+  'if [ -f /trainyard/build/setup.sh ]; then env -u PIP_INDEX_URL -u PIP_FIND_LINKS -u PIP_NO_INDEX sh /trainyard/build/setup.sh; fi';
 
 /**
  * Constant text: the base image, pip's settings and the labels arrive as build args, the code and
@@ -45,15 +45,14 @@ const DOCKERFILE = [
   'ARG PIP_INDEX_URL PIP_FIND_LINKS PIP_NO_INDEX',
   `COPY --chown=${BUILD_UID}:${BUILD_UID} ${ContextPaths.code}/ /workspace/`,
   `COPY --chown=${BUILD_UID}:${BUILD_UID} ${ContextPaths.extras}/ /trainyard/`,
-  // A base image may hold /workspace already, as root's: the build's uid is given it (and what
-  // it was given is all that runs as root).
-  `RUN chown ${BUILD_UID}:${BUILD_UID} /workspace /trainyard`,
+  // No step runs as root: the copies make /workspace and /trainyard the build's uid's (a base
+  // that holds /workspace already keeps it root's, and only what is in it is the build's).
   `USER ${BUILD_UID}:${BUILD_UID}`,
   `ENV HOME=/workspace PYTHONUSERBASE=${PYTHON_USER_BASE}`,
   'WORKDIR /workspace',
   `RUN ${REQUIREMENTS_RUN}`,
   // Jobs run as a uid of their own, which must be able to write beside their code.
-  `RUN ${SETUP_RUN} && rm -rf /trainyard/build && chmod -R a+rwX /workspace`,
+  `RUN ${SETUP_RUN} && rm -rf /trainyard/build && { chmod -R a+rwX /workspace 2>/dev/null || true; }`,
   'ARG TRAINYARD_CACHE_KEY TRAINYARD_JOB',
   'LABEL trainyard.build=1 trainyard.cache-key=${TRAINYARD_CACHE_KEY} trainyard.job=${TRAINYARD_JOB}',
   '',

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import type Docker from 'dockerode';
-import { failure } from '@trainyard/domain';
+import { failure, refusedBase } from '@trainyard/domain';
 import type { Failure } from '@trainyard/events';
 import {
   buildArgs,
@@ -43,6 +43,10 @@ export interface ImageBuildConfig {
    * this host).
    */
   network?: string;
+  /** The memory a build's steps may use, in bytes (and no swap beyond it). */
+  memoryBytes?: number;
+  /** How long a build may take; past it, it fails as the job's (a setup that never ends). */
+  timeoutMs?: number;
 }
 
 export interface ImageBuildInput {
@@ -50,6 +54,12 @@ export interface ImageBuildInput {
   jobId: string;
   /** A validated, resolved reference: `trainyard/python:3`, `host:5000/x/y:tag`, `x@sha256:…`. */
   baseImage: string;
+  /**
+   * The base is Trainyard's default, made on this engine: it is taken as the engine holds it.
+   * Any other base is pulled from its registry and pinned by digest, never looked up among the
+   * engine's images, which hold other jobs' images.
+   */
+  localBase?: boolean;
   /** The job's unpacked code; `requirements.txt` at its root is installed. */
   srcDir: string;
   /** A shell command run once at build time, in /workspace. */
@@ -61,6 +71,9 @@ export interface ImageBuildInput {
 export type ImageBuildOutcome =
   | { ok: true; image: { ref: string; digest: string }; cached: boolean }
   | { ok: false; failure: Failure };
+
+/** The local repository whose tags name images built before, by the key of their inputs. */
+const CACHE_REPOSITORY = 'trainyard/cache';
 
 /** The repository in `registry` that every job's image is pushed to, tagged with the job's id. */
 export function jobRepository(registry: string): string {
@@ -75,12 +88,6 @@ class ImageBuildFailed extends Error {
   }
 }
 
-/** The registry host an image reference names, or null for Docker Hub. */
-function registryOf(ref: string): string | null {
-  const first = ref.split('/')[0]!;
-  return ref.includes('/') && (/[.:]/.test(first) || first === 'localhost') ? first : null;
-}
-
 /** The engine's id for an image, or null when it does not hold it. */
 async function imageId(docker: Docker, ref: string): Promise<string | null> {
   try {
@@ -92,23 +99,34 @@ async function imageId(docker: Docker, ref: string): Promise<string | null> {
 }
 
 /**
- * The base image's id, pulled first when the engine lacks it. A base that cannot be pulled is the
- * job's fault, unless it lives in Trainyard's own registry and that registry failed.
+ * The base image's id and the reference that pins it. The default base is the engine's own; any
+ * other is pulled (by the builder's login only from Trainyard's registry, which it is never in)
+ * and pinned by the digest its registry gave, so that no job builds on an image the engine holds
+ * for another. A base that cannot be pulled, or one with ONBUILD steps (which would run as root
+ * in the build), is the job's fault; an engine that cannot be reached is the platform's.
  */
 async function ensureBase(
   cfg: ImageBuildConfig,
-  ref: string,
+  input: ImageBuildInput,
   say: (line: string) => void,
   signal?: AbortSignal,
-): Promise<string> {
-  const present = await imageId(cfg.docker, ref);
-  if (present) return present;
+): Promise<{ id: string; pinned: string }> {
+  const ref = input.baseImage;
+  if (input.localBase) {
+    const id = await imageId(cfg.docker, ref);
+    if (!id)
+      throw new ImageBuildFailed(
+        failure('buildInfrastructure', `the default base image ${ref} is missing`),
+      );
+    return { id, pinned: ref };
+  }
+  const forbidden = refusedBase(ref, cfg.registry);
+  if (forbidden)
+    throw new ImageBuildFailed(failure('buildFailed', `the base image may not be ${forbidden}`));
   say(`[trainyard] pulling the base image ${ref}`);
-  const ours = registryOf(ref) === cfg.registry;
   let error: string | undefined;
   try {
-    const authconfig = ours && cfg.auth ? authConfig(cfg) : undefined;
-    const stream = await cfg.docker.pull(ref, { authconfig, abortSignal: signal });
+    const stream = await cfg.docker.pull(ref, { abortSignal: signal });
     await readProgress(stream, (e) => {
       error ??= errorOf(e);
       if (e.status && !e.id) say(e.status);
@@ -117,16 +135,34 @@ async function ensureBase(
     if (engineUnreachable(err) || signal?.aborted) throw err;
     error = messageOf(err);
   }
-  const pulled = error ? null : await imageId(cfg.docker, ref);
-  if (pulled) return pulled;
-  const why = error ?? 'the pull made no image';
-  const platform = ours && !/not found|manifest unknown|pull access denied/i.test(why);
-  throw new ImageBuildFailed(
-    failure(
-      platform ? 'buildInfrastructure' : 'buildFailed',
-      clip(`the base image ${ref} could not be pulled: ${why}`),
-    ),
-  );
+  if (error) {
+    // A registry that is busy or failing may answer later; any other refusal (no such image,
+    // no access, a registry this cluster cannot reach) is the job's to mend.
+    const passing = /toomanyrequests|\b(429|5\d\d)\b|timeout|connection reset|no space left/i.test(
+      error,
+    );
+    throw new ImageBuildFailed(
+      failure(
+        passing ? 'buildInfrastructure' : 'buildFailed',
+        clip(`the base image ${ref} could not be pulled: ${error}`),
+      ),
+    );
+  }
+  const info = (await cfg.docker.getImage(ref).inspect()) as {
+    Id: string;
+    RepoDigests?: string[];
+    Config?: { OnBuild?: string[] | null };
+  };
+  if (info.Config?.OnBuild?.length) {
+    throw new ImageBuildFailed(
+      failure('buildFailed', `the base image ${ref} has ONBUILD steps, which are not taken`),
+    );
+  }
+  const repo = ref
+    .replace(/@sha256:[a-f0-9]{64}$/, '')
+    .replace(/:[A-Za-z0-9_][A-Za-z0-9_.-]*$/, '');
+  const named = info.RepoDigests?.find((d) => d.startsWith(`${repo}@`)) ?? info.RepoDigests?.[0];
+  return { id: info.Id, pinned: named ?? info.Id };
 }
 
 function authConfig(cfg: ImageBuildConfig): Docker.AuthConfig {
@@ -244,6 +280,7 @@ async function sendContext(
       t: tag,
       buildargs: { ...plan.args, TRAINYARD_CACHE_KEY: plan.key, TRAINYARD_JOB: input.jobId },
       networkmode: cfg.network ?? 'none',
+      ...(cfg.memoryBytes && { memory: cfg.memoryBytes, memswap: cfg.memoryBytes }),
       rm: true,
       forcerm: true,
       abortSignal: signal,
@@ -258,7 +295,10 @@ async function sendContext(
   } finally {
     if (!sent) tar.kill();
   }
-  if (error) throw new ImageBuildFailed(classifyBuildError({ step, output, error }));
+  if (error) {
+    tar.kill();
+    throw new ImageBuildFailed(classifyBuildError({ step, output, error }));
+  }
   const code = await tarDone;
   if (code !== 0) throw new Error(`tar could not pack the build context: ${tarErr.trim()}`);
   id ??= (await imageId(cfg.docker, tag)) ?? undefined;
@@ -266,11 +306,13 @@ async function sendContext(
   return id;
 }
 
-/** The newest image built from the inputs `key` names, or null when there is none. */
+/**
+ * The image built before from the inputs `key` names, or null. It is found by a tag only the
+ * builder gives (a label could come with a pulled base image, and no base may be named in
+ * Trainyard's namespace).
+ */
 async function findCached(docker: Docker, key: string): Promise<string | null> {
-  const images = await docker.listImages({ filters: { label: [`trainyard.cache-key=${key}`] } });
-  const newest = images.sort((a, b) => b.Created - a.Created)[0];
-  return newest?.Id ?? null;
+  return imageId(docker, `${CACHE_REPOSITORY}:${key}`);
 }
 
 /**
@@ -335,16 +377,16 @@ export async function buildImage(
   const say = (line: string) => out(redact(line));
   try {
     signal?.throwIfAborted();
-    const baseImageId = await ensureBase(cfg, input.baseImage, say, signal);
+    const base = await ensureBase(cfg, input, say, signal);
     const localWheels = cfg.pipFindLinks && !isUrl(cfg.pipFindLinks) ? cfg.pipFindLinks : null;
-    const args = buildArgs(input.baseImage, {
+    const args = buildArgs(base.pinned, {
       indexUrl: cfg.pipIndexUrl,
       findLinks: cfg.pipFindLinks,
       network: cfg.network ?? 'none',
     });
     const key = cacheKey({
-      baseImage: input.baseImage,
-      baseImageId,
+      baseImage: base.pinned,
+      baseImageId: base.id,
       codeSha256: input.codeSha256,
       setup: input.setup ?? null,
       buildArgs: args,
@@ -357,7 +399,8 @@ export async function buildImage(
         .getImage(cachedId)
         .tag({ repo: jobRepository(cfg.registry), tag: input.jobId, abortSignal: signal });
     } else {
-      await buildFresh(cfg, input, { key, args, wheelsDir: localWheels }, say, signal);
+      const id = await buildFresh(cfg, input, { key, args, wheelsDir: localWheels }, say, signal);
+      await cfg.docker.getImage(id).tag({ repo: CACHE_REPOSITORY, tag: key, abortSignal: signal });
     }
     const digest = await push(cfg, input.jobId, say, signal);
     const ref = `${jobRepository(cfg.registry)}@${digest}`;

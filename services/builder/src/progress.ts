@@ -41,6 +41,9 @@ export const errorOf = (e: ProgressEvent) => e.errorDetail?.message ?? e.error;
 // eslint-disable-next-line no-control-regex -- an escape sequence starts with ESC
 const COLOURS = /\u001b\[[0-9;]*m/g;
 
+/** The longest line a build's output is held for before it is handed on as it is. */
+const MAX_LINE = 16 * 1024;
+
 /** Joins a build's output text into lines, which arrive in pieces, without terminal colours. */
 export function lineSplitter(onLine: (line: string) => void) {
   let rest = '';
@@ -48,6 +51,11 @@ export function lineSplitter(onLine: (line: string) => void) {
     push(text: string) {
       const lines = (rest + text).split('\n');
       rest = lines.pop()!;
+      // Output that never ends a line is handed on in pieces rather than held without bound.
+      if (rest.length > MAX_LINE) {
+        lines.push(rest);
+        rest = '';
+      }
       for (const raw of lines) {
         const line = raw.replace(COLOURS, '').replace(/\r$/, '');
         if (line.trim()) onLine(line);

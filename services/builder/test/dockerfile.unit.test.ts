@@ -106,8 +106,8 @@ describe('cacheKey', () => {
 });
 
 describe('classifyBuildError', () => {
-  const pipStep = `Step 10/13 : RUN ${REQUIREMENTS_RUN}`;
-  const setupStep = `Step 11/13 : RUN ${SETUP_RUN} && rm -rf /trainyard/build`;
+  const pipStep = `Step 9/12 : RUN ${REQUIREMENTS_RUN}`;
+  const setupStep = `Step 10/12 : RUN ${SETUP_RUN} && rm -rf /trainyard/build`;
   const exit = (code: number) => `The command '/bin/sh -c …' returned a non-zero code: ${code}`;
 
   it('names the requirement pip could not find, as the job’s fault', () => {

@@ -39,7 +39,7 @@ async function job(files: Record<string, string>, setup?: string): Promise<Image
   const codeSha256 = createHash('sha256')
     .update(JSON.stringify([RUN, files]))
     .digest('hex');
-  return { jobId, baseImage: BASE, srcDir, setup, codeSha256 };
+  return { jobId, baseImage: BASE, localBase: true, srcDir, setup, codeSha256 };
 }
 
 /** Builds, keeping every line `out` got with the time it came. */
@@ -224,12 +224,28 @@ describe('buildImage', () => {
   });
 
   it('fails as the job’s fault when the base image cannot be pulled, naming it', async () => {
-    const input = { ...(await job({})), baseImage: 'nosuch/image:1' };
+    const input = { ...(await job({})), baseImage: 'nosuch/image:1', localBase: false };
     const { outcome } = await build(input);
     expect(outcome.ok).toBe(false);
     if (outcome.ok) return;
     expect(outcome.failure.reason).toBe('buildFailed');
     expect(outcome.failure.message).toContain('nosuch/image:1');
+  });
+
+  it('never builds on another job’s image, nor on anything the engine holds by a name it was not pulled by', async () => {
+    // The first test's job, in Trainyard's registry and on this engine.
+    const other = `${registry}/trainyard/jobs@${first.digest}`;
+    for (const baseImage of [other, 'trainyard/cache:abc', first.id.slice(7, 19), BASE]) {
+      const { outcome, text } = await build({
+        ...(await job({}, 'tar cf - /workspace | head -c 100')),
+        baseImage,
+        localBase: false,
+      });
+      expect(outcome.ok, baseImage).toBe(false);
+      if (outcome.ok) return;
+      expect(outcome.failure.reason).toBe('buildFailed');
+      expect(text.join('\n')).not.toContain('Step 1/');
+    }
   });
 
   it('fails as the platform’s fault when the registry is unreachable, never showing the password', async () => {

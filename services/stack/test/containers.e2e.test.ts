@@ -120,6 +120,20 @@ describe('jobs in containers', () => {
     expect(left).toEqual([]);
   });
 
+  it('refuses another job’s image or Trainyard’s own as a base, and a memory limit no container starts in', async () => {
+    for (const over of [
+      { image: `${docker.registry}/trainyard/jobs:job_other` },
+      { image: 'trainyard/cache:0123abcd' },
+      { resources: { gpus: 0, memoryGb: 0.001 } },
+    ]) {
+      const res = await submit(t, token, spec(over));
+      expect(res.status, JSON.stringify(over)).toBe(400);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe(
+        'VALIDATION_FAILED',
+      );
+    }
+  });
+
   it('runs a job that names no image in the default base where jobs run in containers', async () => {
     const id = await submitted(
       await t.http('/v1/jobs', {

@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { initialJobState } from '@trainyard/domain';
+import { initialJobState, refusedBase } from '@trainyard/domain';
 import { EMPTY_HEAD, JobStatus, type JobSpec } from '@trainyard/events';
 import { runJobCommand } from '@trainyard/application';
 import { type ArchiveLimits } from '@trainyard/blobs';
@@ -22,6 +22,9 @@ import {
 import { keepUpload, stageUpload, type StagedUpload } from '../upload.ts';
 import { jobView } from '../views.ts';
 import { actorOf, callerOf, jobIdParam, readModel, visibleJob, waitForSeq } from './common.ts';
+
+/** The least memory limit a container is given: Docker refuses to start one under 6 MiB. */
+const MIN_MEMORY_GB = 0.05;
 
 /** The most jobs one page of `GET /v1/jobs` holds. */
 export const MAX_LIST_LIMIT = 500;
@@ -62,7 +65,15 @@ function withImagePolicy(spec: JobSpec, images: ApiDeps['images']): JobSpec {
       'spec.image: this cluster runs jobs on its workers’ hosts, not in containers (it has no registry for images: start it with `up --runtime docker`, or set TRAINYARD_REGISTRY)',
     );
   }
+  const refused = spec.image === undefined ? null : refusedBase(spec.image, images.registry);
+  if (refused) throw new ApiError('VALIDATION_FAILED', `spec.image: ${refused}`);
   const image = spec.image ?? images.defaultImage;
+  if (spec.resources.memoryGb !== undefined && spec.resources.memoryGb < MIN_MEMORY_GB) {
+    throw new ApiError(
+      'VALIDATION_FAILED',
+      `spec.resources.memoryGb: at least ${MIN_MEMORY_GB} (${MIN_MEMORY_GB * 1024} MiB); a container cannot start in less`,
+    );
+  }
   if (spec.resources.memoryGb !== undefined && image === undefined) {
     throw new ApiError(
       'VALIDATION_FAILED',
