@@ -3,6 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { appendCeiling } from './append.ts';
+import { containerBench } from './containers.ts';
 import { BenchCluster } from './cluster.ts';
 import { pidsMatching } from '@trainyard/testkit';
 import { CpuMeter } from './cpu.ts';
@@ -11,7 +12,7 @@ import { summary } from './stats.ts';
 
 process.env.TRAINYARD_LOG_LEVEL ??= 'warn';
 const quick = process.argv.includes('--quick');
-const PARTS = ['small', 'ceiling', 'startup'] as const;
+const PARTS = ['small', 'ceiling', 'startup', 'containers'] as const;
 const onlyArg = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length);
 const parts = new Set(onlyArg ? onlyArg.split(',') : PARTS);
 for (const part of parts)
@@ -182,6 +183,7 @@ try {
     smallCluster: parts.has('small') ? await smallCluster(cluster) : null,
     ceiling: parts.has('ceiling') ? await ceiling(cluster) : null,
     schedulerStartup: parts.has('startup') ? await startupBench(quick ? 10_000 : 100_000) : null,
+    containers: parts.has('containers') ? await containerBench(quick ? 5 : 20) : null,
   };
   const dir = 'bench-results';
   await mkdir(dir, { recursive: true });
@@ -190,6 +192,7 @@ try {
   const s = result.smallCluster;
   const c = result.ceiling;
   const u = result.schedulerStartup;
+  const k = result.containers;
   const sections = [
     'Trainyard benchmark (simulated GPUs; jobs skip build and estimation)',
     s &&
@@ -215,6 +218,13 @@ try {
       `scheduler start-up with ${u.jobs} jobs (${u.events} events) in the log
   full replay      ${u.fullReplayMs} ms
   from snapshot    ${u.fromSnapshotMs} ms (target < 2000 ms)`,
+    k &&
+      ('skipped' in k
+        ? `containers: skipped, ${k.skipped}`
+        : `containers: ${k.jobs} jobs running \`python3 -c pass\` one after another, after one that builds the image
+  process runtime  submit->running p50 ${k.processRuntime.submitToRunningMs.p50} ms  p99 ${k.processRuntime.submitToRunningMs.p99} ms; attempt p50 ${k.processRuntime.attemptMs.p50} ms
+  docker runtime   submit->running p50 ${k.dockerRuntime.submitToRunningMs.p50} ms  p99 ${k.dockerRuntime.submitToRunningMs.p99} ms (image from the build cache); attempt p50 ${k.dockerRuntime.attemptMs.p50} ms
+  first build      submit->running ${k.dockerRuntime.firstSubmitToRunningMs} ms (the image built and pushed)`),
     `written to ${file}`,
   ];
   console.log(`\n${sections.filter(Boolean).join('\n\n')}`);
