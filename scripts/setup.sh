@@ -5,15 +5,19 @@
 #                    base image is made of (python3-pip, busybox-static), and docker-compose:
 #                    for `up --runtime docker`, and the tests
 #   --cluster-tools  also nats-server 2.10, for NATS clusters (tests, benchmarks, chaos)
+#   --torch          also PyTorch and scikit-learn for the system's Python (python3-torch,
+#                    python3-sklearn, ~1.3 GB): for examples/digits-mlp and its test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 containers=false
 cluster_tools=false
+torch=false
 for arg in "$@"; do
   case "$arg" in
     --containers) containers=true ;;
     --cluster-tools) cluster_tools=true ;;
+    --torch) torch=true ;;
     *) printf '[setup] unknown option %s\n' "$arg" >&2; exit 2 ;;
   esac
 done
@@ -30,6 +34,10 @@ missing=()
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if [ "$torch" = true ]; then
+  /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)
+  /usr/bin/python3 -c 'import sklearn' >/dev/null 2>&1 || missing+=(python3-sklearn)
+fi
 if [ "$containers" = true ]; then
   [ -x /usr/sbin/dockerd ] || [ -x /usr/bin/dockerd ] || missing+=(docker.io)
   [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)

@@ -3,7 +3,7 @@
 # nats-server and a real PostgreSQL that the test harness starts on free ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh --cluster-tools --containers
+bash scripts/setup.sh --cluster-tools --containers --torch
 export TRAINYARD_LOG_LEVEL="${TRAINYARD_LOG_LEVEL:-warn}"
 
 echo "== lint"

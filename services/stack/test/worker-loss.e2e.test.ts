@@ -1,10 +1,13 @@
 import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runJobCommand, loadJob } from '@trainyard/application';
 import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
-import { startTestStack, submit, type TestStack } from './harness.ts';
+import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
 import { startWorkerProcess, type ServiceProcess } from './processes.ts';
+
+const EXAMPLES = resolve(fileURLToPath(new URL('../../../examples', import.meta.url)));
 
 let t: TestStack;
 let token: string;
@@ -177,6 +180,47 @@ describe('a worker that dies mid-run', () => {
     expect(from).toBeGreaterThanOrEqual(kept);
     expect(second).toContain('done at step 60');
     expect(await (await t.http(`/v1/jobs/${id}/outputs/step.txt`, { token })).text()).toBe('60\n');
+  });
+
+  it('carries the digits example’s PyTorch training on from its checkpoint on another worker', async () => {
+    const first = worker('w-torch-1');
+    await online('w-torch-1');
+    const train = await readFile(join(EXAMPLES, 'digits-mlp', 'train.py'), 'utf8');
+    const res = await submit(
+      t,
+      token,
+      {
+        name: 'digits',
+        command: 'python3 train.py',
+        resources: { gpus: 0 },
+        env: { EPOCHS: '12', EPOCH_PAUSE: '0.4' },
+        maxRetries: 2,
+      },
+      await codeArchive({ 'train.py': train }),
+    );
+    const { id } = (await res.json()) as { id: string };
+    const saved = await waitFor(
+      'a checkpoint past epoch 2 in the outputs',
+      async () => {
+        const metrics = await t.http(`/v1/jobs/${id}/outputs/metrics.jsonl`, { token });
+        if (metrics.status !== 200) return undefined;
+        const epochs = (await metrics.text()).trim().split('\n').length;
+        const files = (await (await t.http(`/v1/jobs/${id}/outputs`, { token })).json()) as {
+          path: string;
+        }[];
+        return epochs >= 3 && files.some((f) => f.path === 'checkpoint.pt') ? epochs : undefined;
+      },
+      { timeoutMs: 30_000 },
+    );
+    await first.kill9();
+    worker('w-torch-2');
+    const done = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 60_000);
+    expect(done.attempts.map((a) => a.status)).toEqual(['failed', 'succeeded']);
+    const second = await (await t.http(`/v1/jobs/${id}/logs?attempt=2`, { token })).text();
+    const from = Number(/resumed from the checkpoint of epoch (\d+)/.exec(second)?.[1]);
+    expect(from).toBeGreaterThanOrEqual(saved - 1);
+    expect(second).not.toMatch(/epoch {2}1 {2}loss/);
+    expect(second).toMatch(/done: accuracy 0\.(8|9)\d\d/);
   });
 
   it('fails the job as a system failure once retries run out', async () => {
