@@ -54,10 +54,18 @@ export function startEnrollingWorker(
   );
 }
 
-/** A worker in a process of its own with CPU slots, its sandboxes under `sandboxRoot/name`. */
+/**
+ * A worker in a process of its own with CPU slots, its sandboxes under `sandboxRoot/name`; with
+ * `docker`, of the Docker runtime on that engine and registry.
+ */
 export function startWorkerProcess(
   name: string,
-  opts: { natsUrl: string; sandboxRoot: string; heartbeatMs?: number },
+  opts: {
+    natsUrl: string;
+    sandboxRoot: string;
+    heartbeatMs?: number;
+    docker?: { host: string; registry: string };
+  },
 ): ServiceProcess {
   return startService(
     [
@@ -69,7 +77,14 @@ export function startWorkerProcess(
       ...(opts.heartbeatMs ? ['--heartbeat-ms', String(opts.heartbeatMs)] : []),
       '--sandbox',
       join(opts.sandboxRoot, name),
+      ...(opts.docker ? ['--runtime', 'docker'] : []),
     ],
-    { TRAINYARD_NATS_URL: opts.natsUrl },
+    {
+      TRAINYARD_NATS_URL: opts.natsUrl,
+      ...(opts.docker && {
+        TRAINYARD_DOCKER_HOST: opts.docker.host,
+        TRAINYARD_REGISTRY: opts.docker.registry,
+      }),
+    },
   );
 }
