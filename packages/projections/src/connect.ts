@@ -14,8 +14,35 @@ const clients = new WeakMap<Kysely<Database>, PostgresClient>();
  */
 const END_TIMEOUT_SECONDS = 5;
 
+/**
+ * Whether `reason` is the failure of the array-types lookup postgres.js makes on each new
+ * connection: it drops that promise (porsager/postgres#1192), so a database that goes away as a
+ * connection starts rejects it where no caller can catch it. The query the connection was opened
+ * for fails or is retried on its own.
+ */
+export function isTypeLookupFailure(reason: unknown): boolean {
+  const query = (reason as { query?: unknown } | null)?.query;
+  return typeof query === 'string' && query.includes('pg_catalog.pg_type');
+}
+
+let guarded = false;
+
+/**
+ * Keeps that one rejection from ending the process; any other unhandled rejection ends it, as
+ * Node's default would.
+ */
+function guardTypeLookups(): void {
+  if (guarded) return;
+  guarded = true;
+  process.on('unhandledRejection', (reason) => {
+    if (isTypeLookupFailure(reason)) return;
+    throw reason;
+  });
+}
+
 /** A Kysely handle over postgres.js; int8 comes back as a JS number. */
 export function connectDb(url: string, opts: { max?: number } = {}): Kysely<Database> {
+  guardTypeLookups();
   const sql = postgres(url, {
     max: opts.max ?? 10,
     prepare: false,
