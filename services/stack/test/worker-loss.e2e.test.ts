@@ -13,6 +13,8 @@ let t: TestStack;
 let token: string;
 let dir: Awaited<ReturnType<typeof tempDir>>;
 const workers: ServiceProcess[] = [];
+/** The last process started under each name. */
+const byName = new Map<string, ServiceProcess>();
 
 function worker(name: string): ServiceProcess {
   const w = startWorkerProcess(name, {
@@ -21,6 +23,7 @@ function worker(name: string): ServiceProcess {
     heartbeatMs: 200,
   });
   workers.push(w);
+  byName.set(name, w);
   return w;
 }
 
@@ -199,6 +202,9 @@ describe('a worker that dies mid-run', () => {
       await codeArchive({ 'train.py': train }),
     );
     const { id } = (await res.json()) as { id: string };
+    // Workers of the tests before may be online too: the one that runs it is the one killed.
+    const running = await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
+    const holder = running.attempts[0]!.workerId;
     const saved = await waitFor(
       'a checkpoint past epoch 1 in the outputs',
       async () => {
@@ -212,7 +218,7 @@ describe('a worker that dies mid-run', () => {
       },
       { timeoutMs: 30_000 },
     );
-    await first.kill9();
+    await (holder === 'w-torch-1' ? first : byName.get(holder)!).kill9();
     worker('w-torch-2');
     const done = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 60_000);
     expect(done.attempts.map((a) => a.status)).toEqual(['failed', 'succeeded']);

@@ -213,9 +213,10 @@ const insideOutputs = (path: string) =>
  * Restores the outputs of the attempt before (its checkpoints) into this one's output directory,
  * each checked against its sha256, so that the job resumes from them. Fetched through the
  * control plane, which gives them only to the worker that holds the job's live attempt. A file
- * that is gone, or is not the one reported (its attempt, fenced, wrote on), is left out: the job
- * resumes from what there is rather than fail for good; one the control plane cannot give now
- * fails the start, which is tried again.
+ * that is gone is left out: the job resumes from what there is rather than fail for good. One
+ * that is newer than its last report (its worker stored it again, then went before it reported
+ * it) is taken as it is: it is that attempt's own, and its latest. One the control plane cannot
+ * give now fails the start, which is tried again.
  */
 async function restoreOutputs(box: Sandbox, msg: RunAttempt, blobs: BlobSource): Promise<void> {
   const restore = msg.restore;
@@ -228,7 +229,7 @@ async function restoreOutputs(box: Sandbox, msg: RunAttempt, blobs: BlobSource):
       sizeBytes: file.sizeBytes,
       sha256: file.sha256,
     };
-    if ((await fetchVerified(blobs, ref, target)) !== 'fetched') await rm(target, { force: true });
+    if ((await fetchVerified(blobs, ref, target)) === 'missing') await rm(target, { force: true });
   }
 }
 
