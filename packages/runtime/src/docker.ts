@@ -3,7 +3,7 @@ import { Writable } from 'node:stream';
 import { constants as osConstants } from 'node:os';
 import Docker from 'dockerode';
 import type { ProcessExit } from '@trainyard/domain';
-import { attemptEnv } from './process.ts';
+import { attemptEnv, notStarted } from './process.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
 /** Where an attempt's outputs are, inside its container. */
@@ -204,14 +204,7 @@ export class DockerRuntime implements Runtime {
     } catch (err) {
       // Nothing runs unwatched: a container that started but could not be followed goes.
       await container?.remove({ force: true, v: true }).catch(() => undefined);
-      return {
-        pid: undefined,
-        exited: Promise.resolve({
-          kind: 'launch-error',
-          message: `the container could not start: ${(err as Error).message}`,
-        }),
-        kill: async () => undefined,
-      };
+      return notStarted(`the container could not start: ${(err as Error).message}`);
     }
   }
 

@@ -306,7 +306,8 @@ function killer(pid: number, exited: Promise<ProcessExit>) {
   };
 }
 
-function notStarted(message: string): RunningAttempt {
+/** An attempt that could not start: it has ended, with a launch error. */
+export function notStarted(message: string): RunningAttempt {
   return {
     pid: undefined,
     exited: Promise.resolve({ kind: 'launch-error', message }),
