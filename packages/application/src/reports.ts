@@ -26,6 +26,28 @@ export const ProcessExitSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('lost'), message: z.string().max(4096) }),
 ]);
 
+/**
+ * What a probe measured, as its wrapper wrote it. The job itself can write the file, so its
+ * figures are only the job's word about itself, like a declared `vramGb`.
+ */
+export const ProbeReportSchema = z.object({
+  steps: z.number().int().min(0).max(1_000_000),
+  done: z.boolean(),
+  device: z.enum(['cuda', 'cpu']),
+  peakVramBytes: z
+    .number()
+    .int()
+    .min(0)
+    .max(2 ** 50)
+    .nullable(),
+  peakRssBytes: z
+    .number()
+    .int()
+    .min(0)
+    .max(2 ** 50),
+  stepMs: z.number().min(0).max(1e9).nullable(),
+});
+
 /** What a worker may report about an attempt: the time and randomness are the control plane's. */
 export const AttemptReportSchema = z.discriminatedUnion('type', [
   z.object({ type: z.literal('StartAttempt'), attemptId: Id }),
@@ -38,6 +60,14 @@ export const AttemptReportSchema = z.discriminatedUnion('type', [
     type: z.literal('FinishAttempt'),
     attemptId: Id,
     exit: ProcessExitSchema,
+    durationMs: z.number().min(0),
+  }),
+  z.object({
+    type: z.literal('FinishProbe'),
+    attemptId: Id,
+    exit: ProcessExitSchema,
+    report: ProbeReportSchema.nullable(),
+    timedOut: z.boolean(),
     durationMs: z.number().min(0),
   }),
   z.object({ type: z.literal('FailAttempt'), attemptId: Id, failure: FailureSchema }),

@@ -1,7 +1,14 @@
 import type { AggregateHead, JobEvent, StoredEvent, WorkerEvent } from '@trainyard/events';
 import { evolveWorker, initialWorker, type WorkerLifecycle } from './worker.ts';
 import { assertNever } from './errors.ts';
-import { evolveJob, initialJobState, isTerminal, type JobState } from './job/state.ts';
+import {
+  awaitsPlacement,
+  evolveJob,
+  initialJobState,
+  isTerminal,
+  slotHolder,
+  type JobState,
+} from './job/state.ts';
 
 export interface GpuUsage {
   index: number;
@@ -67,26 +74,20 @@ function reserve(cluster: ClusterState, job: JobState, sign: 1 | -1): void {
   else worker.attempts.delete(attempt.id);
 }
 
-const HOLDS_SLOT = new Set(['assigned', 'running']);
-
 function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>): void {
   const tracked = cluster.jobs.get(event.aggregateId);
   const before = tracked?.state ?? initialJobState(event.aggregateId);
   const after = evolveJob(before, event, event.occurredAt);
-  const held = HOLDS_SLOT.has(before.status) && before.attempts.length > 0;
-  const holds = HOLDS_SLOT.has(after.status);
-  if (held && (!holds || after.attempts.length !== before.attempts.length)) {
-    reserve(cluster, before, -1);
-  }
-  if (holds && (!held || after.attempts.length !== before.attempts.length)) {
-    reserve(cluster, after, 1);
-  }
+  const held = slotHolder(before);
+  const holds = slotHolder(after);
+  if (held && held.id !== holds?.id) reserve(cluster, before, -1);
+  if (holds && holds.id !== held?.id) reserve(cluster, after, 1);
   if (isTerminal(after.status)) {
     cluster.jobs.delete(event.aggregateId);
     return;
   }
   const becameQueued =
-    (after.status === 'queued' || after.status === 'retrying') && after.status !== before.status;
+    awaitsPlacement(after) && (!awaitsPlacement(before) || after.status !== before.status);
   cluster.jobs.set(event.aggregateId, {
     state: after,
     head: { seq: event.seq, hash: event.hash },
@@ -120,8 +121,7 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
       cluster.workers.set(ev.aggregateId, worker);
       if (existing) {
         for (const job of cluster.jobs.values()) {
-          const attempt = job.state.attempts[job.state.attempts.length - 1];
-          if (attempt?.workerId === ev.aggregateId && HOLDS_SLOT.has(job.state.status)) {
+          if (slotHolder(job.state)?.workerId === ev.aggregateId) {
             reserve(cluster, job.state, 1);
           }
         }
@@ -170,8 +170,7 @@ export interface HeldAttempt {
 export function staleAttempts(cluster: ClusterState, workerId?: string): HeldAttempt[] {
   const stale: HeldAttempt[] = [];
   for (const job of cluster.jobs.values()) {
-    if (!HOLDS_SLOT.has(job.state.status)) continue;
-    const attempt = job.state.attempts[job.state.attempts.length - 1];
+    const attempt = slotHolder(job.state);
     if (!attempt || (workerId !== undefined && attempt.workerId !== workerId)) continue;
     const worker = cluster.workers.get(attempt.workerId);
     const gone =

@@ -12,6 +12,12 @@ export const FailureReasons = {
   setupFailed: { kind: 'user', retryable: false },
   /** The job's image could not be built from what the job brought (a requirement, a file). */
   buildFailed: { kind: 'user', retryable: false },
+  /** The probe saw no Python process start: it measures PyTorch training scripts only. */
+  probeNotPython: { kind: 'user', retryable: false },
+  /** The probe's command ended (or ran out its time) without one optimizer step. */
+  probeNoStep: { kind: 'user', retryable: false },
+  /** The command failed while the probe watched it. */
+  probeCrashed: { kind: 'user', retryable: false },
   launchError: { kind: 'system', retryable: true },
   processLost: { kind: 'system', retryable: true },
   workerLost: { kind: 'system', retryable: true },

@@ -7,3 +7,4 @@ export * from './job/state.ts';
 export * from './placement.ts';
 export * from './worker.ts';
 export * from './images.ts';
+export * from './job/probe.ts';

@@ -1,5 +1,5 @@
 import type { ClusterState, GpuUsage, TrackedJob, WorkerState } from './cluster.ts';
-import { runsInContainer } from './job/state.ts';
+import { awaitsPlacement, probesNext, runsInContainer } from './job/state.ts';
 
 export const GiB = 1024 ** 3;
 
@@ -30,8 +30,9 @@ function placeable(cluster: ClusterState, now: Date): { ready: TrackedJob[]; wak
   let wakeAt: number | null = null;
   for (const job of cluster.jobs.values()) {
     const { status, retryAt } = job.state;
-    if (status === 'queued') ready.push(job);
-    else if (status === 'retrying' && retryAt) {
+    if (!awaitsPlacement(job.state)) continue;
+    if (status !== 'retrying') ready.push(job);
+    else if (retryAt) {
       const at = Date.parse(retryAt);
       if (at <= now.getTime()) ready.push(job);
       else wakeAt = wakeAt === null ? at : Math.min(wakeAt, at);
@@ -45,10 +46,19 @@ function byPlacementOrder(a: TrackedJob, b: TrackedJob): number {
   return (b.state.spec?.priority ?? 0) - (a.state.spec?.priority ?? 0) || a.queuedSeq - b.queuedSeq;
 }
 
-/** Bytes a job takes on each of its GPUs: its declared VRAM, or the whole GPU when undeclared. */
+/**
+ * Bytes a job takes on each of its GPUs: its declared VRAM, else what its probe measured, else
+ * (its probe, or a job from before probes) the whole GPU.
+ */
 function vramNeed(job: TrackedJob, gpu: GpuUsage): number {
   const gb = job.state.spec?.resources.vramGb;
-  return gb === undefined ? gpu.vramBytes : Math.ceil(gb * GiB);
+  if (gb !== undefined) return Math.ceil(gb * GiB);
+  return job.state.estimate ? job.state.estimate.vramBytes : gpu.vramBytes;
+}
+
+/** Whether a job takes its GPUs whole: its probe, or a job whose need is unknown. */
+function takesWholeGpus(job: TrackedJob): boolean {
+  return job.state.spec?.resources.vramGb === undefined && job.state.estimate === null;
 }
 
 /** Whether a GPU is of the model the job asks for, if it asks for one. */
@@ -59,7 +69,7 @@ function modelFits(job: TrackedJob, gpu: GpuUsage): boolean {
 
 function gpuFits(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): boolean {
   if (!modelFits(job, gpu)) return false;
-  if (job.state.spec?.resources.vramGb === undefined) return gpu.attempts === 0;
+  if (takesWholeGpus(job)) return gpu.attempts === 0;
   const free = gpu.vramBytes - gpu.reservedBytes;
   return vramNeed(job, gpu) + policy.headroomBytes <= free;
 }
@@ -81,11 +91,15 @@ function fitOnWorker(
     if (worker.cpuSlots - worker.cpusUsed < cpus) return null;
     return { jobId: job.state.id, workerId: worker.id, gpus: [], vramBytes: 0, cpus };
   }
+  const probe = probesNext(job.state);
+  // A probe gets the GPUs with the most memory, so that what it measures is not cut short; any
+  // other job the tightest that fit, leaving room for larger ones.
   const fitting = worker.gpus
     .filter((g) => gpuFits(job, g, policy))
-    .sort(
-      (a, b) =>
-        a.vramBytes - a.reservedBytes - (b.vramBytes - b.reservedBytes) || a.index - b.index,
+    .sort((a, b) =>
+      probe
+        ? b.vramBytes - a.vramBytes || a.index - b.index
+        : a.vramBytes - a.reservedBytes - (b.vramBytes - b.reservedBytes) || a.index - b.index,
     );
   if (fitting.length < resources.gpus) return null;
   const chosen = fitting.slice(0, resources.gpus);
@@ -115,10 +129,28 @@ function shapeOf(job: TrackedJob): string {
         : `${where} gpu ${gpus} ${vramGb ?? 'whole'} ${gpuModel ?? 'any'}`;
     shapes.set(spec, shape);
   }
-  return shape;
+  const estimate = job.state.estimate;
+  return estimate ? `${shape} measured ${estimate.vramBytes}` : shape;
 }
 
 const shapes = new WeakMap<object, string>();
+
+/** The smallest memory among an assignment's GPUs: a probe goes where it is largest. */
+function smallestGpu(worker: WorkerState, a: Assignment): number {
+  return Math.min(...a.gpus.map((i) => worker.gpus.find((g) => g.index === i)!.vramBytes));
+}
+
+/** Where a job goes: the first worker it fits on; a probe, the one with the largest GPUs. */
+function place(job: TrackedJob, workers: WorkerState[], policy: PlacementPolicy) {
+  let best: { worker: WorkerState; a: Assignment } | null = null;
+  for (const worker of workers) {
+    const a = fitOnWorker(job, worker, policy);
+    if (!a) continue;
+    if (!probesNext(job.state) || a.gpus.length === 0) return { worker, a };
+    if (!best || smallestGpu(worker, a) > smallestGpu(best.worker, best.a)) best = { worker, a };
+  }
+  return best;
+}
 
 function apply(worker: WorkerState, a: Assignment): void {
   for (const index of a.gpus) {
@@ -141,7 +173,8 @@ function cloneWorker(w: WorkerState): WorkerState {
 /**
  * Placement policy v1: walks queued jobs by priority then age and puts each on the first
  * online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
- * its free memory; a job without declared VRAM takes a GPU alone. A job that fits nowhere does
+ * its free memory; a job without declared VRAM takes a GPU alone for its probe, then what the
+ * probe measured (one from before probes takes its GPUs alone). A job that fits nowhere does
  * not hold back a later one that asks less. Pure: the cluster state is not changed.
  */
 export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
@@ -157,16 +190,14 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
     if (!job.state.spec) continue;
     const shape = shapeOf(job);
     if (unplaceable.has(shape)) continue;
-    const placed = workers.find((worker) => {
-      const a = fitOnWorker(job, worker, policy);
-      if (a) {
-        apply(worker, a);
-        assignments.push(a);
-      }
-      return a !== null;
-    });
-    if (!placed) unplaceable.add(shape);
-    else if (!hasRoom(placed) && !workers.some(hasRoom)) break;
+    const placed = place(job, workers, policy);
+    if (!placed) {
+      unplaceable.add(shape);
+      continue;
+    }
+    apply(placed.worker, placed.a);
+    assignments.push(placed.a);
+    if (!hasRoom(placed.worker) && !workers.some(hasRoom)) break;
   }
   return { assignments, wakeAt };
 }

@@ -18,7 +18,10 @@ describe('job decider', () => {
   it('submits a job that needs no build straight into the queue', () => {
     const events = when([], { type: 'SubmitJob', owner: 'alice', spec: spec() });
     expect(events).toEqual([
-      { type: 'JobSubmitted', data: { owner: 'alice', spec: spec(), build: false } },
+      {
+        type: 'JobSubmitted',
+        data: { owner: 'alice', spec: spec(), build: false, estimate: false },
+      },
     ]);
     expect(given(events).status).toBe('queued');
   });

@@ -15,10 +15,24 @@ import { z } from 'zod';
 import { BlobRefSchema } from './common.ts';
 import { CodeArchiveSchema, OutputFileSchema } from './job.ts';
 
-/** The version the scheduler sends; workers read every version listed in `Version`. */
-export const DISPATCH_VERSION = 1;
+/**
+ * The newest version, which workers read along with every older one listed in `Version`.
+ * Version 2 adds `probe`: a worker of version 1 would run the whole job where it was asked to
+ * probe it, so a probe is sent as version 2 and every other message as version 1, which
+ * workers of either version read.
+ */
+export const DISPATCH_VERSION = 2;
 /** A message without a version was sent before versions were, as version 1. */
-const Version = z.literal(1).default(1);
+const Version = z.union([z.literal(1), z.literal(2)]).default(1);
+
+/** How a probe stops: after `maxSteps` optimizer steps, or once the peak has not grown for `plateauSteps`. */
+export const ProbeLimitsSchema = z.object({
+  maxSteps: z.number().int().min(1).max(1000),
+  plateauSteps: z.number().int().min(1).max(1000),
+  /** The probe fails as the job's own fault when it has seen no step for this long. */
+  timeoutMs: z.number().int().min(1),
+});
+export type ProbeLimits = z.infer<typeof ProbeLimitsSchema>;
 
 export const RunAttemptSchema = z.object({
   v: Version,
@@ -57,6 +71,11 @@ export const RunAttemptSchema = z.object({
    * this attempt's output directory before it starts it, with `TRAINYARD_RESUMED=1`.
    */
   restore: z.object({ attemptId: z.string(), files: z.array(OutputFileSchema) }).optional(),
+  /**
+   * The attempt is the job's probe (version 2): the worker runs the command under Trainyard's
+   * probe, which measures its memory and step time and stops it within `limits`.
+   */
+  probe: ProbeLimitsSchema.optional(),
   /** The job's head in the log when the message was derived: its `JobAssigned`. */
   headSeq: z.number().int().min(1).optional(),
 });

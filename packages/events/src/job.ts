@@ -95,6 +95,12 @@ export const JobSubmitted = z.object({
      * events recorded before it was: `buildsFirst` reads those.
      */
     build: z.boolean().optional(),
+    /**
+     * Whether a probe measures the job's memory before it is queued (it asks for GPUs and
+     * declares no `vramGb`), decided once at submission. Absent from events recorded before it
+     * was: such a job takes each of its GPUs whole.
+     */
+    estimate: z.boolean().optional(),
   }),
 });
 export type JobSubmittedData = z.infer<typeof JobSubmitted>['data'];
@@ -135,6 +141,31 @@ export const JobAssigned = z.object({
     gpus: z.array(z.number().int().min(0)),
     vramBytes: z.number().int().nonnegative(),
     cpus: z.number().int().min(0),
+    /** The attempt is the job's probe: it measures the job's first steps, then stops it. */
+    probe: z.boolean().optional(),
+  }),
+});
+
+/** What a probe measured of a job's first training steps. */
+export const EstimateSchema = z.object({
+  /** Peak CUDA memory reserved on one GPU (`torch.cuda.max_memory_reserved()`); 0 on CPU. */
+  vramBytes: z.number().int().nonnegative(),
+  /** Peak resident memory of the training process. */
+  ramBytes: z.number().int().nonnegative(),
+  /** Mean time between optimizer steps, null when fewer than two were seen. */
+  stepMs: z.number().nonnegative().nullable(),
+  steps: z.number().int().min(1),
+  device: z.enum(['cuda', 'cpu']),
+});
+export type Estimate = z.infer<typeof EstimateSchema>;
+
+/** A probe measured the job: it is queued, to be placed by what it needs. */
+export const JobEstimated = z.object({
+  type: z.literal('JobEstimated'),
+  data: z.object({
+    attemptId: z.string().min(1),
+    estimate: EstimateSchema,
+    durationMs: z.number().nonnegative(),
   }),
 });
 
@@ -187,6 +218,7 @@ export const JobEventSchema = z.discriminatedUnion('type', [
   JobBuildFailed,
   JobAssigned,
   JobStarted,
+  JobEstimated,
   JobOutputsSynced,
   JobSucceeded,
   JobAttemptFailed,

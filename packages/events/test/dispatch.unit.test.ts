@@ -15,9 +15,12 @@ const run = {
 
 describe('the dispatch contract', () => {
   it('reads a message of its version, and one sent before versions as version 1', () => {
-    expect(DispatchMessageSchema.parse({ ...run, v: DISPATCH_VERSION })).toEqual({
+    expect(DispatchMessageSchema.parse({ ...run, v: 1 })).toEqual({ ...run, v: 1 });
+    const probe = { maxSteps: 20, plateauSteps: 2, timeoutMs: 600_000 };
+    expect(DispatchMessageSchema.parse({ ...run, v: DISPATCH_VERSION, probe })).toEqual({
       ...run,
-      v: 1,
+      v: 2,
+      probe,
     });
     expect(DispatchMessageSchema.parse(run)).toMatchObject({ v: 1, kind: 'run' });
     expect(
@@ -40,7 +43,16 @@ describe('the dispatch contract', () => {
   });
 
   it('refuses a version it does not know, and a message missing what a worker needs', () => {
-    expect(DispatchMessageSchema.safeParse({ ...run, v: 2 }).success).toBe(false);
+    expect(DispatchMessageSchema.safeParse({ ...run, v: DISPATCH_VERSION + 1 }).success).toBe(
+      false,
+    );
+    expect(
+      DispatchMessageSchema.safeParse({
+        ...run,
+        v: 2,
+        probe: { maxSteps: 0, plateauSteps: 2, timeoutMs: 1 },
+      }).success,
+    ).toBe(false);
     const { command: _command, ...noCommand } = run;
     expect(DispatchMessageSchema.safeParse(noCommand).success).toBe(false);
     expect(DispatchMessageSchema.safeParse({ ...run, kind: 'state' }).success).toBe(false);

@@ -4,6 +4,7 @@ import * as m001 from './migrations/001_initial.ts';
 import * as m002 from './migrations/002_user_disabled.ts';
 import * as m003 from './migrations/003_outputs_attempt.ts';
 import * as m004 from './migrations/004_image_digest.ts';
+import * as m005 from './migrations/005_estimates.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -11,6 +12,7 @@ const migrations: Record<string, Migration> = {
   '002_user_disabled': m002,
   '003_outputs_attempt': m003,
   '004_image_digest': m004,
+  '005_estimates': m005,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

@@ -4,12 +4,21 @@ import { constants as osConstants } from 'node:os';
 import Docker from 'dockerode';
 import type { ProcessExit } from '@trainyard/domain';
 import { attemptEnv, notStarted } from './process.ts';
+import { probeEnv } from './probe.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
 /** Where an attempt's outputs are, inside its container. */
 export const CONTAINER_OUTPUT_DIR = '/trainyard/outputs';
 /** The working directory of a job's image: its code. */
 export const CONTAINER_WORK_DIR = '/workspace';
+/** Where a probe's wrapper is mounted in its container. */
+export const CONTAINER_PROBE_DIR = '/trainyard/probe';
+/**
+ * How a probe's command starts: with the wrapper's directory first on Python's path, ahead of
+ * whatever the image puts there. The command is an argument of this constant script, never
+ * part of it.
+ */
+const PROBE_COMMAND = `export PYTHONPATH="${CONTAINER_PROBE_DIR}\${PYTHONPATH:+:$PYTHONPATH}"; exec /bin/sh -c "$1"`;
 /** The account an attempt runs as when a worker running as root gives it none of its own. */
 const NOBODY = { uid: 65534, gid: 65534 };
 
@@ -78,10 +87,13 @@ export function containerSpec(
   const gpus = nvidia && uuids.length > 0;
   // Without a device request a container sees no GPU, whatever its image or the job says.
   if (!gpus) env.NVIDIA_VISIBLE_DEVICES = 'void';
+  if (spec.probe) Object.assign(env, probeEnv(spec.probe, CONTAINER_PROBE_DIR));
   return {
     name: containerName(spec.attemptId),
     Image: spec.image,
-    Cmd: ['/bin/sh', '-c', spec.command],
+    Cmd: spec.probe
+      ? ['/bin/sh', '-c', PROBE_COMMAND, 'sh', spec.command]
+      : ['/bin/sh', '-c', spec.command],
     User: `${user.uid}:${user.gid}`,
     WorkingDir: CONTAINER_WORK_DIR,
     Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
@@ -91,7 +103,10 @@ export function containerSpec(
       [Labels.worker]: opts.workerName,
     },
     HostConfig: {
-      Binds: [`${spec.outputDir}:${CONTAINER_OUTPUT_DIR}:rw`],
+      Binds: [
+        `${spec.outputDir}:${CONTAINER_OUTPUT_DIR}:rw`,
+        ...(spec.probe ? [`${spec.probe.dir}:${CONTAINER_PROBE_DIR}:rw`] : []),
+      ],
       NetworkMode: opts.network ?? 'none',
       Init: true,
       CapDrop: ['ALL'],
@@ -197,7 +212,10 @@ export class DockerRuntime implements Runtime {
     try {
       await this.#pull(spec.image ?? '');
       const user = containerUser(spec);
-      if (!spec.user) chownSync(spec.outputDir, user.uid, user.gid);
+      if (!spec.user) {
+        chownSync(spec.outputDir, user.uid, user.gid);
+        if (spec.probe) chownSync(spec.probe.dir, user.uid, user.gid);
+      }
       container = await this.opts.docker.createContainer(containerSpec(spec, this.opts));
       await container.start();
       return await this.#follow(container, spec, 0, onOutput);

@@ -5,3 +5,4 @@ export * from './simulated.ts';
 export * from './types.ts';
 export * from './base-image.ts';
 export * from './docker.ts';
+export * from './probe.ts';

@@ -1,4 +1,5 @@
 import type { ProcessExit } from '@trainyard/domain';
+import type { ProbeSpec } from './probe.ts';
 
 /** What a runtime needs to start one attempt. */
 export interface RunSpec {
@@ -38,6 +39,8 @@ export interface RunSpec {
   cpus?: number;
   /** The outputs of the attempt before were restored into `outputDir`: it resumes from them. */
   resumed?: boolean;
+  /** The attempt is the job's probe: its command runs under the wrapper in `probe.dir`. */
+  probe?: ProbeSpec;
   /** A shell command run in the work directory before `command`, as the same user. */
   setup?: string;
   /** The account the attempt runs as; absent: the worker's own. */

@@ -3,7 +3,14 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir, testDocker, waitFor } from '@trainyard/testkit';
-import { DEFAULT_BASE_IMAGE, DockerRuntime, Labels, type RunSpec } from '../src/index.ts';
+import {
+  DEFAULT_BASE_IMAGE,
+  DockerRuntime,
+  installProbe,
+  Labels,
+  readProbeReport,
+  type RunSpec,
+} from '../src/index.ts';
 import { runSpecIn } from './run-spec.ts';
 
 const { docker, registry } = testDocker();
@@ -85,6 +92,21 @@ describe('Docker runtime', () => {
       filters: { label: [`${Labels.attempt}=${s.attemptId}`] },
     });
     expect(left).toEqual([]);
+  });
+
+  it('runs a probe’s command under the wrapper it mounts, which reports where the worker reads it', async () => {
+    const s = spec(
+      'echo "path=$PYTHONPATH"; python3 -c "import sys; print(\'probe\' in sys.modules[\'sitecustomize\'].__file__)"',
+      { env: { PYTHONPATH: '/opt/lib' } },
+    );
+    const probeDir = join(s.workDir, 'probe');
+    installProbe(probeDir);
+    const probed = { ...s, probe: { dir: probeDir, maxSteps: 20, plateauSteps: 2 } };
+    const run = await runtime.start(probed, () => undefined);
+    expect(await run.exited).toEqual({ kind: 'exited', exitCode: 0 });
+    const text = await logOf(probed);
+    expect(text).toContain('path=/trainyard/probe:/opt/lib\nTrue\n');
+    expect(readProbeReport(probeDir)).toMatchObject({ python: true, steps: 0, done: false });
   });
 
   it('runs as the uid the worker gives the attempt, with no capabilities', async () => {

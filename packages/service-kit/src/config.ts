@@ -58,6 +58,13 @@ export const BaseConfigSchema = z.object({
   /** The builder removes jobs' images older than this, then the oldest beyond the size cap. */
   TRAINYARD_IMAGE_MAX_AGE_HOURS: z.coerce.number().positive().default(168),
   TRAINYARD_IMAGE_CACHE_GB: z.coerce.number().positive().default(50),
+  /**
+   * A probe stops a job after this many optimizer steps, or once its peak memory has not grown
+   * for `PLATEAU_STEPS`; one that sees no step within `TIMEOUT_MIN` fails as the job's fault.
+   */
+  TRAINYARD_PROBE_MAX_STEPS: z.coerce.number().int().min(2).max(1000).default(20),
+  TRAINYARD_PROBE_PLATEAU_STEPS: z.coerce.number().int().min(1).max(1000).default(2),
+  TRAINYARD_PROBE_TIMEOUT_MIN: z.coerce.number().positive().default(10),
 });
 export type BaseConfig = z.infer<typeof BaseConfigSchema>;
 

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import {
   ActorSchema,
   AttemptStatus,
+  EstimateSchema,
   FailureSchema,
   GpuSchema,
   JobSpecSchema,
@@ -31,6 +32,7 @@ export const AttemptViewSchema = z
     id: z.string(),
     workerId: z.string(),
     gpus: z.array(z.number().int()),
+    probe: z.boolean().describe('the attempt was the job’s probe, which measured its first steps'),
     status: z.enum(Object.values(AttemptStatus)),
     exitCode: z.number().int().nullable(),
     failure: FailureSchema.nullable(),
@@ -58,6 +60,9 @@ export const JobViewSchema = z
       .nullable()
       .describe('the digest of the image built for the job (sha256:…), once built'),
     resources: ResourcesSchema,
+    estimate: EstimateSchema.nullable().describe(
+      'what the job’s probe measured (a job with GPUs and no vramGb is probed before it is placed)',
+    ),
     maxRetries: z.number().int(),
     envNames: z.array(z.string()),
     createdAt: isoTime,

@@ -7,6 +7,8 @@ export interface AttemptView {
   id: string;
   workerId: string;
   gpus: number[];
+  /** The attempt was the job's probe. */
+  probe?: boolean;
   status: string;
   exitCode: number | null;
   failure: { kind: string; reason: string; message: string } | null;
@@ -26,6 +28,14 @@ export interface JobView {
   image?: string | null;
   imageDigest?: string | null;
   resources: { gpus: number; vramGb?: number; cpus?: number };
+  /** What the job's probe measured. */
+  estimate?: {
+    vramBytes: number;
+    ramBytes: number;
+    stepMs: number | null;
+    steps: number;
+    device: string;
+  } | null;
   createdAt: string;
   startedAt: string | null;
   finishedAt: string | null;

@@ -13,8 +13,9 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
   const { state } = job;
   const attempt = state.attempts[state.attempts.length - 1];
   if (!attempt || !state.spec) return;
+  const { config } = ctx;
   const message: DispatchMessage = {
-    v: DISPATCH_VERSION,
+    v: attempt.probe ? DISPATCH_VERSION : 1,
     kind: 'run',
     jobId: state.id,
     attemptId: attempt.id,
@@ -36,6 +37,13 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
       cpus: attempt.cpus,
       ...(state.spec.resources.memoryGb && { memoryGb: state.spec.resources.memoryGb }),
     },
+    ...(attempt.probe && {
+      probe: {
+        maxSteps: config.TRAINYARD_PROBE_MAX_STEPS,
+        plateauSteps: config.TRAINYARD_PROBE_PLATEAU_STEPS,
+        timeoutMs: Math.round(config.TRAINYARD_PROBE_TIMEOUT_MIN * 60_000),
+      },
+    }),
     headSeq: job.head.seq,
   };
   const subject =

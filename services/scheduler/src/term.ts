@@ -1,4 +1,4 @@
-import { DomainError, type Assignment } from '@trainyard/domain';
+import { currentAttempt, DomainError, type Assignment } from '@trainyard/domain';
 import type { StoredEvent } from '@trainyard/events';
 import { runJobCommand } from '@trainyard/application';
 import { newId, type ServiceContext } from '@trainyard/service-kit';
@@ -64,7 +64,7 @@ export class Term {
   #onCaughtUp(): void {
     const cluster = this.#folding.cluster;
     for (const job of cluster.jobs.values()) {
-      if (job.state.status === 'assigned' && !job.state.cancelRequested)
+      if (currentAttempt(job.state)?.status === 'assigned' && !job.state.cancelRequested)
         this.#send(dispatchRun(this.ctx, job));
       if (job.state.cancelRequested) this.#send(dispatchStop(this.ctx.bus.js, job));
     }
@@ -100,7 +100,8 @@ export class Term {
         { actor: { kind: 'service', id: this.ctx.instanceId }, now },
         { snapshot: { state: tracked.state, head: tracked.head } },
       );
-      if (result.state.status === 'assigned') this.#send(dispatchRun(this.ctx, result));
+      if (currentAttempt(result.state)?.status === 'assigned')
+        this.#send(dispatchRun(this.ctx, result));
       return result.head.seq;
     } catch (err) {
       if (!(err instanceof DomainError)) throw err;

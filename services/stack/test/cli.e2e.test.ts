@@ -315,7 +315,7 @@ describe('the trainyard CLI against a running stack', () => {
 
   it('pages past 500 jobs with --limit and --all', async () => {
     const token = await t.token();
-    const waiting = { name: 'waits', command: 'true', resources: { gpus: 1 } };
+    const waiting = { name: 'waits', command: 'true', resources: { gpus: 1, vramGb: 1 } };
     for (let batch = 0; batch < 21; batch++) {
       await Promise.all(
         Array.from({ length: 25 }, () =>

@@ -212,7 +212,7 @@ describe('a training job end to end over HTTP', () => {
     const res = await submit(t, alice, {
       name: 'needs-gpu',
       command: 'true',
-      resources: { gpus: 1 },
+      resources: { gpus: 1, vramGb: 1 },
     });
     const { id } = (await res.json()) as { id: string };
     await t.waitForJob(id, alice, (j) => j.status === 'queued');

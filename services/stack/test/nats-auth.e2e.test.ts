@@ -218,13 +218,13 @@ describe('a NATS that requires a login', () => {
     const running = await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
     const attemptId = running.attempts[0]!.id;
     try {
-      const newer = { v: 2, kind: 'run', jobId: id, attemptId, placement: { slots: [0] } };
+      const newer = { v: 3, kind: 'run', jobId: id, attemptId, placement: { slots: [0] } };
       await t.stack.ctx.bus.js.publish('ty.dispatch.remote.cpu', JSON.stringify(newer), {
         msgID: `newer-${attemptId}`,
       });
       const job = await t.waitForJob(id, token, (j) => j.status === 'failed', 30_000);
       expect(job.attempts[0]!.failure).toMatchObject({ kind: 'system', reason: 'launchError' });
-      expect(job.attempts[0]!.failure!.message).toMatch(/version 2: upgrade it/);
+      expect(job.attempts[0]!.failure!.message).toMatch(/version 3: upgrade it/);
     } finally {
       await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
     }

@@ -49,7 +49,7 @@ describe('PostgreSQL going away', () => {
 
     const cancelMe = (
       (await (
-        await submit(t, token, { name: 'gpu', command: 'true', resources: { gpus: 1 } })
+        await submit(t, token, { name: 'gpu', command: 'true', resources: { gpus: 1, vramGb: 1 } })
       ).json()) as {
         id: string;
       }

@@ -114,6 +114,7 @@ export function startReports(ctx: ServiceContext): RunningReports {
       case 'SyncOutputs':
         return report;
       case 'FinishAttempt':
+      case 'FinishProbe':
       case 'FailAttempt':
         return { ...report, now: new Date(), jitter: Math.random() };
     }

@@ -1,8 +1,13 @@
 import { failure, type ProcessExit } from '@trainyard/domain';
 import { retry, type Failure, type RunAttempt } from '@trainyard/events';
-import { sendReport, type AttemptReport, type ReportedJob } from '@trainyard/application';
+import {
+  ProbeReportSchema,
+  sendReport,
+  type AttemptReport,
+  type ReportedJob,
+} from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
-import { LogShipper, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
+import { LogShipper, readProbeReport, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
 import { OutputMirror } from './outputs.ts';
 import {
   markSandbox,
@@ -25,6 +30,8 @@ export class AttemptRun {
   /** The attempt's process, once it is being started. */
   #process: Promise<RunningAttempt> | null = null;
   #stoppedByWorker = false;
+  /** The probe ran out its time and was stopped. */
+  #probeTimedOut = false;
   #startedAt = 0;
   #box: Sandbox | null = null;
   /** The account the attempt runs as, when the worker gives each attempt one. */
@@ -95,10 +102,7 @@ export class AttemptRun {
       return;
     }
     const job = await this.#report({ type: 'StartAttempt', attemptId: this.attemptId });
-    const running =
-      job?.status === 'running' &&
-      job.attemptId === this.attemptId &&
-      job.attemptStatus === 'running';
+    const running = job?.attemptId === this.attemptId && job.attemptStatus === 'running';
     if (!running) {
       await this.#release();
       this.#resolveDone();
@@ -184,7 +188,10 @@ export class AttemptRun {
       if (files) await this.#report({ type: 'SyncOutputs', attemptId: this.attemptId, files });
     };
     let syncing: Promise<void> = Promise.resolve();
+    const probe = this.msg.probe;
+    // A probe keeps nothing: it is stopped after its first steps, and the job runs afresh.
     const timer = setInterval(() => {
+      if (probe) return;
       syncing = syncing.then(sync).catch((err: unknown) => {
         this.ctx.log.warn(
           { err, jobId: this.msg.jobId },
@@ -192,12 +199,14 @@ export class AttemptRun {
         );
       });
     }, this.opts.outputSyncMs);
+    const limit = probe ? this.#probeTimer(proc, probe.timeoutMs) : undefined;
     try {
       const exit = await proc.exited;
       clearInterval(timer);
+      clearTimeout(limit);
       await syncing;
       const reported = await this.#untilDone('report the end of the attempt', async () => {
-        await sync();
+        if (!probe) await sync();
         await shipper.end();
         await this.#finish(exit);
       });
@@ -267,9 +276,30 @@ export class AttemptRun {
     }
   }
 
+  /** Stops a probe that runs past its time (counted from the attempt's start). */
+  #probeTimer(proc: RunningAttempt, timeoutMs: number): NodeJS.Timeout {
+    const left = Math.max(0, this.#startedAt + timeoutMs - Date.now());
+    return setTimeout(() => {
+      this.#probeTimedOut = true;
+      void proc.kill(this.opts.killGraceMs);
+    }, left);
+  }
+
   async #finish(exit: ProcessExit): Promise<void> {
     if (this.#stoppedByWorker) {
       await this.#fail(failure('workerStopped', 'the worker stopped while the attempt ran'));
+      return;
+    }
+    if (this.msg.probe && this.#box) {
+      const report = ProbeReportSchema.safeParse(readProbeReport(this.#box.probeDir));
+      await this.#report({
+        type: 'FinishProbe',
+        attemptId: this.attemptId,
+        exit,
+        report: report.success ? report.data : null,
+        timedOut: this.#probeTimedOut,
+        durationMs: Date.now() - this.#startedAt,
+      });
       return;
     }
     await this.#report({

@@ -20,7 +20,7 @@ import {
   unpackArchive,
   type BlobSource,
 } from '@trainyard/blobs';
-import { recordedPid, type RunSpec } from '@trainyard/runtime';
+import { installProbe, recordedPid, type RunSpec } from '@trainyard/runtime';
 
 export interface Sandbox {
   root: string;
@@ -39,6 +39,8 @@ export interface Sandbox {
   /** The attempt's own scratch directory, where its script records how its command ended. */
   runDir: string;
   resultFile: string;
+  /** Where a probe's wrapper and report live, when the attempt is a probe. */
+  probeDir: string;
 }
 
 function sandboxAt(dir: string): Sandbox {
@@ -53,6 +55,7 @@ function sandboxAt(dir: string): Sandbox {
     launchFile: join(dir, 'attempt.launch'),
     runDir: join(dir, 'run'),
     resultFile: join(dir, 'run', 'result'),
+    probeDir: join(dir, 'probe'),
   };
 }
 
@@ -76,6 +79,13 @@ export function runSpecIn(
     ...(uuids.length > 0 && uuids.every(Boolean) && { gpuUuids: uuids }),
     ...(memoryGb && { memoryBytes: Math.floor(memoryGb * 1024 ** 3) }),
     ...(msg.resources?.cpus && { cpus: msg.resources.cpus }),
+    ...(msg.probe && {
+      probe: {
+        dir: box.probeDir,
+        maxSteps: msg.probe.maxSteps,
+        plateauSteps: msg.probe.plateauSteps,
+      },
+    }),
     jobId: msg.jobId,
     attemptId: msg.attemptId,
     attempt: msg.attempt,
@@ -117,7 +127,7 @@ export const sandboxOf = (root: string, msg: Pick<RunAttempt, 'jobId' | 'attempt
 
 /**
  * Lays out an attempt's directory and unpacks its code (the build's artifact, or the upload).
- * With `user`, the attempt's own directories (work, outputs, run) and everything in them are
+ * With `user`, the attempt's own directories (work, outputs, run, a probe's) and all in them are
  * its, closed to everyone else; the directory itself stays the worker's, passable (0711) but
  * not listable, holding the files only the worker writes: the log, the process group, the end.
  */
@@ -134,7 +144,8 @@ export async function prepareSandbox(
   try {
     chmodSync(dir, 0o711);
     await fill(box, msg, blobs, limits);
-    if (user) for (const d of [box.workDir, box.outputDir, box.runDir]) chownTree(d, user);
+    const own = [box.workDir, box.outputDir, box.runDir, ...(msg.probe ? [box.probeDir] : [])];
+    if (user) for (const d of own) chownTree(d, user);
     return box;
   } catch (err) {
     await rm(dir, { recursive: true, force: true });
@@ -177,6 +188,7 @@ async function fill(
   mkdirSync(box.workDir, { mode: 0o700 });
   mkdirSync(box.outputDir, { mode: 0o700 });
   mkdirSync(box.runDir, { mode: 0o700 });
+  if (msg.probe) installProbe(box.probeDir);
   await restoreOutputs(box, msg, blobs);
   // A job in a container has its code in its image.
   if (msg.image) return;

@@ -85,7 +85,7 @@ export async function startWorker(
     const resumed: string[] = [];
     for (const { box, marker } of await leftSandboxes(opts.sandboxRoot)) {
       const { job } = await ask(ctx, id, { kind: 'job', jobId: marker.msg.jobId });
-      const ours = job?.status === 'running' && job.attemptId === marker.msg.attemptId;
+      const ours = job?.attemptId === marker.msg.attemptId && job.attemptStatus === 'running';
       if (!ours || !marker.pid) {
         killGroup(marker.pid);
         if (marker.user) await opts.users?.release(marker.user).catch(() => undefined);
@@ -188,7 +188,7 @@ export async function startWorker(
    */
   async function onNewer(msg: JsMsg, body: Record<string, unknown>, v: number): Promise<void> {
     const { kind, jobId, attemptId } = body;
-    const message = `worker ${id} reads dispatch messages of version ${DISPATCH_VERSION}, and was sent version ${v}: upgrade it`;
+    const message = `worker ${id} reads dispatch messages up to version ${DISPATCH_VERSION}, and was sent version ${v}: upgrade it`;
     log.error({ subject: msg.subject, version: v, jobId, attemptId }, message);
     if (kind !== 'run' || typeof jobId !== 'string' || typeof attemptId !== 'string') {
       msg.term();

@@ -10,7 +10,17 @@ import type {
 import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
 import { classifyExit, exitCodeOf, type ProcessExit } from '../failures.ts';
-import { currentAttempt, isTerminal, needsBuild, type JobState } from './state.ts';
+import { probeOutcome, type ProbeReport } from './probe.ts';
+import {
+  awaitsPlacement,
+  currentAttempt,
+  isTerminal,
+  needsBuild,
+  needsEstimate,
+  probesNext,
+  slotHolder,
+  type JobState,
+} from './state.ts';
 
 /** Commands on a job. Time and randomness arrive inside them; `decide` has neither. */
 export type JobCommand =
@@ -38,6 +48,18 @@ export type JobCommand =
       now: Date;
       jitter: number;
       backoff?: BackoffPolicy;
+    }
+  | {
+      type: 'FinishProbe';
+      attemptId: string;
+      exit: ProcessExit;
+      /** What the probe wrote, null when no Python process of the command started it. */
+      report: ProbeReport | null;
+      /** The worker stopped the probe after its time limit. */
+      timedOut: boolean;
+      durationMs: number;
+      now: Date;
+      jitter: number;
     }
   | { type: 'FailAttempt'; attemptId: string; failure: Failure; now: Date; jitter: number }
   | { type: 'CancelJob' };
@@ -98,6 +120,7 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
             spec: command.spec,
             ...(command.code && { code: command.code }),
             build: needsBuild(command.spec, command.code),
+            estimate: needsEstimate(command.spec),
           },
         },
       ];
@@ -132,11 +155,20 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
           ]
         : [{ type: 'JobBuildFailed', data: { failure: command.failure } }];
     case 'AssignJob': {
-      if (state.status !== 'queued' && state.status !== 'retrying') {
+      if (!awaitsPlacement(state)) {
         return reject('INVALID_TRANSITION', `job ${state.id} is ${state.status}, not queued`);
       }
       const { type: _t, ...rest } = command;
-      return [{ type: 'JobAssigned', data: { ...rest, attempt: state.attempts.length + 1 } }];
+      return [
+        {
+          type: 'JobAssigned',
+          data: {
+            ...rest,
+            attempt: state.attempts.length + 1,
+            ...(probesNext(state) && { probe: true }),
+          },
+        },
+      ];
     }
     case 'StartAttempt': {
       const attempt = liveAttempt(state, command.attemptId);
@@ -157,11 +189,51 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       ];
     }
     case 'SyncOutputs':
-      liveAttempt(state, command.attemptId);
+      if (liveAttempt(state, command.attemptId).probe) {
+        return reject(
+          'INVALID_TRANSITION',
+          `attempt ${command.attemptId} is a probe: it keeps no outputs`,
+        );
+      }
       return [
         { type: 'JobOutputsSynced', data: { attemptId: command.attemptId, files: command.files } },
       ];
+    case 'FinishProbe': {
+      const attempt = liveAttempt(state, command.attemptId);
+      if (!attempt.probe) {
+        return reject('INVALID_TRANSITION', `attempt ${attempt.id} is not a probe`);
+      }
+      const outcome = probeOutcome(command.exit, command.report, command.timedOut);
+      if ('estimate' in outcome && !state.cancelRequested) {
+        return [
+          {
+            type: 'JobEstimated',
+            data: {
+              attemptId: attempt.id,
+              estimate: outcome.estimate,
+              durationMs: command.durationMs,
+            },
+          },
+        ];
+      }
+      return endAttempt(
+        state,
+        attempt.id,
+        'failure' in outcome ? outcome.failure : null,
+        exitCodeOf(command.exit),
+        command.durationMs,
+        command.now,
+        command.jitter,
+        DEFAULT_BACKOFF,
+      );
+    }
     case 'FinishAttempt':
+      if (liveAttempt(state, command.attemptId).probe) {
+        return reject(
+          'INVALID_TRANSITION',
+          `attempt ${command.attemptId} is a probe: it ends with FinishProbe`,
+        );
+      }
       return endAttempt(
         state,
         command.attemptId,
@@ -187,8 +259,8 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       if (isTerminal(state.status)) {
         return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
       }
-      const attempt = currentAttempt(state);
-      if ((state.status === 'assigned' || state.status === 'running') && attempt) {
+      const attempt = slotHolder(state);
+      if (attempt) {
         if (state.cancelRequested) return [];
         return [
           {

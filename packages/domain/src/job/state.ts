@@ -3,6 +3,7 @@ import type {
   BlobRef,
   BuiltImage,
   CodeArchive,
+  Estimate,
   Failure,
   JobEvent,
   JobSpec,
@@ -25,6 +26,8 @@ export interface AttemptState {
   finishedAt: string | null;
   exitCode: number | null;
   failure: Failure | null;
+  /** The attempt is the job's probe, which measures its first steps and stops it. */
+  probe: boolean;
 }
 
 export interface JobState {
@@ -36,6 +39,10 @@ export interface JobState {
   artifact: BlobRef | null;
   /** The image built for the job, when its spec names a base image. */
   image: BuiltImage | null;
+  /** Whether a probe measures the job before it is placed, as decided at submission. */
+  estimates: boolean;
+  /** What the probe measured, once it has. */
+  estimate: Estimate | null;
   /** The builder that holds the build, while the job is `building`. */
   builderId: string | null;
   attempts: AttemptState[];
@@ -58,6 +65,8 @@ export const initialJobState = (id: string): JobState => ({
   code: null,
   artifact: null,
   image: null,
+  estimates: false,
+  estimate: null,
   builderId: null,
   attempts: [],
   cancelRequested: false,
@@ -82,6 +91,23 @@ export function needsBuild(spec: JobSpec, code: CodeArchive | undefined | null):
   return spec.image !== undefined || code != null || spec.setup != null;
 }
 
+/**
+ * Whether a probe measures a job before it is placed: it asks for GPUs and declares no VRAM.
+ */
+export function needsEstimate(spec: JobSpec): boolean {
+  return spec.resources.gpus > 0 && spec.resources.vramGb === undefined;
+}
+
+/** Whether the job's next attempt is its probe: it is to be measured and has not been. */
+export function probesNext(state: JobState): boolean {
+  return state.estimates && state.estimate === null;
+}
+
+/** The status of a job that waits to be placed: `estimating` until its probe has measured it. */
+function waiting(state: JobState): JobStatus {
+  return probesNext(state) ? 'estimating' : 'queued';
+}
+
 /** Whether a job runs in a container (it names an image), on a worker of the Docker runtime. */
 export function runsInContainer(spec: JobSpec): boolean {
   return spec.image !== undefined;
@@ -90,6 +116,25 @@ export function runsInContainer(spec: JobSpec): boolean {
 /** The attempt that holds (or last held) the job's slot. */
 export function currentAttempt(state: JobState): AttemptState | undefined {
   return state.attempts[state.attempts.length - 1];
+}
+
+/** The attempt that holds the job's slot now (assigned or running), if any. */
+export function slotHolder(state: JobState): AttemptState | undefined {
+  const attempt = currentAttempt(state);
+  return attempt &&
+    (attempt.status === 'assigned' || attempt.status === 'running') &&
+    !isTerminal(state.status)
+    ? attempt
+    : undefined;
+}
+
+/** Whether a job waits for a place: queued, a retry, or a probe yet to run. */
+export function awaitsPlacement(state: JobState): boolean {
+  return (
+    state.status === 'queued' ||
+    state.status === 'retrying' ||
+    (state.status === 'estimating' && slotHolder(state) === undefined)
+  );
 }
 
 const TERMINAL = new Set<string>(['succeeded', 'failed', 'cancelled']);
@@ -123,21 +168,23 @@ function withAttempt(
 /** Folds one event into the job's state. `at` is the event's `occurredAt`. */
 export function evolveJob(state: JobState, event: JobEvent, at: string): JobState {
   switch (event.type) {
-    case 'JobSubmitted':
-      return {
+    case 'JobSubmitted': {
+      const next: JobState = {
         ...state,
         owner: event.data.owner,
         spec: event.data.spec,
         code: event.data.code ?? null,
+        estimates: event.data.estimate ?? false,
         submittedAt: at,
-        status: buildsFirst(event.data) ? 'submitted' : 'queued',
       };
+      return { ...next, status: buildsFirst(event.data) ? 'submitted' : waiting(next) };
+    }
     case 'JobBuildStarted':
       return { ...state, status: 'building', builderId: event.data.builderId };
     case 'JobBuilt':
       return {
         ...state,
-        status: 'queued',
+        status: waiting(state),
         artifact: event.data.artifact,
         image: event.data.image ?? null,
       };
@@ -146,7 +193,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
     case 'JobAssigned':
       return {
         ...state,
-        status: 'assigned',
+        status: event.data.probe ? 'estimating' : 'assigned',
         retryAt: null,
         attempts: [
           ...state.attempts,
@@ -163,16 +210,30 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
             finishedAt: null,
             exitCode: null,
             failure: null,
+            probe: event.data.probe ?? false,
           },
         ],
       };
     case 'JobStarted':
       return {
         ...state,
-        status: 'running',
+        status: state.attempts.find((a) => a.id === event.data.attemptId)?.probe
+          ? 'estimating'
+          : 'running',
         attempts: withAttempt(state, event.data.attemptId, () => ({
           status: 'running',
           startedAt: at,
+        })),
+      };
+    case 'JobEstimated':
+      return {
+        ...state,
+        status: 'queued',
+        estimate: event.data.estimate,
+        attempts: withAttempt(state, event.data.attemptId, () => ({
+          status: 'succeeded',
+          finishedAt: at,
+          exitCode: 0,
         })),
       };
     case 'JobOutputsSynced':

@@ -8,6 +8,7 @@ function attemptIdOf(event: StoredEvent): string | null {
     case 'JobAssigned':
     case 'JobStarted':
     case 'JobSucceeded':
+    case 'JobEstimated':
     case 'JobAttemptFailed':
       return event.data.attemptId;
     case 'JobCancelled':
@@ -27,6 +28,7 @@ function step(row: AttemptRow | undefined, event: StoredEvent): AttemptRow | und
       worker_id: event.data.workerId,
       gpus: event.data.gpus,
       vram_bytes: event.data.vramBytes,
+      probe: event.data.probe ?? false,
       status: 'assigned',
       exit_code: null,
       failure: null,
@@ -40,6 +42,7 @@ function step(row: AttemptRow | undefined, event: StoredEvent): AttemptRow | und
     case 'JobStarted':
       return { ...row, status: 'running', started_at: at };
     case 'JobSucceeded':
+    case 'JobEstimated':
       return { ...row, status: 'succeeded', exit_code: 0, finished_at: at };
     case 'JobAttemptFailed':
       return {

@@ -12,12 +12,14 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       id: event.aggregateId,
       name: spec.name,
       owner,
-      status: buildsFirst(event.data) ? 'submitted' : 'queued',
+      status: buildsFirst(event.data) ? 'submitted' : event.data.estimate ? 'estimating' : 'queued',
       priority: spec.priority,
       command: spec.command,
       image: spec.image ?? null,
       image_digest: null,
       resources: spec.resources,
+      estimates: event.data.estimate ?? false,
+      estimate: null,
       max_retries: spec.maxRetries,
       env_names: Object.keys(spec.env).sort(),
       created_at: at,
@@ -38,13 +40,26 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
     case 'JobBuildStarted':
       return { ...next, status: 'building' };
     case 'JobBuilt':
-      return { ...next, status: 'queued', image_digest: event.data.image?.digest ?? null };
+      return {
+        ...next,
+        status: row.estimates && !row.estimate ? 'estimating' : 'queued',
+        image_digest: event.data.image?.digest ?? null,
+      };
     case 'JobBuildFailed':
       return { ...next, status: 'failed', failure: event.data.failure, finished_at: at };
     case 'JobAssigned':
-      return { ...next, status: 'assigned', attempt_count: event.data.attempt, retry_at: null };
+      return {
+        ...next,
+        status: event.data.probe ? 'estimating' : 'assigned',
+        attempt_count: event.data.attempt,
+        retry_at: null,
+      };
     case 'JobStarted':
-      return { ...next, status: 'running', started_at: row.started_at ?? at };
+      return row.status === 'estimating'
+        ? next
+        : { ...next, status: 'running', started_at: row.started_at ?? at };
+    case 'JobEstimated':
+      return { ...next, status: 'queued', estimate: event.data.estimate };
     case 'JobOutputsSynced':
       return { ...next, outputs: event.data.files, outputs_attempt_id: event.data.attemptId };
     case 'JobSucceeded':
@@ -71,7 +86,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
 export const jobsProjector: TableProjector<'jobs'> = {
   table: 'jobs',
   primaryKey: 'id',
-  jsonColumns: ['resources', 'env_names', 'failure', 'outputs'],
+  jsonColumns: ['resources', 'env_names', 'failure', 'outputs', 'estimate'],
   keyOf: (event) => (event.aggregate === 'job' ? event.aggregateId : null),
   apply: step,
 };

@@ -8,6 +8,8 @@ export interface AttemptsTable {
   worker_id: string;
   gpus: number[];
   vram_bytes: number;
+  /** The attempt was the job's probe. */
+  probe: boolean;
   status: string;
   exit_code: number | null;
   failure: Failure | null;

@@ -1,5 +1,5 @@
 import type { Insertable, Selectable } from 'kysely';
-import type { Failure, OutputFile, Resources } from '@trainyard/events';
+import type { Estimate, Failure, OutputFile, Resources } from '@trainyard/events';
 
 export interface JobsTable {
   id: string;
@@ -12,6 +12,10 @@ export interface JobsTable {
   /** The digest of the image built for the job, once built. */
   image_digest: string | null;
   resources: Resources;
+  /** Whether a probe measures the job before it is placed. */
+  estimates: boolean;
+  /** What the probe measured, once it has. */
+  estimate: Estimate | null;
   max_retries: number;
   env_names: string[];
   created_at: Date;

@@ -52,6 +52,13 @@ function wholeNumber(flag: string, value: unknown): number | undefined {
 
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 
+/** What a job's probe measured, on one line. */
+function estimateLine(e: NonNullable<JobView['estimate']>): string {
+  const vram = e.device === 'cuda' ? `${bytes(e.vramBytes)} GPU memory, ` : '';
+  const step = e.stepMs === null ? '' : `, ${e.stepMs.toFixed(1)} ms a step`;
+  return `measured ${vram}${bytes(e.ramBytes)} RAM over ${e.steps} steps on ${e.device}${step}`;
+}
+
 export type SubmitFlags = Record<string, string | string[] | boolean | undefined>;
 
 /** The spec `submit` sends, from its flags. */
@@ -275,6 +282,7 @@ export function registerJobCommands(program: Command): void {
         `owner ${job.owner}  created ${job.createdAt}  started ${job.startedAt ?? '-'}  finished ${job.finishedAt ?? '-'}`,
       );
       if (job.image) console.log(`image ${job.image}  built ${job.imageDigest ?? '(not yet)'}`);
+      if (job.estimate) console.log(estimateLine(job.estimate));
       if (job.failure)
         console.log(
           `failure: ${job.failure.kind} ${job.failure.reason}: ${cleanName(job.failure.message)}`,
@@ -282,7 +290,7 @@ export function registerJobCommands(program: Command): void {
       printTable(
         ['ATTEMPT', 'WORKER', 'GPUS', 'STATUS', 'EXIT', 'STARTED', 'FINISHED'],
         (job.attempts ?? []).map((a) => [
-          String(a.number),
+          a.probe ? `${a.number} (probe)` : String(a.number),
           a.workerId,
           a.gpus.join(',') || 'cpu',
           a.status,
