@@ -6,6 +6,7 @@ import {
   evolveJob,
   initialJobState,
   isTerminal,
+  memoryNeed,
   slotHolder,
   type JobState,
 } from './job/state.ts';
@@ -27,6 +28,9 @@ export interface WorkerState {
   gpus: GpuUsage[];
   cpuSlots: number;
   cpusUsed: number;
+  /** The host's memory (null: not counted), and what its attempts need of it. */
+  memoryBytes: number | null;
+  memoryUsed: number;
   /** How it runs attempts (`process`, `docker`, `simulated`): a job in a container needs `docker`. */
   runtime: string;
   attempts: Set<string>;
@@ -70,6 +74,7 @@ function reserve(cluster: ClusterState, job: JobState, sign: 1 | -1): void {
     gpu.attempts += sign;
   }
   worker.cpusUsed += sign * attempt.cpus;
+  worker.memoryUsed += sign * memoryNeed(job);
   if (sign === 1) worker.attempts.add(attempt.id);
   else worker.attempts.delete(attempt.id);
 }
@@ -113,6 +118,8 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
         })),
         cpuSlots: ev.data.cpuSlots,
         cpusUsed: 0,
+        memoryBytes: ev.data.memoryBytes ?? null,
+        memoryUsed: 0,
         runtime: ev.data.runtime,
         attempts: new Set(),
         registeredSeq: ev.seq,
@@ -185,7 +192,7 @@ export function staleAttempts(cluster: ClusterState, workerId?: string): HeldAtt
 
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {
-  version: 2;
+  version: 3;
   lastSeq: number;
   workers: (Omit<WorkerState, 'attempts' | 'reportedRunning'> & {
     attempts: string[];
@@ -196,7 +203,7 @@ export interface ClusterSnapshot {
 
 export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
   return {
-    version: 2,
+    version: 3,
     lastSeq: cluster.lastSeq,
     workers: [...cluster.workers.values()].map((w) => ({
       ...w,

@@ -1,5 +1,5 @@
 import type { ClusterState, GpuUsage, TrackedJob, WorkerState } from './cluster.ts';
-import { awaitsPlacement, probesNext, runsInContainer } from './job/state.ts';
+import { awaitsPlacement, memoryNeed, probesNext, runsInContainer } from './job/state.ts';
 
 export const GiB = 1024 ** 3;
 
@@ -58,7 +58,7 @@ function vramNeed(job: TrackedJob, gpu: GpuUsage): number {
 
 /** Whether a job takes its GPUs whole: its probe, or a job whose need is unknown. */
 function takesWholeGpus(job: TrackedJob): boolean {
-  return job.state.spec?.resources.vramGb === undefined && job.state.estimate === null;
+  return job.state.spec?.resources.vramGb === undefined && !job.state.estimate;
 }
 
 /** Whether a GPU is of the model the job asks for, if it asks for one. */
@@ -74,6 +74,13 @@ function gpuFits(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): boole
   return vramNeed(job, gpu) + policy.headroomBytes <= free;
 }
 
+/** Whether the host's memory left holds what the job needs, where the worker counts it. */
+function memoryFits(job: TrackedJob, worker: WorkerState): boolean {
+  return (
+    worker.memoryBytes === null || worker.memoryUsed + memoryNeed(job.state) <= worker.memoryBytes
+  );
+}
+
 /** Whether a worker runs attempts the way the job needs: in a container, or not. */
 function runtimeFits(job: TrackedJob, worker: WorkerState): boolean {
   return runsInContainer(job.state.spec!) === (worker.runtime === 'docker');
@@ -85,6 +92,7 @@ function fitOnWorker(
   policy: PlacementPolicy,
 ): Assignment | null {
   if (!runtimeFits(job, worker)) return null;
+  if (!memoryFits(job, worker)) return null;
   const resources = job.state.spec!.resources;
   if (resources.gpus === 0) {
     const cpus = resources.cpus ?? 1;
@@ -130,7 +138,9 @@ function shapeOf(job: TrackedJob): string {
     shapes.set(spec, shape);
   }
   const estimate = job.state.estimate;
-  return estimate ? `${shape} measured ${estimate.vramBytes}` : shape;
+  const memory = memoryNeed(job.state);
+  const measured = estimate ? `${shape} measured ${estimate.vramBytes}` : shape;
+  return memory > 0 ? `${measured} ram ${memory}` : measured;
 }
 
 const shapes = new WeakMap<object, string>();
@@ -152,7 +162,8 @@ function place(job: TrackedJob, workers: WorkerState[], policy: PlacementPolicy)
   return best;
 }
 
-function apply(worker: WorkerState, a: Assignment): void {
+function apply(worker: WorkerState, a: Assignment, job: TrackedJob): void {
+  worker.memoryUsed += memoryNeed(job.state);
   for (const index of a.gpus) {
     const gpu = worker.gpus.find((g) => g.index === index)!;
     gpu.reservedBytes += a.vramBytes;
@@ -195,7 +206,7 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
       unplaceable.add(shape);
       continue;
     }
-    apply(placed.worker, placed.a);
+    apply(placed.worker, placed.a, job);
     assignments.push(placed.a);
     if (!hasRoom(placed.worker) && !workers.some(hasRoom)) break;
   }

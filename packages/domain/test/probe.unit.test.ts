@@ -208,7 +208,7 @@ describe('probeOutcome', () => {
 });
 
 describe('placement by measured memory', () => {
-  function cluster(gpuGb: number[]): ClusterState {
+  function cluster(gpuGb: number[], memoryGb?: number): ClusterState {
     const c = emptyCluster();
     evolveCluster(
       c,
@@ -217,7 +217,8 @@ describe('placement by measured memory', () => {
         data: {
           name: 'w1',
           hostname: 'h',
-          cpuSlots: 0,
+          cpuSlots: 2,
+          ...(memoryGb && { memoryBytes: memoryGb * GiB }),
           runtime: 'process',
           version: 't',
           gpus: gpuGb.map((gb, index) => ({
@@ -234,7 +235,7 @@ describe('placement by measured memory', () => {
   }
 
   /** Submits a job, runs its probe on GPU 0 and records what the probe measured. */
-  function measured(c: ClusterState, id: string, vramGb: number) {
+  function measured(c: ClusterState, id: string, vramGb: number, ramGb = 1) {
     evolveCluster(
       c,
       stored('job', id, {
@@ -262,7 +263,13 @@ describe('placement by measured memory', () => {
         data: {
           attemptId: `p-${id}`,
           durationMs: 1,
-          estimate: { vramBytes: vramGb * GiB, ramBytes: GiB, stepMs: 1, steps: 3, device: 'cuda' },
+          estimate: {
+            vramBytes: vramGb * GiB,
+            ramBytes: ramGb * GiB,
+            stepMs: 1,
+            steps: 3,
+            device: 'cuda',
+          },
         },
       },
     ])
@@ -321,5 +328,48 @@ describe('placement by measured memory', () => {
     expect(plan(c, T0).assignments).toEqual([
       { jobId: 'old', workerId: 'w1', gpus: [0], vramBytes: 24 * GiB, cpus: 0 },
     ]);
+  });
+
+  it('counts the host memory a job measured or asked for, where the worker counts it', () => {
+    const c = cluster([80], 16);
+    measured(c, 'ram-9', 1, 9);
+    measured(c, 'ram-8', 1, 8);
+    evolveCluster(
+      c,
+      stored('job', 'cpu-6', {
+        type: 'JobSubmitted',
+        data: { owner: 'u', spec: spec({ resources: { gpus: 0, memoryGb: 6 } }) },
+      }),
+    );
+    // 9 GiB placed, 8 more would not fit in 16, and the 6 GiB CPU job does.
+    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['ram-9', 'cpu-6']);
+    const uncounted = cluster([80]);
+    measured(uncounted, 'ram-9', 1, 9);
+    measured(uncounted, 'ram-8', 1, 8);
+    expect(plan(uncounted, T0).assignments.map((a) => a.jobId)).toEqual(['ram-9', 'ram-8']);
+  });
+
+  it('frees the memory an attempt held when it ends', () => {
+    const c = cluster([80], 16);
+    measured(c, 'ram-9', 1, 9);
+    measured(c, 'ram-8', 1, 8);
+    const [first] = plan(c, T0).assignments;
+    const held = (data: object) => evolveCluster(c, stored('job', 'ram-9', data as never));
+    held({
+      type: 'JobAssigned',
+      data: {
+        attemptId: 'r9',
+        attempt: 2,
+        workerId: 'w1',
+        gpus: first!.gpus,
+        vramBytes: first!.vramBytes,
+        cpus: 0,
+      },
+    });
+    expect(c.workers.get('w1')!.memoryUsed).toBe(9 * GiB);
+    expect(plan(c, T0).assignments).toEqual([]);
+    held({ type: 'JobSucceeded', data: { attemptId: 'r9', durationMs: 1 } });
+    expect(c.workers.get('w1')!.memoryUsed).toBe(0);
+    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['ram-8']);
   });
 });

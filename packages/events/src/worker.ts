@@ -21,6 +21,11 @@ export const WorkerRegistered = z.object({
     hostname: z.string(),
     gpus: z.array(GpuSchema),
     cpuSlots: z.number().int().min(0),
+    /**
+     * The host's memory, which placement shares out among the attempts by what each needs.
+     * Absent from a worker of a version before it was counted: its memory is not.
+     */
+    memoryBytes: z.number().int().positive().optional(),
     runtime: z.string(),
     version: z.string(),
     /** Attempts the worker still runs as it (re)registers; any other attempt on it is gone. */

@@ -21,6 +21,8 @@ export interface WorkerFlags {
   name?: string;
   simulateGpus?: string;
   cpuSlots?: string;
+  /** The memory placement shares out among the worker's attempts, in GiB. */
+  memoryGb?: string;
   sandbox?: string;
   heartbeatMs?: string;
   simulateRuntime?: boolean;
@@ -178,11 +180,21 @@ export async function workerOptions(
   };
 }
 
+/** `--memory-gb` in bytes; a value that is not a positive number is refused. */
+function memoryBytesOf(gb: string): number {
+  const n = Number(gb);
+  if (!(n > 0) || !Number.isFinite(n)) {
+    throw new CliError(`--memory-gb: expected a positive number of GiB, got ${JSON.stringify(gb)}`);
+  }
+  return Math.floor(n * 1024 ** 3);
+}
+
 /** What every worker's options hold, whatever its runtime. */
 function common(flags: WorkerFlags, name: string) {
   return {
     name,
     cpuSlots: flags.cpuSlots !== undefined ? Number(flags.cpuSlots) : availableParallelism(),
+    ...(flags.memoryGb !== undefined && { memoryBytes: memoryBytesOf(flags.memoryGb) }),
     sandboxRoot: flags.sandbox ?? join(sharedStateDir(homeDirOf(), 'sandboxes'), name),
     heartbeatMs: Number(flags.heartbeatMs ?? 2_000),
     outputSyncMs: 2_000,

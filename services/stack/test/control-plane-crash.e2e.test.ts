@@ -49,7 +49,7 @@ function assertNoDoubleBooking(jobs: Job[]) {
   }
 }
 
-const gpuJob = { name: 'gpu', command: 'sleep 0.2', resources: { gpus: 1, vramGb: 1 } };
+const gpuJob = { name: 'gpu', command: 'sleep 0.2', resources: { gpus: 1, vramGb: 20 } };
 
 beforeAll(async () => {
   t = await startTestStack({

@@ -10,6 +10,8 @@ export interface WorkerOptions {
   inventory: GpuInventory;
   runtime: Runtime;
   cpuSlots: number;
+  /** The memory placement may share out among this worker's attempts; the host's by default. */
+  memoryBytes?: number;
   sandboxRoot: string;
   heartbeatMs: number;
   outputSyncMs: number;

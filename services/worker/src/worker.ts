@@ -1,5 +1,5 @@
 import { chmod, mkdir, rmdir } from 'node:fs/promises';
-import { hostname } from 'node:os';
+import { hostname, totalmem } from 'node:os';
 import type { JsMsg } from '@nats-io/jetstream';
 import { failure } from '@trainyard/domain';
 import {
@@ -116,6 +116,7 @@ export async function startWorker(
         hostname: hostname(),
         gpus,
         cpuSlots: opts.cpuSlots,
+        memoryBytes: opts.memoryBytes ?? totalmem(),
         runtime: opts.runtime.kind,
         version: opts.version,
         runningAttempts,

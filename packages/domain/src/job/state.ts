@@ -100,7 +100,17 @@ export function needsEstimate(spec: JobSpec): boolean {
 
 /** Whether the job's next attempt is its probe: it is to be measured and has not been. */
 export function probesNext(state: JobState): boolean {
-  return state.estimates && state.estimate === null;
+  return state.estimates && !state.estimate;
+}
+
+/**
+ * The host memory an attempt of the job needs: the limit it asked for, else what its probe
+ * measured, else nothing counted.
+ */
+export function memoryNeed(state: JobState): number {
+  const gb = state.spec?.resources.memoryGb;
+  if (gb !== undefined) return Math.ceil(gb * 1024 ** 3);
+  return state.estimate?.ramBytes ?? 0;
 }
 
 /** The status of a job that waits to be placed: `estimating` until its probe has measured it. */

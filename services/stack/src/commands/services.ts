@@ -277,6 +277,10 @@ export function registerServiceCommands(program: Command): void {
       'process',
     )
     .option('--cpu-slots <n>', 'CPU-only job slots (default: CPU count)')
+    .option(
+      '--memory-gb <gb>',
+      'memory placement shares out among this worker’s attempts (default: the host’s)',
+    )
     .option('--sandbox <dir>', 'where attempts run')
     .option('--heartbeat-ms <ms>', 'heartbeat interval', '2000')
     .option(
