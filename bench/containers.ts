@@ -2,7 +2,7 @@ import { loadJob } from '@trainyard/application';
 import {
   DockerRuntime,
   dockerAt,
-  ensureDefaultBaseImage,
+  ensureLocalBaseImage,
   NoGpuInventory,
   ProcessRuntime,
   type Runtime,
@@ -26,7 +26,7 @@ export async function containerBench(jobs: number) {
   const registry = await startRegistry({ dir: `${dir.path}/registry` });
   try {
     const docker = dockerAt(engine.url);
-    await ensureDefaultBaseImage(docker);
+    await ensureLocalBaseImage(docker);
     const processes = new ProcessRuntime();
     const onHost = await runJobs(processes, null, jobs);
     const containers = new DockerRuntime({ docker, workerName: 'local', gpuDevices: 'none' });

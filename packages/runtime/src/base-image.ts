@@ -1,8 +1,8 @@
 import { execFile, spawn } from 'node:child_process';
 import { existsSync, realpathSync } from 'node:fs';
-import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readlink, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { basename, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import type Docker from 'dockerode';
 
@@ -13,9 +13,25 @@ export const DEFAULT_BASE_IMAGE = 'trainyard/python:3';
 /** What a job writes to name the default base. */
 export const DEFAULT_BASE_ALIAS = 'python';
 
-/** The base image a job's `image` names: the default one for the alias, else as written. */
+/**
+ * The bases Trainyard makes itself, from this host, by the name a job gives them: `python`
+ * (the interpreter, its standard library and pip) and `pytorch` (the same with every package
+ * Debian installed for it: python3-torch, python3-sklearn and what they need).
+ */
+export const LOCAL_BASES = {
+  [DEFAULT_BASE_ALIAS]: { ref: DEFAULT_BASE_IMAGE, hostPackages: false },
+  pytorch: { ref: 'trainyard/pytorch:host', hostPackages: true },
+} as const;
+export type LocalBase = (typeof LOCAL_BASES)[keyof typeof LOCAL_BASES];
+
+/** The local base a job's `image` names, if it names one. */
+export function localBaseOf(image: string | undefined): LocalBase | undefined {
+  return Object.entries(LOCAL_BASES).find(([alias]) => alias === image)?.[1];
+}
+
+/** The base image a job's `image` names: a local base's for its alias, else as written. */
 export function resolveBaseImage(image: string | undefined): string {
-  return image === undefined || image === DEFAULT_BASE_ALIAS ? DEFAULT_BASE_IMAGE : image;
+  return image === undefined ? DEFAULT_BASE_IMAGE : (localBaseOf(image)?.ref ?? image);
 }
 
 /** Whether the engine holds the image `ref`. */
@@ -56,7 +72,11 @@ async function copyIn(root: string, paths: string[], follow = false): Promise<vo
  * is imported as `ref`. Its `root` and `nobody` accounts are the only ones; jobs run as a uid of
  * their own anyway.
  */
-export async function makePythonBaseImage(docker: Docker, ref = DEFAULT_BASE_IMAGE): Promise<void> {
+export async function makePythonBaseImage(
+  docker: Docker,
+  ref: string = DEFAULT_BASE_IMAGE,
+  hostPackages = false,
+): Promise<void> {
   const python = realpathSync('/usr/bin/python3');
   const version = basename(python);
   const stdlib = `/usr/lib/${version}`;
@@ -65,17 +85,27 @@ export async function makePythonBaseImage(docker: Docker, ref = DEFAULT_BASE_IMA
   if (!existsSync(pip)) {
     throw new Error('pip is not installed on this host: install Debian’s python3-pip');
   }
+  if (hostPackages) await needTorch(python);
   const busybox = ['/bin/busybox', '/usr/bin/busybox'].find((p) => existsSync(p));
   if (!busybox) throw new Error('busybox is not installed on this host: install busybox-static');
   const root = await mkdtemp(join(tmpdir(), 'trainyard-base-'));
   try {
-    const { stdout: dynload } = await run('find', [stdlib, '-name', '*.so']);
-    const extensions = dynload.split('\n').filter(Boolean);
-    const packages = ['pip', 'setuptools', 'pkg_resources', '_distutils_hack', 'wheel'].map(
-      (name) => `/usr/lib/python3/dist-packages/${name}`,
+    const { stdout: dynload } = await run(
+      'find',
+      [stdlib, ...(hostPackages ? [HOST_PACKAGES] : []), '-name', '*.so*', '-type', 'f'],
+      { maxBuffer: 64 * 1024 * 1024 },
     );
+    const extensions = dynload.split('\n').filter(Boolean);
+    const packages = hostPackages
+      ? [HOST_PACKAGES]
+      : ['pip', 'setuptools', 'pkg_resources', '_distutils_hack', 'wheel'].map(
+          (name) => `${HOST_PACKAGES}/${name}`,
+        );
     await copyIn(root, [python, stdlib, ...packages, '/usr/share/python-wheels']);
-    const libs = await sharedLibraries([python, busybox, ...extensions]);
+    // Debian's packages link to libraries outside their directory (torch/lib/libtorch.so, say).
+    const linked = hostPackages ? await linkedOut(HOST_PACKAGES) : [];
+    await copyIn(root, linked, true);
+    const libs = await sharedLibraries([python, busybox, ...extensions, ...linked]);
     await copyIn(root, libs, true);
     await rm(join(root, stdlib, 'EXTERNALLY-MANAGED'), { force: true });
     await symlink(version, join(root, 'usr/bin/python3'));
@@ -101,6 +131,31 @@ export async function makePythonBaseImage(docker: Docker, ref = DEFAULT_BASE_IMA
     ]);
   } finally {
     await rm(root, { recursive: true, force: true });
+  }
+}
+
+/** Where Debian installs Python packages, for every version of the interpreter. */
+const HOST_PACKAGES = '/usr/lib/python3/dist-packages';
+
+/** What the links under `dir` name outside it, by the paths the links give. */
+async function linkedOut(dir: string): Promise<string[]> {
+  const { stdout } = await run('find', [dir, '-type', 'l'], { maxBuffer: 64 * 1024 * 1024 });
+  const targets = new Set<string>();
+  for (const link of stdout.split('\n').filter(Boolean)) {
+    const target = resolve(dirname(link), await readlink(link));
+    if (!target.startsWith(`${dir}/`)) targets.add(target);
+  }
+  return [...targets];
+}
+
+/** Refuses to make a PyTorch base on a host whose Python has no PyTorch. */
+async function needTorch(python: string): Promise<void> {
+  try {
+    await run(python, ['-c', 'import torch']);
+  } catch {
+    throw new Error(
+      `the pytorch base is made from this host’s PyTorch, and ${python} has none: install Debian’s python3-torch (scripts/setup.sh --torch), or name another base`,
+    );
   }
 }
 
@@ -134,9 +189,12 @@ function splitTag(ref: string): [string, string] {
   return colon > slash ? [ref.slice(0, colon), ref.slice(colon + 1)] : [ref, 'latest'];
 }
 
-/** Makes the default base image when the engine lacks it; true when it was made now. */
-export async function ensureDefaultBaseImage(docker: Docker): Promise<boolean> {
-  if (await hasImage(docker, DEFAULT_BASE_IMAGE)) return false;
-  await makePythonBaseImage(docker, DEFAULT_BASE_IMAGE);
+/** Makes a local base image when the engine lacks it; true when it was made now. */
+export async function ensureLocalBaseImage(
+  docker: Docker,
+  base: LocalBase = LOCAL_BASES[DEFAULT_BASE_ALIAS],
+): Promise<boolean> {
+  if (await hasImage(docker, base.ref)) return false;
+  await makePythonBaseImage(docker, base.ref, base.hostPackages);
   return true;
 }

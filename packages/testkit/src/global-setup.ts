@@ -1,6 +1,6 @@
 import type {} from 'vitest';
 import type { TestProject } from 'vitest/node';
-import { dockerAt, ensureDefaultBaseImage } from '@trainyard/runtime';
+import { dockerAt, ensureLocalBaseImage } from '@trainyard/runtime';
 import { startDockerEngine, startPostgres, startRegistry } from '@trainyard/servers';
 import { tempDir } from './tmp.ts';
 
@@ -26,7 +26,7 @@ export default async function setup(project: TestProject) {
     stops.push(engine.stop);
     const registry = await startRegistry({ dir: `${dockerDir.path}/registry` });
     stops.push(registry.stop);
-    await ensureDefaultBaseImage(dockerAt(engine.url));
+    await ensureLocalBaseImage(dockerAt(engine.url));
     project.provide('dockerHost', engine.url);
     project.provide('registry', registry.url);
     project.provide('dockerError', '');

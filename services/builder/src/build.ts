@@ -15,14 +15,14 @@ import {
   type BlobStore,
 } from '@trainyard/blobs';
 import {
-  DEFAULT_BASE_ALIAS,
-  DEFAULT_BASE_IMAGE,
-  ensureDefaultBaseImage,
+  ensureLocalBaseImage,
+  localBaseOf,
   LogShipper,
   resolveBaseImage,
 } from '@trainyard/runtime';
 import { type Bus } from '@trainyard/service-kit';
 import { buildImage, type ImageBuildConfig } from './image.ts';
+import { engineUnreachable } from './progress.ts';
 
 export type BuildOutcome =
   { ok: true; artifact: BlobRef; image?: BuiltImage } | { ok: false; failure: Failure };
@@ -83,8 +83,16 @@ export async function buildJob(
         ),
       };
     }
-    if (spec.image === DEFAULT_BASE_ALIAS && (await ensureDefaultBaseImage(images.docker)))
-      say(`[trainyard] made the default base image ${DEFAULT_BASE_IMAGE} from this host’s Python`);
+    const local = localBaseOf(spec.image);
+    if (local) {
+      say(`[trainyard] checking the local base image ${local.ref}`);
+      const made = await ensureLocalBaseImage(images.docker, local).catch((err: unknown) => {
+        if (engineUnreachable(err)) throw err;
+        return failure('buildFailed', (err as Error).message);
+      });
+      if (typeof made === 'object') return { ok: false, failure: made };
+      if (made) say(`[trainyard] made the base image ${local.ref} from this host’s Python`);
+    }
     say(`[trainyard] building the job’s image on ${resolveBaseImage(spec.image)}`);
     const deadline = AbortSignal.timeout(images.timeoutMs ?? 3_600_000);
     const built = await buildImage(
@@ -92,7 +100,7 @@ export async function buildJob(
       {
         jobId,
         baseImage: resolveBaseImage(spec.image),
-        localBase: spec.image === DEFAULT_BASE_ALIAS,
+        localBase: local !== undefined,
         srcDir: src,
         ...(spec.setup && { setup: spec.setup }),
         codeSha256: code?.sha256 ?? null,

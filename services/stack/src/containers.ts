@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { DEFAULT_BASE_IMAGE, dockerAt, ensureDefaultBaseImage } from '@trainyard/runtime';
+import { DEFAULT_BASE_IMAGE, dockerAt, ensureLocalBaseImage } from '@trainyard/runtime';
 import { startDockerEngine, startRegistry, type ChildServer } from '@trainyard/servers';
 import type { BaseConfig } from '@trainyard/service-kit';
 import { CliError } from '@trainyard/cli';
@@ -36,7 +36,7 @@ export async function startContainers(home: string, config: BaseConfig): Promise
       children.push(server);
       registry = server.url;
     }
-    const made = await ensureDefaultBaseImage(dockerAt(dockerHost)).catch((err: unknown) => {
+    const made = await ensureLocalBaseImage(dockerAt(dockerHost)).catch((err: unknown) => {
       throw new CliError(
         `could not make the default base image ${DEFAULT_BASE_IMAGE}: ${(err as Error).message}`,
         'NO_BASE_IMAGE',

@@ -1,5 +1,8 @@
+import { readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Labels } from '@trainyard/runtime';
+import { Labels, LOCAL_BASES, SimulatedInventory } from '@trainyard/runtime';
 import { tempDir, testDocker, writeWheel } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
 
@@ -17,7 +20,7 @@ beforeAll(async () => {
   wheels = await tempDir('trainyard-wheels-');
   await writeWheel(wheels.path, 'tygreet', 'hello from a wheel');
   process.env.TRAINYARD_PIP_FIND_LINKS = wheels.path;
-  t = await startTestStack({ containers: docker });
+  t = await startTestStack({ containers: docker, inventory: SimulatedInventory.parse('1x16GiB') });
   token = await t.token();
 });
 
@@ -55,7 +58,46 @@ const logsOf = async (id: string, attempt?: number) =>
     })
   ).text();
 
+const EXAMPLES = resolve(fileURLToPath(new URL('../../../examples', import.meta.url)));
+
 describe('jobs in containers', () => {
+  it('trains the digits example on the pytorch base made from this host, probed first in its image', async () => {
+    const train = await readFile(join(EXAMPLES, 'digits-mlp', 'train.py'), 'utf8');
+    const code = await codeArchive({ 'train.py': train });
+    const id = await submitted(
+      await submit(
+        t,
+        token,
+        spec({ name: 'digits', image: 'pytorch', resources: { gpus: 1 }, env: { EPOCHS: '2' } }),
+        code,
+      ),
+    );
+    const job: Job = await t.waitForJob(
+      id,
+      token,
+      (j) => j.status === 'succeeded' || j.status === 'failed',
+      240_000,
+    );
+    expect(job.failure).toBeNull();
+    expect(job.imageDigest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(await logsOf(id, 0)).toContain(`local base image ${LOCAL_BASES.pytorch.ref}`);
+    expect(job.attempts.map((a) => [a.probe, a.status])).toEqual([
+      [true, 'succeeded'],
+      [false, 'succeeded'],
+    ]);
+    expect(job.estimate).toMatchObject({ device: 'cpu', vramBytes: 0 });
+    expect(job.estimate!.steps).toBeGreaterThanOrEqual(3);
+    expect(job.estimate!.ramBytes).toBeGreaterThan(50 * 1024 ** 2);
+    expect(await logsOf(id, 2)).toContain('done: accuracy');
+    const metrics = await t.http(`/v1/jobs/${id}/outputs/metrics.jsonl`, { token });
+    expect(
+      (await metrics.text())
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { epoch: number }).epoch),
+    ).toEqual([1, 2]);
+  }, 300_000);
+
   it('builds the job’s image with its requirements, pushes it, and runs it in a container that is not root', async () => {
     const code = await codeArchive({ 'train.py': TRAIN, 'requirements.txt': 'tygreet\n' });
     const id = await submitted(await submit(t, token, spec(), code));
