@@ -33,6 +33,8 @@ export interface WorkerState {
   memoryUsed: number;
   /** How it runs attempts (`process`, `docker`, `simulated`): a job in a container needs `docker`. */
   runtime: string;
+  /** The newest dispatch contract it reads: a probe needs version 2. */
+  dispatchVersion: number;
   attempts: Set<string>;
   /** Stream sequence of the worker's latest `WorkerRegistered`. */
   registeredSeq: number;
@@ -91,8 +93,11 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
     cluster.jobs.delete(event.aggregateId);
     return;
   }
+  // A job its probe measured keeps the place it had in the queue when it was submitted.
   const becameQueued =
-    awaitsPlacement(after) && (!awaitsPlacement(before) || after.status !== before.status);
+    awaitsPlacement(after) &&
+    (!awaitsPlacement(before) || after.status !== before.status) &&
+    event.type !== 'JobEstimated';
   cluster.jobs.set(event.aggregateId, {
     state: after,
     head: { seq: event.seq, hash: event.hash },
@@ -121,6 +126,7 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
         memoryBytes: ev.data.memoryBytes ?? null,
         memoryUsed: 0,
         runtime: ev.data.runtime,
+        dispatchVersion: ev.data.dispatchVersion ?? 1,
         attempts: new Set(),
         registeredSeq: ev.seq,
         reportedRunning: new Set(ev.data.runningAttempts),

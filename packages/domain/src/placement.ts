@@ -6,9 +6,14 @@ export const GiB = 1024 ** 3;
 export interface PlacementPolicy {
   /** Memory kept free on every GPU beyond what jobs declare. */
   headroomBytes: number;
+  /**
+   * What a measured job takes on a GPU beyond what its probe measured: the CUDA context and
+   * what PyTorch allocates outside its caching allocator, which `max_memory_reserved` leaves out.
+   */
+  contextBytes: number;
 }
 
-export const DEFAULT_POLICY: PlacementPolicy = { headroomBytes: GiB };
+export const DEFAULT_POLICY: PlacementPolicy = { headroomBytes: GiB, contextBytes: GiB / 2 };
 
 export interface Assignment {
   jobId: string;
@@ -50,10 +55,14 @@ function byPlacementOrder(a: TrackedJob, b: TrackedJob): number {
  * Bytes a job takes on each of its GPUs: its declared VRAM, else what its probe measured, else
  * (its probe, or a job from before probes) the whole GPU.
  */
-function vramNeed(job: TrackedJob, gpu: GpuUsage): number {
+function vramNeed(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): number {
   const gb = job.state.spec?.resources.vramGb;
   if (gb !== undefined) return Math.ceil(gb * GiB);
-  return job.state.estimate ? job.state.estimate.vramBytes : gpu.vramBytes;
+  const estimate = job.state.estimate;
+  if (!estimate) return gpu.vramBytes;
+  // A job measured at (nearly) a whole GPU ran on one: it takes one whole.
+  const need = estimate.vramBytes + policy.contextBytes;
+  return need + policy.headroomBytes > gpu.vramBytes ? gpu.vramBytes : need;
 }
 
 /** Whether a job takes its GPUs whole: its probe, or a job whose need is unknown. */
@@ -70,15 +79,19 @@ function modelFits(job: TrackedJob, gpu: GpuUsage): boolean {
 function gpuFits(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): boolean {
   if (!modelFits(job, gpu)) return false;
   if (takesWholeGpus(job)) return gpu.attempts === 0;
-  const free = gpu.vramBytes - gpu.reservedBytes;
-  return vramNeed(job, gpu) + policy.headroomBytes <= free;
+  const need = vramNeed(job, gpu, policy);
+  if (need === gpu.vramBytes && job.state.estimate) return gpu.attempts === 0;
+  return need + policy.headroomBytes <= gpu.vramBytes - gpu.reservedBytes;
 }
 
-/** Whether the host's memory left holds what the job needs, where the worker counts it. */
+/**
+ * Whether the host's memory left holds what the job needs, where the worker counts it. A job
+ * that needs more than the host has takes a host whose memory nothing else counts on.
+ */
 function memoryFits(job: TrackedJob, worker: WorkerState): boolean {
-  return (
-    worker.memoryBytes === null || worker.memoryUsed + memoryNeed(job.state) <= worker.memoryBytes
-  );
+  if (worker.memoryBytes === null) return true;
+  const need = memoryNeed(job.state);
+  return worker.memoryUsed + need <= worker.memoryBytes || worker.memoryUsed === 0;
 }
 
 /** Whether a worker runs attempts the way the job needs: in a container, or not. */
@@ -93,6 +106,7 @@ function fitOnWorker(
 ): Assignment | null {
   if (!runtimeFits(job, worker)) return null;
   if (!memoryFits(job, worker)) return null;
+  if (probesNext(job.state) && worker.dispatchVersion < 2) return null;
   const resources = job.state.spec!.resources;
   if (resources.gpus === 0) {
     const cpus = resources.cpus ?? 1;
@@ -111,7 +125,7 @@ function fitOnWorker(
     );
   if (fitting.length < resources.gpus) return null;
   const chosen = fitting.slice(0, resources.gpus);
-  const vramBytes = Math.max(...chosen.map((g) => vramNeed(job, g)));
+  const vramBytes = Math.max(...chosen.map((g) => vramNeed(job, g, policy)));
   return {
     jobId: job.state.id,
     workerId: worker.id,

@@ -208,7 +208,7 @@ describe('probeOutcome', () => {
 });
 
 describe('placement by measured memory', () => {
-  function cluster(gpuGb: number[], memoryGb?: number): ClusterState {
+  function cluster(gpuGb: number[], memoryGb?: number, dispatchVersion = 2): ClusterState {
     const c = emptyCluster();
     evolveCluster(
       c,
@@ -221,6 +221,7 @@ describe('placement by measured memory', () => {
           ...(memoryGb && { memoryBytes: memoryGb * GiB }),
           runtime: 'process',
           version: 't',
+          ...(dispatchVersion > 1 && { dispatchVersion }),
           gpus: gpuGb.map((gb, index) => ({
             index,
             name: 'sim',
@@ -283,9 +284,10 @@ describe('placement by measured memory', () => {
     measured(c, 'five', 5);
     measured(c, 'another', 3);
     const placed = plan(c, T0).assignments;
+    // Each takes what it measured and the CUDA context's allowance (half a GiB).
     expect(placed.map((a) => [a.jobId, a.gpus, a.vramBytes / GiB])).toEqual([
-      ['three', [0], 3],
-      ['five', [0], 5],
+      ['three', [0], 3.5],
+      ['five', [0], 5.5],
     ]);
   });
 
@@ -371,5 +373,69 @@ describe('placement by measured memory', () => {
     held({ type: 'JobSucceeded', data: { attemptId: 'r9', durationMs: 1 } });
     expect(c.workers.get('w1')!.memoryUsed).toBe(0);
     expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['ram-8']);
+  });
+
+  const submit = (c: ClusterState, id: string, s: JobSpec, estimate?: boolean) =>
+    evolveCluster(
+      c,
+      stored('job', id, {
+        type: 'JobSubmitted',
+        data: { owner: 'u', spec: s, ...(estimate !== undefined && { estimate }) },
+      }),
+    );
+
+  it('gives a job measured at nearly a whole GPU a whole idle one, and one that used no CUDA the context’s allowance', () => {
+    const c = cluster([80, 80]);
+    measured(c, 'huge', 79.6);
+    measured(c, 'cpu-only', 0);
+    expect(plan(c, T0).assignments.map((a) => [a.jobId, a.gpus, a.vramBytes / GiB])).toEqual([
+      ['huge', [0], 80],
+      ['cpu-only', [1], 0.5],
+    ]);
+  });
+
+  it('places a job that asks more memory than a host has on a host nothing else uses', () => {
+    const c = cluster([80], 16);
+    submit(c, 'big', spec({ resources: { gpus: 0, memoryGb: 64 } }), false);
+    submit(c, 'small', spec({ resources: { gpus: 0, memoryGb: 1 } }), false);
+    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['big']);
+  });
+
+  it('sends a probe only to a worker that reads the dispatch contract of probes', () => {
+    const old = cluster([80], undefined, 1);
+    submit(old, 'j', unmeasured, true);
+    submit(old, 'declared', spec({ resources: { gpus: 1, vramGb: 4 } }), false);
+    expect(plan(old, T0).assignments.map((a) => a.jobId)).toEqual(['declared']);
+  });
+
+  it('keeps a probed job’s place in the queue from its submission', () => {
+    const c = cluster([10]);
+    submit(c, 'first', unmeasured, true);
+    submit(c, 'second', spec({ resources: { gpus: 1, vramGb: 6 } }), false);
+    for (const event of [
+      {
+        type: 'JobAssigned',
+        data: {
+          attemptId: 'p',
+          attempt: 1,
+          workerId: 'w1',
+          gpus: [0],
+          vramBytes: 10 * GiB,
+          cpus: 0,
+          probe: true,
+        },
+      },
+      { type: 'JobStarted', data: { attemptId: 'p' } },
+      {
+        type: 'JobEstimated',
+        data: {
+          attemptId: 'p',
+          durationMs: 1,
+          estimate: { vramBytes: 6 * GiB, ramBytes: 0, stepMs: 1, steps: 3, device: 'cuda' },
+        },
+      },
+    ])
+      evolveCluster(c, stored('job', 'first', event));
+    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['first']);
   });
 });

@@ -28,6 +28,8 @@ export const WorkerRegistered = z.object({
     memoryBytes: z.number().int().positive().optional(),
     runtime: z.string(),
     version: z.string(),
+    /** The newest dispatch contract it reads; absent from a worker that reads only version 1. */
+    dispatchVersion: z.number().int().min(1).optional(),
     /** Attempts the worker still runs as it (re)registers; any other attempt on it is gone. */
     runningAttempts: z.array(z.string()).default([]),
   }),

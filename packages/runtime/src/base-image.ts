@@ -83,11 +83,12 @@ export async function makePythonBaseImage(
   if (!existsSync(stdlib)) throw new Error(`no standard library for ${python} at ${stdlib}`);
   const pip = '/usr/lib/python3/dist-packages/pip';
   if (!existsSync(pip)) {
-    throw new Error('pip is not installed on this host: install Debian’s python3-pip');
+    throw new BaseUnavailable('pip is not installed on this host: install Debian’s python3-pip');
   }
   if (hostPackages) await needTorch(python);
   const busybox = ['/bin/busybox', '/usr/bin/busybox'].find((p) => existsSync(p));
-  if (!busybox) throw new Error('busybox is not installed on this host: install busybox-static');
+  if (!busybox)
+    throw new BaseUnavailable('busybox is not installed on this host: install busybox-static');
   const root = await mkdtemp(join(tmpdir(), 'trainyard-base-'));
   try {
     const { stdout: dynload } = await run(
@@ -148,12 +149,17 @@ async function linkedOut(dir: string): Promise<string[]> {
   return [...targets];
 }
 
+/** A local base this host cannot make: what it lacks is for its operator to install. */
+export class BaseUnavailable extends Error {
+  override name = 'BaseUnavailable';
+}
+
 /** Refuses to make a PyTorch base on a host whose Python has no PyTorch. */
 async function needTorch(python: string): Promise<void> {
   try {
     await run(python, ['-c', 'import torch']);
   } catch {
-    throw new Error(
+    throw new BaseUnavailable(
       `the pytorch base is made from this host’s PyTorch, and ${python} has none: install Debian’s python3-torch (scripts/setup.sh --torch), or name another base`,
     );
   }

@@ -60,11 +60,12 @@ export const BaseConfigSchema = z.object({
   TRAINYARD_IMAGE_CACHE_GB: z.coerce.number().positive().default(50),
   /**
    * A probe stops a job after this many optimizer steps, or once its peak memory has not grown
-   * for `PLATEAU_STEPS`; one that sees no step within `TIMEOUT_MIN` fails as the job's fault.
+   * for `PLATEAU_STEPS`. One still running `TIMEOUT_MIN` after it started is stopped: what it
+   * measured is the estimate, and with no step seen the job fails as its own fault.
    */
   TRAINYARD_PROBE_MAX_STEPS: z.coerce.number().int().min(2).max(1000).default(20),
   TRAINYARD_PROBE_PLATEAU_STEPS: z.coerce.number().int().min(1).max(1000).default(2),
-  TRAINYARD_PROBE_TIMEOUT_MIN: z.coerce.number().positive().default(10),
+  TRAINYARD_PROBE_TIMEOUT_MIN: z.coerce.number().positive().max(1440).default(10),
 });
 export type BaseConfig = z.infer<typeof BaseConfigSchema>;
 

@@ -15,6 +15,7 @@ import {
   type BlobStore,
 } from '@trainyard/blobs';
 import {
+  BaseUnavailable,
   ensureLocalBaseImage,
   localBaseOf,
   LogShipper,
@@ -22,7 +23,6 @@ import {
 } from '@trainyard/runtime';
 import { type Bus } from '@trainyard/service-kit';
 import { buildImage, type ImageBuildConfig } from './image.ts';
-import { engineUnreachable } from './progress.ts';
 
 export type BuildOutcome =
   { ok: true; artifact: BlobRef; image?: BuiltImage } | { ok: false; failure: Failure };
@@ -87,8 +87,8 @@ export async function buildJob(
     if (local) {
       say(`[trainyard] checking the local base image ${local.ref}`);
       const made = await ensureLocalBaseImage(images.docker, local).catch((err: unknown) => {
-        if (engineUnreachable(err)) throw err;
-        return failure('buildFailed', (err as Error).message);
+        if (!(err instanceof BaseUnavailable)) throw err;
+        return failure('buildFailed', err.message);
       });
       if (typeof made === 'object') return { ok: false, failure: made };
       if (made) say(`[trainyard] made the base image ${local.ref} from this host’s Python`);

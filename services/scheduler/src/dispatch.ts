@@ -15,6 +15,7 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
   if (!attempt || !state.spec) return;
   const { config } = ctx;
   const message: DispatchMessage = {
+    // A probe needs a worker that reads version 2; all else goes as 1, which every worker reads.
     v: attempt.probe ? DISPATCH_VERSION : 1,
     kind: 'run',
     jobId: state.id,
@@ -92,7 +93,7 @@ export async function dispatchStop(js: JetStreamClient, job: JobSnapshot): Promi
   const attempt = job.state.attempts[job.state.attempts.length - 1];
   if (!attempt) return;
   const message: DispatchMessage = {
-    v: DISPATCH_VERSION,
+    v: 1,
     kind: 'stop',
     jobId: job.state.id,
     attemptId: attempt.id,

@@ -88,6 +88,27 @@ describe('the probe', () => {
     expect(epochs).toEqual([1, 2, 3]);
   });
 
+  it('stops the rest of the command once the probe has measured, and runs it all afterwards', async () => {
+    const job = await run('chain', 'python3 fit.py && sleep 2 && echo after the training', {
+      'fit.py': [
+        'import torch',
+        'torch.set_num_threads(1)',
+        'm = torch.nn.Linear(8, 1)',
+        'opt = torch.optim.SGD(m.parameters(), lr=0.01)',
+        'for i in range(200):',
+        '    opt.zero_grad()',
+        '    m(torch.ones(4, 8)).sum().backward()',
+        '    opt.step()',
+        '',
+      ].join('\n'),
+    });
+    expect(job.status).toBe('succeeded');
+    expect(job.attempts.map((a) => a.probe)).toEqual([true, false]);
+    // Once in the whole log: the real run's. The probe's command was stopped once it had
+    // measured, before the rest of its line could run.
+    expect((await log(job.id)).match(/after the training/g)).toHaveLength(1);
+  });
+
   it('fails a command that starts no Python, as the job’s fault, without retrying', async () => {
     const job = await run('shell', 'echo not python', {});
     expect(job.failure).toMatchObject({ kind: 'user', reason: 'probeNotPython' });

@@ -21,6 +21,9 @@ import {
 import type { WorkerContext, WorkerOptions } from './options.ts';
 import type { JobUser } from './users.ts';
 
+/** How often a probe's report is read while it runs, to stop its command once it is done. */
+const PROBE_WATCH_MS = 250;
+
 /**
  * One attempt on this worker, from dispatch to its last report. It appends nothing itself: it
  * reports to the control plane, which decides on the log, so a fenced attempt cannot report.
@@ -190,20 +193,21 @@ export class AttemptRun {
     let syncing: Promise<void> = Promise.resolve();
     const probe = this.msg.probe;
     // A probe keeps nothing: it is stopped after its first steps, and the job runs afresh.
-    const timer = setInterval(() => {
-      if (probe) return;
-      syncing = syncing.then(sync).catch((err: unknown) => {
-        this.ctx.log.warn(
-          { err, jobId: this.msg.jobId },
-          'output sync failed; the next one tries again',
-        );
-      });
-    }, this.opts.outputSyncMs);
-    const limit = probe ? this.#probeTimer(proc, probe.timeoutMs) : undefined;
+    const timer = probe
+      ? undefined
+      : setInterval(() => {
+          syncing = syncing.then(sync).catch((err: unknown) => {
+            this.ctx.log.warn(
+              { err, jobId: this.msg.jobId },
+              'output sync failed; the next one tries again',
+            );
+          });
+        }, this.opts.outputSyncMs);
+    const unwatch = probe ? this.#watchProbe(proc, probe.timeoutMs) : undefined;
     try {
       const exit = await proc.exited;
       clearInterval(timer);
-      clearTimeout(limit);
+      unwatch?.();
       await syncing;
       const reported = await this.#untilDone('report the end of the attempt', async () => {
         if (!probe) await sync();
@@ -276,13 +280,37 @@ export class AttemptRun {
     }
   }
 
-  /** Stops a probe that runs past its time (counted from the attempt's start). */
-  #probeTimer(proc: RunningAttempt, timeoutMs: number): NodeJS.Timeout {
-    const left = Math.max(0, this.#startedAt + timeoutMs - Date.now());
-    return setTimeout(() => {
-      this.#probeTimedOut = true;
-      void proc.kill(this.opts.killGraceMs);
-    }, left);
+  /**
+   * Stops a probe's command once its wrapper says it has measured enough (what else the
+   * command would run after the Python it stopped does not run), or once it runs past its time,
+   * counted from the attempt's start. Returns what ends the watch.
+   */
+  #watchProbe(proc: RunningAttempt, timeoutMs: number): () => void {
+    let stopping = false;
+    const stop = (why: string) => {
+      if (stopping) return;
+      stopping = true;
+      proc
+        .kill(this.opts.killGraceMs)
+        .catch((err: unknown) =>
+          this.ctx.log.error({ err, jobId: this.msg.jobId }, `could not stop the probe ${why}`),
+        );
+    };
+    const measured = setInterval(() => {
+      const report = ProbeReportSchema.safeParse(readProbeReport(this.#box!.probeDir));
+      if (report.success && report.data.done) stop('once it had measured');
+    }, PROBE_WATCH_MS);
+    const limit = setTimeout(
+      () => {
+        this.#probeTimedOut = true;
+        stop('at its time limit');
+      },
+      Math.max(0, this.#startedAt + timeoutMs - Date.now()),
+    );
+    return () => {
+      clearInterval(measured);
+      clearTimeout(limit);
+    };
   }
 
   async #finish(exit: ProcessExit): Promise<void> {

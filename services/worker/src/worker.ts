@@ -119,6 +119,7 @@ export async function startWorker(
         memoryBytes: opts.memoryBytes ?? totalmem(),
         runtime: opts.runtime.kind,
         version: opts.version,
+        dispatchVersion: DISPATCH_VERSION,
         runningAttempts,
       },
     });

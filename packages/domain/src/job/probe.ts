@@ -60,7 +60,7 @@ export function probeOutcome(
     return {
       failure: failure(
         'probeNotPython',
-        `the command ${how} without starting Python: the probe measures PyTorch training scripts; ${SKIP}`,
+        `the command ${how} without starting a Python the probe could watch (it measures PyTorch training scripts; a command that sets PYTHONPATH itself, or runs python -I, -E or -S, hides them from it); ${SKIP}`,
       ),
     };
   }
