@@ -9,6 +9,8 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { shellQuote } from './shell.ts';
+import type { RunSpec } from './types.ts';
 
 /**
  * Trainyard's probe wrapper: a `sitecustomize` module that every Python process of the command
@@ -72,4 +74,17 @@ export function readProbeReport(dir: string): unknown {
   } finally {
     closeSync(fd);
   }
+}
+
+/**
+ * What a probe's command runs with, after `setup` (which the probe does not measure): the
+ * wrapper's variables, and its directory first on Python's path so that every Python process
+ * of the command loads it.
+ */
+export function probeExports(spec: RunSpec): string[] {
+  if (!spec.probe) return [];
+  const path = [spec.probe.dir, spec.env.PYTHONPATH].filter(Boolean).join(':');
+  return Object.entries({ ...probeEnv(spec.probe), PYTHONPATH: path }).map(
+    ([name, value]) => `export ${shellQuote(`${name}=${value}`)}`,
+  );
 }

@@ -12,7 +12,7 @@ import { readFile } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
 import { shellQuote } from './shell.ts';
 import { LAUNCH_FIELDS } from './perl-spawner.ts';
-import { probeEnv } from './probe.ts';
+import { probeExports } from './probe.ts';
 import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
@@ -105,19 +105,6 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
     'exit "$__ty_code"',
     '',
   ].join('\n');
-}
-
-/**
- * What a probe's command runs with, after `setup` (which the probe does not measure): the
- * wrapper's variables, and its directory first on Python's path so that every Python process
- * of the command loads it.
- */
-function probeExports(spec: RunSpec): string[] {
-  if (!spec.probe) return [];
-  const path = [spec.probe.dir, spec.env.PYTHONPATH].filter(Boolean).join(':');
-  return Object.entries({ ...probeEnv(spec.probe), PYTHONPATH: path }).map(
-    ([name, value]) => `export ${shellQuote(`${name}=${value}`)}`,
-  );
 }
 
 /**
