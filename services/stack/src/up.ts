@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { isIP } from 'node:net';
 import type { RunningApi } from '@trainyard/api';
 import { embeddedPostgresDir, portInUse, type ChildServer } from '@trainyard/servers';
+import { LOCAL_BASES } from '@trainyard/runtime';
 import {
   BaseConfigSchema,
   parseEnv,
@@ -87,6 +88,7 @@ function banner(
     lines.push(
       `  docker     ${containers.dockerHost}; images pushed to ${containers.registry}`,
       `  base image ${base.ref} for "image": "python"${base.made ? ' (made now, from this host’s Python)' : ''}`,
+      `             ${LOCAL_BASES.pytorch.ref} for "image": "pytorch", made from this host’s PyTorch on first use`,
     );
   }
   if (postgresDir) lines.push(`  postgres   data in ${postgresDir}`);
