@@ -65,7 +65,8 @@ const logOf = (s: RunSpec) => readFile(s.logFile, 'utf8');
 describe('Docker runtime', () => {
   it('pulls the image by digest and runs the command as a user that is not root, with its environment, outputs and labels', async () => {
     const s = spec(
-      'echo "uid=$(id -u) out=$TRAINYARD_OUTPUT_DIR job=$TRAINYARD_JOB_ID pwd=$(pwd) cuda=$CUDA_VISIBLE_DEVICES greet=$GREETING"; echo saved > "$TRAINYARD_OUTPUT_DIR/result.txt"; echo oops >&2; exit 3',
+      // It runs a moment before it speaks, so that the runtime finds it running and records its pid.
+      'sleep 0.5; echo "uid=$(id -u) out=$TRAINYARD_OUTPUT_DIR job=$TRAINYARD_JOB_ID pwd=$(pwd) cuda=$CUDA_VISIBLE_DEVICES greet=$GREETING"; echo saved > "$TRAINYARD_OUTPUT_DIR/result.txt"; echo oops >&2; exit 3',
       { env: { GREETING: 'hi there' }, gpus: [2, 5] },
     );
     const out: string[] = [];
