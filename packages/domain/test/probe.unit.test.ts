@@ -133,6 +133,7 @@ describe('the probe, in the job decider', () => {
       return e.data;
     };
     expect(failed(null)).toMatchObject({
+      exitCode: null,
       failure: { kind: 'user', reason: 'probeNotPython' },
       retry: null,
     });

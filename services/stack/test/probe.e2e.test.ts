@@ -113,6 +113,7 @@ describe('the probe', () => {
     const job = await run('shell', 'echo not python', {});
     expect(job.failure).toMatchObject({ kind: 'user', reason: 'probeNotPython' });
     expect(job.failure!.message).toContain('declare vramGb');
+    expect(job.exitCode).toBeNull();
     expect(job.attempts).toHaveLength(1);
   });
 

@@ -216,11 +216,14 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
           },
         ];
       }
+      const why = 'failure' in outcome ? outcome.failure : null;
+      // A command the probe could not watch ended as it would have: its exit code says nothing.
+      const unwatched = why?.reason === 'probeNotPython' || why?.reason === 'probeNoStep';
       return endAttempt(
         state,
         attempt.id,
-        'failure' in outcome ? outcome.failure : null,
-        exitCodeOf(command.exit),
+        why,
+        unwatched ? null : exitCodeOf(command.exit),
         command.durationMs,
         command.now,
         command.jitter,
