@@ -1,4 +1,10 @@
-import type { AggregateHead, JobEvent, StoredEvent, WorkerEvent } from '@trainyard/events';
+import type {
+  AggregateHead,
+  JobEvent,
+  SessionEvent,
+  StoredEvent,
+  WorkerEvent,
+} from '@trainyard/events';
 import { evolveWorker, initialWorker, type WorkerLifecycle } from './worker.ts';
 import { assertNever } from './errors.ts';
 import {
@@ -10,6 +16,14 @@ import {
   slotHolder,
   type JobState,
 } from './job/state.ts';
+import {
+  evolveSession,
+  initialSessionState,
+  runHolder,
+  sessionAwaitsPlacement,
+  sessionEnded,
+  type SessionState,
+} from './session/state.ts';
 
 export interface GpuUsage {
   index: number;
@@ -35,6 +49,7 @@ export interface WorkerState {
   runtime: string;
   /** The newest dispatch contract it reads: a probe needs version 2. */
   dispatchVersion: number;
+  /** What holds its slots: live attempts of jobs, and live runs of sessions, by id. */
   attempts: Set<string>;
   /** Stream sequence of the worker's latest `WorkerRegistered`. */
   registeredSeq: number;
@@ -51,34 +66,70 @@ export interface TrackedJob {
   attemptSeq: number;
 }
 
-/** What the scheduler knows: live workers and every job that has not finished. */
+export interface TrackedSession {
+  state: SessionState;
+  head: AggregateHead;
+  /** Stream sequence of the event that made the session placeable: its request, or a requeue. */
+  queuedSeq: number;
+  /** Stream sequence of the `SessionAssigned` of the current run (0 before the first). */
+  runSeq: number;
+}
+
+/** What the scheduler knows: live workers, every job and every session that has not ended. */
 export interface ClusterState {
   workers: Map<string, WorkerState>;
   jobs: Map<string, TrackedJob>;
+  sessions: Map<string, TrackedSession>;
   lastSeq: number;
 }
 
 export const emptyCluster = (): ClusterState => ({
   workers: new Map(),
   jobs: new Map(),
+  sessions: new Map(),
   lastSeq: 0,
 });
 
-function reserve(cluster: ClusterState, job: JobState, sign: 1 | -1): void {
+/** What an attempt or a session's run holds of a worker. */
+interface Holding {
+  id: string;
+  workerId: string;
+  gpus: number[];
+  vramBytes: number;
+  cpus: number;
+  memoryBytes: number;
+}
+
+function jobHolding(job: JobState): Holding | undefined {
   const attempt = job.attempts[job.attempts.length - 1];
-  if (!attempt) return;
-  const worker = cluster.workers.get(attempt.workerId);
+  return attempt && { ...attempt, memoryBytes: memoryNeed(job) };
+}
+
+/** The host memory a session's run needs: the limit it asked for, else nothing counted. */
+export function sessionMemoryNeed(state: SessionState): number {
+  const gb = state.spec?.resources.memoryGb;
+  return gb === undefined ? 0 : Math.ceil(gb * 1024 ** 3);
+}
+
+function sessionHolding(session: SessionState): Holding | undefined {
+  const run = session.runs[session.runs.length - 1];
+  return run && { ...run, memoryBytes: sessionMemoryNeed(session) };
+}
+
+function reserve(cluster: ClusterState, holding: Holding | undefined, sign: 1 | -1): void {
+  if (!holding) return;
+  const worker = cluster.workers.get(holding.workerId);
   if (!worker) return;
-  for (const index of attempt.gpus) {
+  for (const index of holding.gpus) {
     const gpu = worker.gpus.find((g) => g.index === index);
     if (!gpu) continue;
-    gpu.reservedBytes += sign * attempt.vramBytes;
+    gpu.reservedBytes += sign * holding.vramBytes;
     gpu.attempts += sign;
   }
-  worker.cpusUsed += sign * attempt.cpus;
-  worker.memoryUsed += sign * memoryNeed(job);
-  if (sign === 1) worker.attempts.add(attempt.id);
-  else worker.attempts.delete(attempt.id);
+  worker.cpusUsed += sign * holding.cpus;
+  worker.memoryUsed += sign * holding.memoryBytes;
+  if (sign === 1) worker.attempts.add(holding.id);
+  else worker.attempts.delete(holding.id);
 }
 
 function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>): void {
@@ -87,8 +138,8 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
   const after = evolveJob(before, event, event.occurredAt);
   const held = slotHolder(before);
   const holds = slotHolder(after);
-  if (held && held.id !== holds?.id) reserve(cluster, before, -1);
-  if (holds && holds.id !== held?.id) reserve(cluster, after, 1);
+  if (held && held.id !== holds?.id) reserve(cluster, jobHolding(before), -1);
+  if (holds && holds.id !== held?.id) reserve(cluster, jobHolding(after), 1);
   if (isTerminal(after.status)) {
     cluster.jobs.delete(event.aggregateId);
     return;
@@ -103,6 +154,27 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
     head: { seq: event.seq, hash: event.hash },
     queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
     attemptSeq: event.type === 'JobAssigned' ? event.seq : (tracked?.attemptSeq ?? 0),
+  });
+}
+
+function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<SessionEvent>): void {
+  const tracked = cluster.sessions.get(event.aggregateId);
+  const before = tracked?.state ?? initialSessionState(event.aggregateId);
+  const after = evolveSession(before, event, event.occurredAt);
+  const held = runHolder(before);
+  const holds = runHolder(after);
+  if (held && held.id !== holds?.id) reserve(cluster, sessionHolding(before), -1);
+  if (holds && holds.id !== held?.id) reserve(cluster, sessionHolding(after), 1);
+  if (sessionEnded(after.status)) {
+    cluster.sessions.delete(event.aggregateId);
+    return;
+  }
+  const becameQueued = sessionAwaitsPlacement(after) && !sessionAwaitsPlacement(before);
+  cluster.sessions.set(event.aggregateId, {
+    state: after,
+    head: { seq: event.seq, hash: event.hash },
+    queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
+    runSeq: event.type === 'SessionAssigned' ? event.seq : (tracked?.runSeq ?? 0),
   });
 }
 
@@ -135,7 +207,12 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
       if (existing) {
         for (const job of cluster.jobs.values()) {
           if (slotHolder(job.state)?.workerId === ev.aggregateId) {
-            reserve(cluster, job.state, 1);
+            reserve(cluster, jobHolding(job.state), 1);
+          }
+        }
+        for (const session of cluster.sessions.values()) {
+          if (runHolder(session.state)?.workerId === ev.aggregateId) {
+            reserve(cluster, sessionHolding(session.state), 1);
           }
         }
       }
@@ -160,6 +237,8 @@ export function evolveCluster(cluster: ClusterState, event: StoredEvent): void {
       return evolveJobInCluster(cluster, event as StoredEvent<JobEvent>);
     case 'worker':
       return evolveWorkerInCluster(cluster, event as StoredEvent<WorkerEvent>);
+    case 'session':
+      return evolveSessionInCluster(cluster, event as StoredEvent<SessionEvent>);
     case 'user':
       return;
     default:
@@ -196,20 +275,48 @@ export function staleAttempts(cluster: ClusterState, workerId?: string): HeldAtt
   return stale;
 }
 
+/** A live run of a session held by a worker. */
+export interface HeldRun {
+  sessionId: string;
+  runId: string;
+  workerId: string;
+}
+
+/**
+ * Session runs the log still gives to a worker that no longer holds them, as `staleAttempts`
+ * finds attempts: a run does not outlive its worker's restart, so a worker that registered again
+ * holds none from before. The scheduler places those sessions again.
+ */
+export function staleRuns(cluster: ClusterState, workerId?: string): HeldRun[] {
+  const stale: HeldRun[] = [];
+  for (const session of cluster.sessions.values()) {
+    const run = runHolder(session.state);
+    if (!run || (workerId !== undefined && run.workerId !== workerId)) continue;
+    const worker = cluster.workers.get(run.workerId);
+    const gone =
+      !worker ||
+      worker.lifecycle.status !== 'online' ||
+      (session.runSeq < worker.registeredSeq && !worker.reportedRunning.has(run.id));
+    if (gone) stale.push({ sessionId: session.state.id, runId: run.id, workerId: run.workerId });
+  }
+  return stale;
+}
+
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {
-  version: 3;
+  version: 4;
   lastSeq: number;
   workers: (Omit<WorkerState, 'attempts' | 'reportedRunning'> & {
     attempts: string[];
     reportedRunning: string[];
   })[];
   jobs: TrackedJob[];
+  sessions: TrackedSession[];
 }
 
 export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
   return {
-    version: 3,
+    version: 4,
     lastSeq: cluster.lastSeq,
     workers: [...cluster.workers.values()].map((w) => ({
       ...w,
@@ -218,6 +325,7 @@ export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
       reportedRunning: [...w.reportedRunning],
     })),
     jobs: [...cluster.jobs.values()],
+    sessions: [...cluster.sessions.values()],
   };
 }
 
@@ -237,5 +345,6 @@ export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
       ]),
     ),
     jobs: new Map(snapshot.jobs.map((j) => [j.state.id, j])),
+    sessions: new Map(snapshot.sessions.map((s) => [s.state.id, s])),
   };
 }

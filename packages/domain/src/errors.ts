@@ -15,6 +15,10 @@ export const DomainErrorCode = {
   jobFinished: 'JOB_FINISHED',
   invalidTransition: 'INVALID_TRANSITION',
   staleAttempt: 'STALE_ATTEMPT',
+  sessionExists: 'SESSION_EXISTS',
+  sessionNotFound: 'SESSION_NOT_FOUND',
+  sessionEnded: 'SESSION_ENDED',
+  staleRun: 'STALE_RUN',
 } as const;
 export type DomainErrorCode = (typeof DomainErrorCode)[keyof typeof DomainErrorCode];
 

@@ -8,3 +8,5 @@ export * from './placement.ts';
 export * from './worker.ts';
 export * from './images.ts';
 export * from './job/probe.ts';
+export * from './session/decide.ts';
+export * from './session/state.ts';

@@ -1,5 +1,14 @@
-import type { ClusterState, GpuUsage, TrackedJob, WorkerState } from './cluster.ts';
+import type { Estimate, Resources } from '@trainyard/events';
+import {
+  sessionMemoryNeed,
+  type ClusterState,
+  type GpuUsage,
+  type TrackedJob,
+  type TrackedSession,
+  type WorkerState,
+} from './cluster.ts';
 import { awaitsPlacement, memoryNeed, probesNext, runsInContainer } from './job/state.ts';
+import { sessionAwaitsPlacement } from './session/state.ts';
 
 export const GiB = 1024 ** 3;
 
@@ -16,7 +25,10 @@ export interface PlacementPolicy {
 export const DEFAULT_POLICY: PlacementPolicy = { headroomBytes: GiB, contextBytes: GiB / 2 };
 
 export interface Assignment {
-  jobId: string;
+  /** What is placed: an attempt of a job, or a run of a session. */
+  kind: 'job' | 'session';
+  /** The job's id, or the session's. */
+  id: string;
   workerId: string;
   gpus: number[];
   vramBytes: number;
@@ -29,36 +41,94 @@ export interface Plan {
   wakeAt: Date | null;
 }
 
-/** Jobs that may be placed now (in no order), and when the next retry comes due. */
-function placeable(cluster: ClusterState, now: Date): { ready: TrackedJob[]; wakeAt: Date | null } {
-  const ready: TrackedJob[] = [];
+/**
+ * What placement needs to know of a job or a session that waits for a place. A session is
+ * placed like a job that declares its VRAM (or takes its GPUs whole), on the host.
+ */
+interface Candidate {
+  kind: Assignment['kind'];
+  id: string;
+  resources: Resources;
+  priority: number;
+  /** Orders candidates of equal priority: the one queued longest first. */
+  queuedSeq: number;
+  container: boolean;
+  estimate: Estimate | null;
+  /** Its next attempt is a probe. */
+  probe: boolean;
+  memoryBytes: number;
+  /** The object its resources came from, by which its shape is kept. */
+  source: object;
+}
+
+function jobCandidate(job: TrackedJob): Candidate | null {
+  const spec = job.state.spec;
+  if (!spec) return null;
+  return {
+    kind: 'job',
+    id: job.state.id,
+    resources: spec.resources,
+    priority: spec.priority,
+    queuedSeq: job.queuedSeq,
+    container: runsInContainer(spec),
+    estimate: job.state.estimate,
+    probe: probesNext(job.state),
+    memoryBytes: memoryNeed(job.state),
+    source: spec,
+  };
+}
+
+function sessionCandidate(session: TrackedSession): Candidate | null {
+  const spec = session.state.spec;
+  if (!spec) return null;
+  return {
+    kind: 'session',
+    id: session.state.id,
+    resources: spec.resources,
+    priority: 0,
+    queuedSeq: session.queuedSeq,
+    container: false,
+    estimate: null,
+    probe: false,
+    memoryBytes: sessionMemoryNeed(session.state),
+    source: spec,
+  };
+}
+
+/** Jobs and sessions that may be placed now (in no order), and when the next retry comes due. */
+function placeable(cluster: ClusterState, now: Date): { ready: Candidate[]; wakeAt: Date | null } {
+  const ready: Candidate[] = [];
   let wakeAt: number | null = null;
+  const add = (c: Candidate | null) => c && ready.push(c);
   for (const job of cluster.jobs.values()) {
     const { status, retryAt } = job.state;
     if (!awaitsPlacement(job.state)) continue;
-    if (status !== 'retrying') ready.push(job);
+    if (status !== 'retrying') add(jobCandidate(job));
     else if (retryAt) {
       const at = Date.parse(retryAt);
-      if (at <= now.getTime()) ready.push(job);
+      if (at <= now.getTime()) add(jobCandidate(job));
       else wakeAt = wakeAt === null ? at : Math.min(wakeAt, at);
     }
+  }
+  for (const session of cluster.sessions.values()) {
+    if (sessionAwaitsPlacement(session.state)) add(sessionCandidate(session));
   }
   return { ready, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
 }
 
-/** Placement order: higher priority first, then the job queued longest. */
-function byPlacementOrder(a: TrackedJob, b: TrackedJob): number {
-  return (b.state.spec?.priority ?? 0) - (a.state.spec?.priority ?? 0) || a.queuedSeq - b.queuedSeq;
+/** Placement order: higher priority first, then the one queued longest. */
+function byPlacementOrder(a: Candidate, b: Candidate): number {
+  return b.priority - a.priority || a.queuedSeq - b.queuedSeq;
 }
 
 /**
  * Bytes a job takes on each of its GPUs: its declared VRAM, else what its probe measured, else
  * (its probe, or a job from before probes) the whole GPU.
  */
-function vramNeed(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): number {
-  const gb = job.state.spec?.resources.vramGb;
+function vramNeed(job: Candidate, gpu: GpuUsage, policy: PlacementPolicy): number {
+  const gb = job.resources.vramGb;
   if (gb !== undefined) return Math.ceil(gb * GiB);
-  const estimate = job.state.estimate;
+  const estimate = job.estimate;
   if (!estimate) return gpu.vramBytes;
   // A job measured at (nearly) a whole GPU ran on one: it takes one whole.
   const need = estimate.vramBytes + policy.contextBytes;
@@ -66,21 +136,21 @@ function vramNeed(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): numb
 }
 
 /** Whether a job takes its GPUs whole: its probe, or a job whose need is unknown. */
-function takesWholeGpus(job: TrackedJob): boolean {
-  return job.state.spec?.resources.vramGb === undefined && !job.state.estimate;
+function takesWholeGpus(job: Candidate): boolean {
+  return job.resources.vramGb === undefined && !job.estimate;
 }
 
 /** Whether a GPU is of the model the job asks for, if it asks for one. */
-function modelFits(job: TrackedJob, gpu: GpuUsage): boolean {
-  const model = job.state.spec?.resources.gpuModel;
+function modelFits(job: Candidate, gpu: GpuUsage): boolean {
+  const model = job.resources.gpuModel;
   return model === undefined || gpu.name.toLowerCase().includes(model.toLowerCase());
 }
 
-function gpuFits(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): boolean {
+function gpuFits(job: Candidate, gpu: GpuUsage, policy: PlacementPolicy): boolean {
   if (!modelFits(job, gpu)) return false;
   if (takesWholeGpus(job)) return gpu.attempts === 0;
   const need = vramNeed(job, gpu, policy);
-  if (need === gpu.vramBytes && job.state.estimate) return gpu.attempts === 0;
+  if (need === gpu.vramBytes && job.estimate) return gpu.attempts === 0;
   return need + policy.headroomBytes <= gpu.vramBytes - gpu.reservedBytes;
 }
 
@@ -88,32 +158,41 @@ function gpuFits(job: TrackedJob, gpu: GpuUsage, policy: PlacementPolicy): boole
  * Whether the host's memory left holds what the job needs, where the worker counts it. A job
  * that needs more than the host has takes a host whose memory nothing else counts on.
  */
-function memoryFits(job: TrackedJob, worker: WorkerState): boolean {
+function memoryFits(job: Candidate, worker: WorkerState): boolean {
   if (worker.memoryBytes === null) return true;
-  const need = memoryNeed(job.state);
+  const need = job.memoryBytes;
   return worker.memoryUsed + need <= worker.memoryBytes || worker.memoryUsed === 0;
 }
 
 /** Whether a worker runs attempts the way the job needs: in a container, or not. */
-function runtimeFits(job: TrackedJob, worker: WorkerState): boolean {
-  return runsInContainer(job.state.spec!) === (worker.runtime === 'docker');
+function runtimeFits(job: Candidate, worker: WorkerState): boolean {
+  return job.container === (worker.runtime === 'docker');
 }
 
+/** The dispatch contract a worker must read for it: 2 for a probe, 3 for a session. */
+function dispatchNeeded(job: Candidate): number {
+  if (job.kind === 'session') return SESSION_DISPATCH_VERSION;
+  return job.probe ? 2 : 1;
+}
+
+/** The dispatch version that carries sessions' runs. */
+export const SESSION_DISPATCH_VERSION = 3;
+
 function fitOnWorker(
-  job: TrackedJob,
+  job: Candidate,
   worker: WorkerState,
   policy: PlacementPolicy,
 ): Assignment | null {
   if (!runtimeFits(job, worker)) return null;
   if (!memoryFits(job, worker)) return null;
-  if (probesNext(job.state) && worker.dispatchVersion < 2) return null;
-  const resources = job.state.spec!.resources;
+  if (worker.dispatchVersion < dispatchNeeded(job)) return null;
+  const { resources, kind, id } = job;
   if (resources.gpus === 0) {
     const cpus = resources.cpus ?? 1;
     if (worker.cpuSlots - worker.cpusUsed < cpus) return null;
-    return { jobId: job.state.id, workerId: worker.id, gpus: [], vramBytes: 0, cpus };
+    return { kind, id, workerId: worker.id, gpus: [], vramBytes: 0, cpus };
   }
-  const probe = probesNext(job.state);
+  const probe = job.probe;
   // A probe gets the GPUs with the most memory, so that what it measures is not cut short; any
   // other job the tightest that fit, leaving room for larger ones.
   const fitting = worker.gpus
@@ -127,7 +206,8 @@ function fitOnWorker(
   const chosen = fitting.slice(0, resources.gpus);
   const vramBytes = Math.max(...chosen.map((g) => vramNeed(job, g, policy)));
   return {
-    jobId: job.state.id,
+    kind,
+    id,
     workerId: worker.id,
     gpus: chosen.map((g) => g.index).sort((a, b) => a - b),
     vramBytes,
@@ -139,20 +219,19 @@ function fitOnWorker(
  * What a job asks of a worker. Within one round capacity only shrinks, so once a job finds no
  * place, no later job that asks the same finds one either.
  */
-function shapeOf(job: TrackedJob): string {
-  const spec = job.state.spec!;
-  let shape = shapes.get(spec);
+function shapeOf(job: Candidate): string {
+  let shape = shapes.get(job.source);
   if (shape === undefined) {
-    const { gpus, vramGb, cpus, gpuModel } = spec.resources;
-    const where = runsInContainer(spec) ? 'container' : 'host';
+    const { gpus, vramGb, cpus, gpuModel } = job.resources;
+    const where = `${job.kind} ${job.container ? 'container' : 'host'}`;
     shape =
       gpus === 0
         ? `${where} cpu ${cpus ?? 1}`
         : `${where} gpu ${gpus} ${vramGb ?? 'whole'} ${gpuModel ?? 'any'}`;
-    shapes.set(spec, shape);
+    shapes.set(job.source, shape);
   }
-  const estimate = job.state.estimate;
-  const memory = memoryNeed(job.state);
+  const estimate = job.estimate;
+  const memory = job.memoryBytes;
   const measured = estimate ? `${shape} measured ${estimate.vramBytes}` : shape;
   return memory > 0 ? `${measured} ram ${memory}` : measured;
 }
@@ -165,19 +244,19 @@ function smallestGpu(worker: WorkerState, a: Assignment): number {
 }
 
 /** Where a job goes: the first worker it fits on; a probe, the one with the largest GPUs. */
-function place(job: TrackedJob, workers: WorkerState[], policy: PlacementPolicy) {
+function place(job: Candidate, workers: WorkerState[], policy: PlacementPolicy) {
   let best: { worker: WorkerState; a: Assignment } | null = null;
   for (const worker of workers) {
     const a = fitOnWorker(job, worker, policy);
     if (!a) continue;
-    if (!probesNext(job.state) || a.gpus.length === 0) return { worker, a };
+    if (!job.probe || a.gpus.length === 0) return { worker, a };
     if (!best || smallestGpu(worker, a) > smallestGpu(best.worker, best.a)) best = { worker, a };
   }
   return best;
 }
 
-function apply(worker: WorkerState, a: Assignment, job: TrackedJob): void {
-  worker.memoryUsed += memoryNeed(job.state);
+function apply(worker: WorkerState, a: Assignment, job: Candidate): void {
+  worker.memoryUsed += job.memoryBytes;
   for (const index of a.gpus) {
     const gpu = worker.gpus.find((g) => g.index === index)!;
     gpu.reservedBytes += a.vramBytes;
@@ -196,7 +275,7 @@ function cloneWorker(w: WorkerState): WorkerState {
 }
 
 /**
- * Placement policy v1: walks queued jobs by priority then age and puts each on the first
+ * Placement policy v1: walks queued jobs and sessions by priority then age and puts each on the first
  * online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
  * its free memory; a job without declared VRAM takes a GPU alone for its probe, then what the
  * probe measured (one from before probes takes its GPUs alone). A job that fits nowhere does
@@ -212,7 +291,6 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   if (!workers.some(hasRoom)) return { assignments, wakeAt };
   const unplaceable = new Set<string>();
   for (const job of ready.sort(byPlacementOrder)) {
-    if (!job.state.spec) continue;
     const shape = shapeOf(job);
     if (unplaceable.has(shape)) continue;
     const placed = place(job, workers, policy);

@@ -1,4 +1,4 @@
-import type { JobEvent, JobSpec, StoredEvent } from '@trainyard/events';
+import type { Aggregate, JobEvent, JobSpec, StoredEvent } from '@trainyard/events';
 import { storedEvent } from '@trainyard/testkit';
 import {
   decideJob,
@@ -33,7 +33,7 @@ export function when(events: JobEvent[], command: JobCommand): JobEvent[] {
 let seq = 0;
 /** Wraps events as stored ones for the cluster fold, with increasing sequences. */
 export function stored<E extends { type: string; data: unknown }>(
-  aggregate: 'job' | 'worker' | 'user',
+  aggregate: Aggregate,
   id: string,
   event: E,
   at = T0,

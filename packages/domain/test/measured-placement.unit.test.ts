@@ -91,7 +91,7 @@ describe('placement by measured memory', () => {
     measured(c, 'another', 3);
     const placed = plan(c, T0).assignments;
     // Each takes what it measured and the CUDA context's allowance (half a GiB).
-    expect(placed.map((a) => [a.jobId, a.gpus, a.vramBytes / GiB])).toEqual([
+    expect(placed.map((a) => [a.id, a.gpus, a.vramBytes / GiB])).toEqual([
       ['three', [0], 3.5],
       ['five', [0], 5.5],
     ]);
@@ -107,7 +107,7 @@ describe('placement by measured memory', () => {
       }),
     );
     expect(plan(c, T0).assignments).toEqual([
-      { jobId: 'j', workerId: 'w1', gpus: [1], vramBytes: 80 * GiB, cpus: 0 },
+      { kind: 'job', id: 'j', workerId: 'w1', gpus: [1], vramBytes: 80 * GiB, cpus: 0 },
     ]);
     evolveCluster(
       c,
@@ -134,7 +134,7 @@ describe('placement by measured memory', () => {
     );
     expect(c.jobs.get('old')!.state.status).toBe('queued');
     expect(plan(c, T0).assignments).toEqual([
-      { jobId: 'old', workerId: 'w1', gpus: [0], vramBytes: 24 * GiB, cpus: 0 },
+      { kind: 'job', id: 'old', workerId: 'w1', gpus: [0], vramBytes: 24 * GiB, cpus: 0 },
     ]);
   });
 
@@ -150,11 +150,11 @@ describe('placement by measured memory', () => {
       }),
     );
     // 9 GiB placed, 8 more would not fit in 16, and the 6 GiB CPU job does.
-    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['ram-9', 'cpu-6']);
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['ram-9', 'cpu-6']);
     const uncounted = cluster([80]);
     measured(uncounted, 'ram-9', 1, 9);
     measured(uncounted, 'ram-8', 1, 8);
-    expect(plan(uncounted, T0).assignments.map((a) => a.jobId)).toEqual(['ram-9', 'ram-8']);
+    expect(plan(uncounted, T0).assignments.map((a) => a.id)).toEqual(['ram-9', 'ram-8']);
   });
 
   it('frees the memory an attempt held when it ends', () => {
@@ -178,7 +178,7 @@ describe('placement by measured memory', () => {
     expect(plan(c, T0).assignments).toEqual([]);
     held({ type: 'JobSucceeded', data: { attemptId: 'r9', durationMs: 1 } });
     expect(c.workers.get('w1')!.memoryUsed).toBe(0);
-    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['ram-8']);
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['ram-8']);
   });
 
   const submit = (c: ClusterState, id: string, s: JobSpec, estimate?: boolean) =>
@@ -194,7 +194,7 @@ describe('placement by measured memory', () => {
     const c = cluster([80, 80]);
     measured(c, 'huge', 79.6);
     measured(c, 'cpu-only', 0);
-    expect(plan(c, T0).assignments.map((a) => [a.jobId, a.gpus, a.vramBytes / GiB])).toEqual([
+    expect(plan(c, T0).assignments.map((a) => [a.id, a.gpus, a.vramBytes / GiB])).toEqual([
       ['huge', [0], 80],
       ['cpu-only', [1], 0.5],
     ]);
@@ -204,14 +204,14 @@ describe('placement by measured memory', () => {
     const c = cluster([80], 16);
     submit(c, 'big', spec({ resources: { gpus: 0, memoryGb: 64 } }), false);
     submit(c, 'small', spec({ resources: { gpus: 0, memoryGb: 1 } }), false);
-    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['big']);
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['big']);
   });
 
   it('sends a probe only to a worker that reads the dispatch contract of probes', () => {
     const old = cluster([80], undefined, 1);
     submit(old, 'j', unmeasured, true);
     submit(old, 'declared', spec({ resources: { gpus: 1, vramGb: 4 } }), false);
-    expect(plan(old, T0).assignments.map((a) => a.jobId)).toEqual(['declared']);
+    expect(plan(old, T0).assignments.map((a) => a.id)).toEqual(['declared']);
   });
 
   it('keeps a probed job’s place in the queue from its submission', () => {
@@ -242,6 +242,6 @@ describe('placement by measured memory', () => {
       },
     ])
       evolveCluster(c, stored('job', 'first', event));
-    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['first']);
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['first']);
   });
 });

@@ -55,10 +55,10 @@ function commit(cluster: ClusterState, now = T0) {
   assignments.forEach((a, i) =>
     evolveCluster(
       cluster,
-      stored('job', a.jobId, {
+      stored('job', a.id, {
         type: 'JobAssigned',
         data: {
-          attemptId: `att-${a.jobId}-${i}`,
+          attemptId: `att-${a.id}-${i}`,
           attempt: 1,
           workerId: a.workerId,
           gpus: a.gpus,
@@ -80,7 +80,7 @@ describe('placement policy v1', () => {
     submit(c, 'wants-h100', { resources: { gpus: 1, gpuModel: 'H100' } });
     submit(c, 'any', { resources: { gpus: 1, vramGb: 10 } });
     const placed = plan(c, T0).assignments;
-    expect(placed.map((a) => [a.jobId, a.workerId, a.gpus])).toEqual([
+    expect(placed.map((a) => [a.id, a.workerId, a.gpus])).toEqual([
       ['wants-a100', 'b-a100', [0, 1]],
       ['any', 'a-l4', [0]],
     ]);
@@ -94,7 +94,7 @@ describe('placement policy v1', () => {
     submit(c, 'boxed-cpu', { image: 'python', resources: { gpus: 0 } });
     submit(c, 'bare-gpu', { resources: { gpus: 1, vramGb: 4 } });
     submit(c, 'boxed-too-many', { image: 'python', resources: { gpus: 2 } });
-    expect(commit(c).map((a) => [a.jobId, a.workerId])).toEqual([
+    expect(commit(c).map((a) => [a.id, a.workerId])).toEqual([
       ['boxed-gpu', 'docker'],
       ['boxed-cpu', 'docker'],
       ['bare-gpu', 'host'],
@@ -106,7 +106,7 @@ describe('placement policy v1', () => {
     worker(c, 'w1', [24], 0, 'NVIDIA L4');
     submit(c, 'h100', { resources: { gpus: 1, vramGb: 8, gpuModel: 'H100' } });
     submit(c, 'plain', { resources: { gpus: 1, vramGb: 8 } });
-    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['plain']);
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['plain']);
   });
 
   it('places a job only where its VRAM plus the headroom fits', () => {
@@ -114,7 +114,7 @@ describe('placement policy v1', () => {
     worker(c, 'w1', [24]);
     submit(c, 'big', { resources: { gpus: 1, vramGb: 23.5 } });
     submit(c, 'ok', { resources: { gpus: 1, vramGb: 22 } });
-    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['ok']);
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['ok']);
   });
 
   it('skips jobs that ask what found no place, and still places smaller ones behind them', () => {
@@ -126,7 +126,7 @@ describe('placement policy v1', () => {
     submit(c, 'small', { resources: { gpus: 1, vramGb: 8 } });
     submit(c, 'cpu', { resources: { gpus: 0 } });
     submit(c, 'last', { resources: { gpus: 1, vramGb: 12 } });
-    expect(commit(c).map((a) => a.jobId)).toEqual(['first', 'small', 'last']);
+    expect(commit(c).map((a) => a.id)).toEqual(['first', 'small', 'last']);
   });
 
   it('shares a GPU between jobs only while both fit in its memory', () => {
@@ -134,7 +134,7 @@ describe('placement policy v1', () => {
     worker(c, 'w1', [24]);
     for (const id of ['a', 'b', 'c']) submit(c, id, { resources: { gpus: 1, vramGb: 10 } });
     const placed = commit(c);
-    expect(placed.map((a) => [a.jobId, a.gpus])).toEqual([
+    expect(placed.map((a) => [a.id, a.gpus])).toEqual([
       ['a', [0]],
       ['b', [0]],
     ]);
@@ -149,7 +149,7 @@ describe('placement policy v1', () => {
     submit(c, 'whole', { resources: { gpus: 1 } });
     submit(c, 'whole2', { resources: { gpus: 1 } });
     const placed = commit(c);
-    expect(placed.map((a) => [a.jobId, a.gpus])).toEqual([
+    expect(placed.map((a) => [a.id, a.gpus])).toEqual([
       ['small', [0]],
       ['whole', [1]],
     ]);
@@ -161,9 +161,9 @@ describe('placement policy v1', () => {
     submit(c, 'old', { resources: { gpus: 1 } });
     submit(c, 'urgent', { resources: { gpus: 1 }, priority: 10 });
     submit(c, 'new', { resources: { gpus: 1 } });
-    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['urgent']);
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['urgent']);
     c.jobs.delete('urgent');
-    expect(plan(c, T0).assignments.map((a) => a.jobId)).toEqual(['old']);
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['old']);
   });
 
   it('takes a long queue in priority-then-age order, a few slots at a time', () => {
@@ -180,7 +180,7 @@ describe('placement policy v1', () => {
       .map((j) => j.id);
     const taken: string[] = [];
     while (taken.length < queue.length) {
-      const placed = commit(c).map((a) => a.jobId);
+      const placed = commit(c).map((a) => a.id);
       expect(placed).toHaveLength(Math.min(3, queue.length - taken.length));
       taken.push(...placed);
       for (const id of placed) c.jobs.delete(id);
@@ -207,7 +207,7 @@ describe('placement policy v1', () => {
     worker(c, 'w2', [24, 24]);
     submit(c, 'pair', { resources: { gpus: 2 } });
     expect(plan(c, T0).assignments).toEqual([
-      { jobId: 'pair', workerId: 'w2', gpus: [0, 1], vramBytes: 24 * GiB, cpus: 0 },
+      { kind: 'job', id: 'pair', workerId: 'w2', gpus: [0, 1], vramBytes: 24 * GiB, cpus: 0 },
     ]);
   });
 
@@ -216,7 +216,7 @@ describe('placement policy v1', () => {
     worker(c, 'w1', [], 2);
     for (const id of ['a', 'b', 'c']) submit(c, id, { resources: { gpus: 0 } });
     submit(c, 'gpu', { resources: { gpus: 1 } });
-    expect(commit(c).map((a) => a.jobId)).toEqual(['a', 'b']);
+    expect(commit(c).map((a) => a.id)).toEqual(['a', 'b']);
   });
 
   it('frees the slot when the attempt ends, and skips workers that left', () => {
@@ -229,9 +229,9 @@ describe('placement policy v1', () => {
       c,
       stored('job', 'a', { type: 'JobSucceeded', data: { attemptId: `att-a-0`, durationMs: 1 } }),
     );
-    expect(a!.jobId).toBe('a');
+    expect(a!.id).toBe('a');
     expect(c.jobs.has('a')).toBe(false);
-    expect(plan(c, T0).assignments.map((x) => x.jobId)).toEqual(['b']);
+    expect(plan(c, T0).assignments.map((x) => x.id)).toEqual(['b']);
     evolveCluster(c, stored('worker', 'w1', { type: 'WorkerLeft', data: { reason: 'stopped' } }));
     expect(plan(c, T0).assignments).toEqual([]);
   });
@@ -256,7 +256,7 @@ describe('placement policy v1', () => {
       }),
     );
     expect(plan(c, T0)).toEqual({ assignments: [], wakeAt: retryAt });
-    expect(plan(c, retryAt).assignments.map((a) => a.jobId)).toEqual(['r']);
+    expect(plan(c, retryAt).assignments.map((a) => a.id)).toEqual(['r']);
   });
 });
 

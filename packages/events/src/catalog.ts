@@ -1,24 +1,32 @@
 import { type z } from 'zod';
 import { JobEventSchema, type JobEvent } from './job.ts';
+import { SessionEventSchema, type SessionEvent } from './session.ts';
 import { UserEventSchema, type UserEvent } from './user.ts';
 import { WorkerEventSchema, type WorkerEvent } from './worker.ts';
 
 /** The kinds of aggregate whose events make up the log. */
-export const Aggregate = { job: 'job', worker: 'worker', user: 'user' } as const;
+export const Aggregate = {
+  job: 'job',
+  session: 'session',
+  worker: 'worker',
+  user: 'user',
+} as const;
 export type Aggregate = (typeof Aggregate)[keyof typeof Aggregate];
 
-export type DomainEvent = JobEvent | WorkerEvent | UserEvent;
+export type DomainEvent = JobEvent | SessionEvent | WorkerEvent | UserEvent;
 export type DomainEventType = DomainEvent['type'];
 
 /** The events each aggregate may hold. */
 export interface AggregateEvents {
   job: JobEvent;
+  session: SessionEvent;
   worker: WorkerEvent;
   user: UserEvent;
 }
 
 const schemas = {
   job: JobEventSchema,
+  session: SessionEventSchema,
   worker: WorkerEventSchema,
   user: UserEventSchema,
 } as const satisfies Record<Aggregate, z.ZodType>;

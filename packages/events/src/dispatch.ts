@@ -19,11 +19,12 @@ import { CodeArchiveSchema, OutputFileSchema } from './job.ts';
  * The newest version, which workers read along with every older one listed in `Version`.
  * Version 2 adds `probe`: a worker of version 1 would run the whole job where it was asked to
  * probe it, so a probe is sent as version 2 and every other message as version 1, which
- * workers of either version read.
+ * workers of either version read. Version 3 adds sessions' runs (`session`, `sessionStop`),
+ * which only workers that read version 3 are given.
  */
-export const DISPATCH_VERSION = 2;
+export const DISPATCH_VERSION = 3;
 /** A message without a version was sent before versions were, as version 1. */
-const Version = z.union([z.literal(1), z.literal(2)]).default(1);
+const Version = z.union([z.literal(1), z.literal(2), z.literal(3)]).default(1);
 
 /** How a probe stops: after `maxSteps` optimizer steps, or once the peak has not grown for `plateauSteps`. */
 export const ProbeLimitsSchema = z.object({
@@ -89,8 +90,36 @@ export const StopAttemptSchema = z.object({
 });
 export type StopAttempt = z.infer<typeof StopAttemptSchema>;
 
+/** Start a session's run (version 3): a working directory its SSH channels attach to. */
+export const StartRunSchema = z.object({
+  v: z.literal(3),
+  kind: z.literal('session'),
+  sessionId: z.string(),
+  runId: z.string(),
+  run: z.number().int().min(1),
+  gpus: z.array(z.number().int()),
+  resources: z.object({
+    vramBytes: z.number().int().min(0),
+    cpus: z.number().int().min(0),
+    memoryGb: z.number().positive().optional(),
+  }),
+  headSeq: z.number().int().min(1),
+});
+export type StartRun = z.infer<typeof StartRunSchema>;
+
+/** End a session's run (version 3): its channels are closed and what it left is removed. */
+export const StopRunSchema = z.object({
+  v: z.literal(3),
+  kind: z.literal('sessionStop'),
+  sessionId: z.string(),
+  runId: z.string(),
+});
+export type StopRun = z.infer<typeof StopRunSchema>;
+
 export const DispatchMessageSchema = z.discriminatedUnion('kind', [
   RunAttemptSchema,
   StopAttemptSchema,
+  StartRunSchema,
+  StopRunSchema,
 ]);
 export type DispatchMessage = z.infer<typeof DispatchMessageSchema>;

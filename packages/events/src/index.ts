@@ -6,6 +6,7 @@ export * from './errors.ts';
 export * from './hash.ts';
 export * from './job.ts';
 export * from './retry.ts';
+export * from './session.ts';
 export * from './signing.ts';
 export * from './store.ts';
 export * from './streams.ts';

@@ -36,6 +36,16 @@ export const Subjects = {
   /** Every worker's reads of code and artifacts; the token after `ty.fetch.` names the worker. */
   allFetches: 'ty.fetch.*',
   fetch: (workerId: string) => `ty.fetch.${assertSubjectToken(workerId, 'worker')}`,
+  /**
+   * SSH channels between the gateway and a worker. The gateway writes to a worker on
+   * `ty.tun.in.WORKER.…` (opening a channel on `….open`, then frames on `….CHANNEL`); the
+   * worker answers on `ty.tun.out.WORKER.CHANNEL`, and may write nowhere else, so no worker can
+   * speak in another's channels.
+   */
+  tunnelIn: (workerId: string) => `ty.tun.in.${assertSubjectToken(workerId, 'worker')}`,
+  tunnelOut: (workerId: string) => `ty.tun.out.${assertSubjectToken(workerId, 'worker')}`,
+  allTunnelsIn: 'ty.tun.in.>',
+  allTunnelsOut: 'ty.tun.out.>',
   allLogs: 'ty.log.>',
   /** Every chunk of a job's log: its build's and each attempt's. */
   jobLogs: (jobId: string) => `ty.log.${assertSubjectToken(jobId, 'job')}.>`,

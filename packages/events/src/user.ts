@@ -26,9 +26,34 @@ export const UserDisabled = z.object({
   data: z.object({ reason: z.string().max(512).default('') }),
 });
 
+/** An OpenSSH public key line's fingerprint, as `ssh-keygen -l` prints it: `SHA256:…`. */
+export const SSH_FINGERPRINT = /^SHA256:[A-Za-z0-9+/]{43}$/;
+
+/**
+ * The user registered a public key for logging in to their sessions through the gateway. A
+ * public key is no secret: the log keeps it whole, and the gateway reads it from there.
+ */
+export const UserSshKeyAdded = z.object({
+  type: z.literal('UserSshKeyAdded'),
+  data: z.object({
+    fingerprint: z.string().regex(SSH_FINGERPRINT),
+    /** The key as an OpenSSH `authorized_keys` line has it: type and base64, no comment. */
+    publicKey: z.string().min(1).max(16_384),
+    /** The key's comment, or the name the user gave it. */
+    name: z.string().max(256),
+  }),
+});
+
+export const UserSshKeyRemoved = z.object({
+  type: z.literal('UserSshKeyRemoved'),
+  data: z.object({ fingerprint: z.string().regex(SSH_FINGERPRINT) }),
+});
+
 export const UserEventSchema = z.discriminatedUnion('type', [
   UserCreated,
   UserPasswordChanged,
   UserDisabled,
+  UserSshKeyAdded,
+  UserSshKeyRemoved,
 ]);
 export type UserEvent = z.infer<typeof UserEventSchema>;

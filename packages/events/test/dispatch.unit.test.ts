@@ -17,11 +17,19 @@ describe('the dispatch contract', () => {
   it('reads a message of its version, and one sent before versions as version 1', () => {
     expect(DispatchMessageSchema.parse({ ...run, v: 1 })).toEqual({ ...run, v: 1 });
     const probe = { maxSteps: 20, plateauSteps: 2, timeoutMs: 600_000 };
-    expect(DispatchMessageSchema.parse({ ...run, v: DISPATCH_VERSION, probe })).toEqual({
-      ...run,
-      v: 2,
-      probe,
-    });
+    expect(DispatchMessageSchema.parse({ ...run, v: 2, probe })).toEqual({ ...run, v: 2, probe });
+    const session = {
+      v: DISPATCH_VERSION,
+      kind: 'session',
+      sessionId: 'ses_1',
+      runId: 'run_1',
+      run: 1,
+      gpus: [0],
+      resources: { vramBytes: 1024, cpus: 0 },
+      headSeq: 7,
+    };
+    expect(DispatchMessageSchema.parse(session)).toEqual(session);
+    expect(DispatchMessageSchema.safeParse({ ...session, v: 2 }).success).toBe(false);
     expect(DispatchMessageSchema.parse(run)).toMatchObject({ v: 1, kind: 'run' });
     expect(
       DispatchMessageSchema.parse({ kind: 'stop', jobId: 'job_1', attemptId: 'att_1' }),

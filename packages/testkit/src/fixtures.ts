@@ -1,4 +1,4 @@
-import type { AppendMeta, JobEvent, StoredEvent } from '@trainyard/events';
+import type { Aggregate, AppendMeta, JobEvent, StoredEvent } from '@trainyard/events';
 
 /** A valid `JobSubmitted`, for tests that need a job in the log and nothing more. */
 export const jobSubmitted = (owner = 'alice'): JobEvent => ({
@@ -27,7 +27,7 @@ export const testMeta = (now = new Date()): AppendMeta => ({
  * whose hash and id follow from `seq`.
  */
 export function storedEvent<E extends { type: string; data: unknown }>(
-  aggregate: 'job' | 'worker' | 'user',
+  aggregate: Aggregate,
   id: string,
   event: E,
   opts: { seq: number; at: Date },

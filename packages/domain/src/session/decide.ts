@@ -1,0 +1,163 @@
+import type {
+  Failure,
+  SessionEvent,
+  SessionSpec,
+  SessionStopReason,
+  SessionTimers,
+} from '@trainyard/events';
+import { assertNever, DomainError } from '../errors.ts';
+import { currentRun, runHolder, sessionEnded, type SessionState } from './state.ts';
+
+/** Commands on a session. Time arrives inside them; `decide` has no clock. */
+export type SessionCommand =
+  | { type: 'RequestSession'; owner: string; spec: SessionSpec; timers: SessionTimers }
+  | {
+      type: 'AssignSession';
+      runId: string;
+      workerId: string;
+      gpus: number[];
+      vramBytes: number;
+      cpus: number;
+    }
+  | { type: 'StartRun'; runId: string }
+  /** The worker ended the run: as asked (stopped), or of its own accord (failed). */
+  | { type: 'EndRun'; runId: string; failure: Failure | null }
+  /** The run's worker is gone: the session is placed again, unless it was stopping. */
+  | { type: 'LoseRun'; runId: string; reason: string }
+  | { type: 'StopSession'; reason: 'user' }
+  /** A timer may have run out: stops the session only if, by its state, it has. */
+  | { type: 'ExpireSession'; now: Date }
+  | {
+      type: 'RecordLogin';
+      user: string | null;
+      method: 'password' | 'publickey';
+      accepted: boolean;
+      reason?: string;
+      source: string;
+    }
+  | { type: 'RecordActivity'; runId: string; active: boolean };
+
+const reject = (code: DomainError['code'], message: string): never => {
+  throw new DomainError(code, message);
+};
+
+const MINUTE = 60_000;
+
+/** A timer of a running session, and when it runs out. */
+export interface SessionDeadline {
+  reason: Exclude<SessionStopReason, 'user'>;
+  at: Date;
+}
+
+/**
+ * The first timer to run out for a running session: never connected, idle after its last channel
+ * closed, or its hard cap. `null` for a session that is not running.
+ */
+export function sessionDeadline(state: SessionState): SessionDeadline | null {
+  if (state.status !== 'running' || !state.timers || !state.startedAt) return null;
+  const started = Date.parse(state.startedAt);
+  const deadlines: SessionDeadline[] = [
+    { reason: 'maxDuration', at: new Date(started + state.timers.maxMin * MINUTE) },
+  ];
+  if (state.connectedAt === null) {
+    deadlines.push({
+      reason: 'neverConnected',
+      at: new Date(started + state.timers.connectMin * MINUTE),
+    });
+  } else if (!state.active && state.idleSince) {
+    deadlines.push({
+      reason: 'idle',
+      at: new Date(Date.parse(state.idleSince) + state.timers.idleMin * MINUTE),
+    });
+  }
+  return deadlines.reduce((a, b) => (b.at < a.at ? b : a));
+}
+
+function stop(state: SessionState, reason: SessionStopReason): SessionEvent[] {
+  const run = runHolder(state);
+  if (!run) {
+    return [
+      { type: 'SessionStopRequested', data: { reason, runId: null, workerId: null } },
+      { type: 'SessionStopped', data: { runId: null } },
+    ];
+  }
+  return [
+    { type: 'SessionStopRequested', data: { reason, runId: run.id, workerId: run.workerId } },
+  ];
+}
+
+function heldRun(state: SessionState, runId: string) {
+  const run = runHolder(state);
+  if (!run || run.id !== runId) {
+    return reject('STALE_RUN', `run ${runId} no longer holds session ${state.id}`);
+  }
+  return run;
+}
+
+/** Decides what a command on a session means, as events; throws `DomainError` when it may not. */
+export function decideSession(command: SessionCommand, state: SessionState): SessionEvent[] {
+  if (command.type !== 'RequestSession' && state.status === 'none') {
+    return reject('SESSION_NOT_FOUND', `session ${state.id} does not exist`);
+  }
+  switch (command.type) {
+    case 'RequestSession':
+      if (state.status !== 'none') {
+        return reject('SESSION_EXISTS', `session ${state.id} already exists`);
+      }
+      return [
+        {
+          type: 'SessionRequested',
+          data: { owner: command.owner, spec: command.spec, timers: command.timers },
+        },
+      ];
+    case 'AssignSession': {
+      if (state.status !== 'queued') {
+        return reject('INVALID_TRANSITION', `session ${state.id} is ${state.status}, not queued`);
+      }
+      const { type: _type, ...data } = command;
+      return [{ type: 'SessionAssigned', data: { ...data, run: state.runs.length + 1 } }];
+    }
+    case 'StartRun': {
+      const run = heldRun(state, command.runId);
+      if (run.startedAt !== null || state.status === 'stopping') return [];
+      return [{ type: 'SessionStarted', data: { runId: run.id } }];
+    }
+    case 'EndRun': {
+      heldRun(state, command.runId);
+      if (state.status === 'stopping' || !command.failure) {
+        return [{ type: 'SessionStopped', data: { runId: command.runId } }];
+      }
+      return [{ type: 'SessionFailed', data: { runId: command.runId, failure: command.failure } }];
+    }
+    case 'LoseRun': {
+      heldRun(state, command.runId);
+      if (state.status === 'stopping') {
+        return [{ type: 'SessionStopped', data: { runId: command.runId } }];
+      }
+      return [{ type: 'SessionRequeued', data: { runId: command.runId, reason: command.reason } }];
+    }
+    case 'StopSession':
+      if (sessionEnded(state.status)) {
+        return reject('SESSION_ENDED', `session ${state.id} has already ${state.status}`);
+      }
+      if (state.status === 'stopping') return [];
+      return stop(state, command.reason);
+    case 'ExpireSession': {
+      const deadline = sessionDeadline(state);
+      if (!deadline || deadline.at > command.now) return [];
+      return stop(state, deadline.reason);
+    }
+    case 'RecordLogin': {
+      const { type: _type, reason, ...data } = command;
+      return [{ type: 'SessionLogin', data: { ...data, ...(reason !== undefined && { reason }) } }];
+    }
+    case 'RecordActivity': {
+      const run = currentRun(state);
+      if (!run || run.id !== command.runId || run.endedAt !== null) return [];
+      if (state.active === command.active) return [];
+      return [{ type: 'SessionActivity', data: { runId: run.id, active: command.active } }];
+    }
+    default:
+      return assertNever(command);
+  }
+}

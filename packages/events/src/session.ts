@@ -1,0 +1,162 @@
+/**
+ * Session events.
+ *
+ * Glossary
+ * - session: an interactive shell a user asked for, on a worker's GPUs, reached with `ssh`
+ *   through the gateway. Unlike a job it runs no command of its own: it holds its slot, a
+ *   working directory (and, later, a container) that the user's SSH channels attach to.
+ * - run: one placement of a session on one worker (`runId`). A session whose worker is lost is
+ *   placed again as a new run; what the old run held is gone.
+ * - channel: one SSH channel (a shell, an exec, sftp, a port forward), carried over NATS
+ *   between the gateway and the worker that holds the run.
+ */
+import { z } from 'zod';
+import { FailureSchema } from './common.ts';
+import { ResourcesSchema } from './job.ts';
+
+export const SESSION_NAME_MAX = 128;
+
+/**
+ * How long a session may wait for its first login, be idle, and live, in minutes (fractions
+ * allowed: a few seconds is a short-lived session, not an error).
+ */
+export const SessionTimersSchema = z.object({
+  /** Stopped if no one has logged in this long after it started running. */
+  connectMin: z.number().min(0.05).max(10_080),
+  /** Stopped when no channel has been open this long. */
+  idleMin: z.number().min(0.05).max(10_080),
+  /** Stopped this long after it started running, whatever happens. */
+  maxMin: z.number().min(0.05).max(43_200),
+});
+export type SessionTimers = z.infer<typeof SessionTimersSchema>;
+
+/** The user's description of a session, as accepted by the API. */
+export const SessionSpecSchema = z.object({
+  name: z.string().trim().min(1).max(SESSION_NAME_MAX).optional(),
+  resources: ResourcesSchema,
+  /** Timers the user asked for; each is capped by the operator's maximum. */
+  timers: SessionTimersSchema.partial().default({}),
+});
+export type SessionSpec = z.infer<typeof SessionSpecSchema>;
+export type SessionSpecInput = z.input<typeof SessionSpecSchema>;
+
+export const SessionRequested = z.object({
+  type: z.literal('SessionRequested'),
+  data: z.object({
+    owner: z.string().min(1),
+    spec: SessionSpecSchema,
+    /** The timers in force, decided once at request from the spec, defaults and caps. */
+    timers: SessionTimersSchema,
+  }),
+});
+
+/** The scheduler placed the session: a new run on a worker's slot. */
+export const SessionAssigned = z.object({
+  type: z.literal('SessionAssigned'),
+  data: z.object({
+    runId: z.string().min(1),
+    run: z.number().int().min(1),
+    workerId: z.string().min(1),
+    gpus: z.array(z.number().int().min(0)),
+    vramBytes: z.number().int().nonnegative(),
+    cpus: z.number().int().min(0),
+  }),
+});
+
+/** The worker has the run's working directory ready: channels may attach. */
+export const SessionStarted = z.object({
+  type: z.literal('SessionStarted'),
+  data: z.object({ runId: z.string().min(1) }),
+});
+
+/** Why a session stops. */
+export const SessionStopReason = {
+  /** Its owner (or an admin) stopped it. */
+  user: 'user',
+  /** No one logged in within the connect timer. */
+  neverConnected: 'neverConnected',
+  /** No channel was open for the idle timer. */
+  idle: 'idle',
+  /** It reached its hard cap. */
+  maxDuration: 'maxDuration',
+} as const;
+export type SessionStopReason = (typeof SessionStopReason)[keyof typeof SessionStopReason];
+
+export const SessionStopRequested = z.object({
+  type: z.literal('SessionStopRequested'),
+  data: z.object({
+    reason: z.enum(['user', 'neverConnected', 'idle', 'maxDuration']),
+    /** The run the worker must end, if one was placed. */
+    runId: z.string().min(1).nullable(),
+    workerId: z.string().min(1).nullable(),
+  }),
+});
+
+/** The session has ended and its slot is free. */
+export const SessionStopped = z.object({
+  type: z.literal('SessionStopped'),
+  data: z.object({ runId: z.string().min(1).nullable() }),
+});
+
+/** The run ended without being asked to (its worker failed it): the session failed. */
+export const SessionFailed = z.object({
+  type: z.literal('SessionFailed'),
+  data: z.object({ runId: z.string().min(1).nullable(), failure: FailureSchema }),
+});
+
+/**
+ * The run's worker was lost: the session waits to be placed again, as a new run. Whatever the
+ * old run held (files, processes) is gone, and the user must connect again.
+ */
+export const SessionRequeued = z.object({
+  type: z.literal('SessionRequeued'),
+  data: z.object({ runId: z.string().min(1), reason: z.string().min(1).max(512) }),
+});
+
+/** A login to the session through the gateway, accepted or refused. */
+export const SessionLogin = z.object({
+  type: z.literal('SessionLogin'),
+  data: z.object({
+    /** Who tried: the owner, another user, or `null` for a password that named no one. */
+    user: z.string().min(1).nullable(),
+    method: z.enum(['password', 'publickey']),
+    accepted: z.boolean(),
+    /** Why a login was refused: a stable code. */
+    reason: z.string().min(1).max(64).optional(),
+    /** Where it came from: the client's address as the gateway saw it. */
+    source: z.string().max(64),
+  }),
+});
+
+/** The session's channels: the first opened (`active`), or the last closed (`idle`). */
+export const SessionActivity = z.object({
+  type: z.literal('SessionActivity'),
+  data: z.object({ runId: z.string().min(1), active: z.boolean() }),
+});
+
+export const SessionEventSchema = z.discriminatedUnion('type', [
+  SessionRequested,
+  SessionAssigned,
+  SessionStarted,
+  SessionStopRequested,
+  SessionStopped,
+  SessionFailed,
+  SessionRequeued,
+  SessionLogin,
+  SessionActivity,
+]);
+export type SessionEvent = z.infer<typeof SessionEventSchema>;
+export type SessionEventType = SessionEvent['type'];
+
+/** The public statuses of a session, in lifecycle order. */
+export const SessionStatus = {
+  requested: 'requested',
+  building: 'building',
+  queued: 'queued',
+  starting: 'starting',
+  running: 'running',
+  stopping: 'stopping',
+  stopped: 'stopped',
+  failed: 'failed',
+} as const;
+export type SessionStatus = (typeof SessionStatus)[keyof typeof SessionStatus];
