@@ -36,6 +36,7 @@ const FILE_OF: Record<string, string> = {
   application: 'packages/application/src/commands.ts',
   servers: 'packages/servers/src/ports.ts',
   testkit: 'packages/testkit/src/index.ts',
+  tunnel: 'packages/tunnel/src/frames.ts',
   cli: 'services/cli/src/output.ts',
 };
 const fileOf = (pkg: string) => FILE_OF[pkg] ?? `services/${pkg}/src/index.ts`;
@@ -67,6 +68,7 @@ describe('the lint configuration', () => {
         'worker',
         'watchdog',
         'projector',
+        'gateway',
       ].sort(),
     );
     for (const pkg of Object.keys(layers)) {

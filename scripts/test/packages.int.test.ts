@@ -4,7 +4,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-const SERVICES = ['api', 'scheduler', 'builder', 'worker', 'watchdog', 'projector'];
+const SERVICES = ['api', 'scheduler', 'builder', 'worker', 'watchdog', 'projector', 'gateway'];
 
 /** Each workspace package's `@trainyard/*` dependencies, by short name. */
 function packageGraph(): Map<string, string[]> {
