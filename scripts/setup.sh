@@ -4,7 +4,8 @@
 #   --containers     also Docker (docker.io), a registry (docker-registry), what the default
 #                    base image is made of (python3-pip, busybox-static), and docker-compose:
 #                    for `up --runtime docker`, and the tests
-#   --cluster-tools  also nats-server 2.10, for NATS clusters (tests, benchmarks, chaos)
+#   --cluster-tools  also nats-server 2.10, for NATS clusters (tests, benchmarks, chaos), and
+#                    the OpenSSH client, sshpass and sshd (the gateway's tests and benchmark)
 #   --torch          also PyTorch and scikit-learn for the system's Python (python3-torch,
 #                    python3-sklearn, ~1.3 GB): for examples/digits-mlp and its test
 set -euo pipefail
@@ -34,6 +35,14 @@ missing=()
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
+# A session's sftp channel runs OpenSSH's sftp server as the session's user, on its worker.
+[ -x /usr/lib/openssh/sftp-server ] || missing+=(openssh-sftp-server)
+if [ "$cluster_tools" = true ]; then
+  # The gateway's tests and benchmark: the real OpenSSH client, sshpass, and sshd to compare with.
+  command -v ssh >/dev/null 2>&1 || missing+=(openssh-client)
+  command -v sshpass >/dev/null 2>&1 || missing+=(sshpass)
+  [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
+fi
 if [ "$torch" = true ]; then
   /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)
   /usr/bin/python3 -c 'import sklearn' >/dev/null 2>&1 || missing+=(python3-sklearn)

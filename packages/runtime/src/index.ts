@@ -6,3 +6,4 @@ export * from './types.ts';
 export * from './base-image.ts';
 export * from './docker.ts';
 export * from './probe.ts';
+export * from './session-channels.ts';

@@ -1,0 +1,396 @@
+/**
+ * Channels backed by a process: a command or shell on pipes or on a terminal. Each process leads
+ * a session (and process group) of its own, which is what signals and `close()` reach.
+ */
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { readdir, readFile } from 'node:fs/promises';
+import { closeSync, constants as fsc, openSync, readFileSync } from 'node:fs';
+import { constants } from 'node:os';
+import { finished, Readable, Writable } from 'node:stream';
+import * as pty from 'node-pty';
+import { type Channel, type ChannelExit, ChannelRefused, type PtyRequest } from '@trainyard/tunnel';
+
+/** Where perl (perl-base, Essential on Debian and already needed by the spawner) lives. */
+const PERL = '/usr/bin/perl';
+
+/** The prefix under which the session's environment reaches `TRAMPOLINE` (see there). */
+const ENV_PREFIX = 'TRAINYARD_ENV_';
+
+/**
+ * What every channel's process starts as, already as the session's uid: it closes every
+ * descriptor it inherited beyond 0-2, then becomes `ARGV` with the session's environment.
+ * node-pty opens terminals without close-on-exec, so without this a session's process would hold
+ * the terminals of every other session on the worker. The environment arrives with every name
+ * prefixed, so that nothing in it (`LD_PRELOAD`, `PERL5OPT`…) acts on this step while those
+ * descriptors are still open.
+ */
+const TRAMPOLINE = String.raw`
+use strict;
+use warnings;
+use POSIX ();
+my %env;
+for my $name (keys %ENV) { $env{$1} = $ENV{$name} if $name =~ /\A${ENV_PREFIX}(.+)\z/s }
+%ENV = %env;
+opendir(my $fds, '/proc/self/fd') or die "trainyard: cannot list open descriptors: $!\n";
+my @inherited = grep { /\A[0-9]+\z/ && $_ > 2 } readdir $fds;
+closedir $fds;
+POSIX::close($_) for @inherited;
+exec { $ARGV[0] } @ARGV or die "trainyard: cannot run $ARGV[0]: $!\n";
+`;
+
+/** A program to run in a channel: its argv, directory, environment and user. */
+export interface ChannelCommand {
+  argv: [string, ...string[]];
+  cwd: string;
+  env: Record<string, string>;
+  user?: { uid: number; gid: number };
+  /**
+   * A program, started as root, that drops to the session's user itself and then runs the
+   * trampoline, given as its remaining arguments.
+   */
+  launcher?: string[];
+  /** How long `close()` waits after SIGTERM before SIGKILL. */
+  graceMs: number;
+}
+
+/** `argv` behind the trampoline, and the environment that carries the session's to it. */
+function trampoline(
+  argv: readonly string[],
+  env: Record<string, string>,
+): { args: string[]; env: Record<string, string> } {
+  const hidden = Object.fromEntries(Object.entries(env).map(([k, v]) => [ENV_PREFIX + k, v]));
+  return { args: ['-e', TRAMPOLINE, '--', ...argv], env: hidden };
+}
+
+/** The signals a client may send, by their SSH names; anything else is ignored. */
+const SSH_SIGNALS = new Set('ABRT ALRM HUP INT KILL PIPE QUIT TERM USR1 USR2'.split(' '));
+
+/** A signal's SSH name (`TERM`) from Node's name (`SIGTERM`) or its number. */
+function sshName(signal: NodeJS.Signals | number | null | undefined): string | null {
+  if (!signal) return null;
+  const name =
+    typeof signal === 'number'
+      ? Object.entries(constants.signals).find(([, n]) => n === signal)?.[0]
+      : signal;
+  return name ? name.replace(/^SIG/, '') : String(signal);
+}
+
+interface Stat {
+  state: string;
+  group: number;
+  session: number;
+  foreground: number;
+  /** When it started, in clock ticks since boot: with the pid, which process this is. */
+  start: number;
+}
+
+/** What /proc says of `pid`'s state, group, session and its terminal's foreground group. */
+function parseStat(text: string): Stat {
+  const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  return {
+    state: f[0]!,
+    group: Number(f[2]),
+    session: Number(f[3]),
+    foreground: Number(f[5]),
+    start: Number(f[19]),
+  };
+}
+
+function statOf(pid: number): Stat | null {
+  try {
+    return parseStat(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return null;
+  }
+}
+
+/** The process groups in the session `sid`, from /proc: a shell's jobs have groups of their own. */
+async function sessionGroups(sid: number): Promise<Set<number>> {
+  const groups = new Set<number>();
+  const pids = (await readdir('/proc')).filter((e) => /^\d+$/.test(e));
+  await Promise.all(
+    pids.map(async (pid) => {
+      try {
+        const stat = parseStat(await readFile(`/proc/${pid}/stat`, 'utf8'));
+        if (stat.session === sid) groups.add(stat.group);
+      } catch {
+        // Gone meanwhile.
+      }
+    }),
+  );
+  return groups;
+}
+
+function killGroup(group: number, signal: NodeJS.Signals): void {
+  try {
+    if (group > 1) process.kill(-group, signal);
+  } catch {
+    // Gone meanwhile.
+  }
+}
+
+/**
+ * The session a channel's process leads. Signals go to its process group while it leads it (a
+ * reused pid never does), and on a terminal to the foreground job too; `end` reaches every
+ * group in the session: HUP (on a terminal), TERM and CONT, then KILL after the grace.
+ */
+class Leader {
+  #ending = false;
+  readonly #start: number | undefined;
+
+  constructor(
+    readonly pid: number,
+    private readonly terminal: boolean,
+  ) {
+    this.#start = statOf(pid)?.start;
+  }
+
+  /** Whether `stat` is of this leader, not of a process that has its pid since. */
+  #ours(stat: Stat): boolean {
+    return stat.session === this.pid && (this.#start === undefined || stat.start === this.#start);
+  }
+
+  /** Whether the leader still runs (not gone, not a zombie). */
+  alive(): boolean {
+    const stat = statOf(this.pid);
+    return stat !== null && this.#ours(stat) && stat.state !== 'Z';
+  }
+
+  signal(name: string): void {
+    if (!SSH_SIGNALS.has(name)) return;
+    const stat = statOf(this.pid);
+    if (!stat || !this.#ours(stat)) return;
+    const signal = `SIG${name}` as NodeJS.Signals;
+    killGroup(this.pid, signal);
+    if (this.terminal && stat.foreground > 0 && stat.foreground !== this.pid)
+      killGroup(stat.foreground, signal);
+  }
+
+  end(graceMs: number): void {
+    if (this.#ending) return;
+    this.#ending = true;
+    const head = statOf(this.pid);
+    if (head && !this.#ours(head)) return;
+    const all = async (...signals: NodeJS.Signals[]) => {
+      for (const group of await sessionGroups(this.pid))
+        for (const signal of signals) killGroup(group, signal);
+    };
+    // A terminal's shell ignores TERM but not HUP; CONT lets a stopped job see the signal.
+    const first: NodeJS.Signals[] = this.terminal ? ['SIGHUP', 'SIGTERM'] : ['SIGTERM'];
+    void all(...first, 'SIGCONT')
+      .catch(() => undefined)
+      .then(() => {
+        setTimeout(() => void all('SIGKILL').catch(() => undefined), graceMs).unref();
+      });
+  }
+}
+
+/** A stream with nothing in it, already at its end. */
+export function ended(): Readable {
+  const stream = new Readable({ read() {} });
+  stream.push(null);
+  return stream;
+}
+
+/** Settles once `stream` has ended, errored or been destroyed. */
+function done(stream: Readable): Promise<void> {
+  return new Promise((resolve) => finished(stream, () => resolve()));
+}
+
+export const noop = () => {};
+
+/**
+ * `command` on pipes, in a session of its own (`detached`): stdout and stderr as Node's own
+ * streams, whose backpressure stops reading the pipe, and so the writer, when nobody reads.
+ */
+export async function pipeChannel(command: ChannelCommand): Promise<Channel> {
+  const { args, env } = trampoline(command.argv, command.env);
+  const [file, ...rest] = [...(command.launcher ?? []), PERL, ...args] as [string, ...string[]];
+  let child: ChildProcessWithoutNullStreams;
+  try {
+    child = spawn(file, rest, {
+      cwd: command.cwd,
+      env,
+      detached: true,
+      stdio: 'pipe',
+      ...(command.user ?? {}),
+    });
+  } catch (err) {
+    throw new ChannelRefused(
+      'refused',
+      `could not start ${command.argv[0]}: ${(err as Error).message}`,
+    );
+  }
+  child.on('error', noop);
+  child.stdin.on('error', noop);
+  child.stdout.on('error', noop);
+  child.stderr.on('error', noop);
+  const exit = new Promise<ChannelExit>((resolve) =>
+    child.once('close', (code, signal) => resolve({ code, signal: sshName(signal) })),
+  );
+  await new Promise<void>((resolve, reject) => {
+    child.once('spawn', resolve);
+    child.once('error', (err) =>
+      reject(new ChannelRefused('refused', `could not start ${command.argv[0]}: ${err.message}`)),
+    );
+  });
+  const leader = new Leader(child.pid!, false);
+  return {
+    input: child.stdin,
+    output: child.stdout,
+    errors: child.stderr,
+    resize: noop,
+    signal: (name) => leader.signal(name),
+    close() {
+      leader.end(command.graceMs);
+      child.stdin.destroy();
+      child.stdout.destroy();
+      child.stderr.destroy();
+    },
+    exit,
+  };
+}
+
+/** How often a paused terminal checks whether its process has exited (see `PtyFlow`). */
+const PAUSED_CHECK_MS = 20;
+
+/**
+ * Reading a node-pty terminal to its end, with backpressure. On Linux a terminal hands over at
+ * most 4 KiB a read; libuv takes a short read that comes with the hang-up of the terminal's last
+ * close for its end, and what the kernel still holds is lost (microsoft/node-pty#726). So the
+ * worker holds the terminal's other side open until the channel ends: no hang-up comes, and
+ * node-pty ends the stream 200 ms after the process exits. Paused when the consumer falls behind,
+ * it reads on regardless once the process has exited, so that those 200 ms suffice: what is
+ * left then is what the kernel holds.
+ */
+class PtyFlow {
+  paused = false;
+  #drain = false;
+  #hold: number | undefined;
+  #timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly term: pty.IPty,
+    private readonly leader: Leader,
+  ) {
+    const pts = (term as unknown as { ptsName?: unknown }).ptsName;
+    if (typeof pts === 'string' && pts.startsWith('/dev/pts/')) {
+      try {
+        this.#hold = openSync(pts, fsc.O_RDWR | fsc.O_NOCTTY | fsc.O_NONBLOCK);
+      } catch {
+        // Already gone: there is nothing left to read.
+      }
+    }
+  }
+
+  pause(): void {
+    if (this.paused || this.#drain) return;
+    this.paused = true;
+    this.term.pause();
+    this.#timer ??= setInterval(() => {
+      if (this.leader.alive()) return;
+      this.#drain = true;
+      this.resume();
+    }, PAUSED_CHECK_MS).unref();
+  }
+
+  resume(): void {
+    if (!this.paused) return;
+    this.paused = false;
+    this.term.resume();
+    clearInterval(this.#timer);
+    this.#timer = undefined;
+  }
+
+  /** Reads on to the end, lets go of the terminal and stops watching. */
+  stop(): void {
+    this.resume();
+    if (this.#hold !== undefined) closeSync(this.#hold);
+    this.#hold = undefined;
+  }
+}
+
+/**
+ * `command` on a terminal of its own, through node-pty, with bytes kept as bytes, paused while
+ * the consumer falls behind (see `PtyFlow`). The client's end-of-file is ignored, as OpenSSH does
+ * for a terminal; stderr is the terminal.
+ */
+export function ptyChannel(command: ChannelCommand, size: PtyRequest): Channel {
+  const { args, env } = trampoline(command.argv, command.env);
+  let term: pty.IPty;
+  try {
+    term = pty.spawn(PERL, args, {
+      name: command.env.TERM ?? 'dumb',
+      cols: size.cols,
+      rows: size.rows,
+      cwd: command.cwd,
+      env,
+      encoding: null,
+      ...(command.user ?? {}),
+    });
+  } catch (err) {
+    throw new ChannelRefused('refused', `could not start a terminal: ${(err as Error).message}`);
+  }
+  const leader = new Leader(term.pid, true);
+  const flow = new PtyFlow(term, leader);
+  let exited = false;
+  let closed = false;
+
+  const output = new Readable({ read: () => flow.resume() });
+  term.onData((data: string | Buffer) => {
+    if (!output.destroyed && !output.push(data)) flow.pause();
+  });
+  const input = new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      if (!exited && !closed) term.write(chunk);
+      callback();
+    },
+  });
+
+  const status = new Promise<ChannelExit>((resolve) =>
+    term.onExit(({ exitCode, signal }) => {
+      exited = true;
+      flow.stop();
+      if (!output.destroyed) output.push(null);
+      resolve(signal ? { code: null, signal: sshName(signal) } : { code: exitCode, signal: null });
+    }),
+  );
+  const exit = Promise.all([status, done(output)]).then(([status]) => status);
+
+  return {
+    input,
+    output,
+    errors: ended(),
+    resize(cols, rows) {
+      const ok = (n: number) => Number.isInteger(n) && n >= 1 && n <= 10_000;
+      if (exited || closed || !ok(cols) || !ok(rows)) return;
+      try {
+        term.resize(cols, rows);
+      } catch {
+        // The terminal closed meanwhile.
+      }
+    },
+    signal: (name) => leader.signal(name),
+    close() {
+      if (closed) return;
+      closed = true;
+      leader.end(command.graceMs);
+      input.destroy();
+      output.destroy();
+      // Read on to the terminal's end, so that node-pty closes it once the process is gone.
+      flow.stop();
+    },
+    exit,
+  };
+}
+
+/**
+ * The worker's own supplementary groups (from /proc, which unlike `process.getgroups()` leaves
+ * out the effective gid): node-pty's child keeps them, as it sets only the uid and gid.
+ */
+export function supplementaryGroups(): number[] {
+  const line = readFileSync('/proc/self/status', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('Groups:'));
+  return (line ?? '').slice('Groups:'.length).trim().split(/\s+/).filter(Boolean).map(Number);
+}
