@@ -1,6 +1,10 @@
 import { Subjects } from '@trainyard/events';
 import { workerBucket } from '@trainyard/blobs';
-import { possibleDispatchSlots } from '@trainyard/application';
+import {
+  GATEWAY_BUCKET,
+  possibleDispatchSlots,
+  SSH_PASSWORDS_BUCKET,
+} from '@trainyard/application';
 import type { NatsPermissions } from './nats-server.ts';
 import {
   serviceInbox,
@@ -9,7 +13,10 @@ import {
   type ControlService,
 } from '@trainyard/service-kit';
 
-/** Buckets that hold secrets: password hashes, sessions, the token key, worker enrolment. */
+/**
+ * Buckets that hold secrets: password hashes, sessions, the token key, worker enrolment, the
+ * hashes of SSH sessions' one-time passwords, and the SSH gateway's host key (its private half).
+ */
 const SECRET_BUCKETS = [
   'ty_credentials',
   'ty_sessions',
@@ -17,6 +24,8 @@ const SECRET_BUCKETS = [
   'ty_config',
   'ty_enrolments',
   'ty_worker_keys',
+  'ty_ssh_passwords',
+  'ty_gateway',
 ];
 
 /** The streams a worker reads from or writes to, and the object store bucket it shares. */
@@ -95,9 +104,11 @@ export function workerPermissions(workerId: string): NatsPermissions {
         ...own,
         Subjects.heartbeat(workerId),
         Subjects.report(workerId),
+        // Its side of the SSH channels of the sessions it holds.
+        `${Subjects.tunnelOut(workerId)}.>`,
       ],
     },
-    subscribe: { allow: [`${workerInbox(workerId)}.>`] },
+    subscribe: { allow: [`${workerInbox(workerId)}.>`, `${Subjects.tunnelIn(workerId)}.>`] },
   };
 }
 
@@ -121,6 +132,7 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
   api: [
     ...EVENT_READER,
     'ty.ev.job.*',
+    'ty.ev.session.*',
     'ty.ev.user.*',
     'ty.ev.worker.*',
     ...lookupsIn(HEARTBEATS),
@@ -141,6 +153,7 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
   scheduler: [
     ...EVENT_READER,
     'ty.ev.job.*',
+    'ty.ev.session.*',
     'ty.dispatch.>',
     ...bucketUser('ty_leases'),
     // The cluster snapshot.
@@ -161,6 +174,7 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
   watchdog: [
     ...EVENT_READER,
     'ty.ev.job.*',
+    'ty.ev.session.*',
     'ty.ev.worker.*',
     ...lookupsIn(HEARTBEATS),
     ...readerOf(HEARTBEATS),
@@ -181,6 +195,18 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     // login, which may do anything, asks in the control plane's account, in a worker's inbox.
     '_R_.>',
     `${WORKER_INBOXES}.>`,
+  ],
+  gateway: [
+    ...EVENT_READER,
+    // It records logins on sessions.
+    'ty.ev.session.*',
+    // It opens channels on workers; they answer on `ty.tun.out.>`, which it subscribes to.
+    Subjects.allTunnelsIn,
+    // Its host key, which it makes on first start, and the one-time passwords it uses up.
+    ...[GATEWAY_BUCKET, SSH_PASSWORDS_BUCKET].flatMap((b) => [
+      `$JS.API.STREAM.CREATE.KV_${b}`,
+      ...bucketUser(b),
+    ]),
   ],
 };
 
@@ -206,6 +232,7 @@ export function servicePermissions(service: ControlService): NatsPermissions {
       allow: [
         `${serviceInbox(service)}.>`,
         ...(service === 'watchdog' ? ['ty.report.*', 'ty.fetch.*'] : []),
+        ...(service === 'gateway' ? [Subjects.allTunnelsOut] : []),
       ],
     },
   };
@@ -240,16 +267,31 @@ export const WORKER_IMPORTS: { subject: string; stream?: true }[] = [
   { subject: 'ty.hb.*' },
   { subject: 'ty.report.*' },
   { subject: 'ty.fetch.*' },
+  // The worker's side of SSH channels, to the gateway.
+  { subject: Subjects.allTunnelsOut },
 ];
 
-/** What the control plane's account exports: `WORKER_IMPORTS`, to the workers' account only. */
-export const controlExports = () =>
-  WORKER_IMPORTS.map(({ subject, stream }) => ({
+/**
+ * What the control plane's account sends the workers' account as a stream: the gateway's side
+ * of SSH channels. Each worker's login may subscribe only to its own (`workerPermissions`).
+ */
+export const WORKER_STREAM_IMPORTS = [Subjects.allTunnelsIn];
+
+/**
+ * What the control plane's account exports: `WORKER_IMPORTS` and `WORKER_STREAM_IMPORTS`, to
+ * the workers' account only.
+ */
+export const controlExports = () => [
+  ...WORKER_IMPORTS.map(({ subject, stream }) => ({
     service: subject,
     accounts: [WORKER_ACCOUNT],
     ...(stream && { response_type: 'stream' }),
-  }));
+  })),
+  ...WORKER_STREAM_IMPORTS.map((subject) => ({ stream: subject, accounts: [WORKER_ACCOUNT] })),
+];
 
-/** What the workers' account imports: `WORKER_IMPORTS`, from the control plane's account. */
-export const workerImports = () =>
-  WORKER_IMPORTS.map(({ subject }) => ({ service: { account: CONTROL_ACCOUNT, subject } }));
+/** What the workers' account imports: those exports, from the control plane's account. */
+export const workerImports = () => [
+  ...WORKER_IMPORTS.map(({ subject }) => ({ service: { account: CONTROL_ACCOUNT, subject } })),
+  ...WORKER_STREAM_IMPORTS.map((subject) => ({ stream: { account: CONTROL_ACCOUNT, subject } })),
+];

@@ -12,7 +12,14 @@ export const WORKER_INBOXES = '_INBOX_W';
 export const workerInbox = (workerId: string) => `${WORKER_INBOXES}.${workerId}`;
 
 /** The services of the control plane, each with a NATS login of its own on `up`'s server. */
-export const CONTROL_SERVICES = ['api', 'scheduler', 'builder', 'projector', 'watchdog'] as const;
+export const CONTROL_SERVICES = [
+  'api',
+  'scheduler',
+  'builder',
+  'projector',
+  'watchdog',
+  'gateway',
+] as const;
 export type ControlService = (typeof CONTROL_SERVICES)[number];
 
 /** Where a control-plane service's replies arrive: no other service may read them. */

@@ -1,0 +1,84 @@
+/**
+ * Failed logins counted per key (a source address, a session name) over a sliding window, so
+ * that a password guesser is stopped before the dependencies are asked again.
+ */
+export class FailureWindow {
+  private readonly failures = new Map<string, number[]>();
+
+  constructor(
+    private readonly limit: number,
+    private readonly windowMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Counts one failure for `key`. */
+  record(key: string): void {
+    const times = this.recent(key);
+    times.push(this.now());
+    this.failures.set(key, times);
+  }
+
+  /** Whether `key` has used up its failures within the window. */
+  exceeded(key: string): boolean {
+    const times = this.recent(key);
+    if (times.length === 0) this.failures.delete(key);
+    else this.failures.set(key, times);
+    return times.length >= this.limit;
+  }
+
+  /** Forgets keys whose failures have all left the window, so the map does not grow forever. */
+  prune(): void {
+    for (const key of [...this.failures.keys()]) this.exceeded(key);
+  }
+
+  private recent(key: string): number[] {
+    const since = this.now() - this.windowMs;
+    return (this.failures.get(key) ?? []).filter((t) => t > since);
+  }
+}
+
+/** How many failed logins are allowed, and over how long. */
+export interface LoginLimits {
+  /** Failures allowed from one source address within the window (default 10). */
+  failuresPerSource?: number;
+  /** Failures allowed against one session name (the SSH username) within the window (default 20). */
+  failuresPerUser?: number;
+  /** The window, in milliseconds (default 5 minutes). */
+  windowMs?: number;
+  /** How long a connection may take to log in before it is dropped (default 30 s). */
+  authTimeoutMs?: number;
+}
+
+/** Both counts of a gateway: a login is refused once either is used up. */
+export class LoginRateLimit {
+  private readonly bySource: FailureWindow;
+  private readonly byUser: FailureWindow;
+  private readonly pruner: NodeJS.Timeout;
+
+  constructor(limits: LoginLimits = {}, now: () => number = Date.now) {
+    const windowMs = limits.windowMs ?? 5 * 60_000;
+    this.bySource = new FailureWindow(limits.failuresPerSource ?? 10, windowMs, now);
+    this.byUser = new FailureWindow(limits.failuresPerUser ?? 20, windowMs, now);
+    this.pruner = setInterval(() => {
+      this.bySource.prune();
+      this.byUser.prune();
+    }, windowMs);
+    this.pruner.unref();
+  }
+
+  /** Whether a login from `source` for `user` must be refused without asking anyone. */
+  limited(source: string, user: string): boolean {
+    return this.bySource.exceeded(source) || this.byUser.exceeded(user);
+  }
+
+  /** Counts a refused login against both its source and its user. */
+  failed(source: string, user: string): void {
+    this.bySource.record(source);
+    this.byUser.record(user);
+  }
+
+  /** Stops the background pruning. */
+  stop(): void {
+    clearInterval(this.pruner);
+  }
+}
