@@ -75,11 +75,23 @@ export const AttemptReportSchema = z.discriminatedUnion('type', [
 export type AttemptReport = z.infer<typeof AttemptReportSchema>;
 
 /**
+ * What a worker may report about a session's run it holds: started, ended (failed when it ended
+ * without being asked to), and its channels' activity (the first opened, the last closed).
+ */
+export const SessionReportSchema = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('StartRun'), runId: Id }),
+  z.object({ type: z.literal('EndRun'), runId: Id, failure: FailureSchema.nullable() }),
+  z.object({ type: z.literal('RecordActivity'), runId: Id, active: z.boolean() }),
+]);
+export type SessionReport = z.infer<typeof SessionReportSchema>;
+
+/**
  * A report, or a question: `job` asks where a job stands (its attempt is named only to the
  * worker that holds it), `self` asks for the worker's own latest event (was it declared lost?).
  */
 export const ReportSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('attempt'), jobId: Id, report: AttemptReportSchema }),
+  z.object({ kind: z.literal('session'), sessionId: Id, report: SessionReportSchema }),
   z.object({
     kind: z.literal('worker'),
     event: z.discriminatedUnion('type', [WorkerRegistered, WorkerLeft]),
@@ -125,6 +137,7 @@ class ReportUnavailable extends Error {
 const reportName = (report: Report): string => {
   switch (report.kind) {
     case 'attempt':
+    case 'session':
       return report.report.type;
     case 'worker':
       return report.event.type;

@@ -1,6 +1,8 @@
 import type { AttemptsTable } from './tables/attempts.table.ts';
 import type { CheckpointsTable } from './tables/checkpoints.table.ts';
 import type { JobsTable } from './tables/jobs.table.ts';
+import type { SessionsTable } from './tables/sessions.table.ts';
+import type { SshKeysTable } from './tables/ssh-keys.table.ts';
 import type { UsersTable } from './tables/users.table.ts';
 import type { WorkersTable } from './tables/workers.table.ts';
 
@@ -10,9 +12,18 @@ export interface Database {
   attempts: AttemptsTable;
   workers: WorkersTable;
   users: UsersTable;
+  sessions: SessionsTable;
+  ssh_keys: SshKeysTable;
   projection_checkpoints: CheckpointsTable;
 }
 
 /** The tables a rebuild empties and refills. */
-export const PROJECTED_TABLES = ['jobs', 'attempts', 'workers', 'users'] as const;
+export const PROJECTED_TABLES = [
+  'jobs',
+  'attempts',
+  'workers',
+  'users',
+  'sessions',
+  'ssh_keys',
+] as const;
 export type ProjectedTable = (typeof PROJECTED_TABLES)[number];

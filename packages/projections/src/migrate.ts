@@ -5,6 +5,7 @@ import * as m002 from './migrations/002_user_disabled.ts';
 import * as m003 from './migrations/003_outputs_attempt.ts';
 import * as m004 from './migrations/004_image_digest.ts';
 import * as m005 from './migrations/005_estimates.ts';
+import * as m006 from './migrations/006_sessions.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -13,6 +14,7 @@ const migrations: Record<string, Migration> = {
   '003_outputs_attempt': m003,
   '004_image_digest': m004,
   '005_estimates': m005,
+  '006_sessions': m006,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

@@ -68,5 +68,7 @@ export async function snapshotProjections(db: Kysely<Database>) {
     attempts: await db.selectFrom('attempts').selectAll().orderBy('id').execute(),
     workers: await db.selectFrom('workers').selectAll().orderBy('id').execute(),
     users: await db.selectFrom('users').selectAll().orderBy('username').execute(),
+    sessions: await db.selectFrom('sessions').selectAll().orderBy('id').execute(),
+    ssh_keys: await db.selectFrom('ssh_keys').selectAll().orderBy('fingerprint').execute(),
   };
 }

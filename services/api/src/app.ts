@@ -14,6 +14,8 @@ import { documentRoute, OPENAPI_INFO } from './openapi.ts';
 import { authRoutes } from './routes/auth.ts';
 import { jobDataRoutes } from './routes/job-data.ts';
 import { jobRoutes } from './routes/jobs.ts';
+import { sessionRoutes } from './routes/sessions.ts';
+import { sshKeyRoutes } from './routes/ssh-keys.ts';
 import { systemRoutes } from './routes/system.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { userRoutes } from './routes/users.ts';
@@ -73,6 +75,8 @@ export async function buildApp(
   userRoutes(typed, deps);
   jobRoutes(typed, deps);
   jobDataRoutes(typed, deps);
+  sessionRoutes(typed, deps);
+  sshKeyRoutes(typed, deps);
   systemRoutes(typed, deps);
   workerRoutes(typed, deps);
   usageRoutes(typed, deps);

@@ -12,7 +12,9 @@ import type { WorkerKeys } from '@trainyard/application';
 import type { ArchiveLimits, BlobStore } from '@trainyard/blobs';
 import type { Bus, Logger } from '@trainyard/service-kit';
 import type { CredentialStore, TokenIssuer } from './auth.ts';
+import type { GatewayAccess } from './gateway.ts';
 import type { HeartbeatView } from './heartbeats.ts';
+import type { SessionTimerPolicy } from './session-config.ts';
 import type { SessionStore } from './sessions.ts';
 import type { LoginThrottle } from './throttle.ts';
 import type { ApiMetrics } from './metrics.ts';
@@ -45,6 +47,15 @@ export interface ApiDeps {
    * image of a job that names none then.
    */
   images: { enabled: boolean; defaultImage?: string; registry?: string };
+  /**
+   * Where users reach the SSH gateway. A null host is the host name the client reached the API
+   * at, right wherever the gateway runs beside the API.
+   */
+  ssh: { host: string | null; port: number };
+  /** The timers an interactive session gets when it asks for none, and the most it may ask. */
+  sessionTimers: SessionTimerPolicy;
+  /** One-time SSH passwords and the gateway's host key. */
+  gateway: GatewayAccess;
 }
 
 /** The API's fastify instance, typed by the zod schemas its routes declare. */

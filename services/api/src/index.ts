@@ -3,7 +3,12 @@ import { readFile } from 'node:fs/promises';
 import type { Kysely } from 'kysely';
 import { WorkerKeys } from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
-import { ConfigError, natsUrlWithoutLogin, type ServiceContext } from '@trainyard/service-kit';
+import {
+  ConfigError,
+  natsUrlWithoutLogin,
+  parseEnv,
+  type ServiceContext,
+} from '@trainyard/service-kit';
 import type { Database } from '@trainyard/projections';
 import { buildApp } from './app.ts';
 import {
@@ -13,8 +18,10 @@ import {
   TokenIssuer,
   type Caller,
 } from './auth.ts';
+import { GatewayAccess } from './gateway.ts';
 import { watchHeartbeats } from './heartbeats.ts';
 import { passwordProblem } from './passwords.ts';
+import { SessionConfigSchema, timerPolicy, type SessionConfig } from './session-config.ts';
 import { SessionStore } from './sessions.ts';
 import { LoginThrottle } from './throttle.ts';
 import type { ApiDeps } from './deps.ts';
@@ -27,7 +34,8 @@ export { CredentialStore, TokenIssuer } from './auth.ts';
 export type { ApiDeps } from './deps.ts';
 export { createMetrics } from './metrics.ts';
 export { STATUS_BY_CODE } from './errors.ts';
-export type { JobView, WorkerView } from './views.ts';
+export type { JobView, SessionView, WorkerView } from './views.ts';
+export { parseSshPublicKey, SshKeyProblem, type SshPublicKey } from './ssh-keys.ts';
 
 export interface ApiOptions {
   port: number;
@@ -41,6 +49,16 @@ export interface ApiOptions {
   workerNatsUrl?: string;
   /** Serve HTTPS with this certificate and key (PEM files). */
   tls?: { cert: string; key: string };
+  /**
+   * Session timers, one-time SSH passwords and where the gateway is; default: read from the
+   * environment (`TRAINYARD_SESSION_*`, `TRAINYARD_SSH_*`).
+   */
+  sessions?: SessionConfig;
+  /**
+   * The port the SSH gateway listens on, where the caller started it (default:
+   * `TRAINYARD_SSH_PORT`). Its host is `TRAINYARD_SSH_HOST`, or the one clients reach the API at.
+   */
+  sshPort?: number;
 }
 
 export interface RunningApi {
@@ -82,6 +100,7 @@ export async function apiDeps(
   const replicas = ctx.config.TRAINYARD_STREAM_REPLICAS;
   const sessions = await SessionStore.open(ctx.bus.js, replicas);
   const secret = await loadTokenSecret(ctx.bus.js, opts.jwtSecret, replicas);
+  const sessionConfig = opts.sessions ?? parseEnv(SessionConfigSchema);
   return {
     bus: ctx.bus,
     db,
@@ -110,6 +129,15 @@ export async function apiDeps(
         defaultImage: ctx.config.TRAINYARD_DEFAULT_IMAGE,
       }),
     },
+    ssh: {
+      host: sessionConfig.TRAINYARD_SSH_HOST ?? null,
+      port: opts.sshPort ?? sessionConfig.TRAINYARD_SSH_PORT,
+    },
+    sessionTimers: timerPolicy(sessionConfig),
+    gateway: await GatewayAccess.open(ctx.bus.js, {
+      replicas,
+      passwordTtlMs: sessionConfig.TRAINYARD_SSH_PASSWORD_TTL_S * 1000,
+    }),
   };
 }
 

@@ -7,7 +7,7 @@ export const OPENAPI_INFO = {
     title: 'Trainyard API',
     version: '0.1.0',
     description:
-      'GPU training jobs, scheduled on an event log. Errors are `{"error": {"code", "message", "details"}}`; each route lists the codes it can answer with.',
+      'GPU training jobs and interactive sessions, scheduled on an event log. Errors are `{"error": {"code", "message", "details"}}`; each route lists the codes it can answer with.',
   },
   components: {
     securitySchemes: { bearer: { type: 'http' as const, scheme: 'bearer', bearerFormat: 'JWT' } },
@@ -17,6 +17,7 @@ export const OPENAPI_INFO = {
     { name: 'auth', description: 'Logging in' },
     { name: 'users', description: 'Users (admins)' },
     { name: 'jobs', description: 'Training jobs' },
+    { name: 'sessions', description: 'Interactive SSH sessions, and your SSH keys' },
     { name: 'system', description: 'Workers, health, limits and metrics' },
     { name: 'usage', description: 'GPU-hours held, per user and per job' },
   ],

@@ -1,5 +1,5 @@
-import type { AttemptStatus, JobStatus } from '@trainyard/events';
-import type { AttemptRow, JobRow, WorkerRow } from '@trainyard/projections';
+import type { AttemptStatus, JobStatus, SessionStatus, SessionStopReason } from '@trainyard/events';
+import type { AttemptRow, JobRow, SessionRow, SshKeyRow, WorkerRow } from '@trainyard/projections';
 import type { LastBeat } from './heartbeats.ts';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
@@ -76,5 +76,60 @@ export function workerView(w: WorkerRow, beat: LastBeat | null, admin: boolean) 
   };
 }
 
+const MINUTE = 60_000;
+
+/**
+ * When a running session's first timer runs out, as its row stands: the hard cap, and either
+ * the connect timer (no login yet) or the idle timer (no channel open). The watchdog decides;
+ * this only tells the user what to expect.
+ */
+function stopsAt(s: SessionRow): string | null {
+  if (s.status !== 'running' || !s.started_at) return null;
+  const started = s.started_at.getTime();
+  const ends = [started + s.timers.maxMin * MINUTE];
+  if (!s.connected_at) ends.push(started + s.timers.connectMin * MINUTE);
+  else if (!s.active && s.idle_since) ends.push(s.idle_since.getTime() + s.timers.idleMin * MINUTE);
+  return new Date(Math.min(...ends)).toISOString();
+}
+
+/** The public shape of a session. */
+export function sessionView(s: SessionRow) {
+  return {
+    id: s.id,
+    name: s.name,
+    owner: s.owner,
+    status: s.status as SessionStatus,
+    resources: s.resources,
+    timers: s.timers,
+    workerId: s.worker_id,
+    runId: s.run_id,
+    runs: s.runs,
+    gpus: s.gpus,
+    active: s.active,
+    stopReason: s.stop_reason as SessionStopReason | null,
+    failure: s.failure,
+    requeuedBecause: s.requeued_because,
+    requestedAt: s.requested_at.toISOString(),
+    startedAt: iso(s.started_at),
+    connectedAt: iso(s.connected_at),
+    lastLoginAt: iso(s.last_login_at),
+    endedAt: iso(s.ended_at),
+    stopsAt: stopsAt(s),
+    seq: s.last_seq,
+  };
+}
+
+/** The public shape of a registered SSH key. */
+export function sshKeyView(k: SshKeyRow) {
+  return {
+    fingerprint: k.fingerprint,
+    type: k.public_key.split(' ')[0] ?? '',
+    publicKey: k.public_key,
+    name: k.name,
+    addedAt: k.added_at.toISOString(),
+  };
+}
+
 export type JobView = ReturnType<typeof jobView>;
+export type SessionView = ReturnType<typeof sessionView>;
 export type WorkerView = ReturnType<typeof workerView>;

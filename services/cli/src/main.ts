@@ -3,6 +3,9 @@ import { registerAccountCommands } from './commands/account.ts';
 import { registerAdminCommands } from './commands/admin.ts';
 import { registerCompletionCommand } from './commands/completion.ts';
 import { registerJobCommands } from './commands/jobs.ts';
+import { registerSessionCommands } from './commands/sessions.ts';
+import { registerSshKeyCommands } from './commands/ssh-keys.ts';
+import { registerSshCommands } from './commands/ssh.ts';
 import { registerUsageCommands } from './commands/usage.ts';
 import { CliError, describeError, verbose } from './errors.ts';
 import { loadServerCommands, type ServerCommands } from './server.ts';
@@ -15,7 +18,7 @@ export type { ServerCommands } from './server.ts';
  */
 export function buildProgram(server: ServerCommands): Command {
   const program = new Command('trainyard')
-    .description('Trainyard: GPU training jobs, scheduled on an event log')
+    .description('Trainyard: GPU training jobs and interactive sessions, scheduled on an event log')
     .version('0.1.0')
     .option('--api <url>', 'the API to talk to (default: your login, the local stack, or :8080)')
     .option('--profile <name>', 'which saved login to use (default: default)')
@@ -30,6 +33,9 @@ export function buildProgram(server: ServerCommands): Command {
   server.registerServiceCommands(program);
   registerAccountCommands(program);
   registerJobCommands(program);
+  registerSessionCommands(program);
+  registerSshCommands(program);
+  registerSshKeyCommands(program);
   registerAdminCommands(program);
   registerUsageCommands(program);
   server.registerOperatorCommands(program);

@@ -46,6 +46,48 @@ export interface JobView {
   attempts?: AttemptView[];
 }
 
+export interface SessionView {
+  id: string;
+  name: string | null;
+  owner: string;
+  status: string;
+  resources: { gpus: number; vramGb?: number; cpus?: number; memoryGb?: number; gpuModel?: string };
+  timers: { connectMin: number; idleMin: number; maxMin: number };
+  workerId: string | null;
+  runs: number;
+  gpus: number[];
+  active: boolean;
+  stopReason: string | null;
+  failure: { kind: string; reason: string; message: string } | null;
+  requeuedBecause: string | null;
+  requestedAt: string;
+  startedAt: string | null;
+  connectedAt: string | null;
+  lastLoginAt: string | null;
+  endedAt: string | null;
+  stopsAt: string | null;
+  seq: number;
+}
+
+/** Where and how to reach a running session: `POST /v1/sessions/:id/connect`. */
+export interface SessionConnect {
+  host: string;
+  port: number;
+  username: string;
+  password: string;
+  expiresAt: string;
+  hostKey: string;
+  hostKeyFingerprint: string;
+}
+
+export interface SshKeyView {
+  fingerprint: string;
+  type: string;
+  publicKey: string;
+  name: string;
+  addedAt: string;
+}
+
 /** The role a token claims, read without checking it: only to choose what to show. */
 export function callerRole(token: string | null): string | null {
   const payload = token?.split('.')[1];

@@ -1,6 +1,8 @@
 import type { ProjectedTable } from '../database.ts';
 import { attemptsProjector } from './attempts.ts';
 import { jobsProjector } from './jobs.ts';
+import { sessionsProjector } from './sessions.ts';
+import { sshKeysProjector } from './ssh-keys.ts';
 import type { TableProjector } from './types.ts';
 import { usersProjector } from './users.ts';
 import { workersProjector } from './workers.ts';
@@ -13,6 +15,15 @@ export const PROJECTORS: readonly TableProjector<ProjectedTable>[] = [
   attemptsProjector,
   workersProjector,
   usersProjector,
+  sessionsProjector,
+  sshKeysProjector,
 ] as unknown as readonly TableProjector<ProjectedTable>[];
 
-export { attemptsProjector, jobsProjector, usersProjector, workersProjector };
+export {
+  attemptsProjector,
+  jobsProjector,
+  sessionsProjector,
+  sshKeysProjector,
+  usersProjector,
+  workersProjector,
+};

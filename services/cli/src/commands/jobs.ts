@@ -43,7 +43,8 @@ function envFile(path: string): Record<string, string> {
   return parseEnv(lines, `--env-file ${path}`);
 }
 
-function wholeNumber(flag: string, value: unknown): number | undefined {
+/** A number flag's value; a value that is not a number is refused, naming the flag. */
+export function wholeNumber(flag: string, value: unknown): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
   if (!Number.isFinite(n)) throw new CliError(`${flag} wants a number, got "${String(value)}"`);
@@ -102,9 +103,9 @@ const FLAGS: Record<string, string> = {
 };
 
 /** The API's complaint about a spec field, told in the flag that sets it. */
-function inFlags(err: CliError): CliError {
+export function inFlags(err: CliError, flags: Record<string, string> = FLAGS): CliError {
   const field = /^(?:spec\.)?([\w.]+): /.exec(err.message)?.[1];
-  const flag = field && (FLAGS[field] ?? (field.startsWith('env.') ? '--env' : undefined));
+  const flag = field && (flags[field] ?? (field.startsWith('env.') ? '--env' : undefined));
   if (!flag) return err;
   const said = err.message
     .slice(err.message.indexOf(': ') + 2)

@@ -1,0 +1,255 @@
+import type { FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { initialSessionState, runHolder } from '@trainyard/domain';
+import { EMPTY_HEAD, SessionStatus } from '@trainyard/events';
+import {
+  loadSession,
+  newSessionId,
+  runSessionCommand,
+  type SessionSnapshot,
+} from '@trainyard/application';
+import { findSession, listSessions, type SessionRow } from '@trainyard/projections';
+import type { Caller } from '../auth.ts';
+import type { Api, ApiDeps } from '../deps.ts';
+import { ApiError } from '../errors.ts';
+import { AfterQuerySchema, errorResponses, queryFlag } from '../schemas.ts';
+import { timersInForce } from '../session-config.ts';
+import {
+  SessionAcceptedSchema,
+  SessionConnectSchema,
+  SessionIdParamsSchema,
+  SessionSpecBodySchema,
+  SessionViewSchema,
+  SshGatewaySchema,
+} from '../session-schemas.ts';
+import { sessionView } from '../views.ts';
+import { actorOf, callerOf, readModel, waitForSeq } from './common.ts';
+
+/** The most sessions one `GET /v1/sessions` answers with. */
+export const MAX_SESSION_LIST = 500;
+
+const SESSION_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+const notFound = (id: string) => new ApiError('SESSION_NOT_FOUND', `session ${id} not found`);
+
+/** The `:id` route parameter; an id that cannot exist answers 404 like a missing one. */
+function sessionIdParam(req: FastifyRequest): string {
+  const id = (req.params as { id?: string }).id ?? '';
+  if (!SESSION_ID.test(id)) throw new ApiError('SESSION_NOT_FOUND', 'session not found');
+  return id;
+}
+
+const maySee = (caller: Caller, owner: string) =>
+  caller.role === 'admin' || owner === caller.username;
+
+/**
+ * A session's row if the caller may see it; otherwise it does not exist. Read once the read
+ * model holds the session's last event, so a read just after a change sees it.
+ */
+async function visibleSessionRow(deps: ApiDeps, caller: Caller, id: string): Promise<SessionRow> {
+  let row = await readModel(() => findSession(deps.db, id));
+  const { seq } = await deps.bus.store.head('session', id);
+  if (seq > (row?.last_seq ?? 0)) {
+    await waitForSeq(deps, seq);
+    row = await readModel(() => findSession(deps.db, id));
+  }
+  if (!row || !maySee(caller, row.owner)) throw notFound(id);
+  return row;
+}
+
+/** A session from the log if the caller may see it; otherwise it does not exist. */
+async function visibleSession(deps: ApiDeps, caller: Caller, id: string): Promise<SessionSnapshot> {
+  const snapshot = await loadSession(deps.bus.store, id);
+  const { state } = snapshot;
+  if (state.status === 'none' || !maySee(caller, state.owner)) throw notFound(id);
+  return snapshot;
+}
+
+/** The host name the client reached the API at, as an SSH client takes it (no brackets). */
+const requestHost = (req: FastifyRequest) => req.hostname.replace(/^\[(.*)\]$/, '$1');
+
+/** Where the caller reaches the gateway, and its host key; 503 before the gateway started. */
+async function gatewayOf(deps: ApiDeps, req: FastifyRequest) {
+  const key = await deps.gateway.hostKey();
+  if (!key) throw new ApiError('GATEWAY_UNAVAILABLE', 'the SSH gateway has not started yet');
+  return {
+    host: deps.ssh.host ?? requestHost(req),
+    port: deps.ssh.port,
+    hostKey: key.publicKey,
+    hostKeyFingerprint: key.fingerprint,
+  };
+}
+
+const ListQuery = z.object({
+  all: queryFlag("admins: everyone's sessions"),
+  status: z.enum(Object.values(SessionStatus)).optional(),
+  limit: z.coerce.number().int().min(1).max(MAX_SESSION_LIST).default(100),
+  after: AfterQuerySchema.shape.after,
+});
+
+/** Request, list, show, stop and connect to interactive sessions. */
+export function sessionRoutes(app: Api, deps: ApiDeps): void {
+  app.post(
+    '/v1/sessions',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: 'Request an interactive session',
+        description:
+          'Answers at once; the session waits for a place (`queued`), then runs. Timers left out get the defaults; one above its cap is refused.',
+        body: SessionSpecBodySchema,
+        response: { 202: SessionAcceptedSchema, ...errorResponses(400, 401, 503) },
+      },
+    },
+    async (req, reply) => {
+      const caller = callerOf(req);
+      const spec = req.body;
+      if (spec.resources.memoryGb !== undefined && !deps.images.enabled) {
+        throw new ApiError(
+          'VALIDATION_FAILED',
+          'resources.memoryGb: a memory limit holds for sessions in containers; this cluster runs them on its workers’ hosts',
+        );
+      }
+      const timers = timersInForce(spec.timers, deps.sessionTimers);
+      const id = newSessionId();
+      const result = await runSessionCommand(
+        deps.bus.store,
+        id,
+        { type: 'RequestSession', owner: caller.username, spec, timers },
+        { actor: actorOf(caller), now: new Date(), correlationId: req.id },
+        { snapshot: { state: initialSessionState(id), head: EMPTY_HEAD } },
+      );
+      return reply.code(202).send({
+        id,
+        status: result.state.status as SessionStatus,
+        seq: result.head.seq,
+      });
+    },
+  );
+
+  app.get(
+    '/v1/sessions',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: "List your sessions (admins with all=true: everyone's), newest first",
+        querystring: ListQuery,
+        response: { 200: z.array(SessionViewSchema), ...errorResponses(400, 401, 403, 503, 504) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const q = req.query;
+      if (q.all && caller.role !== 'admin')
+        throw new ApiError('FORBIDDEN', "only admins may list everyone's sessions");
+      if (q.after !== undefined) await waitForSeq(deps, q.after);
+      const rows = await readModel(() =>
+        listSessions(deps.db, {
+          limit: q.limit,
+          ...(!q.all && { owner: caller.username }),
+          ...(q.status && { status: q.status }),
+        }),
+      );
+      return rows.map(sessionView);
+    },
+  );
+
+  app.get(
+    '/v1/sessions/:id',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: 'A session',
+        params: SessionIdParamsSchema,
+        response: { 200: SessionViewSchema, ...errorResponses(401, 404, 503, 504) },
+      },
+    },
+    async (req) => sessionView(await visibleSessionRow(deps, callerOf(req), sessionIdParam(req))),
+  );
+
+  app.post(
+    '/v1/sessions/:id/stop',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: 'Stop a session',
+        description:
+          'A session not yet placed stops at once; a running one once its worker ends it.',
+        params: SessionIdParamsSchema,
+        response: { 202: SessionAcceptedSchema, ...errorResponses(401, 404, 409, 503) },
+      },
+    },
+    async (req, reply) => {
+      const caller = callerOf(req);
+      const id = sessionIdParam(req);
+      const snapshot = await visibleSession(deps, caller, id);
+      const result = await runSessionCommand(
+        deps.bus.store,
+        id,
+        { type: 'StopSession', reason: 'user' },
+        { actor: actorOf(caller), now: new Date(), correlationId: req.id },
+        { snapshot },
+      );
+      return reply.code(202).send({
+        id,
+        status: result.state.status as SessionStatus,
+        seq: result.head.seq,
+      });
+    },
+  );
+
+  app.post(
+    '/v1/sessions/:id/connect',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: 'A one-time password for SSH to a running session, and where to connect',
+        description:
+          "Each call replaces the session's previous password. Pin `hostKey` (in known_hosts as `[host]:port KEY`) before connecting.",
+        params: SessionIdParamsSchema,
+        response: { 200: SessionConnectSchema, ...errorResponses(401, 403, 404, 409, 503) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const id = sessionIdParam(req);
+      const { state } = await visibleSession(deps, caller, id);
+      if (state.owner !== caller.username)
+        throw new ApiError('FORBIDDEN', `only its owner (${state.owner}) may connect to ${id}`);
+      const run = runHolder(state);
+      if (state.status !== 'running' || !run) {
+        const wait = ['queued', 'starting'].includes(state.status)
+          ? '; wait until it is running'
+          : '';
+        throw new ApiError(
+          'INVALID_TRANSITION',
+          `session ${id} is ${state.status}: only a running session takes SSH connections${wait}`,
+        );
+      }
+      const gateway = await gatewayOf(deps, req);
+      const { password, expiresAt } = await deps.gateway.issuePassword(id, {
+        runId: run.id,
+        owner: state.owner,
+      });
+      const { hostKey, hostKeyFingerprint, host, port } = gateway;
+      return { host, port, username: id, password, expiresAt, hostKey, hostKeyFingerprint };
+    },
+  );
+
+  app.get(
+    '/v1/ssh-gateway',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: 'Where the SSH gateway listens, and its host key',
+        description:
+          'For an SSH config (`trainyard ssh-config`): log in as the session id, with a registered key.',
+        response: { 200: SshGatewaySchema, ...errorResponses(401, 503) },
+      },
+    },
+    async (req) => {
+      callerOf(req);
+      return gatewayOf(deps, req);
+    },
+  );
+}

@@ -1,0 +1,183 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Command } from 'commander';
+import { ApiClient, CliError } from '../client.ts';
+import { cleanName } from '../output.ts';
+import { callerRole, type SessionView } from '../views.ts';
+import { inFlags, wholeNumber } from './jobs.ts';
+import { printJson, printTable } from './table.ts';
+
+/** The flag that sets each session spec field, to name in an error. */
+const FLAGS: Record<string, string> = {
+  name: '--name',
+  'resources.gpus': '--gpus',
+  'resources.vramGb': '--vram-gb',
+  'resources.cpus': '--cpus',
+  'resources.memoryGb': '--memory-gb',
+  'resources.gpuModel': '--gpu-model',
+  'timers.connectMin': '--connect-min',
+  'timers.idleMin': '--idle-min',
+  'timers.maxMin': '--max-min',
+};
+
+type CreateFlags = Record<string, string | boolean | undefined>;
+
+/** The spec `session create` sends, from its flags. */
+function specFrom(o: CreateFlags) {
+  const num = (flag: string, key: string) => wholeNumber(flag, o[key]);
+  const timers = {
+    ...(o.connectMin !== undefined && { connectMin: num('--connect-min', 'connectMin') }),
+    ...(o.idleMin !== undefined && { idleMin: num('--idle-min', 'idleMin') }),
+    ...(o.maxMin !== undefined && { maxMin: num('--max-min', 'maxMin') }),
+  };
+  return {
+    ...(o.name !== undefined && { name: o.name as string }),
+    resources: {
+      gpus: num('--gpus', 'gpus') ?? 0,
+      ...(o.vramGb !== undefined && { vramGb: num('--vram-gb', 'vramGb') }),
+      ...(o.cpus !== undefined && { cpus: num('--cpus', 'cpus') }),
+      ...(o.memoryGb !== undefined && { memoryGb: num('--memory-gb', 'memoryGb') }),
+      ...(o.gpuModel !== undefined && { gpuModel: o.gpuModel as string }),
+    },
+    timers,
+  };
+}
+
+const ENDED = new Set(['stopped', 'failed']);
+
+/** Why a session ended, in a few words. */
+function endLine(s: SessionView): string {
+  if (s.failure) return `failed: ${s.failure.reason}: ${cleanName(s.failure.message)}`;
+  return s.stopReason ? `stopped (${s.stopReason})` : s.status;
+}
+
+/** Waits until a session runs, telling each status on stderr; fails if it ends first. */
+async function untilRunning(client: ApiClient, id: string, seq: number): Promise<SessionView> {
+  let said = '';
+  let after = seq;
+  for (;;) {
+    const s = await client.json<SessionView>(
+      `/v1/sessions/${encodeURIComponent(id)}?after=${after}`,
+    );
+    after = s.seq;
+    const line = `${id} ${s.status}${s.requeuedBecause ? ` (placed again: ${cleanName(s.requeuedBecause)})` : ''}`;
+    if (line !== said) console.error(line);
+    said = line;
+    if (s.status === 'running') return s;
+    if (ENDED.has(s.status))
+      throw new CliError(`${id} ended before it ran: ${endLine(s)}`, 'SESSION_ENDED');
+    await sleep(1000);
+  }
+}
+
+function resourcesLine(s: SessionView): string {
+  const r = s.resources;
+  const parts = [r.gpus > 0 ? `${r.gpus} GPU${r.gpus > 1 ? 's' : ''}` : 'no GPU'];
+  if (r.gpuModel) parts.push(`model ${r.gpuModel}`);
+  if (r.vramGb !== undefined) parts.push(`${r.vramGb} GiB VRAM each`);
+  if (r.cpus !== undefined) parts.push(`${r.cpus} CPU slots`);
+  if (r.memoryGb !== undefined) parts.push(`${r.memoryGb} GiB memory`);
+  return parts.join(', ');
+}
+
+function printSession(s: SessionView): void {
+  console.log(`${s.id}  ${cleanName(s.name ?? '-')}  ${s.status}`);
+  console.log(
+    `owner ${s.owner}  requested ${s.requestedAt}  started ${s.startedAt ?? '-'}  connected ${s.connectedAt ?? '-'}  ended ${s.endedAt ?? '-'}`,
+  );
+  const where = s.workerId ? `  on ${s.workerId} (${s.gpus.join(',') || 'cpu'})` : '';
+  console.log(`resources: ${resourcesLine(s)}${where}`);
+  const t = s.timers;
+  console.log(
+    `timers: connect ${t.connectMin} min, idle ${t.idleMin} min, max ${t.maxMin} min${s.stopsAt ? `; stops at ${s.stopsAt} unless used` : ''}`,
+  );
+  if (s.requeuedBecause) console.log(`placed again: ${cleanName(s.requeuedBecause)}`);
+  if (ENDED.has(s.status) || s.status === 'stopping') console.log(endLine(s));
+}
+
+/** `trainyard session create|ls|show|stop`. */
+export function registerSessionCommands(program: Command): void {
+  const session = program
+    .command('session')
+    .description('interactive sessions: a shell on a worker, reached with `trainyard ssh`');
+
+  session
+    .command('create')
+    .description('ask for a session; prints its id')
+    .option('--name <name>', 'a name to know it by (an ssh-config host alias)')
+    .option('--gpus <n>', 'GPUs (0 = CPU only)', '0')
+    .option('--vram-gb <gb>', 'VRAM per GPU, in GiB')
+    .option('--gpu-model <model>', 'only GPUs whose name holds this, e.g. A100 (any case)')
+    .option('--cpus <n>', "CPU-only sessions: how many of the worker's CPU slots it takes")
+    .option('--memory-gb <gb>', 'a hard memory limit, in GiB: where sessions run in containers')
+    .option('--connect-min <m>', 'stop it if no one logs in this many minutes after it starts')
+    .option('--idle-min <m>', 'stop it after this many minutes with no connection open')
+    .option('--max-min <m>', 'stop it this many minutes after it starts, whatever happens')
+    .option('--follow-until-running', 'wait until it runs, telling its status on stderr')
+    .option('--json', 'print JSON')
+    .action(async (o: CreateFlags) => {
+      const client = ApiClient.fromEnv();
+      const created = await client
+        .post<{ id: string; status: string; seq: number }>('/v1/sessions', specFrom(o))
+        .catch((err: unknown) => {
+          throw err instanceof CliError && err.code === 'VALIDATION_FAILED'
+            ? inFlags(err, FLAGS)
+            : err;
+        });
+      if (!o.followUntilRunning) return o.json ? printJson(created) : console.log(created.id);
+      if (!o.json) console.log(created.id);
+      const running = await untilRunning(client, created.id, created.seq);
+      if (o.json) printJson(running);
+      else console.error(`connect with: trainyard ssh ${created.id}`);
+    });
+
+  session
+    .command('ls')
+    .description('list your sessions, newest first')
+    .option('--all', "admins: everyone's")
+    .option('--json', 'print JSON')
+    .action(async (o: { all?: boolean; json?: boolean }) => {
+      const client = ApiClient.fromEnv();
+      const list = await client.json<SessionView[]>(`/v1/sessions${o.all ? '?all=true' : ''}`);
+      if (o.json) return printJson(list);
+      const owners = Boolean(o.all) && callerRole(client.token) === 'admin';
+      printTable(
+        ['ID', ...(owners ? ['OWNER'] : []), 'NAME', 'STATUS', 'GPUS', 'REQUESTED', 'STOPS/ENDED'],
+        list.map((s) => [
+          s.id,
+          ...(owners ? [s.owner] : []),
+          s.name ?? '',
+          s.status,
+          String(s.resources.gpus),
+          s.requestedAt,
+          s.endedAt ?? s.stopsAt ?? '',
+        ]),
+      );
+    });
+
+  session
+    .command('show')
+    .description('show a session')
+    .argument('<id>')
+    .option('--json', 'print JSON')
+    .action(async (id: string, o: { json?: boolean }) => {
+      const s = await ApiClient.fromEnv().json<SessionView>(
+        `/v1/sessions/${encodeURIComponent(id)}`,
+      );
+      if (o.json) return printJson(s);
+      printSession(s);
+    });
+
+  session
+    .command('stop')
+    .description('stop a session: its shells end and its slot is freed')
+    .argument('<id>')
+    .option('--json', 'print JSON')
+    .action(async (id: string, o: { json?: boolean }) => {
+      const r = await ApiClient.fromEnv().post<{ id: string; status: string }>(
+        `/v1/sessions/${encodeURIComponent(id)}/stop`,
+        {},
+      );
+      if (o.json) return printJson(r);
+      console.log(`${r.id} ${r.status === 'stopped' ? 'stopped' : 'stopping'}`);
+    });
+}
