@@ -3,6 +3,7 @@ import type { StoredEvent } from '@trainyard/events';
 import { runJobCommand } from '@trainyard/application';
 import { type ServiceContext } from '@trainyard/service-kit';
 import { dispatchStop } from './dispatch.ts';
+import { dispatchSessionStop, requeueStaleRuns } from './sessions.ts';
 
 /**
  * Fails the attempts that workers no longer run (lost, left, or registered again without them)
@@ -48,16 +49,23 @@ export function react(
       const job = cluster.jobs.get(event.aggregateId);
       return job ? dispatchStop(ctx.bus.js, job) : null;
     }
+    case 'SessionStopRequested': {
+      const session = cluster.sessions.get(event.aggregateId);
+      return session ? dispatchSessionStop(ctx.bus.js, session) : null;
+    }
     case 'WorkerLost':
     case 'WorkerLeft':
     case 'WorkerRegistered':
-      return failStale(ctx, cluster, event.aggregateId);
+      return Promise.all([
+        failStale(ctx, cluster, event.aggregateId),
+        requeueStaleRuns(ctx, cluster, event.aggregateId),
+      ]).then(() => undefined);
     default:
       return null;
   }
 }
 
 /** After a takeover: whatever the previous leader had not yet failed. */
-export function recover(ctx: ServiceContext, cluster: ClusterState): Promise<void> {
-  return failStale(ctx, cluster);
+export async function recover(ctx: ServiceContext, cluster: ClusterState): Promise<void> {
+  await Promise.all([failStale(ctx, cluster), requeueStaleRuns(ctx, cluster)]);
 }

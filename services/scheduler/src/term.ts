@@ -8,6 +8,7 @@ import { Folding } from './folding.ts';
 import type { SchedulerOptions } from './options.ts';
 import { react, recover } from './reactions.ts';
 import { Rounds } from './rounds.ts';
+import { assignSession, dispatchSessionRun, dispatchSessionStop } from './sessions.ts';
 
 /**
  * One term as leader: folds the log into the cluster state and, once it has caught up, sends
@@ -68,6 +69,10 @@ export class Term {
         this.#send(dispatchRun(this.ctx, job));
       if (job.state.cancelRequested) this.#send(dispatchStop(this.ctx.bus.js, job));
     }
+    for (const session of cluster.sessions.values()) {
+      this.#send(dispatchSessionRun(this.ctx.bus.js, session));
+      this.#send(dispatchSessionStop(this.ctx.bus.js, session));
+    }
     this.#send(recover(this.ctx, cluster));
     this.#rounds.wake();
   }
@@ -83,12 +88,13 @@ export class Term {
 
   /** Appends and dispatches an assignment: the sequence it landed at, 0 if it no longer applies. */
   async #assign(a: Assignment, now: Date): Promise<number> {
-    const tracked = this.#folding.cluster.jobs.get(a.jobId);
+    if (a.kind === 'session') return assignSession(this.ctx, this.#folding.cluster, a, now);
+    const tracked = this.#folding.cluster.jobs.get(a.id);
     if (!tracked) return 0;
     try {
       const result = await runJobCommand(
         this.ctx.bus.store,
-        a.jobId,
+        a.id,
         {
           type: 'AssignJob',
           attemptId: newId('att'),
@@ -105,7 +111,7 @@ export class Term {
       return result.head.seq;
     } catch (err) {
       if (!(err instanceof DomainError)) throw err;
-      this.ctx.log.debug({ jobId: a.jobId, code: err.code }, 'assignment no longer applies');
+      this.ctx.log.debug({ jobId: a.id, code: err.code }, 'assignment no longer applies');
       return 0;
     }
   }

@@ -66,13 +66,13 @@ export class FakeLog {
 
   /** Appends what the decider answers to assigning `a`, as the scheduler's append does. */
   assignJob(a: Assignment): number {
-    const job = this.state.jobs.get(a.jobId)!;
-    const { jobId: _, ...placement } = a;
+    const job = this.state.jobs.get(a.id)!;
+    const { kind: _kind, id: _id, ...placement } = a;
     const events = decideJob(
-      { type: 'AssignJob', attemptId: `att-${a.jobId}`, ...placement },
+      { type: 'AssignJob', attemptId: `att-${a.id}`, ...placement },
       job.state,
     );
-    return Math.max(...events.map((e) => this.append('job', a.jobId, e)));
+    return Math.max(...events.map((e) => this.append('job', a.id, e)));
   }
 }
 

@@ -60,7 +60,7 @@ async function drain(): Promise<void> {
   for (let i = 0; i < 10; i++) await new Promise((resolve) => setImmediate(resolve));
 }
 
-const jobsAsked = (h: Harness) => h.asked.map((a) => a.assignment.jobId);
+const jobsAsked = (h: Harness) => h.asked.map((a) => a.assignment.id);
 
 describe('planning rounds', () => {
   it('places a queued job on a registered worker with free GPUs', async () => {
@@ -72,7 +72,14 @@ describe('planning rounds', () => {
 
     expect(h.asked).toEqual([
       {
-        assignment: { jobId: 'j1', workerId: 'w1', gpus: [0], vramBytes: 8 * GiB, cpus: 0 },
+        assignment: {
+          kind: 'job',
+          id: 'j1',
+          workerId: 'w1',
+          gpus: [0],
+          vramBytes: 8 * GiB,
+          cpus: 0,
+        },
         now: T0,
       },
     ]);

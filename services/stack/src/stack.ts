@@ -34,6 +34,7 @@ import {
   type SchedulerOptions,
 } from '@trainyard/scheduler';
 import { DEFAULT_WATCHDOG_OPTIONS, startWatchdog, type WatchdogOptions } from '@trainyard/watchdog';
+import { startGateway, type RunningGateway } from '@trainyard/gateway';
 import { startWorker, type RunningWorker, type WorkerOptions } from '@trainyard/worker';
 import {
   LOCAL_WORKER_USER,
@@ -70,6 +71,11 @@ export interface StackOptions {
   worker: WorkerOptions | null;
   scheduler?: SchedulerOptions;
   watchdog?: WatchdogOptions;
+  /**
+   * The SSH gateway into sessions: its port (0: any free one), on the API's address. Absent: no
+   * gateway.
+   */
+  gateway?: { port: number; keepaliveMs?: number };
   /** Postgres without fsync, for tests and benchmarks. */
   fastPostgres?: boolean;
   /** Stream replicas: 3 on a NATS cluster. */
@@ -95,6 +101,8 @@ export interface Stack {
   ctx: ServiceContext;
   db: Kysely<Database>;
   api: RunningApi;
+  /** The SSH gateway, when the stack runs one. */
+  gateway: RunningGateway | null;
   worker: RunningWorker | null;
   /** The control plane's NATS URL, with its login when the stack started NATS itself. */
   natsUrl: string;
@@ -269,6 +277,14 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
         opts.watchdog ?? DEFAULT_WATCHDOG_OPTIONS,
       ),
     );
+    const gateway = opts.gateway
+      ? await startGateway(await serviceContextOf('gateway'), {
+          port: opts.gateway.port,
+          host: opts.listen ?? opts.apiHost,
+          ...(opts.gateway.keepaliveMs !== undefined && { keepaliveMs: opts.gateway.keepaliveMs }),
+        })
+      : null;
+    if (gateway) add('gateway', gateway);
     const api = await startApi(await serviceContextOf('api'), db, {
       port: opts.apiPort,
       host: opts.listen ?? opts.apiHost,
@@ -278,6 +294,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       ...(opts.maxUploadBytes && { maxUploadBytes: opts.maxUploadBytes }),
       ...(opts.tokenTtlSeconds && { tokenTtlSeconds: opts.tokenTtlSeconds }),
       ...(workerNatsUrl && { workerNatsUrl }),
+      ...(gateway && { sshPort: gateway.port }),
     });
     add('api', api);
     const worker = opts.worker
@@ -291,6 +308,7 @@ export async function startStack(opts: StackOptions): Promise<Stack> {
       ctx,
       db,
       api,
+      gateway,
       worker,
       natsUrl,
       workerNatsUrl,

@@ -64,9 +64,12 @@ function tlsFiles(opts: UpOptions, env: NodeJS.ProcessEnv): { cert: string; key:
 const isLoopbackHost = (host: string) =>
   host === 'localhost' || host === '::1' || host.startsWith('127.');
 
+/** The SSH gateway's port when TRAINYARD_SSH_PORT names none and it is free. */
+const DEFAULT_SSH_PORT = 2222;
+
 function banner(
   api: RunningApi,
-  stack: Pick<Stack, 'natsUrl' | 'workerNatsUrl'>,
+  stack: Pick<Stack, 'natsUrl' | 'workerNatsUrl' | 'gateway'>,
   home: string,
   worker: boolean,
   postgresDir: string | null,
@@ -81,6 +84,11 @@ function banner(
     'Trainyard is up.',
     `  API        ${api.url}  (API docs: ${api.url}/docs)`,
     `  NATS       ${nats}  (${joining})`,
+    ...(stack.gateway
+      ? [
+          `  ssh        port ${stack.gateway.port}, host key ${stack.gateway.hostKeyFingerprint}  (npx trainyard session create, then npx trainyard ssh ID)`,
+        ]
+      : []),
     `  worker     ${worker ? `local (this process), ${containers ? 'jobs in containers' : 'jobs on this host'}` : 'none (--no-worker)'}`,
   ];
   if (containers) {
@@ -191,6 +199,7 @@ export async function up(opts: UpOptions): Promise<void> {
   }
   const apiPort = portFrom(env, 'TRAINYARD_PORT', 8080)!;
   const natsPort = portFrom(env, 'TRAINYARD_NATS_PORT');
+  const sshPort = portFrom(env, 'TRAINYARD_SSH_PORT');
   const home = homeDirOf();
   const tls = tlsFiles(opts, env);
   if (opts.listen && opts.listen !== 'localhost' && !isIP(opts.listen)) {
@@ -209,6 +218,7 @@ export async function up(opts: UpOptions): Promise<void> {
   try {
     await ensureFree(apiPort, 'TRAINYARD_PORT', env.TRAINYARD_HOST);
     if (!env.TRAINYARD_NATS_URL) await ensureFree(natsPort, 'TRAINYARD_NATS_PORT');
+    await ensureFree(sshPort, 'TRAINYARD_SSH_PORT');
   } catch (err) {
     await unlock();
     throw err;
@@ -246,6 +256,10 @@ export async function up(opts: UpOptions): Promise<void> {
       ...(natsPort !== undefined && { natsPort }),
       apiPort,
       apiHost: env.TRAINYARD_HOST ?? '127.0.0.1',
+      // The SSH gateway: TRAINYARD_SSH_PORT, else 2222, or any free port when 2222 is taken.
+      gateway: {
+        port: sshPort ?? ((await portInUse(DEFAULT_SSH_PORT)) ? 0 : DEFAULT_SSH_PORT),
+      },
       ...(opts.listen && { listen: opts.listen }),
       ...(tls && { tls }),
       ...apiSettings(env),

@@ -71,6 +71,8 @@ export async function startTestStack(
     tls?: { cert: string; key: string };
     /** Run jobs in containers on the test run's Docker engine, its local worker too. */
     containers?: TestDocker;
+    /** How often the watchdog looks at silent workers and session timers. */
+    checkEveryMs?: number;
   } = {},
 ): Promise<TestStack> {
   const natsUrl = opts.natsUrl;
@@ -100,9 +102,13 @@ export async function startTestStack(
     ...(opts.listen && { listen: opts.listen }),
     ...(opts.tls && { tls: opts.tls }),
     ...(docker && { containers: { dockerHost: docker.host, registry: docker.registry } }),
-    ...(opts.heartbeatTimeoutMs && {
-      watchdog: { heartbeatTimeoutMs: opts.heartbeatTimeoutMs, checkEveryMs: 200 },
+    ...((opts.heartbeatTimeoutMs || opts.checkEveryMs) && {
+      watchdog: {
+        heartbeatTimeoutMs: opts.heartbeatTimeoutMs ?? 30_000,
+        checkEveryMs: opts.checkEveryMs ?? 200,
+      },
     }),
+    gateway: { port: 0, keepaliveMs: 1_000 },
     worker:
       opts.localWorker === false
         ? null

@@ -6,6 +6,7 @@ import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type ReportReply } from '@trainyard/application';
 import { ensureWorkerBucket } from '@trainyard/blobs';
+import { DISPATCH_VERSION } from '@trainyard/events';
 import { startNatsServer, workerPermissions, type ChildServer } from '@trainyard/servers';
 import { setLogDestination, workerInbox } from '@trainyard/service-kit';
 import { tempDir, waitFor } from '@trainyard/testkit';
@@ -218,13 +219,14 @@ describe('a NATS that requires a login', () => {
     const running = await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
     const attemptId = running.attempts[0]!.id;
     try {
-      const newer = { v: 3, kind: 'run', jobId: id, attemptId, placement: { slots: [0] } };
+      const v = DISPATCH_VERSION + 1;
+      const newer = { v, kind: 'run', jobId: id, attemptId, placement: { slots: [0] } };
       await t.stack.ctx.bus.js.publish('ty.dispatch.remote.cpu', JSON.stringify(newer), {
         msgID: `newer-${attemptId}`,
       });
       const job = await t.waitForJob(id, token, (j) => j.status === 'failed', 30_000);
       expect(job.attempts[0]!.failure).toMatchObject({ kind: 'system', reason: 'launchError' });
-      expect(job.attempts[0]!.failure!.message).toMatch(/version 3: upgrade it/);
+      expect(job.attempts[0]!.failure!.message).toMatch(`version ${v}: upgrade it`);
     } finally {
       await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
     }

@@ -25,6 +25,7 @@ import {
 } from '@trainyard/application';
 import { supervise, type ServiceContext } from '@trainyard/service-kit';
 import { serveWorkerRequests, type WorkerRequestLimits } from './requests.ts';
+import { onSessionReport } from './session-reports.ts';
 
 /** Job snapshots kept between reports, newest last. */
 const CACHE_SIZE = 10_000;
@@ -83,7 +84,7 @@ const reportedJob = (state: JobState, workerId: string): ReportedJob => {
 export function startReports(ctx: ServiceContext): RunningReports {
   const log = ctx.log.child({ component: 'reports' });
   const snapshots = new Map<string, JobSnapshot>();
-  /** Reports of one job are handled one at a time, in the order they came. */
+  /** Reports of one job (or session) are handled one at a time, in the order they came. */
   const perJob = new Map<string, Promise<unknown>>();
   const registeredAt = new Map<string, number>();
   /** Workers whose keys were revoked: nothing they report is taken. */
@@ -280,12 +281,21 @@ export function startReports(ctx: ServiceContext): RunningReports {
       };
     }
     if (report.kind === 'job') return onQuestion(workerId, report.jobId);
-    const jobId = report.jobId;
-    const before = perJob.get(jobId) ?? Promise.resolve();
-    const reply = before.then(() => onAttempt(workerId, jobId, report.report));
+    if (report.kind === 'session') {
+      return inTurn(`session:${report.sessionId}`, () =>
+        onSessionReport(ctx, workerId, report.sessionId, report.report),
+      );
+    }
+    return inTurn(report.jobId, () => onAttempt(workerId, report.jobId, report.report));
+  }
+
+  /** Reports of one job (or session) are decided one at a time, in the order they came. */
+  function inTurn(key: string, decide: () => Promise<ReportReply>): Promise<ReportReply> {
+    const before = perJob.get(key) ?? Promise.resolve();
+    const reply = before.then(decide);
     const settled = reply.catch(() => undefined);
-    perJob.set(jobId, settled);
-    void settled.then(() => perJob.get(jobId) === settled && perJob.delete(jobId));
+    perJob.set(key, settled);
+    void settled.then(() => perJob.get(key) === settled && perJob.delete(key));
     return reply;
   }
 

@@ -13,6 +13,7 @@ import { runWorkerCommand, type WorkerSnapshot } from '@trainyard/application';
 import { supervise, takeFromDurable, type ServiceContext } from '@trainyard/service-kit';
 import { startFetches } from './fetches.ts';
 import { startReports } from './reports.ts';
+import { startSessionTimers } from './session-timers.ts';
 
 export interface WatchdogOptions {
   heartbeatTimeoutMs: number;
@@ -39,7 +40,8 @@ interface Watched {
  * consumer of the heartbeat subjects to know who is; silence past the timeout becomes
  * `WorkerLost`, appended at the worker's head so that a worker that just re-registered wins.
  * It also answers the workers' reports (`startReports`): workers append nothing themselves; and
- * gives them the code and artifacts of the attempts they hold (`startFetches`).
+ * gives them the code and artifacts of the attempts they hold (`startFetches`); and stops
+ * sessions whose timers run out (`startSessionTimers`).
  */
 export async function startWatchdog(
   ctx: ServiceContext,
@@ -152,13 +154,14 @@ export async function startWatchdog(
   }, opts.checkEveryMs);
   const reports = startReports(ctx);
   const fetches = startFetches(ctx);
+  const timers = startSessionTimers(ctx, opts.checkEveryMs);
   log.info({ timeoutMs: opts.heartbeatTimeoutMs }, 'watchdog started');
   return {
     stop: async () => {
       clearInterval(timer);
       stopping.abort();
       await Promise.all([followEvents, followBeats, checking]);
-      await Promise.all([reports.stop(), fetches.stop()]);
+      await Promise.all([reports.stop(), fetches.stop(), timers.stop()]);
     },
   };
 }

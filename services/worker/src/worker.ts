@@ -18,6 +18,7 @@ import { fetchedBlobs } from '@trainyard/blobs';
 import { supervise, takeFromDurable, type ServiceContext } from '@trainyard/service-kit';
 import { AttemptRun } from './attempt.ts';
 import { killGroup, leftSandboxes, removeSandbox } from './sandbox.ts';
+import { SessionRuns } from './sessions.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
 
 export interface RunningWorker {
@@ -73,6 +74,7 @@ export async function startWorker(
     );
   }
   const attempts = new Map<string, AttemptRun>();
+  const sessions = new SessionRuns(ctx, opts, id);
   const loops: Promise<void>[] = [];
   const stopped = new AbortController();
 
@@ -82,6 +84,7 @@ export async function startWorker(
    * has fenced it (the worker was lost, or the job moved on).
    */
   async function recover(): Promise<string[]> {
+    await sessions.sweep();
     const resumed: string[] = [];
     for (const { box, marker } of await leftSandboxes(opts.sandboxRoot)) {
       const { job } = await ask(ctx, id, { kind: 'job', jobId: marker.msg.jobId });
@@ -136,7 +139,7 @@ export async function startWorker(
       { attempts: attempts.size },
       'this worker was declared lost; stopping its attempts and registering again',
     );
-    await Promise.all([...attempts.values()].map((a) => a.abandon()));
+    await Promise.all([...[...attempts.values()].map((a) => a.abandon()), sessions.abandon()]);
     if (!stopped.signal.aborted) registeredSeq = await register([]);
   }
   let checking: Promise<void> | null = null;
@@ -220,8 +223,19 @@ export async function startWorker(
       return;
     }
     const m = parsed.data;
-    if (m.kind === 'run') return onRun(msg, m);
-    await attempts.get(m.attemptId)?.cancel();
+    switch (m.kind) {
+      case 'run':
+        return onRun(msg, m);
+      case 'session':
+        await sessions.start(m);
+        break;
+      case 'sessionStop':
+        await sessions.stop(m);
+        break;
+      case 'stop':
+        await attempts.get(m.attemptId)?.cancel();
+        break;
+    }
     msg.ack();
   }
 
@@ -251,6 +265,7 @@ export async function startWorker(
       ),
     );
   }
+  sessions.serve();
   log.info(
     { gpus: gpus.length, cpuSlots: opts.cpuSlots, simulated: gpus.some((g) => g.simulated) },
     'worker ready',
@@ -266,7 +281,7 @@ export async function startWorker(
       await checking;
       await Promise.all(loops);
       clearInterval(heartbeat);
-      await Promise.all([...attempts.values()].map((a) => a.abandon()));
+      await Promise.all([...[...attempts.values()].map((a) => a.abandon()), sessions.close()]);
       opts.runtime.close?.();
       // Its sandboxes are gone with its attempts; an empty root goes too (one left is kept).
       await rmdir(opts.sandboxRoot).catch(() => undefined);

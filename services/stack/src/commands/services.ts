@@ -17,6 +17,7 @@ const server = async () => {
     projector,
     scheduler,
     watchdog,
+    gateway,
     worker,
     env,
     stack,
@@ -31,6 +32,7 @@ const server = async () => {
     import('@trainyard/projector'),
     import('@trainyard/scheduler'),
     import('@trainyard/watchdog'),
+    import('@trainyard/gateway'),
     import('@trainyard/worker'),
     import('../env.ts'),
     import('../stack.ts'),
@@ -46,6 +48,7 @@ const server = async () => {
     ...projector,
     ...scheduler,
     ...watchdog,
+    ...gateway,
     ...worker,
     ...env,
     ...stack,
@@ -258,6 +261,19 @@ export function registerServiceCommands(program: Command): void {
             process.env.TRAINYARD_HEARTBEAT_TIMEOUT_MS,
             DEFAULT_WATCHDOG_OPTIONS.heartbeatTimeoutMs,
           ),
+        }),
+      );
+    });
+
+  program
+    .command('gateway')
+    .description('run the SSH gateway (ssh into sessions; TRAINYARD_SSH_PORT, default 2222)')
+    .action(async () => {
+      const { startGateway } = await server();
+      await runAlone('gateway', (ctx) =>
+        startGateway(ctx, {
+          port: ctx.config.TRAINYARD_SSH_PORT,
+          host: ctx.config.TRAINYARD_SSH_LISTEN,
         }),
       );
     });

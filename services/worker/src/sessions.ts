@@ -1,0 +1,199 @@
+import { chown, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { failure } from '@trainyard/domain';
+import type { StartRun, StopRun } from '@trainyard/events';
+import { sendReport, type SessionReport } from '@trainyard/application';
+import { openLocalChannel, type LocalPlace } from '@trainyard/runtime';
+import {
+  ChannelRefused,
+  serveTunnel,
+  type Channel,
+  type ChannelRequest,
+  type ChannelTarget,
+} from '@trainyard/tunnel';
+import type { Logger } from '@trainyard/service-kit';
+import type { WorkerContext, WorkerOptions } from './options.ts';
+import type { JobUser } from './users.ts';
+
+const SAFE_ID = /^[A-Za-z0-9_-]{1,128}$/;
+const PREFIX = 'session-';
+const MARKER = 'session.json';
+
+/** A session's run on this worker: its home directory, its user, and the channels open in it. */
+interface HeldRun {
+  sessionId: string;
+  runId: string;
+  root: string;
+  place: LocalPlace;
+  user: JobUser | undefined;
+  channels: Set<Channel>;
+}
+
+/**
+ * The session runs this worker holds. A run is a home directory (`session-RUN/home` under the
+ * sandbox root, the session's own, closed to everyone else) and a uid of its own; the SSH
+ * channels the gateway opens in it run there as that uid, carried over the tunnel. Ending a run
+ * closes its channels, ends every process of its uid (so nothing started in it outlives it) and
+ * removes its directory. A run does not survive the worker's restart: the control plane places
+ * the session again.
+ */
+export class SessionRuns {
+  readonly #runs = new Map<string, HeldRun>();
+  readonly #log: Logger;
+  #tunnel: { stop(): Promise<void> } | null = null;
+
+  constructor(
+    private readonly ctx: WorkerContext,
+    private readonly opts: WorkerOptions,
+    private readonly workerId: string,
+  ) {
+    this.#log = ctx.log.child({ component: 'sessions', workerId });
+  }
+
+  /** Removes what runs of an earlier start of this worker left, ending their processes. */
+  async sweep(): Promise<void> {
+    const entries = await readdir(this.opts.sandboxRoot).catch(() => [] as string[]);
+    for (const name of entries.filter((n) => n.startsWith(PREFIX))) {
+      const root = join(this.opts.sandboxRoot, name);
+      const user = await readFile(join(root, MARKER), 'utf8')
+        .then((t) => (JSON.parse(t) as { user?: JobUser }).user)
+        .catch(() => undefined);
+      if (user) await this.opts.users?.release(user).catch(() => undefined);
+      await rm(root, { recursive: true, force: true });
+      this.#log.warn({ dir: root }, 'removed a session run left by an earlier start');
+    }
+  }
+
+  /** Starts answering the gateway's channels for the runs held here. */
+  serve(): void {
+    this.#tunnel = serveTunnel(this.ctx.bus.nc, this.workerId, this, {
+      onActivity: (target: ChannelTarget, open: number) => {
+        if (open > 1) return;
+        void this.#report(target.sessionId, {
+          type: 'RecordActivity',
+          runId: target.runId,
+          active: open === 1,
+        });
+      },
+    });
+  }
+
+  /** The ids of the runs held here. */
+  held(): string[] {
+    return [...this.#runs.keys()];
+  }
+
+  /** Opens a channel in a run held here (the tunnel calls it for the gateway). */
+  async open(target: ChannelTarget, request: ChannelRequest): Promise<Channel> {
+    const run = this.#runs.get(target.runId);
+    if (!run || run.sessionId !== target.sessionId) {
+      throw new ChannelRefused('noSuchRun', `session ${target.sessionId} does not run here`);
+    }
+    const channel = await openLocalChannel(run.place, request);
+    run.channels.add(channel);
+    void channel.exit.then(() => run.channels.delete(channel));
+    return channel;
+  }
+
+  /** Prepares a run's home and user, then reports it started; a refused start is undone. */
+  async start(msg: StartRun): Promise<void> {
+    if (this.#runs.has(msg.runId)) return;
+    if (!SAFE_ID.test(msg.runId) || !SAFE_ID.test(msg.sessionId)) {
+      this.#log.error({ runId: msg.runId }, 'a session run with a malformed id was dropped');
+      return;
+    }
+    const root = join(this.opts.sandboxRoot, `${PREFIX}${msg.runId}`);
+    const home = join(root, 'home');
+    let user: JobUser | undefined;
+    try {
+      // The run's directory stays the worker's, passable but not listable; its home is the
+      // session's own.
+      await mkdir(root, { recursive: true, mode: 0o711 });
+      await mkdir(home, { mode: 0o700 });
+      user = await this.opts.users?.claim(msg.runId, root);
+      await writeFile(join(root, MARKER), JSON.stringify({ user }), { mode: 0o600 });
+      if (user) await chown(home, user.uid, user.gid);
+    } catch (err) {
+      this.#log.error({ err, sessionId: msg.sessionId }, 'could not prepare a session run');
+      await this.#remove(root, user);
+      await this.#report(msg.sessionId, {
+        type: 'EndRun',
+        runId: msg.runId,
+        failure: failure('launchError', `the worker could not prepare the session: ${String(err)}`),
+      });
+      return;
+    }
+    const run: HeldRun = {
+      sessionId: msg.sessionId,
+      runId: msg.runId,
+      root,
+      user,
+      channels: new Set(),
+      place: {
+        dir: home,
+        ...(user && { uid: user.uid, gid: user.gid }),
+        env: {
+          HOME: home,
+          PATH: '/usr/local/bin:/usr/bin:/bin',
+          LANG: 'C.UTF-8',
+          CUDA_VISIBLE_DEVICES: msg.gpus.join(','),
+          TRAINYARD_SESSION_ID: msg.sessionId,
+        },
+      },
+    };
+    this.#runs.set(msg.runId, run);
+    const reply = await this.#report(msg.sessionId, { type: 'StartRun', runId: msg.runId });
+    if (reply && !reply.ok) await this.#end(run);
+  }
+
+  /** Ends a run the session no longer holds, and reports it ended. */
+  async stop(msg: StopRun): Promise<void> {
+    const run = this.#runs.get(msg.runId);
+    if (run) await this.#end(run);
+    await this.#report(msg.sessionId, { type: 'EndRun', runId: msg.runId, failure: null });
+  }
+
+  /**
+   * Ends every run without a report: the worker was declared lost, or stops, and the control
+   * plane places their sessions again.
+   */
+  async abandon(): Promise<void> {
+    await Promise.all([...this.#runs.values()].map((r) => this.#end(r)));
+  }
+
+  /** Stops answering channels and ends every run, as the worker stops. */
+  async close(): Promise<void> {
+    await this.#tunnel?.stop();
+    await this.abandon();
+  }
+
+  async #end(run: HeldRun): Promise<void> {
+    this.#runs.delete(run.runId);
+    for (const channel of run.channels) channel.close();
+    await Promise.all([...run.channels].map((c) => c.exit));
+    await this.#remove(run.root, run.user);
+  }
+
+  async #remove(root: string, user: JobUser | undefined): Promise<void> {
+    if (user) await this.opts.users?.release(user).catch(() => undefined);
+    await rm(root, { recursive: true, force: true });
+  }
+
+  /** Reports on a session's run; a refusal is logged and returned, a failure to send logged. */
+  async #report(sessionId: string, report: SessionReport) {
+    try {
+      const reply = await sendReport(this.ctx.bus.nc, this.workerId, {
+        kind: 'session',
+        sessionId,
+        report,
+      });
+      if (!reply.ok) {
+        this.#log.warn({ sessionId, code: reply.code }, `session report refused: ${reply.message}`);
+      }
+      return reply;
+    } catch (err) {
+      this.#log.warn({ err, sessionId, report: report.type }, 'could not report on a session');
+      return null;
+    }
+  }
+}
