@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { appendCeiling } from './append.ts';
 import { containerBench } from './containers.ts';
+import { gatewayBench } from './gateway.ts';
 import { BenchCluster } from './cluster.ts';
 import { pidsMatching } from '@trainyard/testkit';
 import { CpuMeter } from './cpu.ts';
@@ -12,7 +13,7 @@ import { summary } from './stats.ts';
 
 process.env.TRAINYARD_LOG_LEVEL ??= 'warn';
 const quick = process.argv.includes('--quick');
-const PARTS = ['small', 'ceiling', 'startup', 'containers'] as const;
+const PARTS = ['small', 'ceiling', 'startup', 'containers', 'gateway'] as const;
 const onlyArg = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length);
 const parts = new Set(onlyArg ? onlyArg.split(',') : PARTS);
 for (const part of parts)
@@ -184,6 +185,9 @@ try {
     ceiling: parts.has('ceiling') ? await ceiling(cluster) : null,
     schedulerStartup: parts.has('startup') ? await startupBench(quick ? 10_000 : 100_000) : null,
     containers: parts.has('containers') ? await containerBench(quick ? 5 : 20) : null,
+    gateway: parts.has('gateway')
+      ? await gatewayBench((quick ? 50 : 200) * 1024 ** 2, quick ? 50 : 200)
+      : null,
   };
   const dir = 'bench-results';
   await mkdir(dir, { recursive: true });
@@ -193,6 +197,7 @@ try {
   const c = result.ceiling;
   const u = result.schedulerStartup;
   const k = result.containers;
+  const g = result.gateway;
   const sections = [
     'Trainyard benchmark (simulated GPUs; jobs skip build and estimation)',
     s &&
@@ -225,6 +230,13 @@ try {
   process runtime  submit->running p50 ${k.processRuntime.submitToRunningMs.p50} ms  p99 ${k.processRuntime.submitToRunningMs.p99} ms; attempt p50 ${k.processRuntime.attemptMs.p50} ms
   docker runtime   submit->running p50 ${k.dockerRuntime.submitToRunningMs.p50} ms  p99 ${k.dockerRuntime.submitToRunningMs.p99} ms (image from the build cache); attempt p50 ${k.dockerRuntime.attemptMs.p50} ms
   first build      submit->running ${k.dockerRuntime.firstSubmitToRunningMs} ms (the image built and pushed)`),
+    g &&
+      ('skipped' in g
+        ? `ssh gateway: skipped, ${g.skipped}`
+        : `ssh gateway: ${g.megabytes} MB with scp each way and ${g.echoes} one-byte echoes through \`cat\`, against a loopback sshd
+  direct sshd      up ${g.direct.uploadMBps} MB/s, down ${g.direct.downloadMBps} MB/s; echo p50 ${g.direct.echoMs.p50} ms  p99 ${g.direct.echoMs.p99} ms
+  gateway          up ${g.gateway.uploadMBps} MB/s, down ${g.gateway.downloadMBps} MB/s; echo p50 ${g.gateway.echoMs.p50} ms  p99 ${g.gateway.echoMs.p99} ms (target p50 < 5 ms)
+  ratio            up ${g.uploadRatio}, down ${g.downloadRatio} of direct (target >= 0.5)`),
     `written to ${file}`,
   ];
   console.log(`\n${sections.filter(Boolean).join('\n\n')}`);

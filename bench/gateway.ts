@@ -1,0 +1,235 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { NoGpuInventory, ProcessRuntime } from '@trainyard/runtime';
+import { freePort } from '@trainyard/servers';
+import { startStack, type Stack } from '@trainyard/stack';
+import { tempDir, waitFor } from '@trainyard/testkit';
+import { JobUsers } from '@trainyard/worker';
+import { summary } from './stats.ts';
+
+const exec = promisify(execFile);
+const SSHD = '/usr/sbin/sshd';
+
+/** Where an `ssh` goes: the gateway (a session) or the machine's own sshd, the reference. */
+interface Target {
+  port: number;
+  user: string;
+  knownHosts: string;
+  /** Where files land on the far side, relative to the login's directory or absolute. */
+  dir: string;
+}
+
+/**
+ * Bulk throughput and interactive latency through the SSH gateway, against the same client
+ * talking to a loopback `sshd` in the same run: a `bytes` file sent with `scp` each way, and
+ * `echoes` one-byte round trips through `cat` over one connection.
+ */
+export async function gatewayBench(bytes: number, echoes: number) {
+  if (!existsSync(SSHD)) return { skipped: `no ${SSHD} here (Debian's openssh-server)` };
+  const dir = await tempDir('trainyard-bench-ssh-');
+  const key = join(dir.path, 'id');
+  await exec('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', key]);
+  const file = join(dir.path, 'payload');
+  await writeFile(file, randomBytes(bytes));
+  const sshd = await startSshd(dir.path, key);
+  const { stack, target, stop } = await gatewayTarget(dir.path, key);
+  try {
+    const direct = await measure(sshd.target, key, file, echoes);
+    const gateway = await measure(target, key, file, echoes);
+    return {
+      megabytes: Math.round(bytes / 1024 ** 2),
+      echoes,
+      direct,
+      gateway,
+      uploadRatio: Math.round((gateway.uploadMBps / direct.uploadMBps) * 100) / 100,
+      downloadRatio: Math.round((gateway.downloadMBps / direct.downloadMBps) * 100) / 100,
+      gatewayPort: stack.gateway?.port,
+    };
+  } finally {
+    await stop();
+    sshd.child.kill();
+    await dir.remove();
+  }
+}
+
+async function measure(target: Target, key: string, file: string, echoes: number) {
+  const remote = `${target.user}@127.0.0.1:${target.dir}/payload`;
+  const size = (await readFile(file)).length;
+  const mbps = (ms: number) => Math.round((size / 1024 ** 2 / (ms / 1000)) * 10) / 10;
+  const up = await timed(() =>
+    exec('scp', [...options(target, key), '-P', String(target.port), file, remote]),
+  );
+  const back = `${file}.back`;
+  const down = await timed(() =>
+    exec('scp', [...options(target, key), '-P', String(target.port), remote, back]),
+  );
+  if (!(await readFile(back)).equals(await readFile(file)))
+    throw new Error('scp changed the bytes');
+  return {
+    uploadMBps: mbps(up),
+    downloadMBps: mbps(down),
+    echoMs: await echo(target, key, echoes),
+  };
+}
+
+/** One byte through `cat` and back, `n` times in a row over one connection. */
+async function echo(target: Target, key: string, n: number) {
+  const child = spawn(
+    'ssh',
+    [...options(target, key), '-p', String(target.port), `${target.user}@127.0.0.1`, 'cat'],
+    {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    },
+  );
+  const times: number[] = [];
+  try {
+    await roundTrip(child); // the connection and `cat` are up
+    for (let i = 0; i < n; i++) times.push(await roundTrip(child));
+  } finally {
+    child.kill();
+  }
+  return summary(times);
+}
+
+function roundTrip(child: ChildProcess): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const started = process.hrtime.bigint();
+    const timer = setTimeout(() => reject(new Error('no echo within 10 s')), 10_000);
+    child.stdout!.once('data', () => {
+      clearTimeout(timer);
+      resolve(Number(process.hrtime.bigint() - started) / 1e6);
+    });
+    child.stdin!.write('x');
+  });
+}
+
+async function timed(fn: () => Promise<unknown>): Promise<number> {
+  const started = Date.now();
+  await fn();
+  return Date.now() - started;
+}
+
+function options(target: Target, key: string): string[] {
+  return [
+    '-F',
+    '/dev/null',
+    '-o',
+    `UserKnownHostsFile=${target.knownHosts}`,
+    '-o',
+    'StrictHostKeyChecking=yes',
+    '-o',
+    'LogLevel=ERROR',
+    '-o',
+    'BatchMode=yes',
+    '-o',
+    'IdentitiesOnly=yes',
+    '-i',
+    key,
+  ];
+}
+
+/** A loopback sshd of its own that lets `key` in as root, for the reference figures. */
+async function startSshd(dir: string, key: string) {
+  const hostKey = join(dir, 'sshd_host_key');
+  await exec('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', hostKey]);
+  await writeFile(join(dir, 'authorized_keys'), await readFile(`${key}.pub`));
+  const port = await freePort();
+  const config = join(dir, 'sshd_config');
+  await writeFile(
+    config,
+    [
+      `Port ${port}`,
+      'ListenAddress 127.0.0.1',
+      `HostKey ${hostKey}`,
+      `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
+      'PermitRootLogin prohibit-password',
+      'PasswordAuthentication no',
+      'StrictModes no',
+      'UsePAM no',
+      `PidFile ${join(dir, 'sshd.pid')}`,
+      'Subsystem sftp internal-sftp',
+      '',
+    ].join('\n'),
+  );
+  const child = spawn(SSHD, ['-D', '-e', '-f', config], { stdio: 'ignore' });
+  const knownHosts = join(dir, 'known_hosts_direct');
+  const hostPub = (await readFile(`${hostKey}.pub`, 'utf8')).split(' ').slice(0, 2).join(' ');
+  await writeFile(knownHosts, `[127.0.0.1]:${port} ${hostPub}\n`);
+  const target: Target = { port, user: 'root', knownHosts, dir };
+  await waitFor(
+    'sshd',
+    () =>
+      exec('ssh', [...options(target, key), '-p', String(port), 'root@127.0.0.1', 'true']).then(
+        () => true,
+        () => undefined,
+      ),
+    { timeoutMs: 15_000, intervalMs: 200 },
+  );
+  return { child, target };
+}
+
+/** A stack with a gateway and a local worker, and a running session whose owner holds `key`. */
+async function gatewayTarget(dir: string, key: string) {
+  const home = await tempDir('trainyard-bench-gw-');
+  const sandboxes = await tempDir('trainyard-bench-gw-sb-', '/var/tmp');
+  const processes = new ProcessRuntime();
+  const stack: Stack = await startStack({
+    home: home.path,
+    natsPort: 0,
+    apiPort: 0,
+    apiHost: '127.0.0.1',
+    adminPassword: 'bench-keeper-pass',
+    fastPostgres: true,
+    gateway: { port: 0 },
+    worker: {
+      name: 'local',
+      inventory: new NoGpuInventory(),
+      runtime: processes,
+      ...(process.getuid?.() === 0 && { users: new JobUsers((uid) => processes.endUser(uid)) }),
+      cpuSlots: 1,
+      sandboxRoot: sandboxes.path,
+      heartbeatMs: 1_000,
+      outputSyncMs: 1_000,
+      killGraceMs: 2_000,
+      version: 'bench',
+    },
+  });
+  const stop = async () => {
+    await stack.stop();
+    await sandboxes.remove();
+    await home.remove();
+  };
+  try {
+    const token = await stack.api.issueToken({ username: 'admin', role: 'admin' });
+    const api = async (path: string, body?: object) => {
+      const res = await fetch(`${stack.api.url}${path}`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${token}`,
+          ...(body && { 'content-type': 'application/json' }),
+        },
+        ...(body && { body: JSON.stringify(body) }),
+      });
+      if (!res.ok) throw new Error(`${path}: ${res.status} ${await res.text()}`);
+      return (await res.json()) as Record<string, unknown>;
+    };
+    await api('/v1/me/ssh-keys', { publicKey: (await readFile(`${key}.pub`, 'utf8')).trim() });
+    const { id } = (await api('/v1/sessions', { resources: { gpus: 0 } })) as { id: string };
+    const connect = await waitFor(
+      `session ${id} to run`,
+      () => api(`/v1/sessions/${id}/connect`).catch(() => undefined),
+      { timeoutMs: 30_000, intervalMs: 100 },
+    );
+    const knownHosts = join(dir, 'known_hosts_gateway');
+    await writeFile(knownHosts, `[127.0.0.1]:${String(connect.port)} ${String(connect.hostKey)}\n`);
+    const target: Target = { port: Number(connect.port), user: id, knownHosts, dir: '.' };
+    return { stack, target, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
