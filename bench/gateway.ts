@@ -1,7 +1,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { NoGpuInventory, ProcessRuntime } from '@trainyard/runtime';
@@ -155,6 +155,8 @@ async function startSshd(dir: string, key: string) {
       '',
     ].join('\n'),
   );
+  // sshd wants its privilege separation directory, which Debian's service makes at boot.
+  await mkdir('/run/sshd', { recursive: true, mode: 0o755 });
   const child = spawn(SSHD, ['-D', '-e', '-f', config], { stdio: 'ignore' });
   const knownHosts = join(dir, 'known_hosts_direct');
   const hostPub = (await readFile(`${hostKey}.pub`, 'utf8')).split(' ').slice(0, 2).join(' ');
