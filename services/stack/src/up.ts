@@ -87,6 +87,11 @@ function banner(
     ...(stack.gateway
       ? [
           `  ssh        port ${stack.gateway.port}, host key ${stack.gateway.hostKeyFingerprint}  (npx trainyard session create, then npx trainyard ssh ID)`,
+          ...(containers
+            ? [
+                '             sessions run on workers of the process runtime, not in containers yet: this stack has none',
+              ]
+            : []),
         ]
       : []),
     `  worker     ${worker ? `local (this process), ${containers ? 'jobs in containers' : 'jobs on this host'}` : 'none (--no-worker)'}`,
