@@ -207,6 +207,12 @@ describe('session timers', () => {
     ]);
   });
 
+  it('counts a channel opened as a connection, should its login go unrecorded', () => {
+    const state = given([...running, activity(true)]);
+    expect(state.connectedAt).not.toBeNull();
+    expect(sessionDeadline(state)?.reason).toBe('maxDuration');
+  });
+
   it('records activity of the current run only, and only when it changes', () => {
     expect(when(running, { type: 'RecordActivity', runId: 'r1', active: true })).toEqual([
       activity(true),

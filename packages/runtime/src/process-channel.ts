@@ -17,17 +17,19 @@ const PERL = '/usr/bin/perl';
 const ENV_PREFIX = 'TRAINYARD_ENV_';
 
 /**
- * What every channel's process starts as, already as the session's uid: it closes every
- * descriptor it inherited beyond 0-2, then becomes `ARGV` with the session's environment.
- * node-pty opens terminals without close-on-exec, so without this a session's process would hold
- * the terminals of every other session on the worker. The environment arrives with every name
- * prefixed, so that nothing in it (`LD_PRELOAD`, `PERL5OPT`…) acts on this step while those
- * descriptors are still open.
+ * What every channel's process starts as, as root: it closes every descriptor it inherited
+ * beyond 0-2, drops to the session's uid and gid with no other group (when it is given them),
+ * then becomes `ARGV` with the session's environment. node-pty opens terminals without
+ * close-on-exec, so without this a session's process would hold the terminals of every other
+ * session on the worker; and it does so as root, so that no process of the session's uid can
+ * reach into it (ptrace) before they are closed. The environment arrives with every name
+ * prefixed, so that nothing in it (`LD_PRELOAD`, `PERL5OPT`…) acts on this step.
  */
 const TRAMPOLINE = String.raw`
 use strict;
 use warnings;
 use POSIX ();
+my ($uid, $gid) = splice(@ARGV, 0, 2);
 my %env;
 for my $name (keys %ENV) { $env{$1} = $ENV{$name} if $name =~ /\A${ENV_PREFIX}(.+)\z/s }
 %ENV = %env;
@@ -35,6 +37,13 @@ opendir(my $fds, '/proc/self/fd') or die "trainyard: cannot list open descriptor
 my @inherited = grep { /\A[0-9]+\z/ && $_ > 2 } readdir $fds;
 closedir $fds;
 POSIX::close($_) for @inherited;
+if ($uid ne '-') {
+  POSIX::setgid($gid) or die "trainyard: cannot take gid $gid: $!\n";
+  $) = "$gid $gid";
+  POSIX::setuid($uid) or die "trainyard: cannot take uid $uid: $!\n";
+  die "trainyard: still privileged\n"
+    unless $< == $uid && $> == $uid && $( == $gid && $) eq "$gid $gid";
+}
 exec { $ARGV[0] } @ARGV or die "trainyard: cannot run $ARGV[0]: $!\n";
 `;
 
@@ -45,21 +54,26 @@ export interface ChannelCommand {
   env: Record<string, string>;
   user?: { uid: number; gid: number };
   /**
-   * A program, started as root, that drops to the session's user itself and then runs the
-   * trampoline, given as its remaining arguments.
+   * A program the trampoline runs as root, which drops to the session's user itself and then
+   * runs `argv`, given as its remaining arguments.
    */
   launcher?: string[];
   /** How long `close()` waits after SIGTERM before SIGKILL. */
   graceMs: number;
 }
 
-/** `argv` behind the trampoline, and the environment that carries the session's to it. */
+/**
+ * `argv` behind the trampoline, which drops to `user` (if given), and the environment that
+ * carries the session's to it.
+ */
 function trampoline(
   argv: readonly string[],
   env: Record<string, string>,
+  user: { uid: number; gid: number } | undefined,
 ): { args: string[]; env: Record<string, string> } {
   const hidden = Object.fromEntries(Object.entries(env).map(([k, v]) => [ENV_PREFIX + k, v]));
-  return { args: ['-e', TRAMPOLINE, '--', ...argv], env: hidden };
+  const ids = user ? [String(user.uid), String(user.gid)] : ['-', '-'];
+  return { args: ['-e', TRAMPOLINE, '--', ...ids, ...argv], env: hidden };
 }
 
 /** The signals a client may send, by their SSH names; anything else is ignored. */
@@ -204,17 +218,13 @@ export const noop = () => {};
  * streams, whose backpressure stops reading the pipe, and so the writer, when nobody reads.
  */
 export async function pipeChannel(command: ChannelCommand): Promise<Channel> {
-  const { args, env } = trampoline(command.argv, command.env);
-  const [file, ...rest] = [...(command.launcher ?? []), PERL, ...args] as [string, ...string[]];
+  // A launcher drops to the session's user itself; otherwise the trampoline does.
+  const { args, env } = command.launcher
+    ? trampoline([...command.launcher, ...command.argv], command.env, undefined)
+    : trampoline(command.argv, command.env, command.user);
   let child: ChildProcessWithoutNullStreams;
   try {
-    child = spawn(file, rest, {
-      cwd: command.cwd,
-      env,
-      detached: true,
-      stdio: 'pipe',
-      ...(command.user ?? {}),
-    });
+    child = spawn(PERL, args, { cwd: command.cwd, env, detached: true, stdio: 'pipe' });
   } catch (err) {
     throw new ChannelRefused(
       'refused',
@@ -316,7 +326,7 @@ class PtyFlow {
  * for a terminal; stderr is the terminal.
  */
 export function ptyChannel(command: ChannelCommand, size: PtyRequest): Channel {
-  const { args, env } = trampoline(command.argv, command.env);
+  const { args, env } = trampoline(command.argv, command.env, command.user);
   let term: pty.IPty;
   try {
     term = pty.spawn(PERL, args, {
@@ -326,7 +336,6 @@ export function ptyChannel(command: ChannelCommand, size: PtyRequest): Channel {
       cwd: command.cwd,
       env,
       encoding: null,
-      ...(command.user ?? {}),
     });
   } catch (err) {
     throw new ChannelRefused('refused', `could not start a terminal: ${(err as Error).message}`);
@@ -382,15 +391,4 @@ export function ptyChannel(command: ChannelCommand, size: PtyRequest): Channel {
     },
     exit,
   };
-}
-
-/**
- * The worker's own supplementary groups (from /proc, which unlike `process.getgroups()` leaves
- * out the effective gid): node-pty's child keeps them, as it sets only the uid and gid.
- */
-export function supplementaryGroups(): number[] {
-  const line = readFileSync('/proc/self/status', 'utf8')
-    .split('\n')
-    .find((l) => l.startsWith('Groups:'));
-  return (line ?? '').slice('Groups:'.length).trim().split(/\s+/).filter(Boolean).map(Number);
 }

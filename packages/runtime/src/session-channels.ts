@@ -12,14 +12,7 @@ import {
   ChannelRefused,
   type ChannelRequest,
 } from '@trainyard/tunnel';
-import {
-  type ChannelCommand,
-  ended,
-  noop,
-  pipeChannel,
-  ptyChannel,
-  supplementaryGroups,
-} from './process-channel.ts';
+import { type ChannelCommand, ended, noop, pipeChannel, ptyChannel } from './process-channel.ts';
 
 /**
  * Where a session's channels run: its sandbox directory, its uid and gid (absent: as the worker
@@ -123,12 +116,6 @@ export async function openLocalChannel(
     ...(user ? { user } : {}),
   };
   if (!request.pty) return pipeChannel(command);
-  // node-pty sets only the uid and gid: the worker's own supplementary groups would stay.
-  if (user && supplementaryGroups().some((g) => g !== user.gid))
-    throw new ChannelRefused(
-      'refused',
-      'the worker has supplementary groups, which a terminal would pass on to the session',
-    );
   return ptyChannel(command, request.pty);
 }
 

@@ -42,6 +42,8 @@ const LOOPBACK = new Set(['localhost', '127.0.0.1', '::1']);
 const SIGNAL_NAME = /^[A-Z][A-Z0-9]{0,15}$/;
 const MAX_ENV = 64;
 const MAX_PENDING_SIGNALS = 8;
+/** The largest terminal side a channel takes (`PtyRequestSchema`); larger sizes are clamped. */
+const MAX_TERMINAL = 10_000;
 
 type Reply = (() => void) | undefined;
 const noop = () => {};
@@ -80,8 +82,8 @@ export function serveSession(session: Session, ctx: ChannelContext): void {
     // A client without a terminal of its own (`ssh -tt` from a pipe) sends a size of zero.
     const parsed = PtyRequestSchema.safeParse({
       term: info.term ?? '',
-      cols: info.cols || 80,
-      rows: info.rows || 24,
+      cols: Math.min(info.cols || 80, MAX_TERMINAL),
+      rows: Math.min(info.rows || 24, MAX_TERMINAL),
     });
     if (started || !parsed.success) return reject?.();
     pty = parsed.data;
@@ -95,7 +97,7 @@ export function serveSession(session: Session, ctx: ChannelContext): void {
   });
   session.on('window-change', (accept: Reply, reject: Reply, info) => {
     if (!(info.cols > 0 && info.rows > 0)) return reject?.();
-    controls.resize(info.cols, info.rows);
+    controls.resize(Math.min(info.cols, MAX_TERMINAL), Math.min(info.rows, MAX_TERMINAL));
     accept?.();
   });
   session.on('signal', (accept: Reply, reject: Reply, info) => {

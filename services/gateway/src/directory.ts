@@ -68,6 +68,8 @@ export class Directory {
     switch (event.type) {
       case 'UserSshKeyAdded': {
         const blob = event.data.publicKey.trim().split(/\s+/)[1] ?? '';
+        // A key belongs to whoever registered it first, as the read model has it.
+        if (this.#keys.has(blob)) return;
         this.#keys.set(blob, user);
         const own = this.#userKeys.get(user) ?? new Map<string, string>();
         own.set(event.data.fingerprint, blob);
@@ -76,7 +78,7 @@ export class Directory {
       }
       case 'UserSshKeyRemoved': {
         const blob = this.#userKeys.get(user)?.get(event.data.fingerprint);
-        if (blob !== undefined) this.#keys.delete(blob);
+        if (blob !== undefined && this.#keys.get(blob) === user) this.#keys.delete(blob);
         this.#userKeys.get(user)?.delete(event.data.fingerprint);
         return;
       }

@@ -19,6 +19,8 @@ const METHODS: AuthenticationType[] = ['password', 'publickey'];
 const DEFAULT_AUTH_TIMEOUT_MS = 30_000;
 /** Login attempts one connection may make, key queries included, before it is cut off. */
 const MAX_AUTH_TRIES = 20;
+/** Channels one connection may have open (or opening) at once. */
+const MAX_CHANNELS = 10;
 /** How long a stopped session's client gets to close its channels before it is disconnected. */
 const LAST_WORDS_MS = 250;
 /** How long an ended connection gets to say goodbye before its socket is cut. */
@@ -162,16 +164,12 @@ export class SshGateway {
     if (ctx.method !== 'password' && ctx.method !== 'publickey') return ctx.reject(METHODS);
     const session = ctx.username;
     const method = ctx.method;
-    // A public-key query asks only whether the key would do; it proves nothing, so it is not
-    // counted as a failure. One refused for a key of a known user (another user's session, a
-    // session not running) is reported; a key nobody registered is a client offering what it
-    // has, and is not.
+    // A public-key query asks only whether the key would do; it proves nothing (anyone may offer
+    // anyone's public key), so it is neither recorded nor counted as a failure.
     const query = method === 'publickey' && !ctx.signature;
     const attempt = { session, method, source };
-    if (this.limiter.limited(source, session)) {
-      if (!query) this.report({ ...attempt, user: null, accepted: false, reason: 'rateLimited' });
-      return ctx.reject(METHODS);
-    }
+    // Refused unheard, and not recorded: a flood of them must not flood the log.
+    if (this.limiter.limited(source, session)) return ctx.reject(METHODS);
 
     let decision: LoginDecision;
     try {
@@ -185,13 +183,7 @@ export class SshGateway {
     if (decision.ok && ctx.method === 'publickey' && ctx.signature && !signedBy(ctx)) {
       decision = { ok: false, user: decision.user, reason: 'badSignature' };
     }
-    if (query) {
-      if (decision.ok) return ctx.accept();
-      if (decision.user !== null) {
-        this.report({ ...attempt, user: decision.user, accepted: false, reason: decision.reason });
-      }
-      return ctx.reject(METHODS);
-    }
+    if (query) return decision.ok ? ctx.accept() : ctx.reject(METHODS);
 
     if (!decision.ok) {
       this.report({ ...attempt, user: decision.user, accepted: false, reason: decision.reason });
@@ -208,11 +200,21 @@ export class SshGateway {
     let markGone = noop;
     const gone = new Promise<void>((resolve) => (markGone = resolve));
     let closed = false;
+    let opening = 0;
     const ctx: ChannelContext = {
-      open: (request) =>
-        login.closing
-          ? Promise.reject(new ChannelRefused('sessionClosed', login.closing.message))
-          : this.deps.open(route, request),
+      open: async (request) => {
+        if (login.closing) throw new ChannelRefused('sessionClosed', login.closing.message);
+        // Like sshd's MaxSessions: each channel holds buffers here and a process on the worker.
+        if (login.channels.size + opening >= MAX_CHANNELS) {
+          throw new ChannelRefused('tooManyChannels', `at most ${MAX_CHANNELS} channels at once`);
+        }
+        opening += 1;
+        try {
+          return await this.deps.open(route, request);
+        } finally {
+          opening -= 1;
+        }
+      },
       get closed() {
         return closed;
       },

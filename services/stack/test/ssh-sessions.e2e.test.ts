@@ -89,12 +89,9 @@ describe('logging in to a session', () => {
     expect(ok.code).toBe(3);
     const other = await client.ssh('true', { key: bobKey });
     expect(other.code).toBe(255);
-    const notYours = await waitFor('the refused login, recorded', async () =>
-      (await sessionEvents(session.id)).find(
-        (e) => e.type === 'SessionLogin' && e.data.reason === 'notYours',
-      ),
-    );
-    expect(notYours.data).toMatchObject({ user: 'bob', accepted: false });
+    // Offering a key proves nothing (anyone may hold anyone's public key): no login to record.
+    const logins = (await sessionEvents(session.id)).filter((e) => e.type === 'SessionLogin');
+    expect(logins.some((e) => e.data.user === 'bob')).toBe(false);
   });
 
   it('gives another user neither the session nor a password for it', async () => {

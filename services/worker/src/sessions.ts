@@ -97,7 +97,13 @@ export class SessionRuns {
 
   /** Prepares a run's home and user, then reports it started; a refused start is undone. */
   async start(msg: StartRun): Promise<void> {
-    if (this.#runs.has(msg.runId)) return;
+    // A dispatch sent again (its report may have been lost): say again that it runs.
+    const held = this.#runs.get(msg.runId);
+    if (held) {
+      const reply = await this.#report(msg.sessionId, { type: 'StartRun', runId: msg.runId });
+      if (reply && !reply.ok) await this.#end(held);
+      return;
+    }
     if (!SAFE_ID.test(msg.runId) || !SAFE_ID.test(msg.sessionId)) {
       this.#log.error({ runId: msg.runId }, 'a session run with a malformed id was dropped');
       return;

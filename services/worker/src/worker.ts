@@ -70,7 +70,7 @@ export async function startWorker(
   await chmod(opts.sandboxRoot, 0o711);
   if (!opts.users && opts.runtime.kind === 'process') {
     log.warn(
-      'jobs run as this worker’s own user and can reach what it can: run the worker as root to give each job a user of its own',
+      'jobs and sessions run as this worker’s own user and can reach what it can: run the worker as root to give each a user of its own',
     );
   }
   const attempts = new Map<string, AttemptRun>();

@@ -175,7 +175,13 @@ export function evolveSession(state: SessionState, event: SessionEvent, at: stri
       };
     case 'SessionActivity':
       if (event.data.runId !== runHolder(state)?.id) return state;
-      return { ...state, active: event.data.active, idleSince: event.data.active ? null : at };
+      // A channel opened is a connection, whether or not its login was recorded.
+      return {
+        ...state,
+        active: event.data.active,
+        idleSince: event.data.active ? null : at,
+        connectedAt: state.connectedAt ?? (event.data.active ? at : null),
+      };
     default:
       return assertNever(event);
   }
