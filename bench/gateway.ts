@@ -31,27 +31,28 @@ interface Target {
 export async function gatewayBench(bytes: number, echoes: number) {
   if (!existsSync(SSHD)) return { skipped: `no ${SSHD} here (Debian's openssh-server)` };
   const dir = await tempDir('trainyard-bench-ssh-');
-  const key = join(dir.path, 'id');
-  await exec('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', key]);
-  const file = join(dir.path, 'payload');
-  await writeFile(file, randomBytes(bytes));
-  const sshd = await startSshd(dir.path, key);
-  const { stack, target, stop } = await gatewayTarget(dir.path, key);
+  let sshd: Awaited<ReturnType<typeof startSshd>> | undefined;
+  let gateway: Awaited<ReturnType<typeof gatewayTarget>> | undefined;
   try {
+    const key = join(dir.path, 'id');
+    await exec('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', key]);
+    const file = join(dir.path, 'payload');
+    await writeFile(file, randomBytes(bytes));
+    sshd = await startSshd(dir.path, key);
+    gateway = await gatewayTarget(dir.path, key);
     const direct = await measure(sshd.target, key, file, echoes);
-    const gateway = await measure(target, key, file, echoes);
+    const through = await measure(gateway.target, key, file, echoes);
     return {
       megabytes: Math.round(bytes / 1024 ** 2),
       echoes,
       direct,
-      gateway,
-      uploadRatio: Math.round((gateway.uploadMBps / direct.uploadMBps) * 100) / 100,
-      downloadRatio: Math.round((gateway.downloadMBps / direct.downloadMBps) * 100) / 100,
-      gatewayPort: stack.gateway?.port,
+      gateway: through,
+      uploadRatio: Math.round((through.uploadMBps / direct.uploadMBps) * 100) / 100,
+      downloadRatio: Math.round((through.downloadMBps / direct.downloadMBps) * 100) / 100,
     };
   } finally {
-    await stop();
-    sshd.child.kill();
+    await gateway?.stop();
+    sshd?.child.kill();
     await dir.remove();
   }
 }
@@ -162,6 +163,7 @@ async function startSshd(dir: string, key: string) {
   const hostPub = (await readFile(`${hostKey}.pub`, 'utf8')).split(' ').slice(0, 2).join(' ');
   await writeFile(knownHosts, `[127.0.0.1]:${port} ${hostPub}\n`);
   const target: Target = { port, user: 'root', knownHosts, dir };
+  child.once('error', () => undefined);
   await waitFor(
     'sshd',
     () =>
@@ -170,7 +172,10 @@ async function startSshd(dir: string, key: string) {
         () => undefined,
       ),
     { timeoutMs: 15_000, intervalMs: 200 },
-  );
+  ).catch((err: unknown) => {
+    child.kill();
+    throw err;
+  });
   return { child, target };
 }
 
@@ -229,7 +234,7 @@ async function gatewayTarget(dir: string, key: string) {
     const knownHosts = join(dir, 'known_hosts_gateway');
     await writeFile(knownHosts, `[127.0.0.1]:${String(connect.port)} ${String(connect.hostKey)}\n`);
     const target: Target = { port: Number(connect.port), user: id, knownHosts, dir: '.' };
-    return { stack, target, stop };
+    return { target, stop };
   } catch (err) {
     await stop();
     throw err;
