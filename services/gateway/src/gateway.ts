@@ -6,6 +6,7 @@ import {
   SSH_PASSWORDS_BUCKET,
   type StoredSshPassword,
 } from '@trainyard/application';
+import { Subjects, type StoredEvent } from '@trainyard/events';
 import { supervise, type ServiceContext } from '@trainyard/service-kit';
 import { TunnelClient } from '@trainyard/tunnel';
 import { Directory } from './directory.ts';
@@ -143,35 +144,47 @@ export async function startGateway(
   });
 
   const stopping = new AbortController();
-  let read = 0;
-  let caughtUp!: () => void;
-  const ready = new Promise<void>((resolve) => (caughtUp = resolve));
-  const following = supervise(
-    'gateway-events',
-    () =>
-      ctx.events.follow(
-        {
-          fromSeq: read + 1,
-          signal: stopping.signal,
-          onCaughtUp: () => caughtUp(),
-          onStall: (at) => log.warn({ read: at }, 'gateway reader stalled; starting it again'),
-        },
-        (event) => {
-          read = event.seq;
-          const ending = directory.apply(event);
-          if (!ending) return;
-          const closed = server.closeSession(ending.sessionId, ending.message);
-          if (closed > 0)
-            log.info({ sessionId: ending.sessionId, closed }, 'session connections ended');
-          void passwordBucket()
-            .then((kv) => kv.delete(ending.sessionId))
-            .catch(() => undefined);
-        },
-      ),
-    stopping.signal,
-    log,
-  );
-  await Promise.race([ready, following]);
+  const onEvent = (event: StoredEvent) => {
+    const ending = directory.apply(event);
+    if (!ending) return;
+    const closed = server.closeSession(ending.sessionId, ending.message);
+    if (closed > 0) log.info({ sessionId: ending.sessionId, closed }, 'session connections ended');
+    void passwordBucket()
+      .then((kv) => kv.delete(ending.sessionId))
+      .catch(() => undefined);
+  };
+  /**
+   * Sessions' events and users' (keys, disabled accounts), each read by subject: the jobs'
+   * events, most of the log, are none of the gateway's business. The two are independent, so
+   * each keeps its own place.
+   */
+  const follow = (aggregate: 'session' | 'user') => {
+    let read = 0;
+    let caughtUp!: () => void;
+    const ready = new Promise<void>((resolve) => (caughtUp = resolve));
+    const following = supervise(
+      `gateway-${aggregate}-events`,
+      () =>
+        ctx.events.follow(
+          {
+            fromSeq: read + 1,
+            filter: Subjects.aggregateEvents(aggregate),
+            signal: stopping.signal,
+            onCaughtUp: () => caughtUp(),
+            onStall: (at) => log.warn({ read: at }, 'gateway reader stalled; starting it again'),
+          },
+          (event) => {
+            read = event.seq;
+            onEvent(event);
+          },
+        ),
+      stopping.signal,
+      log,
+    );
+    return { ready: Promise.race([ready, following]), following };
+  };
+  const readers = [follow('user'), follow('session')];
+  await Promise.all(readers.map((r) => r.ready));
   const port = await server.listen(opts.port, opts.host);
   log.info({ port, fingerprint: hostKey.fingerprint }, 'ssh gateway listening');
   return {
@@ -180,7 +193,7 @@ export async function startGateway(
     stop: async () => {
       await server.close();
       stopping.abort();
-      await following;
+      await Promise.all(readers.map((r) => r.following));
     },
   };
 }

@@ -224,3 +224,21 @@ export async function submit(
   if (code) form.set('code', new Blob([new Uint8Array(code)]), 'code.tar.gz');
   return t.http('/v1/jobs', { method: 'POST', body: form, token });
 }
+
+/** Makes a user as `admin`; its token. */
+export async function addUser(
+  t: TestStack,
+  admin: string,
+  username: string,
+  password: string,
+): Promise<string> {
+  const made = await t.http('/v1/users', {
+    method: 'POST',
+    token: admin,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ username, password, role: 'user' }),
+  });
+  if (made.status !== 201)
+    throw new Error(`add user ${username}: ${made.status} ${await made.text()}`);
+  return t.token(username, password);
+}

@@ -1,4 +1,3 @@
-import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -6,7 +5,8 @@ import { Kvm } from '@nats-io/kv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runSessionCommand, type StoredSshPassword } from '@trainyard/application';
 import { tempDir } from '@trainyard/testkit';
-import { startTestStack, type TestStack } from './harness.ts';
+import { addUser as addUserAs, startTestStack, type TestStack } from './harness.ts';
+import { sshKeygen } from './ssh.ts';
 
 /**
  * Sessions and SSH keys through the HTTP API. The stack runs no scheduler and no worker, so a
@@ -41,31 +41,12 @@ const PASSWORDS: Record<string, string> = {
   bob: 'velvet-canyon-otter-8',
 };
 
-async function addUser(username: string): Promise<string> {
-  const password = PASSWORDS[username]!;
-  const made = await post('/v1/users', admin, { username, password });
-  expect(made.status).toBe(201);
-  return t.token(username, password);
-}
+const addUser = (username: string) => addUserAs(t, admin, username, PASSWORDS[username]!);
 
 /** Makes a key with ssh-keygen; returns its public line and the fingerprint ssh-keygen prints. */
-function sshKeygen(name: string, type: string, bits?: number): { line: string; fp: string } {
+function keyPair(name: string, type: string, bits?: number): { line: string; fp: string } {
   const file = join(keys.path, name);
-  execFileSync('ssh-keygen', [
-    '-q',
-    '-t',
-    type,
-    ...(bits ? ['-b', String(bits)] : []),
-    '-N',
-    '',
-    '-C',
-    `${name}@test`,
-    '-f',
-    file,
-  ]);
-  const fp = execFileSync('ssh-keygen', ['-lf', `${file}.pub`], { encoding: 'utf8' }).split(
-    ' ',
-  )[1]!;
+  const fp = sshKeygen(file, type, { comment: `${name}@test`, ...(bits && { bits }) });
   return { line: readFileSync(`${file}.pub`, 'utf8').trim(), fp };
 }
 
@@ -266,7 +247,7 @@ describe('the API document', () => {
 
 describe('SSH keys', () => {
   it('registers keys made by ssh-keygen under the fingerprint ssh-keygen prints, once across users', async () => {
-    const ed = sshKeygen('alice-ed', 'ed25519');
+    const ed = keyPair('alice-ed', 'ed25519');
     const added = await post('/v1/me/ssh-keys', alice, { publicKey: ed.line });
     expect(added.status).toBe(201);
     expect(added.body).toMatchObject({
@@ -275,7 +256,7 @@ describe('SSH keys', () => {
       name: 'alice-ed@test',
       publicKey: ed.line.split(' ').slice(0, 2).join(' '),
     });
-    const rsa = sshKeygen('alice-rsa', 'rsa', 3072);
+    const rsa = keyPair('alice-rsa', 'rsa', 3072);
     const named = await post('/v1/me/ssh-keys', alice, { publicKey: rsa.line, name: 'laptop' });
     expect(named.body).toMatchObject({ fingerprint: rsa.fp, type: 'ssh-rsa', name: 'laptop' });
 
@@ -305,12 +286,12 @@ describe('SSH keys', () => {
   });
 
   it('refuses keys it cannot use with a 400 that says why', async () => {
-    const short = sshKeygen('short', 'rsa', 1024);
+    const short = keyPair('short', 'rsa', 1024);
     const cases: [string, string][] = [
       [short.line, 'RSA key of 1024 bits is too short'],
       ['not a key at all', 'not an OpenSSH public key line'],
       [
-        `ssh-rsa ${sshKeygen('typed', 'ed25519').line.split(' ')[1]}`,
+        `ssh-rsa ${keyPair('typed', 'ed25519').line.split(' ')[1]}`,
         'the key inside is ssh-ed25519',
       ],
       [short.line.split(' ').slice(0, 2).join(' ').slice(0, 120), 'the key ends'],

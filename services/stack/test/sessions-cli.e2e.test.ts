@@ -1,10 +1,11 @@
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '@trainyard/testkit';
-import { startTestStack, type TestStack } from './harness.ts';
+import { addUser, startTestStack, type TestStack } from './harness.ts';
+import { sshKeygen } from './ssh.ts';
 import { BIN } from './processes.ts';
 
 /**
@@ -56,34 +57,15 @@ function run(file: string, args: string[]): Promise<Run> {
   });
 }
 
-function keygen(file: string, type: string, bits?: number): string {
-  execFileSync('ssh-keygen', [
-    '-q',
-    '-t',
-    type,
-    ...(bits ? ['-b', String(bits)] : []),
-    '-N',
-    '',
-    '-C',
-    'carol@laptop',
-    '-f',
-    file,
-  ]);
-  return execFileSync('ssh-keygen', ['-lf', `${file}.pub`], { encoding: 'utf8' }).split(' ')[1]!;
-}
+const keygen = (file: string, type: string, bits?: number) =>
+  sshKeygen(file, type, { comment: 'carol@laptop', ...(bits && { bits }) });
 
 beforeAll(async () => {
   t = await startTestStack();
   work = await tempDir('trainyard-session-cli-');
   await mkdir(join(home(), '.ssh'), { recursive: true, mode: 0o700 });
   const admin = await t.token();
-  const made = await t.http('/v1/users', {
-    method: 'POST',
-    token: admin,
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ username: 'carol', password: PASSWORD }),
-  });
-  expect(made.status).toBe(201);
+  await addUser(t, admin, 'carol', PASSWORD);
   expect((await cli(['login', '-u', 'carol', '-p', PASSWORD])).code).toBe(0);
 });
 

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionEvent, StoredEvent } from '@trainyard/events';
 import { freePort } from '@trainyard/servers';
 import { tempDir, waitFor } from '@trainyard/testkit';
-import { startTestStack, type TestStack } from './harness.ts';
+import { addUser, startTestStack, type TestStack } from './harness.ts';
 import {
   connect,
   registeredKey,
@@ -38,14 +38,7 @@ beforeAll(async () => {
   work = await tempDir('trainyard-ssh-');
   const admin = await t.token();
   for (const [name, password] of Object.entries(PASSWORDS)) {
-    const created = await t.http('/v1/users', {
-      method: 'POST',
-      token: admin,
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ username: name, password, role: 'user' }),
-    });
-    expect(created.status).toBe(201);
-    tokens[name] = await t.token(name, password);
+    tokens[name] = await addUser(t, admin, name, password);
   }
   session = await runningSession(t, tokens.alice!);
   client = await SshClient.forSession(work.path, await connect(t, tokens.alice!, session.id));

@@ -1,5 +1,5 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
+import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { waitFor } from '@trainyard/testkit';
 import type { TestStack } from './harness.ts';
@@ -216,6 +216,30 @@ export async function connect(t: TestStack, token: string, id: string): Promise<
   return (await res.json()) as Connect;
 }
 
+/**
+ * Makes a key pair at `file` (`file.pub` beside it) with ssh-keygen; the fingerprint
+ * `ssh-keygen -l` prints for it.
+ */
+export function sshKeygen(
+  file: string,
+  type: string,
+  opts: { bits?: number; comment?: string } = {},
+): string {
+  execFileSync('ssh-keygen', [
+    '-q',
+    '-t',
+    type,
+    ...(opts.bits ? ['-b', String(opts.bits)] : []),
+    '-N',
+    '',
+    '-C',
+    opts.comment ?? 'test',
+    '-f',
+    file,
+  ]);
+  return execFileSync('ssh-keygen', ['-lf', `${file}.pub`], { encoding: 'utf8' }).split(' ')[1]!;
+}
+
 /** Makes an ed25519 key pair in `dir`; registers its public half for the token's user. */
 export async function registeredKey(
   t: TestStack,
@@ -224,9 +248,7 @@ export async function registeredKey(
   name: string,
 ): Promise<string> {
   const key = join(dir, name);
-  const made = await run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', name, '-f', key]);
-  if (made.code !== 0) throw new Error(`ssh-keygen: ${made.stderr}`);
-  const { readFile } = await import('node:fs/promises');
+  sshKeygen(key, 'ed25519', { comment: name });
   const res = await t.http('/v1/me/ssh-keys', {
     method: 'POST',
     token,

@@ -297,8 +297,7 @@ export class AttemptRun {
         );
     };
     const measured = setInterval(() => {
-      const report = ProbeReportSchema.safeParse(readProbeReport(this.#box!.probeDir));
-      if (report.success && report.data.done) stop('once it had measured');
+      if (this.#probeReport()?.done) stop('once it had measured');
     }, PROBE_WATCH_MS);
     const limit = setTimeout(
       () => {
@@ -313,18 +312,23 @@ export class AttemptRun {
     };
   }
 
+  /** What the probe wrote, if it wrote a report that reads as one. */
+  #probeReport() {
+    const report = ProbeReportSchema.safeParse(readProbeReport(this.#box!.probeDir));
+    return report.success ? report.data : null;
+  }
+
   async #finish(exit: ProcessExit): Promise<void> {
     if (this.#stoppedByWorker) {
       await this.#fail(failure('workerStopped', 'the worker stopped while the attempt ran'));
       return;
     }
     if (this.msg.probe && this.#box) {
-      const report = ProbeReportSchema.safeParse(readProbeReport(this.#box.probeDir));
       await this.#report({
         type: 'FinishProbe',
         attemptId: this.attemptId,
         exit,
-        report: report.success ? report.data : null,
+        report: this.#probeReport(),
         timedOut: this.#probeTimedOut,
         durationMs: Date.now() - this.#startedAt,
       });
