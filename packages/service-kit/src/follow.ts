@@ -17,10 +17,11 @@ export interface FollowOptions {
   /** Called when the reader stalled and is about to return. */
   onStall?: (lastRead: number) => void;
   /**
-   * Called whenever the reader has read everything the log held: after an event the server
-   * reported nothing waiting behind, or, when one that reported more is followed by nothing for
-   * `quietMs`, once the log confirms it. A reader whose count proves wrong (a server's count can
-   * stay off after a failover) returns after the call, and the caller starts it again.
+   * Called whenever the reader has read everything the log held: at the start when nothing waits
+   * for it (through its filter); after an event the server reported nothing waiting behind; or,
+   * when one that reported more is followed by nothing for `quietMs`, once the log confirms it.
+   * A reader whose count proves wrong (a server's count can stay off after a failover) returns
+   * after the call, and the caller starts it again.
    */
   onCaughtUp?: () => void;
   /** Called when the reader's count proved wrong and it is about to return. */
@@ -80,6 +81,16 @@ export async function followLog(
       .finally(() => (confirming = false));
   };
   let quiet: NodeJS.Timeout | undefined;
+  // A reader with nothing to read (at the end of the log, or nothing there through its filter)
+  // gets no message, and so no count to go by: the log itself says so.
+  if (opts.onCaughtUp) {
+    const start = lastRead;
+    isBehind(start)
+      .then((behind) => {
+        if (!behind && !ended && lastRead === start && !opts.signal.aborted) opts.onCaughtUp?.();
+      })
+      .catch(() => undefined);
+  }
   const caughtUp = (pending: number) => {
     toldMore = pending > 0;
     if (!opts.onCaughtUp) return;

@@ -162,13 +162,6 @@ export class SharedLog {
       () => this.#ended(reader, outcome),
       (error: unknown) => this.#ended(reader, { error }),
     );
-    // A reader that starts at the end of the log reads nothing, and so would never say so.
-    this.store
-      .hasAfter(fromSeq - 1, filter)
-      .then((more) => {
-        if (!more && !signal.aborted && reader.next === fromSeq && !reader.caughtUp) caughtUp();
-      })
-      .catch(() => undefined);
   }
 
   /** A rider too far behind reads the rest alone, from the first event it had not handled. */

@@ -85,6 +85,27 @@ describe('following the log', () => {
     await following;
   });
 
+  it('says it has caught up when nothing in the log passes its filter', async () => {
+    await submit('n1');
+    const stop = new AbortController();
+    const read: number[] = [];
+    let caughtUp = 0;
+    const following = followLog(
+      bus.store,
+      {
+        fromSeq: 1,
+        filter: 'ty.ev.session.>',
+        signal: stop.signal,
+        onCaughtUp: () => caughtUp++,
+      },
+      (e) => void read.push(e.seq),
+    );
+    await waitFor('caught up', () => caughtUp === 1);
+    expect(read).toEqual([]);
+    stop.abort();
+    await following;
+  });
+
   it('asks the log when its count says more waits and none comes; a wrong count ends the reader', async () => {
     const first = await submit('m1');
     const second = await submit('m2');

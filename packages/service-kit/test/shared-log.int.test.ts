@@ -198,6 +198,43 @@ describe('one reader of the log shared by the services of a process', () => {
     await following;
   });
 
+  it('tells a follower behind it, whose filter nothing in the log passes, that it has caught up', async () => {
+    await append('job', 'nj1');
+    const store = new CountingStore(bus.js, bus.jsm);
+    const shared = new SharedLog(store);
+    const stop = new AbortController();
+    let aheadCaughtUp = 0;
+    let behindCaughtUp = 0;
+    const behind: StoredEvent[] = [];
+    const following = [
+      shared.follow(
+        {
+          fromSeq: (await bus.store.lastSeq()) + 1,
+          signal: stop.signal,
+          onCaughtUp: () => aheadCaughtUp++,
+        },
+        () => undefined,
+      ),
+    ];
+    await waitFor('the first follower caught up', () => aheadCaughtUp > 0);
+    following.push(
+      shared.follow(
+        {
+          fromSeq: 1,
+          filter: 'ty.ev.session.>',
+          signal: stop.signal,
+          onCaughtUp: () => behindCaughtUp++,
+        },
+        (e) => void behind.push(e),
+      ),
+    );
+    await waitFor('the follower behind caught up', () => behindCaughtUp > 0);
+    expect(behind).toEqual([]);
+    expect(store.readers.map((r) => r.filter)).toEqual([undefined, 'ty.ev.session.>']);
+    stop.abort();
+    await Promise.all(following);
+  });
+
   it('gives followers of other filters each of their events once while they join under load', async () => {
     const from = (await bus.store.lastSeq()) + 1;
     const written: { seq: number; aggregate: 'job' | 'worker' }[] = [];

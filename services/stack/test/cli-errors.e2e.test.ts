@@ -353,10 +353,21 @@ describe('the CLI, when it cannot reach the API or is not let in', () => {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
+    let err = '';
     first.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    first.stderr.on('data', (c: Buffer) => (err += c.toString()));
     const exited = new Promise<void>((r) => first.once('exit', () => r()));
     try {
-      await waitFor('the first up', () => out.includes('Trainyard is up.'), { timeoutMs: 60_000 });
+      await Promise.race([
+        waitFor('the first up', () => out.includes('Trainyard is up.'), {
+          timeoutMs: 50_000,
+        }).catch((e: Error) => {
+          throw new Error(`${e.message}:\n${out}\n${err}`);
+        }),
+        exited.then(() => {
+          throw new Error(`the first up ended before it was up:\n${out}\n${err}`);
+        }),
+      ]);
       const second = await cli(['up', '--no-worker'], {
         TRAINYARD_HOME: home,
         TRAINYARD_PORT: String(await freePort()),

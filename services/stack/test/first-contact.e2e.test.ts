@@ -41,13 +41,49 @@ function run(cmd: string, args: string[], opts: { cwd: string; env: NodeJS.Proce
   );
 }
 
+/** `npm run up` in the background, until it says it is up (or ends first). */
+async function startUp(clone: string, env: NodeJS.ProcessEnv) {
+  const up = spawn('npm', ['run', 'up'], {
+    cwd: clone,
+    env,
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  up.stdout.on('data', (c: Buffer) => (out += c.toString()));
+  up.stderr.on('data', (c: Buffer) => (out += c.toString()));
+  const exited = new Promise<number | null>((r) => up.once('exit', r));
+  await waitFor(
+    'Trainyard to be up',
+    () => out.includes('Trainyard is up.') || up.exitCode !== null,
+    { timeoutMs: 240_000, intervalMs: 200 },
+  ).catch((e: Error) => {
+    throw new Error(`${e.message}; it printed:\n${out}`);
+  });
+  expect(out, out).toContain('Trainyard is up.');
+  return {
+    pid: up.pid!,
+    output: () => out,
+    /** Stops it as Ctrl-C does, and waits for it and its servers to end. */
+    stop: async (servers: () => number[]) => {
+      process.kill(-up.pid!, 'SIGINT');
+      await exited;
+      await waitFor('its servers to stop', () => servers().filter(processAlive).length === 0, {
+        timeoutMs: 30_000,
+      });
+      expect(out).not.toMatch(/"level":50|stop failed/);
+      expect(out).toContain('Trainyard stopped.');
+    },
+  };
+}
+
 describe('a newcomer in a private directory', () => {
-  it('runs `npm run up` from a fresh clone, logs in, submits a job and sees it succeed', async () => {
+  it('runs `npm run up` from a fresh clone, logs in, submits a job, sees it succeed, and finds it after a restart', async () => {
     const root = mkdtempSync(join(tmpdir(), 'trainyard-newcomer-'));
     expect(statSync(root).mode & 0o777).toBe(0o700);
     const clone = join(root, 'trainyard');
     let pgDir: string | null = null;
-    let pid: number | undefined;
+    const pids: number[] = [];
     try {
       cloneInto(clone);
       const apiPort = await freePort();
@@ -58,27 +94,9 @@ describe('a newcomer in a private directory', () => {
         TRAINYARD_NATS_PORT: String(await freePort()),
         TRAINYARD_LOG_LEVEL: 'warn',
       });
-      const up = spawn('npm', ['run', 'up'], {
-        cwd: clone,
-        env,
-        detached: true,
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      pid = up.pid;
-      let out = '';
-      up.stdout.on('data', (c: Buffer) => (out += c.toString()));
-      up.stderr.on('data', (c: Buffer) => (out += c.toString()));
-      const exited = new Promise<number | null>((r) => up.once('exit', r));
-      await waitFor(
-        'Trainyard to be up',
-        () => out.includes('Trainyard is up.') || up.exitCode !== null,
-        {
-          timeoutMs: 240_000,
-          intervalMs: 200,
-        },
-      );
-      expect(out, out).toContain('Trainyard is up.');
-      pgDir = /postgres\s+data in (\S+)/.exec(out)?.[1] ?? null;
+      const first = await startUp(clone, env);
+      pids.push(first.pid);
+      pgDir = /postgres\s+data in (\S+)/.exec(first.output())?.[1] ?? null;
       if (process.getuid?.() === 0) {
         expect(pgDir).toMatch(/^\/var\/lib\/trainyard\/postgres\//);
       } else {
@@ -86,7 +104,7 @@ describe('a newcomer in a private directory', () => {
       }
       const api = `http://127.0.0.1:${apiPort}`;
       expect((await fetch(`${api}/healthz`)).status).toBe(200);
-      const password = /admin\s+password (\S+)/.exec(out)?.[1];
+      const password = /admin\s+password (\S+)/.exec(first.output())?.[1];
       expect(password).toBeTruthy();
 
       const cli = (args: string[], cwd = clone) =>
@@ -99,22 +117,25 @@ describe('a newcomer in a private directory', () => {
       const job = await cli(['submit', 'examples/hello', '--command', 'python3 train.py', '-f']);
       expect(job.code, `${job.stdout}\n${job.stderr}`).toBe(0);
       expect(job.stderr).toMatch(/job job_\w+ succeeded \(exit 0\)/);
+      const jobId = /job (job_\w+) succeeded/.exec(job.stderr)![1]!;
 
       const elsewhere = await cli(['events', 'verify'], root);
       expect(elsewhere.code, elsewhere.stderr).toBe(0);
       expect(elsewhere.stdout).toMatch(/ 0 broken, signatures checked against 1 trusted key/);
 
-      process.kill(-pid!, 'SIGINT');
-      await exited;
-      await waitFor(
-        'its servers to stop',
-        () => [...pidsMatching(clone), ...pidsMatching(pgDir!)].filter(processAlive).length === 0,
-        { timeoutMs: 30_000 },
-      );
-      expect(out).not.toMatch(/"level":50|stop failed/);
+      const servers = () => [...pidsMatching(clone), ...pidsMatching(pgDir!)];
+      await first.stop(servers);
+
+      const again = await startUp(clone, env);
+      pids.push(again.pid);
+      expect(again.output()).not.toMatch(/admin\s+password/);
+      const listed = await cli(['ls']);
+      expect(listed.code, listed.stderr).toBe(0);
+      expect(listed.stdout).toMatch(new RegExp(`${jobId}\\s.*succeeded`));
+      await again.stop(servers);
     } finally {
       for (const left of [
-        ...(pid ? [-pid] : []),
+        ...pids.map((p) => -p),
         ...pidsMatching(root).filter(processAlive),
         ...(pgDir ? pidsMatching(pgDir).filter(processAlive) : []),
       ]) {
@@ -131,5 +152,5 @@ describe('a newcomer in a private directory', () => {
         force: true,
       });
     }
-  }, 300_000);
+  }, 420_000);
 });
