@@ -1,6 +1,7 @@
 /**
- * Workers read the code or artifact of the attempts they hold through the control plane, a part
- * at a time, instead of from the object store: a worker's login reads no other job's blobs. A
+ * Workers read the code or artifact of the attempts they hold (and the code of the session runs
+ * they hold) through the control plane, a part at a time, instead of from the object store: a
+ * worker's login reads no other job's blobs. A
  * worker asks on `ty.fetch.<worker>` for a key and a cursor; the control plane answers with the
  * part's bytes and the next cursor (`Trainyard-Next`), or with an error code
  * (`Trainyard-Error`) and no bytes.
@@ -31,6 +32,11 @@ const FETCH_DEADLINE_MS = 120_000;
 /** The job whose blob `key` is, when it is code or an artifact, which a worker may fetch. */
 export function fetchableJob(key: string): string | null {
   return /^jobs\/([A-Za-z0-9_-]{1,64})\/(?:code|artifact\.tar\.gz)$/.exec(key)?.[1] ?? null;
+}
+
+/** The session whose code `key` is, which the worker that holds its run may fetch. */
+export function fetchableSession(key: string): string | null {
+  return /^sessions\/([A-Za-z0-9_-]{1,128})\/code$/.exec(key)?.[1] ?? null;
 }
 
 /**

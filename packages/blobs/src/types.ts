@@ -44,6 +44,8 @@ export type BlobSource = Pick<BlobStore, 'get'>;
 /** Blob keys, in one place. */
 export const BlobKeys = {
   code: (jobId: string) => `jobs/${jobId}/code`,
+  /** The code a session was requested with. */
+  sessionCode: (sessionId: string) => `sessions/${sessionId}/code`,
   artifact: (jobId: string) => `jobs/${jobId}/artifact.tar.gz`,
   /** An output file of one attempt: each attempt's outputs are its own, so none overwrites another's. */
   attemptOutput: (jobId: string, attemptId: string, path: string) =>

@@ -27,3 +27,16 @@ export const BlobRefSchema = z.object({
   sha256: z.string().length(64),
 });
 export type BlobRef = z.infer<typeof BlobRefSchema>;
+
+/** A login through the SSH gateway, accepted or refused, as the gateway recorded it. */
+export const SshLoginSchema = z.object({
+  /** Who tried: the owner, another user, or `null` for a password that named no one. */
+  user: z.string().min(1).nullable(),
+  method: z.enum(['password', 'publickey']),
+  accepted: z.boolean(),
+  /** Why a login was refused: a stable code. */
+  reason: z.string().min(1).max(64).optional(),
+  /** Where it came from: the client's address as the gateway saw it. */
+  source: z.string().max(64),
+});
+export type SshLogin = z.infer<typeof SshLoginSchema>;

@@ -90,7 +90,10 @@ export const StopAttemptSchema = z.object({
 });
 export type StopAttempt = z.infer<typeof StopAttemptSchema>;
 
-/** Start a session's run (version 3): a working directory its SSH channels attach to. */
+/**
+ * Start a session's run (version 3): a working directory its SSH channels attach to, with the
+ * session's code unpacked in it when it has some.
+ */
 export const StartRunSchema = z.object({
   v: z.literal(3),
   kind: z.literal('session'),
@@ -103,6 +106,7 @@ export const StartRunSchema = z.object({
     cpus: z.number().int().min(0),
     memoryGb: z.number().positive().optional(),
   }),
+  code: CodeArchiveSchema.optional(),
   headSeq: z.number().int().min(1),
 });
 export type StartRun = z.infer<typeof StartRunSchema>;

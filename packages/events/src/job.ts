@@ -10,7 +10,7 @@
  * - artifact: what the builder made of the job's code (for the process runtime, a tarball).
  */
 import { z } from 'zod';
-import { BlobRefSchema, FailureSchema } from './common.ts';
+import { BlobRefSchema, FailureSchema, SshLoginSchema } from './common.ts';
 
 export const JOB_NAME_MAX = 128;
 
@@ -211,6 +211,12 @@ export const JobCancelled = z.object({
   data: z.object({ attemptId: z.string().min(1).optional() }),
 });
 
+/** A login through the SSH gateway to a shell beside the job's running attempt. */
+export const JobLogin = z.object({
+  type: z.literal('JobLogin'),
+  data: SshLoginSchema,
+});
+
 export const JobEventSchema = z.discriminatedUnion('type', [
   JobSubmitted,
   JobBuildStarted,
@@ -224,6 +230,7 @@ export const JobEventSchema = z.discriminatedUnion('type', [
   JobAttemptFailed,
   JobCancelRequested,
   JobCancelled,
+  JobLogin,
 ]);
 export type JobEvent = z.infer<typeof JobEventSchema>;
 export type JobEventType = JobEvent['type'];

@@ -4,15 +4,16 @@
  * Glossary
  * - session: an interactive shell a user asked for, on a worker's GPUs, reached with `ssh`
  *   through the gateway. Unlike a job it runs no command of its own: it holds its slot, a
- *   working directory (and, later, a container) that the user's SSH channels attach to.
+ *   working directory (with the code the user sent, unpacked) and, later, a container, that the
+ *   user's SSH channels attach to.
  * - run: one placement of a session on one worker (`runId`). A session whose worker is lost is
  *   placed again as a new run; what the old run held is gone.
  * - channel: one SSH channel (a shell, an exec, sftp, a port forward), carried over NATS
  *   between the gateway and the worker that holds the run.
  */
 import { z } from 'zod';
-import { FailureSchema } from './common.ts';
-import { ResourcesSchema } from './job.ts';
+import { FailureSchema, SshLoginSchema } from './common.ts';
+import { CodeArchiveSchema, ResourcesSchema } from './job.ts';
 
 export const SESSION_NAME_MAX = 128;
 
@@ -47,6 +48,8 @@ export const SessionRequested = z.object({
     spec: SessionSpecSchema,
     /** The timers in force, decided once at request from the spec, defaults and caps. */
     timers: SessionTimersSchema,
+    /** The code the user sent with it, unpacked in the session's home on each run. */
+    code: CodeArchiveSchema.optional(),
   }),
 });
 
@@ -116,16 +119,7 @@ export const SessionRequeued = z.object({
 /** A login to the session through the gateway, accepted or refused. */
 export const SessionLogin = z.object({
   type: z.literal('SessionLogin'),
-  data: z.object({
-    /** Who tried: the owner, another user, or `null` for a password that named no one. */
-    user: z.string().min(1).nullable(),
-    method: z.enum(['password', 'publickey']),
-    accepted: z.boolean(),
-    /** Why a login was refused: a stable code. */
-    reason: z.string().min(1).max(64).optional(),
-    /** Where it came from: the client's address as the gateway saw it. */
-    source: z.string().max(64),
-  }),
+  data: SshLoginSchema,
 });
 
 /** The session's channels: the first opened (`active`), or the last closed (`idle`). */

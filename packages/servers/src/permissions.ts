@@ -198,8 +198,9 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
   ],
   gateway: [
     ...EVENT_READER,
-    // It records logins on sessions.
+    // It records logins on sessions, and on jobs (a shell beside a running attempt).
     'ty.ev.session.*',
+    'ty.ev.job.*',
     // It opens channels on workers; they answer on `ty.tun.out.>`, which it subscribes to.
     Subjects.allTunnelsIn,
     // Its host key, which it makes on first start, and the one-time passwords it uses up.

@@ -4,7 +4,7 @@
  * to and from the gateway. Everything it sends goes under `ty.tun.out.WORKER.`, the only
  * subjects a worker may publish channel traffic on.
  */
-import { finished } from 'node:stream';
+import { finished, type Readable } from 'node:stream';
 import type { Msg, NatsConnection, Subscription } from '@nats-io/nats-core';
 import { z } from 'zod';
 import { Subjects } from '@trainyard/events';
@@ -228,8 +228,17 @@ class WorkerChannel {
     this.writer.send('opened', { window: this.stdin.window });
     // A process gone before reading its stdin fails the write (EPIPE): its exit says the rest.
     this.host.input.on('error', () => undefined);
-    this.host.output.on('error', () => this.stdout.end());
-    this.host.errors.on('error', () => this.stderr.end());
+    // A stream that broke, or was destroyed as its channel was closed here, ends the gateway's
+    // copy, so that the exit still follows.
+    const endOnClose = (from: Readable, to: CreditedWritable) => {
+      const end = () => {
+        if (!to.writableEnded && !to.destroyed) to.end();
+      };
+      from.on('error', end);
+      from.once('close', end);
+    };
+    endOnClose(this.host.output, this.stdout);
+    endOnClose(this.host.errors, this.stderr);
     this.host.output.pipe(this.stdout);
     this.host.errors.pipe(this.stderr);
     const silence = MISSED_KEEPALIVES * this.limits.keepaliveMs;

@@ -26,6 +26,7 @@ const WINDOW = 256 * 1024;
 /** Runs each exec channel as `sh -c`, counting the stdout bytes it hands to the tunnel. */
 class SpawnHost implements ChannelHost {
   readonly children: ChildProcess[] = [];
+  readonly channels: Channel[] = [];
   produced = 0;
 
   async open(target: ChannelTarget, request: ChannelRequest): Promise<Channel> {
@@ -46,15 +47,23 @@ class SpawnHost implements ChannelHost {
         resolve({ code, signal: signal?.replace(/^SIG/, '') ?? null }),
       ),
     );
-    return {
+    const channel: Channel = {
       input: child.stdin,
       output,
       errors: child.stderr,
       resize: () => undefined,
       signal: (name) => child.kill(`SIG${name}` as NodeJS.Signals),
-      close: () => child.kill('SIGKILL'),
+      // As the runtime's channels do: the process killed, its streams let go of.
+      close: () => {
+        child.kill('SIGKILL');
+        child.stdout.destroy();
+        output.destroy();
+        child.stderr.destroy();
+      },
       exit,
     };
+    this.channels.push(channel);
+    return channel;
   }
 }
 
@@ -188,6 +197,17 @@ describe('the tunnel', () => {
     channel.close();
     expect(await channel.exit).toEqual({ code: null, signal: null });
     expect(await exited(child)).toBe('SIGKILL');
+    await waitFor('the channel to be let go', () => server.openChannels() === 0);
+  });
+
+  it('tells the gateway the exit of a channel the worker closed itself', async () => {
+    const channel = await client.open('w1', RUN, exec('echo started; sleep 30'));
+    let out = '';
+    channel.output.on('data', (c: Buffer) => (out += c.toString()));
+    channel.errors.resume();
+    await waitFor('its first line', () => out === 'started\n');
+    host.channels.at(-1)!.close();
+    expect(await channel.exit).toEqual({ code: null, signal: 'KILL' });
     await waitFor('the channel to be let go', () => server.openChannels() === 0);
   });
 

@@ -13,6 +13,7 @@ import { toErrorResponse } from './errors.ts';
 import { documentRoute, OPENAPI_INFO } from './openapi.ts';
 import { authRoutes } from './routes/auth.ts';
 import { jobDataRoutes } from './routes/job-data.ts';
+import { jobShellRoutes } from './routes/job-shell.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { sessionRoutes } from './routes/sessions.ts';
 import { sshKeyRoutes } from './routes/ssh-keys.ts';
@@ -74,6 +75,7 @@ export async function buildApp(
   authRoutes(typed, deps);
   userRoutes(typed, deps);
   jobRoutes(typed, deps);
+  jobShellRoutes(typed, deps);
   jobDataRoutes(typed, deps);
   sessionRoutes(typed, deps);
   sshKeyRoutes(typed, deps);

@@ -15,6 +15,20 @@ const timerField = (shape: z.ZodNumber, what: string) =>
   shape.optional().describe(`${what}, in minutes; capped by the cluster's operator`);
 
 /** A session spec as the API takes it: unknown fields are refused rather than dropped. */
+/** The multipart form of a session request, for the document: the body is read part by part. */
+export const SessionFormSchema = z.unknown().meta({
+  type: 'object',
+  properties: {
+    spec: { type: 'string', description: 'the session spec, as JSON' },
+    code: {
+      type: 'string',
+      format: 'binary',
+      description: 'a .tar.gz or .zip of code, unpacked in the session’s home',
+    },
+  },
+  required: ['spec'],
+});
+
 export const SessionSpecBodySchema = SessionSpecSchema.extend({
   name: z
     .string()

@@ -1,7 +1,9 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Kvm, type KV } from '@nats-io/kv';
-import { DomainError } from '@trainyard/domain';
+import { currentAttempt, DomainError } from '@trainyard/domain';
 import {
+  loadJob,
+  runJobCommand,
   runSessionCommand,
   SSH_PASSWORDS_BUCKET,
   type StoredSshPassword,
@@ -13,7 +15,7 @@ import { Directory } from './directory.ts';
 import { loadHostKey } from './host-key.ts';
 import type { LoginLimits } from './rate-limit.ts';
 import { SshGateway } from './ssh-server.ts';
-import type { LoginAttempt, LoginDecision } from './types.ts';
+import type { LoginAttempt, LoginDecision, SessionRoute } from './types.ts';
 
 export interface GatewayOptions {
   /** Where the SSH server listens (`TRAINYARD_SSH_PORT`; 0 picks a free port). */
@@ -31,6 +33,15 @@ export interface RunningGateway {
   stop(): Promise<void>;
 }
 
+/** An SSH username that names a job: a shell beside its running attempt. */
+const JOB_ID = /^job_[A-Za-z0-9_-]{1,124}$/;
+
+/** Who may log in as a name, and where its channels go while it runs. */
+interface Target {
+  owner: string;
+  route: SessionRoute | null;
+}
+
 const refused = (reason: string, user: string | null = null): LoginDecision => ({
   ok: false,
   user,
@@ -38,11 +49,12 @@ const refused = (reason: string, user: string | null = null): LoginDecision => (
 });
 
 /**
- * The SSH gateway: an SSH server whose username names a session. It logs users in by a
- * one-time password the API issued (kept as a hash in KV, deleted as it is used) or a public
- * key they registered (from the log), records every finished login on the session, carries each
- * channel to the worker that holds the session over the tunnel, and ends a session's
- * connections when it stops or moves.
+ * The SSH gateway: an SSH server whose username names a session, or a running job (a shell
+ * beside its attempt). It logs users in by a one-time password the API issued (kept as a hash
+ * in KV, deleted as it is used) or a public key they registered (from the log), records every
+ * finished login on the session or job, carries each channel to the worker that holds the
+ * session or runs the job over the tunnel, and ends a session's connections when it stops or
+ * moves (a job's worker closes the shells beside it as its attempt ends).
  */
 export async function startGateway(
   ctx: ServiceContext,
@@ -58,12 +70,35 @@ export async function startGateway(
   const passwordBucket = async () =>
     (passwords ??= await new Kvm(ctx.bus.js).open(SSH_PASSWORDS_BUCKET));
 
-  async function passwordLogin(session: string, password: string): Promise<LoginDecision> {
-    const found = directory.session(session);
-    if (!found) return refused('noSuchSession');
+  /**
+   * Whose `name` is and where its channels go: a session, from the directory; or a job (a shell
+   * beside its running attempt), read from the log at login. `route` is null while it does not
+   * run; the whole is null when there is no such session or job.
+   */
+  async function targetOf(name: string): Promise<Target | null> {
+    if (JOB_ID.test(name)) {
+      const { state } = await loadJob(ctx.bus.store, name);
+      if (state.status === 'none') return null;
+      const attempt = currentAttempt(state);
+      const runs = state.status === 'running' && attempt?.status === 'running';
+      const route =
+        runs && attempt.workerId ? { workerId: attempt.workerId, runId: attempt.id } : null;
+      return { owner: state.owner, route: route && { sessionId: name, ...route } };
+    }
+    const found = directory.session(name);
+    if (!found) return null;
     const { state, run } = found;
-    if (!run || state.status !== 'running') return refused('notRunning');
-    const entry = await (await passwordBucket()).get(session).catch(() => null);
+    const runs = run && state.status === 'running';
+    const route = runs ? { sessionId: name, workerId: run.workerId, runId: run.id } : null;
+    return { owner: state.owner, route };
+  }
+
+  async function passwordLogin(name: string, password: string): Promise<LoginDecision> {
+    const target = await targetOf(name);
+    if (!target) return refused('noSuchSession');
+    const { owner, route } = target;
+    if (!route) return refused('notRunning');
+    const entry = await (await passwordBucket()).get(name).catch(() => null);
     if (!entry || entry.operation !== 'PUT') return refused('badPassword');
     const stored = entry.json<StoredSshPassword>();
     const given = createHash('sha256').update(password).digest();
@@ -71,36 +106,27 @@ export async function startGateway(
     if (kept.length !== given.length || !timingSafeEqual(kept, given)) {
       return refused('badPassword');
     }
-    if (Date.parse(stored.expiresAt) <= Date.now()) return refused('passwordExpired', state.owner);
-    if (stored.runId !== run.id) return refused('passwordExpired', state.owner);
+    if (Date.parse(stored.expiresAt) <= Date.now()) return refused('passwordExpired', owner);
+    if (stored.runId !== route.runId) return refused('passwordExpired', owner);
     // Used once: only the login that deletes this very revision gets in.
     try {
-      await (await passwordBucket()).delete(session, { previousSeq: entry.revision });
+      await (await passwordBucket()).delete(name, { previousSeq: entry.revision });
     } catch {
-      return refused('passwordUsed', state.owner);
+      return refused('passwordUsed', owner);
     }
-    if (directory.disabled(state.owner)) return refused('accountDisabled', state.owner);
-    return {
-      ok: true,
-      user: state.owner,
-      route: { sessionId: session, workerId: run.workerId, runId: run.id },
-    };
+    if (directory.disabled(owner)) return refused('accountDisabled', owner);
+    return { ok: true, user: owner, route };
   }
 
-  function keyLogin(session: string, key: { data: Buffer }): Promise<LoginDecision> {
-    const found = directory.session(session);
-    if (!found) return Promise.resolve(refused('noSuchSession'));
-    const { state, run } = found;
+  async function keyLogin(name: string, key: { data: Buffer }): Promise<LoginDecision> {
     const owner = directory.keyOwner(key.data);
-    if (!owner) return Promise.resolve(refused('unknownKey'));
-    if (owner !== state.owner) return Promise.resolve(refused('notYours', owner));
-    if (directory.disabled(owner)) return Promise.resolve(refused('accountDisabled', owner));
-    if (!run || state.status !== 'running') return Promise.resolve(refused('notRunning', owner));
-    return Promise.resolve({
-      ok: true,
-      user: owner,
-      route: { sessionId: session, workerId: run.workerId, runId: run.id },
-    });
+    const target = await targetOf(name);
+    if (!target) return refused('noSuchSession');
+    if (!owner) return refused('unknownKey');
+    if (owner !== target.owner) return refused('notYours', owner);
+    if (directory.disabled(owner)) return refused('accountDisabled', owner);
+    if (!target.route) return refused('notRunning', owner);
+    return { ok: true, user: owner, route: target.route };
   }
 
   function onLogin(attempt: LoginAttempt): void {
@@ -115,20 +141,23 @@ export async function startGateway(
       },
       attempt.accepted ? 'ssh login' : 'ssh login refused',
     );
-    if (!directory.session(attempt.session)) return;
-    runSessionCommand(
-      ctx.bus.store,
-      attempt.session,
-      {
-        type: 'RecordLogin',
-        user: attempt.user,
-        method: attempt.method,
-        accepted: attempt.accepted,
-        ...(attempt.reason !== undefined && { reason: attempt.reason }),
-        source: attempt.source.slice(0, 64),
-      },
-      { actor: { kind: 'service', id: ctx.instanceId }, now: new Date() },
-    ).catch((err: unknown) => {
+    const login = {
+      type: 'RecordLogin' as const,
+      user: attempt.user,
+      method: attempt.method,
+      accepted: attempt.accepted,
+      ...(attempt.reason !== undefined && { reason: attempt.reason }),
+      source: attempt.source.slice(0, 64),
+    };
+    const meta = { actor: { kind: 'service' as const, id: ctx.instanceId }, now: new Date() };
+    const name = attempt.session;
+    // A job that does not exist refuses the record (JOB_NOT_FOUND): nothing is appended.
+    const recorded = JOB_ID.test(name)
+      ? runJobCommand(ctx.bus.store, name, login, meta)
+      : directory.session(name)
+        ? runSessionCommand(ctx.bus.store, name, login, meta)
+        : null;
+    recorded?.catch((err: unknown) => {
       if (!(err instanceof DomainError)) log.warn({ err }, 'could not record a login');
     });
   }

@@ -32,6 +32,7 @@ export async function dispatchSessionRun(
       cpus: run.cpus,
       ...(state.spec?.resources.memoryGb && { memoryGb: state.spec.resources.memoryGb }),
     },
+    ...(state.code && { code: state.code }),
     headSeq: session.head.seq,
   };
   const subject =

@@ -5,7 +5,7 @@ import { Kvm } from '@nats-io/kv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runSessionCommand, type StoredSshPassword } from '@trainyard/application';
 import { tempDir } from '@trainyard/testkit';
-import { addUser as addUserAs, startTestStack, type TestStack } from './harness.ts';
+import { addUser as addUserAs, codeArchive, startTestStack, type TestStack } from './harness.ts';
 import { sshKeygen } from './ssh.ts';
 
 /**
@@ -128,6 +128,44 @@ describe('sessions', () => {
       expect(res.body.error?.message, JSON.stringify(spec)).toContain(words);
     }
     expect(await store.hasAfter(before, 'ty.ev.session.>')).toBe(false);
+  });
+
+  it("takes code as multipart, checked as a job's is; a dry run and a refused archive append nothing", async () => {
+    const store = t.stack.ctx.bus.store;
+    const form = (spec: object, code?: Uint8Array) => {
+      const body = new FormData();
+      body.set('spec', JSON.stringify(spec));
+      if (code) body.set('code', new Blob([new Uint8Array(code)]), 'code.tar.gz');
+      return body;
+    };
+    const send = async (path: string, body: FormData) => {
+      const res = await t.http(path, { method: 'POST', body, token: alice });
+      return { status: res.status, body: (await res.json()) as Answer['body'] };
+    };
+    const before = await store.lastSeq();
+    const code = await codeArchive({ 'train.py': 'print(1)\n' });
+    const dry = await send('/v1/sessions?dryRun=true', form(session(), code));
+    expect(dry).toEqual({ status: 200, body: { valid: true } });
+    const notArchive = await send('/v1/sessions', form(session(), Buffer.from('plain text')));
+    expect(notArchive.status).toBe(400);
+    expect(notArchive.body.error?.message).toContain('.zip or .tar.gz');
+    const badSpec = await send('/v1/sessions', form({ resources: { gpus: -1 } }, code));
+    expect(badSpec.status).toBe(400);
+    expect(badSpec.body.error?.message).toContain('spec.resources.gpus');
+    expect(await store.hasAfter(before, 'ty.ev.session.>')).toBe(false);
+
+    const made = await send('/v1/sessions', form(session(), code));
+    expect(made.status).toBe(202);
+    const id = made.body.id as string;
+    const [requested] = (await store.load('session', id)).events;
+    expect(requested?.type).toBe('SessionRequested');
+    const kept = (requested?.data as { code?: { key: string; sizeBytes: number } }).code;
+    expect(kept).toMatchObject({
+      key: `sessions/${id}/code`,
+      sizeBytes: code.length,
+      format: 'tar.gz',
+    });
+    expect(await t.stack.ctx.blobs.stat(kept!.key)).toEqual({ sizeBytes: code.length });
   });
 
   it('stops a queued session at once; stopping it again is 409 SESSION_ENDED', async () => {

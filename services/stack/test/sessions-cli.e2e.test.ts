@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -209,6 +209,32 @@ describe('trainyard ssh', () => {
       'echo by-name',
     ]);
     expect(byName.stdout, byName.stderr).toBe('by-name\n');
+    expect((await cli(['session', 'stop', id])).code).toBe(0);
+  });
+
+  it("unpacks the directory a session was created from in its home, the session's own", async () => {
+    const code = join(work.path, 'project');
+    await mkdir(join(code, 'notes'), { recursive: true });
+    writeFileSync(join(code, 'notes', 'hello.txt'), 'packed with the session\n');
+    writeFileSync(join(code, 'secret.env'), 'TOKEN=left-behind\n');
+    writeFileSync(join(code, '.trainyardignore'), 'secret.env\n');
+    const refused = await cli(['session', 'create', code, '--gpus', 'many']);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain('--gpus');
+    const missing = await cli(['session', 'create', join(work.path, 'nowhere')]);
+    expect(missing.stderr).toContain('is not a directory');
+
+    const made = await cli(['session', 'create', code, '--follow-until-running'], 60_000);
+    expect(made.code, made.stderr).toBe(0);
+    const id = made.stdout.trim();
+    const r = await cli([
+      'ssh',
+      id,
+      '--',
+      'cat notes/hello.txt; ls -A; [ "$(stat -c %u notes/hello.txt)" = "$(id -u)" ] && echo owned',
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe('packed with the session\n.trainyardignore\nnotes\nowned\n');
     expect((await cli(['session', 'stop', id])).code).toBe(0);
   });
 });

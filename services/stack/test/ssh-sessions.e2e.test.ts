@@ -6,10 +6,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionEvent, StoredEvent } from '@trainyard/events';
 import { freePort } from '@trainyard/servers';
 import { tempDir, waitFor } from '@trainyard/testkit';
-import { addUser, startTestStack, type TestStack } from './harness.ts';
+import { addUser, startTestStack, submit, type TestStack } from './harness.ts';
 import {
   connect,
   registeredKey,
+  run,
   runningSession,
   SshClient,
   waitForSession,
@@ -228,5 +229,82 @@ describe('the end of a session', () => {
     expect(events.find((e) => e.type === 'SessionStopRequested')).toBeUndefined();
     const end = await waitForSession(t, tokens.alice!, id, (s) => s.status === 'stopped', 30_000);
     expect(end.stopReason).toBe('idle');
+  });
+});
+
+describe('a shell beside a running job', () => {
+  it('opens where the job runs, as its user, for its owner alone; records logins; ends with it, taking all its user ran', async () => {
+    const res = await submit(t, tokens.alice!, {
+      name: 'beside',
+      command: 'id -u > uid.txt; echo from-the-job > marker.txt; exec sleep 300',
+      resources: { gpus: 0 },
+      maxRetries: 0,
+    });
+    const { id } = (await res.json()) as { id: string };
+    const connectJob = (token: string) =>
+      t.http(`/v1/jobs/${id}/connect`, { method: 'POST', token });
+    await t.waitForJob(id, tokens.alice!, (j) => j.status === 'running');
+    expect((await connectJob(tokens.bob!)).status).toBe(404);
+    const answer = await connectJob(tokens.alice!);
+    expect(answer.status).toBe(200);
+    const info = (await answer.json()) as Awaited<ReturnType<typeof connect>>;
+    expect(info.username).toBe(id);
+    const beside = await SshClient.forSession(work.path, info);
+
+    const seen = await waitFor('the job to have written its files', async () => {
+      const r = await beside.ssh('cat marker.txt uid.txt && id -u && echo "$TRAINYARD_JOB_ID"', {
+        key: aliceKey,
+      });
+      return r.code === 0 ? r : undefined;
+    });
+    const [marker, jobUid, shellUid, jobId] = seen.stdout.trim().split('\n');
+    expect(marker).toBe('from-the-job');
+    expect(shellUid).toBe(jobUid);
+    expect(Number(shellUid)).toBeGreaterThan(0);
+    expect(jobId).toBe(id);
+    const byPassword = await beside.ssh('exit 6', { password: info.password });
+    expect(byPassword.code).toBe(6);
+    expect((await beside.ssh('true', { key: bobKey })).code).toBe(255);
+    expect((await beside.ssh('true', { password: info.password })).code).toBe(5);
+    const logins = await waitFor('the logins, recorded on the job', async () => {
+      const { events } = await t.stack.ctx.bus.store.load('job', id);
+      const all = events.filter((e) => e.type === 'JobLogin');
+      return all.some((e) => e.data.reason === 'passwordUsed' || e.data.reason === 'badPassword')
+        ? all
+        : undefined;
+    });
+    const accepted = logins.filter((e) => e.data.accepted);
+    expect(accepted.map((e) => [e.data.user, e.data.method])).toEqual(
+      expect.arrayContaining([
+        ['alice', 'publickey'],
+        ['alice', 'password'],
+      ]),
+    );
+    expect(logins.some((e) => e.data.user === 'bob')).toBe(false);
+
+    // A process that left the shell's process group and session still ends with the job.
+    const left = await beside.ssh('setsid sleep 600 < /dev/null > /dev/null 2>&1 & echo started', {
+      key: aliceKey,
+    });
+    expect(left.stdout).toContain('started');
+    const open = beside.spawn([], aliceKey, 'sleep 600');
+    const closed = new Promise<number | null>((r) => open.once('exit', r));
+    await waitFor('the long shell to be open', async () => {
+      const r = await run('pgrep', ['-u', jobUid!, '-f', 'sleep 600']);
+      return r.stdout.trim().split('\n').length >= 2 ? true : undefined;
+    });
+    const cancelled = await t.http(`/v1/jobs/${id}/cancel`, {
+      method: 'POST',
+      token: tokens.alice!,
+    });
+    expect(cancelled.status).toBe(202);
+    expect(await closed).not.toBe(0);
+    await t.waitForJob(id, tokens.alice!, (j) => j.status === 'cancelled');
+    await waitFor('nothing of the job’s user left', async () => {
+      const r = await run('pgrep', ['-u', jobUid!]);
+      return r.code === 1 ? true : undefined;
+    });
+    expect((await beside.ssh('true', { key: aliceKey })).code).toBe(255);
+    expect((await connectJob(tokens.alice!)).status).toBe(409);
   });
 });

@@ -231,6 +231,9 @@ describe('worker enrolment', () => {
       expect(await fetch(BlobKeys.code(ranOnW1))).toBe('NOT_YOURS');
       expect(await fetch('snapshots/scheduler')).toBe('NOT_YOURS');
       expect(await fetch('jobs/../code')).toBe('NOT_YOURS');
+      // Nor the code of a session whose run it does not hold.
+      expect(await fetch(BlobKeys.sessionCode('ses_elsewhere'))).toBe('NOT_YOURS');
+      expect(await fetch('sessions/../jobs/x/code')).toBe('NOT_YOURS');
       // Nor the outputs of an attempt of a job it does not hold.
       expect(await fetch(BlobKeys.attemptOutput(ranOnW1, 'att_1', 'ckpt.bin'))).toBe('NOT_YOURS');
       nc.publish('ty.fetch.w9', JSON.stringify({ key: BlobKeys.code(ranOnW1), cursor: null }));

@@ -1,8 +1,14 @@
 import type { Msg } from '@nats-io/nats-core';
-import { currentAttempt, isTerminal } from '@trainyard/domain';
+import { currentAttempt, isTerminal, runHolder } from '@trainyard/domain';
 import { AttemptStatus, Subjects } from '@trainyard/events';
-import { loadJob } from '@trainyard/application';
-import { answerFetch, fetchableJob, fetchableOutput, FetchRequestSchema } from '@trainyard/blobs';
+import { loadJob, loadSession } from '@trainyard/application';
+import {
+  answerFetch,
+  fetchableJob,
+  fetchableOutput,
+  fetchableSession,
+  FetchRequestSchema,
+} from '@trainyard/blobs';
 import type { ServiceContext } from '@trainyard/service-kit';
 import { serveWorkerRequests, type WorkerRequestLimits } from './requests.ts';
 
@@ -30,12 +36,24 @@ export interface RunningFetches {
   stop(): Promise<void>;
 }
 
+/** Whether `workerId` holds the run of session `sessionId` now, from the log. */
+async function holdsSession(
+  ctx: ServiceContext,
+  workerId: string,
+  sessionId: string,
+): Promise<boolean> {
+  const { state } = await loadSession(ctx.bus.store, sessionId);
+  const run = runHolder(state);
+  return run?.workerId === workerId && (state.status === 'starting' || state.status === 'running');
+}
+
 /**
- * Gives workers the code and artifacts of the attempts they hold, a part at a time
- * (`fetchedBlobs` asks): a worker's login reads no blob itself. The worker is named by the
- * subject it asked on, which only it may publish to; its hold on the job is read from the log at
- * the start of each read, and taken as read for the later parts of it for a short while, so
- * that one read costs one lookup.
+ * Gives workers the code and artifacts of the attempts they hold, and the code of the session
+ * runs they hold, a part at a time (`fetchedBlobs` asks): a worker's login reads no blob itself.
+ * The worker is named by the subject it asked on, which only it may publish to; its hold on the
+ * job is read from the log at the start of each read, and taken as read for the later parts of
+ * it for a short while, so that one read costs one lookup. A session's code, read once per run,
+ * is checked at every part.
  */
 export function startFetches(ctx: ServiceContext): RunningFetches {
   const log = ctx.log.child({ component: 'fetches' });
@@ -70,6 +88,16 @@ export function startFetches(ctx: ServiceContext): RunningFetches {
       request = FetchRequestSchema.parse(msg.json());
     } catch {
       answerFetch(msg, 'BAD_REQUEST');
+      return;
+    }
+    const sessionId = fetchableSession(request.key);
+    if (sessionId) {
+      const held = await holdsSession(ctx, workerId, sessionId);
+      if (!held) log.warn({ workerId, sessionId }, "refused a fetch of a session's code not its");
+      answerFetch(
+        msg,
+        held ? ((await ctx.blobs.readPart(request.key, request.cursor)) ?? 'missing') : 'NOT_YOURS',
+      );
       return;
     }
     const code = fetchableJob(request.key);

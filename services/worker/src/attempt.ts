@@ -7,7 +7,15 @@ import {
   type ReportedJob,
 } from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
-import { LogShipper, readProbeReport, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
+import {
+  attemptEnv,
+  LogShipper,
+  readProbeReport,
+  shippedBytes,
+  type LocalPlace,
+  type RunningAttempt,
+} from '@trainyard/runtime';
+import type { Channel } from '@trainyard/tunnel';
 import { OutputMirror } from './outputs.ts';
 import {
   markSandbox,
@@ -39,6 +47,11 @@ export class AttemptRun {
   #box: Sandbox | null = null;
   /** The account the attempt runs as, when the worker gives each attempt one. */
   #user: JobUser | undefined;
+  /** Shells opened beside the attempt (`trainyard ssh JOB_ID`), closed as it ends. */
+  readonly shells = new Set<Channel>();
+  /** A shell was opened beside it: its user's processes may live outside its PID namespace. */
+  #attached = false;
+  #releasing = false;
   /** Settles once the attempt needs no more of the worker. */
   readonly done: Promise<void>;
   #resolveDone!: () => void;
@@ -235,6 +248,9 @@ export class AttemptRun {
    * attempt that never started had no processes.
    */
   async #release(): Promise<void> {
+    this.#releasing = true;
+    for (const shell of this.shells) shell.close();
+    await Promise.all([...this.shells].map((s) => s.exit));
     await this.opts.runtime
       .remove?.(this.attemptId)
       .catch((err: unknown) =>
@@ -245,7 +261,7 @@ export class AttemptRun {
       );
     if (this.#user) {
       await this.opts.users
-        ?.release(this.#user, true)
+        ?.release(this.#user, !this.#attached)
         .catch((err: unknown) =>
           this.ctx.log.error({ err, jobId: this.msg.jobId }, 'could not release the attempt’s uid'),
         );
@@ -344,6 +360,27 @@ export class AttemptRun {
 
   async #fail(why: Failure): Promise<void> {
     await this.#report({ type: 'FailAttempt', attemptId: this.attemptId, failure: why });
+  }
+
+  /**
+   * Where a shell beside the running attempt opens (`trainyard ssh JOB_ID`): its work directory,
+   * as its user, with the environment it runs with. Null unless it runs on the host, now. Once
+   * one is given, the attempt's end ends every process of its user, not only its PID namespace.
+   */
+  shellPlace(): LocalPlace | null {
+    if (!this.#process || !this.#box || this.msg.image || this.#releasing) return null;
+    this.#attached = true;
+    const spec = runSpecIn(this.#box, this.msg, this.#user, this.ctx.gpus);
+    return {
+      dir: this.#box.workDir,
+      ...(this.#user && { uid: this.#user.uid, gid: this.#user.gid }),
+      env: attemptEnv(spec),
+    };
+  }
+
+  /** Whether the attempt is letting go of what it held: no shell opens beside it any more. */
+  get releasing(): boolean {
+    return this.#releasing;
   }
 
   /** Stops the process for a cancel: its exit is reported and the decider records the cancel. */

@@ -11,7 +11,13 @@ import { readdir, readFile, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { failure } from '@trainyard/domain';
 import type { JobUser } from './users.ts';
-import { type Failure, type Gpu, RunAttemptSchema, type RunAttempt } from '@trainyard/events';
+import {
+  type CodeArchive,
+  type Failure,
+  type Gpu,
+  RunAttemptSchema,
+  type RunAttempt,
+} from '@trainyard/events';
 import {
   ArchiveError,
   BlobKeys,
@@ -154,7 +160,7 @@ export async function prepareSandbox(
 }
 
 /** Gives `dir` and everything under it to `user`, links themselves rather than their targets. */
-function chownTree(dir: string, user: JobUser): void {
+export function chownTree(dir: string, user: JobUser): void {
   lchownSync(dir, user.uid, user.gid);
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
@@ -193,8 +199,22 @@ async function fill(
   // A job in a container has its code in its image.
   if (msg.image) return;
   const source = msg.artifact ? { ...msg.artifact, format: 'tar.gz' as const } : msg.code;
-  if (!source) return;
-  const archive = join(box.root, `code.${source.format}`);
+  if (source) await unpackCode(blobs, source, box.root, box.workDir, limits);
+}
+
+/**
+ * Fetches a code archive (checked against its size and sha256) into `scratch`, unpacks it into
+ * `into` by the archive rules and removes it. A blob that is missing or not the one given, or an
+ * archive the rules refuse, is a `SandboxError`.
+ */
+export async function unpackCode(
+  blobs: BlobSource,
+  source: CodeArchive,
+  scratch: string,
+  into: string,
+  limits: ArchiveLimits,
+): Promise<void> {
+  const archive = join(scratch, `code.${source.format}`);
   const fetched = await fetchVerified(blobs, source, archive);
   if (fetched !== 'fetched') {
     await rm(archive, { force: true });
@@ -203,12 +223,12 @@ async function fill(
         'artifactUnavailable',
         fetched === 'missing'
           ? `blob ${source.key} is missing`
-          : `blob ${source.key} is not the one the job was given (its size or sha256 differs)`,
+          : `blob ${source.key} is not the one given (its size or sha256 differs)`,
       ),
     );
   }
   try {
-    await unpackArchive(archive, source.format, box.workDir, limits);
+    await unpackArchive(archive, source.format, into, limits);
   } catch (err) {
     if (err instanceof ArchiveError) throw new SandboxError(failure('badArchive', err.message));
     throw err;

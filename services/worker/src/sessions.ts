@@ -1,5 +1,6 @@
-import { chown, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { archiveLimits } from '@trainyard/blobs';
 import { failure } from '@trainyard/domain';
 import type { StartRun, StopRun } from '@trainyard/events';
 import { sendReport, type SessionReport } from '@trainyard/application';
@@ -12,10 +13,14 @@ import {
   type ChannelTarget,
 } from '@trainyard/tunnel';
 import type { Logger } from '@trainyard/service-kit';
+import type { AttemptRun } from './attempt.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
+import { chownTree, SandboxError, unpackCode } from './sandbox.ts';
 import type { JobUser } from './users.ts';
 
 const SAFE_ID = /^[A-Za-z0-9_-]{1,128}$/;
+/** A target named by a job: a shell beside its running attempt. */
+const JOB_ID = /^job_[A-Za-z0-9_-]{1,124}$/;
 const PREFIX = 'session-';
 const MARKER = 'session.json';
 
@@ -31,7 +36,8 @@ interface HeldRun {
 
 /**
  * The session runs this worker holds. A run is a home directory (`session-RUN/home` under the
- * sandbox root, the session's own, closed to everyone else) and a uid of its own; the SSH
+ * sandbox root, the session's own, closed to everyone else, holding the session's code when it
+ * has some) and a uid of its own; the SSH
  * channels the gateway opens in it run there as that uid, carried over the tunnel. Ending a run
  * closes its channels, ends every process of its uid (so nothing started in it outlives it) and
  * removes its directory. A run does not survive the worker's restart: the control plane places
@@ -46,6 +52,8 @@ export class SessionRuns {
     private readonly ctx: WorkerContext,
     private readonly opts: WorkerOptions,
     private readonly workerId: string,
+    /** The attempts running here, by id: a shell may open beside one. */
+    private readonly attempts: (attemptId: string) => AttemptRun | undefined = () => undefined,
   ) {
     this.#log = ctx.log.child({ component: 'sessions', workerId });
   }
@@ -68,7 +76,8 @@ export class SessionRuns {
   serve(): void {
     this.#tunnel = serveTunnel(this.ctx.bus.nc, this.workerId, this, {
       onActivity: (target: ChannelTarget, open: number) => {
-        if (open > 1) return;
+        // A job has no idle timer: a shell beside it is no session's activity.
+        if (open > 1 || JOB_ID.test(target.sessionId)) return;
         void this.#report(target.sessionId, {
           type: 'RecordActivity',
           runId: target.runId,
@@ -83,8 +92,12 @@ export class SessionRuns {
     return [...this.#runs.keys()];
   }
 
-  /** Opens a channel in a run held here (the tunnel calls it for the gateway). */
+  /**
+   * Opens a channel in a run held here, or beside a job's attempt running here (the tunnel calls
+   * it for the gateway, which names a job's attempt as the run of a target named by the job).
+   */
   async open(target: ChannelTarget, request: ChannelRequest): Promise<Channel> {
+    if (JOB_ID.test(target.sessionId)) return this.#openBeside(target, request);
     const run = this.#runs.get(target.runId);
     if (!run || run.sessionId !== target.sessionId) {
       throw new ChannelRefused('noSuchRun', `session ${target.sessionId} does not run here`);
@@ -92,6 +105,27 @@ export class SessionRuns {
     const channel = await openLocalChannel(run.place, request);
     run.channels.add(channel);
     void channel.exit.then(() => run.channels.delete(channel));
+    return channel;
+  }
+
+  /** A channel beside a running attempt, as its user, in its work directory; closed as it ends. */
+  async #openBeside(target: ChannelTarget, request: ChannelRequest): Promise<Channel> {
+    const attempt = this.attempts(target.runId);
+    if (!attempt || attempt.msg.jobId !== target.sessionId) {
+      throw new ChannelRefused('noSuchRun', `job ${target.sessionId} does not run here`);
+    }
+    if (attempt.msg.image) {
+      throw new ChannelRefused('refused', 'a shell beside a job in a container is not supported');
+    }
+    const place = attempt.shellPlace();
+    if (!place) throw new ChannelRefused('noSuchRun', `job ${target.sessionId} is not running`);
+    const channel = await openLocalChannel(place, request);
+    if (attempt.releasing) {
+      channel.close();
+      throw new ChannelRefused('noSuchRun', `job ${target.sessionId} has ended`);
+    }
+    attempt.shells.add(channel);
+    void channel.exit.then(() => attempt.shells.delete(channel));
     return channel;
   }
 
@@ -118,14 +152,20 @@ export class SessionRuns {
       await mkdir(home, { mode: 0o700 });
       user = await this.opts.users?.claim(msg.runId, root);
       await writeFile(join(root, MARKER), JSON.stringify({ user }), { mode: 0o600 });
-      if (user) await chown(home, user.uid, user.gid);
+      if (msg.code) {
+        await unpackCode(this.ctx.reads, msg.code, root, home, archiveLimits(this.ctx.config));
+      }
+      if (user) chownTree(home, user);
     } catch (err) {
       this.#log.error({ err, sessionId: msg.sessionId }, 'could not prepare a session run');
       await this.#remove(root, user);
       await this.#report(msg.sessionId, {
         type: 'EndRun',
         runId: msg.runId,
-        failure: failure('launchError', `the worker could not prepare the session: ${String(err)}`),
+        failure:
+          err instanceof SandboxError
+            ? err.failure
+            : failure('launchError', `the worker could not prepare the session: ${String(err)}`),
       });
       return;
     }

@@ -74,7 +74,7 @@ export async function startWorker(
     );
   }
   const attempts = new Map<string, AttemptRun>();
-  const sessions = new SessionRuns(ctx, opts, id);
+  const sessions = new SessionRuns(ctx, opts, id, (attemptId) => attempts.get(attemptId));
   const loops: Promise<void>[] = [];
   const stopped = new AbortController();
 

@@ -6,6 +6,7 @@ import type {
   JobEvent,
   JobSpec,
   OutputFile,
+  SshLogin,
 } from '@trainyard/events';
 import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
@@ -62,7 +63,9 @@ export type JobCommand =
       jitter: number;
     }
   | { type: 'FailAttempt'; attemptId: string; failure: Failure; now: Date; jitter: number }
-  | { type: 'CancelJob' };
+  | { type: 'CancelJob' }
+  /** A login through the SSH gateway to a shell beside the job, as the gateway saw it. */
+  | ({ type: 'RecordLogin' } & SshLogin);
 
 const reject = (code: DomainError['code'], message: string): never => {
   throw new DomainError(code, message);
@@ -273,6 +276,10 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         ];
       }
       return [{ type: 'JobCancelled', data: {} }];
+    }
+    case 'RecordLogin': {
+      const { type: _type, reason, ...data } = command;
+      return [{ type: 'JobLogin', data: { ...data, ...(reason !== undefined && { reason }) } }];
     }
     default:
       return assertNever(command);

@@ -281,6 +281,8 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
     }
     case 'JobCancelRequested':
       return { ...state, cancelRequested: true };
+    case 'JobLogin':
+      return state;
     case 'JobCancelled': {
       const attemptId = event.data.attemptId;
       return {

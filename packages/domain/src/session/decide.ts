@@ -1,16 +1,24 @@
 import type {
+  CodeArchive,
   Failure,
   SessionEvent,
   SessionSpec,
   SessionStopReason,
   SessionTimers,
+  SshLogin,
 } from '@trainyard/events';
 import { assertNever, DomainError } from '../errors.ts';
 import { currentRun, runHolder, sessionEnded, type SessionState } from './state.ts';
 
 /** Commands on a session. Time arrives inside them; `decide` has no clock. */
 export type SessionCommand =
-  | { type: 'RequestSession'; owner: string; spec: SessionSpec; timers: SessionTimers }
+  | {
+      type: 'RequestSession';
+      owner: string;
+      spec: SessionSpec;
+      timers: SessionTimers;
+      code?: CodeArchive;
+    }
   | {
       type: 'AssignSession';
       runId: string;
@@ -27,14 +35,7 @@ export type SessionCommand =
   | { type: 'StopSession'; reason: 'user' }
   /** A timer may have run out: stops the session only if, by its state, it has. */
   | { type: 'ExpireSession'; now: Date }
-  | {
-      type: 'RecordLogin';
-      user: string | null;
-      method: 'password' | 'publickey';
-      accepted: boolean;
-      reason?: string;
-      source: string;
-    }
+  | ({ type: 'RecordLogin' } & SshLogin)
   | { type: 'RecordActivity'; runId: string; active: boolean };
 
 const reject = (code: DomainError['code'], message: string): never => {
@@ -107,7 +108,12 @@ export function decideSession(command: SessionCommand, state: SessionState): Ses
       return [
         {
           type: 'SessionRequested',
-          data: { owner: command.owner, spec: command.spec, timers: command.timers },
+          data: {
+            owner: command.owner,
+            spec: command.spec,
+            timers: command.timers,
+            ...(command.code && { code: command.code }),
+          },
         },
       ];
     case 'AssignSession': {

@@ -1,4 +1,5 @@
 import type {
+  CodeArchive,
   Failure,
   SessionEvent,
   SessionSpec,
@@ -27,6 +28,8 @@ export interface SessionState {
   owner: string;
   spec: SessionSpec | null;
   timers: SessionTimers | null;
+  /** The code unpacked in its home on each run, if the user sent some. */
+  code: CodeArchive | null;
   requestedAt: string | null;
   runs: RunState[];
   /** When the current run started running. */
@@ -50,6 +53,7 @@ export const initialSessionState = (id: string): SessionState => ({
   owner: '',
   spec: null,
   timers: null,
+  code: null,
   requestedAt: null,
   runs: [],
   startedAt: null,
@@ -103,6 +107,7 @@ export function evolveSession(state: SessionState, event: SessionEvent, at: stri
         owner: event.data.owner,
         spec: event.data.spec,
         timers: event.data.timers,
+        code: event.data.code ?? null,
         requestedAt: at,
       };
     case 'SessionAssigned':

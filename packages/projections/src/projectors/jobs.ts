@@ -72,6 +72,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
         : { ...common, status: 'failed', retry_at: null, finished_at: at };
     }
     case 'JobCancelRequested':
+    case 'JobLogin':
       return next;
     case 'JobCancelled':
       return { ...next, status: 'cancelled', finished_at: at };

@@ -1,9 +1,8 @@
-import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { initialJobState, refusedBase } from '@trainyard/domain';
 import { EMPTY_HEAD, JobStatus, type JobSpec } from '@trainyard/events';
 import { runJobCommand } from '@trainyard/application';
-import { type ArchiveLimits } from '@trainyard/blobs';
+import { BlobKeys } from '@trainyard/blobs';
 import { newId } from '@trainyard/service-kit';
 import { findJob, listAttempts, listJobs } from '@trainyard/projections';
 import type { Api, ApiDeps } from '../deps.ts';
@@ -19,7 +18,7 @@ import {
   SubmitSpecSchema,
   SubmittedSchema,
 } from '../schemas.ts';
-import { keepUpload, stageUpload, type StagedUpload } from '../upload.ts';
+import { keepUpload, readSubmission } from '../upload.ts';
 import { jobView } from '../views.ts';
 import { actorOf, callerOf, jobIdParam, readModel, visibleJob, waitForSeq } from './common.ts';
 
@@ -28,30 +27,6 @@ const MIN_MEMORY_GB = 0.05;
 
 /** The most jobs one page of `GET /v1/jobs` holds. */
 export const MAX_LIST_LIMIT = 500;
-
-function parseSpec(raw: unknown): JobSpec {
-  let value = raw;
-  if (typeof raw === 'string') {
-    try {
-      value = JSON.parse(raw);
-    } catch {
-      throw new ApiError('VALIDATION_FAILED', 'spec: must be JSON');
-    }
-  }
-  const result = SubmitSpecSchema.safeParse(value);
-  if (!result.success) {
-    const details = result.error.issues.map((i) => ({
-      field: `spec.${i.path.join('.')}`,
-      message: i.message,
-    }));
-    throw new ApiError(
-      'VALIDATION_FAILED',
-      `${details[0]!.field}: ${details[0]!.message}`,
-      details,
-    );
-  }
-  return result.data;
-}
 
 /**
  * The spec as this cluster runs it: a job that names no image gets the default one where jobs
@@ -81,31 +56,6 @@ function withImagePolicy(spec: JobSpec, images: ApiDeps['images']): JobSpec {
     );
   }
   return image === undefined ? spec : { ...spec, image };
-}
-
-async function readSubmission(
-  req: FastifyRequest,
-  limits: ArchiveLimits,
-): Promise<{ spec: JobSpec; staged?: StagedUpload }> {
-  if (!req.isMultipart()) return { spec: parseSpec(req.body) };
-  let spec: JobSpec | undefined;
-  let staged: StagedUpload | undefined;
-  try {
-    for await (const part of req.parts()) {
-      if (part.type === 'field' && part.fieldname === 'spec') spec = parseSpec(part.value);
-      else if (part.type === 'file' && part.fieldname === 'code' && !staged)
-        staged = await stageUpload(part.file, limits);
-      else {
-        if (part.type === 'file') part.file.resume();
-        throw new ApiError('VALIDATION_FAILED', `${part.fieldname}: unexpected field`);
-      }
-    }
-    if (!spec) throw new ApiError('VALIDATION_FAILED', 'spec: required');
-    return { spec, ...(staged && { staged }) };
-  } catch (err) {
-    await staged?.discard();
-    throw err;
-  }
 }
 
 const SubmitQuery = z.object({
@@ -162,7 +112,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
     },
     async (req, reply) => {
       const caller = callerOf(req);
-      const submitted = await readSubmission(req, deps.archiveLimits);
+      const submitted = await readSubmission(req, deps.archiveLimits, SubmitSpecSchema);
       const { staged } = submitted;
       let spec: JobSpec;
       try {
@@ -183,7 +133,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
         return reply.code(200).send({ valid: true as const });
       }
       const jobId = newId('job');
-      const code = staged ? await keepUpload(deps.blobs, jobId, staged) : undefined;
+      const code = staged ? await keepUpload(deps.blobs, BlobKeys.code(jobId), staged) : undefined;
       const result = await runJobCommand(
         deps.bus.store,
         jobId,

@@ -1,13 +1,14 @@
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { initialSessionState, runHolder } from '@trainyard/domain';
-import { EMPTY_HEAD, SessionStatus } from '@trainyard/events';
+import { EMPTY_HEAD, SessionStatus, type SessionSpec, type SessionTimers } from '@trainyard/events';
 import {
   loadSession,
   newSessionId,
   runSessionCommand,
   type SessionSnapshot,
 } from '@trainyard/application';
+import { BlobKeys } from '@trainyard/blobs';
 import { findSession, listSessions, type SessionRow } from '@trainyard/projections';
 import type { Caller } from '../auth.ts';
 import type { Api, ApiDeps } from '../deps.ts';
@@ -17,11 +18,13 @@ import { timersInForce } from '../session-config.ts';
 import {
   SessionAcceptedSchema,
   SessionConnectSchema,
+  SessionFormSchema,
   SessionIdParamsSchema,
   SessionSpecBodySchema,
   SessionViewSchema,
   SshGatewaySchema,
 } from '../session-schemas.ts';
+import { keepUpload, readSubmission } from '../upload.ts';
 import { sessionView } from '../views.ts';
 import { actorOf, callerOf, readModel, waitForSeq } from './common.ts';
 
@@ -80,6 +83,37 @@ async function gatewayOf(deps: ApiDeps, req: FastifyRequest) {
   };
 }
 
+/** The timers a session is given, from its spec, the defaults and caps; or why it is refused. */
+function acceptedTimers(spec: SessionSpec, deps: ApiDeps): SessionTimers {
+  if (spec.resources.memoryGb !== undefined && !deps.images.enabled) {
+    throw new ApiError(
+      'VALIDATION_FAILED',
+      'resources.memoryGb: a memory limit holds for sessions in containers; this cluster runs them on its workers’ hosts',
+    );
+  }
+  return timersInForce(spec.timers, deps.sessionTimers);
+}
+
+/**
+ * How to log in to `username` (a session, or a running job) through the gateway: a fresh
+ * one-time password for its current run, where the gateway listens, and its host key.
+ */
+export async function connectAnswer(
+  deps: ApiDeps,
+  req: FastifyRequest,
+  username: string,
+  run: { runId: string; owner: string },
+) {
+  const gateway = await gatewayOf(deps, req);
+  const { password, expiresAt } = await deps.gateway.issuePassword(username, run);
+  const { hostKey, hostKeyFingerprint, host, port } = gateway;
+  return { host, port, username, password, expiresAt, hostKey, hostKeyFingerprint };
+}
+
+const CreateQuery = z.object({
+  dryRun: queryFlag('check a JSON spec and answer 200 without requesting anything'),
+});
+
 const ListQuery = z.object({
   all: queryFlag("admins: everyone's sessions"),
   status: z.enum(Object.values(SessionStatus)).optional(),
@@ -96,26 +130,43 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
         tags: ['sessions'],
         summary: 'Request an interactive session',
         description:
-          'Answers at once; the session waits for a place (`queued`), then runs. Timers left out get the defaults; one above its cap is refused.',
-        body: SessionSpecBodySchema,
-        response: { 202: SessionAcceptedSchema, ...errorResponses(400, 401, 503) },
+          'A JSON spec alone, or multipart with a `spec` field (JSON) and a `code` file (.tar.gz or .zip), unpacked in the session’s home. Answers at once; the session waits for a place (`queued`), then runs. Timers left out get the defaults; one above its cap is refused.',
+        body: {
+          content: {
+            'application/json': { schema: SessionSpecBodySchema },
+            'multipart/form-data': { schema: SessionFormSchema },
+          },
+        },
+        querystring: CreateQuery,
+        response: {
+          202: SessionAcceptedSchema,
+          200: z.object({ valid: z.literal(true) }).describe('dryRun: the spec would be taken'),
+          ...errorResponses(400, 401, 413, 415, 503),
+        },
       },
     },
     async (req, reply) => {
       const caller = callerOf(req);
-      const spec = req.body;
-      if (spec.resources.memoryGb !== undefined && !deps.images.enabled) {
-        throw new ApiError(
-          'VALIDATION_FAILED',
-          'resources.memoryGb: a memory limit holds for sessions in containers; this cluster runs them on its workers’ hosts',
-        );
+      const { spec, staged } = await readSubmission(req, deps.archiveLimits, SessionSpecBodySchema);
+      let timers: SessionTimers;
+      try {
+        timers = acceptedTimers(spec, deps);
+      } catch (err) {
+        await staged?.discard();
+        throw err;
       }
-      const timers = timersInForce(spec.timers, deps.sessionTimers);
+      if (req.query.dryRun) {
+        await staged?.discard();
+        return reply.code(200).send({ valid: true as const });
+      }
       const id = newSessionId();
+      const code = staged
+        ? await keepUpload(deps.blobs, BlobKeys.sessionCode(id), staged)
+        : undefined;
       const result = await runSessionCommand(
         deps.bus.store,
         id,
-        { type: 'RequestSession', owner: caller.username, spec, timers },
+        { type: 'RequestSession', owner: caller.username, spec, timers, ...(code && { code }) },
         { actor: actorOf(caller), now: new Date(), correlationId: req.id },
         { snapshot: { state: initialSessionState(id), head: EMPTY_HEAD } },
       );
@@ -226,13 +277,7 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
           `session ${id} is ${state.status}: only a running session takes SSH connections${wait}`,
         );
       }
-      const gateway = await gatewayOf(deps, req);
-      const { password, expiresAt } = await deps.gateway.issuePassword(id, {
-        runId: run.id,
-        owner: state.owner,
-      });
-      const { hostKey, hostKeyFingerprint, host, port } = gateway;
-      return { host, port, username: id, password, expiresAt, hostKey, hostKeyFingerprint };
+      return connectAnswer(deps, req, id, { runId: run.id, owner: state.owner });
     },
   );
 

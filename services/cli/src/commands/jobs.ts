@@ -1,14 +1,12 @@
-import { createWriteStream, readFileSync } from 'node:fs';
-import { mkdtemp, rm, stat } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join, resolve, sep } from 'node:path';
-import { pipeline } from 'node:stream/promises';
+import { readFileSync } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import { resolve, sep } from 'node:path';
 import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
 import { download } from '../download.ts';
 import { exitStatusOf, outcomeLine, printLog } from '../logs.ts';
-import { packFiles, planPack, type PackPlan } from '../pack.ts';
-import { multipartBody } from '../upload.ts';
+import { planPack, type PackPlan } from '../pack.ts';
+import { postWithCode } from '../upload.ts';
 import { cleanName } from '../output.ts';
 import { callerRole, type JobView } from '../views.ts';
 import { bytes, printJson, printTable } from './table.ts';
@@ -135,25 +133,7 @@ export async function submitDirectory(
   await client.post('/v1/jobs?dryRun=true', spec).catch((err: unknown) => {
     throw err instanceof CliError && err.code === 'VALIDATION_FAILED' ? inFlags(err) : err;
   });
-  const plan = planPack(root);
-  const limits = await client.json<{ maxUploadBytes: number }>('/v1/limits');
-  const scratch = await mkdtemp(join(tmpdir(), 'trainyard-code-'));
-  const archive = join(scratch, 'code.tar.gz');
-  try {
-    await pipeline(packFiles(root, plan.files), createWriteStream(archive, { mode: 0o600 }));
-    const { size } = await stat(archive);
-    if (size > limits.maxUploadBytes) {
-      throw new CliError(
-        `the code archive is ${bytes(size)}, over this server's limit of ${bytes(limits.maxUploadBytes)}; leave large files out with a .trainyardignore (see what is packed with --dry-run)`,
-        'ARCHIVE_TOO_LARGE',
-      );
-    }
-    const { body, headers } = multipartBody(spec, archive, size);
-    const res = await client.request('/v1/jobs', { method: 'POST', body, headers, duplex: 'half' });
-    return (await res.json()) as { id: string; status: string; seq: number };
-  } finally {
-    await rm(scratch, { recursive: true, force: true });
-  }
+  return postWithCode(client, '/v1/jobs', root, spec);
 }
 
 /** Follows a job's log to its end; prints the outcome on stderr and sets the exit status. */

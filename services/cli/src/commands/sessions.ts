@@ -1,7 +1,10 @@
+import { stat } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
 import { cleanName } from '../output.ts';
+import { postWithCode } from '../upload.ts';
 import { callerRole, type SessionView } from '../views.ts';
 import { inFlags, wholeNumber } from './jobs.ts';
 import { printJson, printTable } from './table.ts';
@@ -40,6 +43,22 @@ function specFrom(o: CreateFlags) {
     },
     timers,
   };
+}
+
+type Created = { id: string; status: string; seq: number };
+
+/** Requests a session; with `dir`, the spec is checked first, then sent with the packed code. */
+async function request(
+  client: ApiClient,
+  spec: unknown,
+  dir: string | undefined,
+): Promise<Created> {
+  if (dir === undefined) return client.post<Created>('/v1/sessions', spec);
+  const root = resolve(dir);
+  const info = await stat(root).catch(() => null);
+  if (!info?.isDirectory()) throw new CliError(`${dir} is not a directory`);
+  await client.post('/v1/sessions?dryRun=true', spec);
+  return postWithCode<Created>(client, '/v1/sessions', root, spec);
 }
 
 const ENDED = new Set(['stopped', 'failed']);
@@ -103,6 +122,7 @@ export function registerSessionCommands(program: Command): void {
   session
     .command('create')
     .description('ask for a session; prints its id')
+    .argument('[dir]', "a code directory to unpack in the session's home (as submit packs it)")
     .option('--name <name>', 'a name to know it by (an ssh-config host alias)')
     .option('--gpus <n>', 'GPUs (0 = CPU only)', '0')
     .option('--vram-gb <gb>', 'VRAM per GPU, in GiB')
@@ -114,15 +134,13 @@ export function registerSessionCommands(program: Command): void {
     .option('--max-min <m>', 'stop it this many minutes after it starts, whatever happens')
     .option('--follow-until-running', 'wait until it runs, telling its status on stderr')
     .option('--json', 'print JSON')
-    .action(async (o: CreateFlags) => {
+    .action(async (dir: string | undefined, o: CreateFlags) => {
       const client = ApiClient.fromEnv();
-      const created = await client
-        .post<{ id: string; status: string; seq: number }>('/v1/sessions', specFrom(o))
-        .catch((err: unknown) => {
-          throw err instanceof CliError && err.code === 'VALIDATION_FAILED'
-            ? inFlags(err, FLAGS)
-            : err;
-        });
+      const created = await request(client, specFrom(o), dir).catch((err: unknown) => {
+        throw err instanceof CliError && err.code === 'VALIDATION_FAILED'
+          ? inFlags(err, FLAGS)
+          : err;
+      });
       if (!o.followUntilRunning) return o.json ? printJson(created) : console.log(created.id);
       if (!o.json) console.log(created.id);
       const running = await untilRunning(client, created.id, created.seq);

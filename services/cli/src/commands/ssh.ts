@@ -12,14 +12,20 @@ import {
 } from '../ssh.ts';
 import type { SessionConnect, SessionView } from '../views.ts';
 
-/** Asks for a one-time password; a session that is not running is told in words. */
+/**
+ * Asks for a one-time password for a session, or for a shell beside a job (an id `job_…`); one
+ * that is not running is told in words.
+ */
 async function connect(client: ApiClient, id: string): Promise<SessionConnect> {
+  const job = id.startsWith('job_');
+  const path = `/v1/${job ? 'jobs' : 'sessions'}/${encodeURIComponent(id)}/connect`;
   try {
-    return await client.post<SessionConnect>(`/v1/sessions/${encodeURIComponent(id)}/connect`, {});
+    return await client.post<SessionConnect>(path, {});
   } catch (err) {
     if (err instanceof CliError && err.code === 'INVALID_TRANSITION') {
+      const show = job ? `trainyard status ${id}` : `trainyard session show ${id}`;
       throw new CliError(
-        `${err.message.replace(/ \(INVALID_TRANSITION\)$/, '')} (see \`trainyard session show ${id}\`)`,
+        `${err.message.replace(/ \(INVALID_TRANSITION\)$/, '')} (see \`${show}\`)`,
         err.code,
       );
     }
@@ -32,9 +38,9 @@ export function registerSshCommands(program: Command): void {
   program
     .command('ssh')
     .description(
-      'open a shell in a running session (or run CMD there) with the system ssh: your registered key, else a one-time password',
+      'open a shell in a running session, or beside a running job (or run CMD there), with the system ssh: your registered key, else a one-time password',
     )
-    .argument('<id>', 'the session')
+    .argument('<id>', 'the session, or a job (job_…): a shell beside it, as it runs')
     .argument('[cmd...]', 'a command to run instead of a shell, after --')
     .action(async (id: string, cmd: string[]) => {
       const info = await connect(ApiClient.fromEnv(), id);
