@@ -5,6 +5,8 @@ import Docker from 'dockerode';
 import type { ProcessExit } from '@trainyard/domain';
 import { attemptEnv, notStarted } from './process.ts';
 import { probeEnv } from './probe.ts';
+import type { Channel, ChannelRequest } from '@trainyard/tunnel';
+import { openContainerChannel } from './container-channels.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
 /** Where an attempt's outputs are, inside its container. */
@@ -61,6 +63,17 @@ export const Labels = {
 export const containerName = (attemptId: string) =>
   `trainyard-${attemptId.replace(/[^A-Za-z0-9_.-]/g, '_')}`;
 
+/** The environment an attempt sees in its container. */
+function containerEnv(spec: RunSpec): Record<string, string> {
+  return attemptEnv({
+    ...spec,
+    workDir: CONTAINER_WORK_DIR,
+    outputDir: CONTAINER_OUTPUT_DIR,
+    // Inside the container its GPUs are numbered from 0, in the order they were given.
+    gpus: spec.gpus.map((_, i) => i),
+  });
+}
+
 /**
  * How a container is made for an attempt: its image, its command as one argument (never
  * spliced into a shell line), a uid that is not root and no capabilities, only the assigned
@@ -73,13 +86,7 @@ export function containerSpec(
 ): Docker.ContainerCreateOptions {
   if (!spec.image) throw new Error(`attempt ${spec.attemptId} has no image to run`);
   const user = containerUser(spec);
-  const env = attemptEnv({
-    ...spec,
-    workDir: CONTAINER_WORK_DIR,
-    outputDir: CONTAINER_OUTPUT_DIR,
-    // Inside the container its GPUs are numbered from 0, in the order they were given.
-    gpus: spec.gpus.map((_, i) => i),
-  });
+  const env = containerEnv(spec);
   const uuids = spec.gpuUuids ?? [];
   const nvidia = (opts.gpuDevices ?? 'nvidia') === 'nvidia';
   if (nvidia && spec.gpus.length > 0 && uuids.length !== spec.gpus.length)
@@ -202,6 +209,18 @@ export class DockerRuntime implements Runtime {
     );
     const failed = events.find((e) => e.error)?.error;
     if (failed) throw new Error(`the pull of ${image} failed: ${failed}`);
+  }
+
+  /** A channel in the attempt's container, by `docker exec`, as the user it runs as. */
+  channel(spec: RunSpec, request: ChannelRequest): Promise<Channel> {
+    const user = containerUser(spec);
+    const place = {
+      containerId: containerName(spec.attemptId),
+      user: `${user.uid}:${user.gid}`,
+      dir: CONTAINER_WORK_DIR,
+      env: containerEnv(spec),
+    };
+    return openContainerChannel(this.opts.docker, place, request);
   }
 
   async start(

@@ -7,3 +7,4 @@ export * from './base-image.ts';
 export * from './docker.ts';
 export * from './probe.ts';
 export * from './session-channels.ts';
+export * from './container-channels.ts';

@@ -3,12 +3,12 @@
  * a session (and process group) of its own, which is what signals and `close()` reach.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { readdir, readFile } from 'node:fs/promises';
-import { closeSync, constants as fsc, openSync, readFileSync } from 'node:fs';
+import { closeSync, constants as fsc, openSync } from 'node:fs';
 import { constants } from 'node:os';
-import { finished, Readable, Writable } from 'node:stream';
+import { type Duplex, finished, Readable, Writable } from 'node:stream';
 import * as pty from 'node-pty';
 import { type Channel, type ChannelExit, ChannelRefused, type PtyRequest } from '@trainyard/tunnel';
+import { sessionGroups, SSH_SIGNALS, statOf, type Stat } from './proc.ts';
 
 /** Where perl (perl-base, Essential on Debian and already needed by the spawner) lives. */
 const PERL = '/usr/bin/perl';
@@ -76,9 +76,6 @@ function trampoline(
   return { args: ['-e', TRAMPOLINE, '--', ...ids, ...argv], env: hidden };
 }
 
-/** The signals a client may send, by their SSH names; anything else is ignored. */
-const SSH_SIGNALS = new Set('ABRT ALRM HUP INT KILL PIPE QUIT TERM USR1 USR2'.split(' '));
-
 /** A signal's SSH name (`TERM`) from Node's name (`SIGTERM`) or its number. */
 function sshName(signal: NodeJS.Signals | number | null | undefined): string | null {
   if (!signal) return null;
@@ -87,52 +84,6 @@ function sshName(signal: NodeJS.Signals | number | null | undefined): string | n
       ? Object.entries(constants.signals).find(([, n]) => n === signal)?.[0]
       : signal;
   return name ? name.replace(/^SIG/, '') : String(signal);
-}
-
-interface Stat {
-  state: string;
-  group: number;
-  session: number;
-  foreground: number;
-  /** When it started, in clock ticks since boot: with the pid, which process this is. */
-  start: number;
-}
-
-/** What /proc says of `pid`'s state, group, session and its terminal's foreground group. */
-function parseStat(text: string): Stat {
-  const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
-  return {
-    state: f[0]!,
-    group: Number(f[2]),
-    session: Number(f[3]),
-    foreground: Number(f[5]),
-    start: Number(f[19]),
-  };
-}
-
-function statOf(pid: number): Stat | null {
-  try {
-    return parseStat(readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return null;
-  }
-}
-
-/** The process groups in the session `sid`, from /proc: a shell's jobs have groups of their own. */
-async function sessionGroups(sid: number): Promise<Set<number>> {
-  const groups = new Set<number>();
-  const pids = (await readdir('/proc')).filter((e) => /^\d+$/.test(e));
-  await Promise.all(
-    pids.map(async (pid) => {
-      try {
-        const stat = parseStat(await readFile(`/proc/${pid}/stat`, 'utf8'));
-        if (stat.session === sid) groups.add(stat.group);
-      } catch {
-        // Gone meanwhile.
-      }
-    }),
-  );
-  return groups;
 }
 
 function killGroup(group: number, signal: NodeJS.Signals): void {
@@ -209,6 +160,14 @@ export function ended(): Readable {
 /** Settles once `stream` has ended, errored or been destroyed. */
 function done(stream: Readable): Promise<void> {
   return new Promise((resolve) => finished(stream, () => resolve()));
+}
+
+/** Settles once `stream` has closed, whether it ended or broke. */
+export function closed(stream: Readable | Duplex): Promise<void> {
+  return new Promise((resolve) => {
+    if (stream.closed) resolve();
+    else stream.once('close', () => resolve());
+  });
 }
 
 export const noop = () => {};

@@ -14,6 +14,8 @@ import { shellQuote } from './shell.ts';
 import { LAUNCH_FIELDS } from './perl-spawner.ts';
 import { probeExports } from './probe.ts';
 import { SpawnError, Spawner, type Launched } from './spawner.ts';
+import type { Channel, ChannelRequest } from '@trainyard/tunnel';
+import { openLocalChannel } from './session-channels.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
 /**
@@ -331,6 +333,11 @@ export class ProcessRuntime implements Runtime {
   /** `path` replaces the safe PATH for the spawner: for tests of a host without perl. */
   constructor(host: NodeJS.ProcessEnv = process.env, path = SAFE_PATH) {
     this.#spawner = new Spawner(hostEnv(host, path));
+  }
+
+  channel(spec: RunSpec, request: ChannelRequest): Promise<Channel> {
+    const user = spec.user && { uid: spec.user.uid, gid: spec.user.gid };
+    return openLocalChannel({ dir: spec.workDir, ...user, env: attemptEnv(spec) }, request);
   }
 
   async start(

@@ -54,10 +54,12 @@ const LOWEST_ID = 1000;
 /**
  * What a session's processes see: `place.env` (never the worker's environment), `PATH`, `HOME`
  * (the sandbox) and `SHELL` where it names none, then the client's locale and terminal names.
+ * Without `shell`, `SHELL` is left to what starts the process: in a container, the launcher
+ * that picks the image's shell (see container-channels.ts).
  */
 export function sessionEnv(
-  place: LocalPlace,
-  shell: string,
+  place: Pick<LocalPlace, 'dir' | 'env'>,
+  shell: string | undefined,
   client: Record<string, string> = {},
 ): Record<string, string> {
   const env: Record<string, string> = {};
@@ -66,7 +68,7 @@ export function sessionEnv(
   for (const [name, value] of Object.entries(place.env).filter(usable)) env[name] = value;
   env.PATH ??= SESSION_PATH;
   env.HOME ??= place.dir;
-  env.SHELL ??= shell;
+  if (shell !== undefined) env.SHELL ??= shell;
   for (const [name, value] of Object.entries(client).filter(usable))
     if (CLIENT_ENV.test(name)) env[name] = value;
   return env;

@@ -1,4 +1,5 @@
 import type { ProcessExit } from '@trainyard/domain';
+import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import type { ProbeSpec } from './probe.ts';
 
 /** What a runtime needs to start one attempt. */
@@ -81,6 +82,11 @@ export interface Runtime {
    * over: what left its process group goes too.
    */
   endUser?(uid: number): Promise<void>;
+  /**
+   * Opens an SSH channel beside a running attempt (`trainyard ssh JOB_ID`): as its user, in its
+   * work directory, with the environment it runs with. Rejects with a `ChannelRefused`.
+   */
+  channel?(spec: RunSpec, request: ChannelRequest): Promise<Channel>;
   /** Lets go of what the runtime holds to start attempts; what runs, runs on. */
   close?(): void;
   /** Forgets an ended attempt once its end is reported (a container is removed then). */

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Labels, LOCAL_BASES, SimulatedInventory } from '@trainyard/runtime';
 import { tempDir, testDocker, writeWheel } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
+import { connect, SshClient } from './ssh.ts';
 
 /**
  * The container path from outside: a job with an image and a requirements file is built into
@@ -146,12 +147,28 @@ describe('jobs in containers', () => {
     expect(job.failure).toMatchObject({ kind: 'user', reason: 'oomKilled' });
   });
 
-  it('cancels a job in a container: the container stops and is removed', async () => {
+  it('opens a shell beside a job in its container; cancelling it stops and removes the container', async () => {
     const code = await codeArchive({
       'train.py': 'import time\nprint("training", flush=True)\ntime.sleep(300)\n',
     });
     const id = await submitted(await submit(t, token, spec(), code));
     await t.waitForJob(id, token, (j) => j.status === 'running', 60_000);
+    const work = await tempDir('trainyard-beside-');
+    try {
+      const info = await connect(t, token, id, 'jobs');
+      const shell = await SshClient.forSession(work.path, info);
+      const ran = await shell.ssh('id -u; pwd; echo "$TRAINYARD_JOB_ID"; ls', {
+        password: info.password,
+      });
+      expect(ran.code, ran.stderr).toBe(0);
+      const [uid, dir, jobId, ...files] = ran.stdout.trim().split('\n');
+      expect(Number(uid)).toBeGreaterThan(0);
+      expect(dir).toBe('/workspace');
+      expect(jobId).toBe(id);
+      expect(files).toContain('train.py');
+    } finally {
+      await work.remove();
+    }
     const res = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
     expect(res.status).toBeLessThan(300);
     await t.waitForJob(id, token, (j) => j.status === 'cancelled', 30_000);

@@ -209,9 +209,14 @@ export async function waitForSession(
   }
 }
 
-/** A fresh one-time password for a session. */
-export async function connect(t: TestStack, token: string, id: string): Promise<Connect> {
-  const res = await t.http(`/v1/sessions/${id}/connect`, { method: 'POST', token });
+/** A fresh one-time password for a session (or for a shell beside a job). */
+export async function connect(
+  t: TestStack,
+  token: string,
+  id: string,
+  kind: 'sessions' | 'jobs' = 'sessions',
+): Promise<Connect> {
+  const res = await t.http(`/v1/${kind}/${id}/connect`, { method: 'POST', token });
   if (res.status !== 200) throw new Error(`connect: ${res.status} ${await res.text()}`);
   return (await res.json()) as Connect;
 }

@@ -7,15 +7,8 @@ import {
   type ReportedJob,
 } from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
-import {
-  attemptEnv,
-  LogShipper,
-  readProbeReport,
-  shippedBytes,
-  type LocalPlace,
-  type RunningAttempt,
-} from '@trainyard/runtime';
-import type { Channel } from '@trainyard/tunnel';
+import { LogShipper, readProbeReport, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
+import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import { OutputMirror } from './outputs.ts';
 import {
   markSandbox,
@@ -363,19 +356,16 @@ export class AttemptRun {
   }
 
   /**
-   * Where a shell beside the running attempt opens (`trainyard ssh JOB_ID`): its work directory,
-   * as its user, with the environment it runs with. Null unless it runs on the host, now. Once
-   * one is given, the attempt's end ends every process of its user, not only its PID namespace.
+   * Opens a channel beside the running attempt (`trainyard ssh JOB_ID`), in its sandbox or its
+   * container, as its user, with the environment it runs with; null unless it runs now on a
+   * runtime that opens channels. Once one is opened, the attempt's end ends every process of
+   * its user, not only its own.
    */
-  shellPlace(): LocalPlace | null {
-    if (!this.#process || !this.#box || this.msg.image || this.#releasing) return null;
+  openShell(request: ChannelRequest): Promise<Channel> | null {
+    const { runtime } = this.opts;
+    if (!this.#process || !this.#box || this.#releasing || !runtime.channel) return null;
     this.#attached = true;
-    const spec = runSpecIn(this.#box, this.msg, this.#user, this.ctx.gpus);
-    return {
-      dir: this.#box.workDir,
-      ...(this.#user && { uid: this.#user.uid, gid: this.#user.gid }),
-      env: attemptEnv(spec),
-    };
+    return runtime.channel(runSpecIn(this.#box, this.msg, this.#user, this.ctx.gpus), request);
   }
 
   /** Whether the attempt is letting go of what it held: no shell opens beside it any more. */

@@ -108,18 +108,15 @@ export class SessionRuns {
     return channel;
   }
 
-  /** A channel beside a running attempt, as its user, in its work directory; closed as it ends. */
+  /** A channel beside a running attempt, in its sandbox or container; closed as it ends. */
   async #openBeside(target: ChannelTarget, request: ChannelRequest): Promise<Channel> {
     const attempt = this.attempts(target.runId);
     if (!attempt || attempt.msg.jobId !== target.sessionId) {
       throw new ChannelRefused('noSuchRun', `job ${target.sessionId} does not run here`);
     }
-    if (attempt.msg.image) {
-      throw new ChannelRefused('refused', 'a shell beside a job in a container is not supported');
-    }
-    const place = attempt.shellPlace();
-    if (!place) throw new ChannelRefused('noSuchRun', `job ${target.sessionId} is not running`);
-    const channel = await openLocalChannel(place, request);
+    const opening = attempt.openShell(request);
+    if (!opening) throw new ChannelRefused('noSuchRun', `job ${target.sessionId} is not running`);
+    const channel = await opening;
     if (attempt.releasing) {
       channel.close();
       throw new ChannelRefused('noSuchRun', `job ${target.sessionId} has ended`);

@@ -15,7 +15,7 @@ export function jobShellRoutes(app: Api, deps: ApiDeps): void {
         tags: ['jobs'],
         summary: 'A one-time password for SSH to a shell beside a running job',
         description:
-          "Log in as the job's id: the shell runs beside the job's process, in its work directory, as its user, with its environment, and ends with its attempt. Each call replaces the previous password; it holds for the current attempt only.",
+          "Log in as the job's id: the shell runs beside the job's process, in its work directory (in its container, where it runs in one), as its user, with its environment, and ends with its attempt. Each call replaces the previous password; it holds for the current attempt only.",
         params: IdParamsSchema,
         response: { 200: SessionConnectSchema, ...errorResponses(401, 403, 404, 409, 503) },
       },
@@ -34,12 +34,6 @@ export function jobShellRoutes(app: Api, deps: ApiDeps): void {
         throw new ApiError(
           'INVALID_TRANSITION',
           `job ${id} is ${state.status}: a shell opens only beside a running job`,
-        );
-      }
-      if (state.spec?.image) {
-        throw new ApiError(
-          'INVALID_TRANSITION',
-          `job ${id} runs in a container: a shell opens only beside a job on its worker's host`,
         );
       }
       return connectAnswer(deps, req, id, { runId: attempt.id, owner: state.owner });
