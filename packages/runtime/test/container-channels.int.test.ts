@@ -5,7 +5,6 @@ import { copyFile, mkdir, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
 import { promisify } from 'node:util';
 import type Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,6 +16,7 @@ import {
   openContainerChannel,
   SESSION_PATH,
 } from '../src/index.ts';
+import { collect, sftpWire } from './channels.ts';
 
 const run = promisify(execFile);
 const { docker } = testDocker();
@@ -84,13 +84,6 @@ async function channel(request: ChannelRequestInput, at: ContainerPlace = place)
   const opened = await openContainerChannel(docker, at, ChannelRequestSchema.parse(request));
   open.push(opened);
   return opened;
-}
-
-/** Everything `stream` says, as it says it. */
-function collect(stream: Readable): () => string {
-  const chunks: Buffer[] = [];
-  stream.on('data', (chunk: Buffer) => chunks.push(chunk));
-  return () => Buffer.concat(chunks).toString('utf8');
 }
 
 /** Runs a command to its end: what it wrote to stdout and stderr, and how it ended. */
@@ -250,34 +243,6 @@ describe('a terminal in a container', () => {
     expect(await ch.exit).toEqual({ code: null, signal: 'HUP' });
   });
 });
-
-/** SFTP packets (draft-ietf-secsh-filexfer-02): written whole, read one at a time. */
-function sftpWire(ch: Channel) {
-  let buffered = Buffer.alloc(0);
-  ch.output.on('data', (chunk: Buffer) => (buffered = Buffer.concat([buffered, chunk])));
-  const u32 = (n: number) => {
-    const b = Buffer.alloc(4);
-    b.writeUInt32BE(n);
-    return b;
-  };
-  const str = (s: string) => Buffer.concat([u32(Buffer.byteLength(s)), Buffer.from(s)]);
-  return {
-    str,
-    u32,
-    send(type: number, ...fields: Buffer[]) {
-      const body = Buffer.concat([Buffer.from([type]), ...fields]);
-      ch.input.write(Buffer.concat([u32(body.length), body]));
-    },
-    async next(what: string): Promise<{ type: number; body: Buffer }> {
-      const whole = () => buffered.length >= 4 && buffered.length >= 4 + buffered.readUInt32BE(0);
-      await waitFor(what, whole);
-      const length = buffered.readUInt32BE(0);
-      const packet = buffered.subarray(4, 4 + length);
-      buffered = buffered.subarray(4 + length);
-      return { type: packet[0]!, body: packet.subarray(1) };
-    },
-  };
-}
 
 describe('sftp in a container', () => {
   it('is refused, saying so, where the image has no server', async () => {

@@ -4,7 +4,6 @@ import { chown, mkdir, stat } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type Channel,
@@ -14,6 +13,7 @@ import {
 } from '@trainyard/tunnel';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { type LocalPlace, openLocalChannel, SESSION_PATH } from '../src/index.ts';
+import { collect, sftpWire } from './channels.ts';
 
 const asRoot = process.getuid?.() === 0;
 const UID = 200_001;
@@ -38,13 +38,6 @@ async function channel(request: ChannelRequestInput, at: LocalPlace = place): Pr
   const opened = await openLocalChannel(at, ChannelRequestSchema.parse(request));
   open.push(opened);
   return opened;
-}
-
-/** Everything `stream` says, as it says it. */
-function collect(stream: Readable): () => string {
-  const chunks: Buffer[] = [];
-  stream.on('data', (chunk: Buffer) => chunks.push(chunk));
-  return () => Buffer.concat(chunks).toString('utf8');
 }
 
 /** Runs a command to its end: what it wrote to stdout and stderr, and how it ended. */
@@ -298,39 +291,6 @@ describe('a terminal', () => {
     }
   });
 });
-
-/** SFTP packets (draft-ietf-secsh-filexfer-02): written whole, read one at a time. */
-function sftpWire(ch: Channel) {
-  let buffered = Buffer.alloc(0);
-  ch.output.on('data', (chunk: Buffer) => (buffered = Buffer.concat([buffered, chunk])));
-  const str = (s: string) => {
-    const b = Buffer.from(s);
-    const len = Buffer.alloc(4);
-    len.writeUInt32BE(b.length);
-    return Buffer.concat([len, b]);
-  };
-  const u32 = (n: number) => {
-    const b = Buffer.alloc(4);
-    b.writeUInt32BE(n);
-    return b;
-  };
-  return {
-    str,
-    u32,
-    send(type: number, ...fields: Buffer[]) {
-      const body = Buffer.concat([Buffer.from([type]), ...fields]);
-      ch.input.write(Buffer.concat([u32(body.length), body]));
-    },
-    async next(what: string): Promise<{ type: number; body: Buffer }> {
-      const whole = () => buffered.length >= 4 && buffered.length >= 4 + buffered.readUInt32BE(0);
-      await waitFor(what, whole);
-      const length = buffered.readUInt32BE(0);
-      const packet = buffered.subarray(4, 4 + length);
-      buffered = buffered.subarray(4 + length);
-      return { type: packet[0]!, body: packet.subarray(1) };
-    },
-  };
-}
 
 describe('sftp', () => {
   it('starts the server in the sandbox, as the session’s uid', async () => {
