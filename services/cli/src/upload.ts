@@ -31,7 +31,7 @@ export async function postWithCode<T>(
     const { size } = await stat(archive);
     if (size > limits.maxUploadBytes) {
       throw new CliError(
-        `the code archive is ${bytes(size)}, over this server's limit of ${bytes(limits.maxUploadBytes)}; leave large files out with a .trainyardignore (see what is packed with --dry-run)`,
+        `the code archive is ${bytes(size)}, over this server's limit of ${bytes(limits.maxUploadBytes)}; leave large files out with a .trainyardignore (trainyard submit DIR --dry-run lists what is packed)`,
         'ARCHIVE_TOO_LARGE',
       );
     }

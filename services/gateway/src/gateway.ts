@@ -119,10 +119,11 @@ export async function startGateway(
   }
 
   async function keyLogin(name: string, key: { data: Buffer }): Promise<LoginDecision> {
+    // A key no one registered is refused before the log is read: key queries are not counted.
     const owner = directory.keyOwner(key.data);
-    const target = await targetOf(name);
-    if (!target) return refused('noSuchSession');
     if (!owner) return refused('unknownKey');
+    const target = await targetOf(name);
+    if (!target) return refused('noSuchSession', owner);
     if (owner !== target.owner) return refused('notYours', owner);
     if (directory.disabled(owner)) return refused('accountDisabled', owner);
     if (!target.route) return refused('notRunning', owner);

@@ -11,23 +11,55 @@ export function fingerprintOf(publicKey: string): string {
   return `SHA256:${createHash('sha256').update(blob).digest('base64').replace(/=+$/, '')}`;
 }
 
+/** Whether ssh2 can use a stored key: its private half and its public line both parse. */
+export function usableHostKey(key: Partial<StoredHostKey>): key is StoredHostKey {
+  if (typeof key.privateKey !== 'string' || typeof key.publicKey !== 'string') return false;
+  return (
+    !(ssh2.utils.parseKey(key.privateKey) instanceof Error) &&
+    !(ssh2.utils.parseKey(key.publicKey) instanceof Error)
+  );
+}
+
+/**
+ * A new ed25519 host key. ssh2's generator makes one it cannot parse back about once in 256
+ * (it strips a public key's leading zero byte: mscdex/ssh2#1513), so each is checked, and one
+ * that does not parse is made again.
+ */
+export function newHostKey(generate = () => ssh2.utils.generateKeyPairSync('ed25519')) {
+  for (let i = 0; i < 16; i++) {
+    const made = generate();
+    const key = {
+      privateKey: made.private,
+      publicKey: made.public.trim(),
+      fingerprint: fingerprintOf(made.public),
+    };
+    if (usableHostKey(key)) return key;
+  }
+  throw new Error('could not make an SSH host key that parses');
+}
+
 /**
  * The gateway's host key: made once, by the first gateway to start, and kept in KV so that every
- * gateway (and every restart) shows clients the same key, which they pin.
+ * gateway (and every restart) shows clients the same key, which they pin. A stored key that
+ * ssh2 cannot use (one made before keys were checked) is replaced.
  */
 export async function loadHostKey(js: JetStreamClient, replicas = 1): Promise<StoredHostKey> {
   const kv = await openBucket(js, GATEWAY_BUCKET, { history: 1, replicas });
-  const made = ssh2.utils.generateKeyPairSync('ed25519');
-  const candidate: StoredHostKey = {
-    privateKey: made.private,
-    publicKey: made.public.trim(),
-    fingerprint: fingerprintOf(made.public),
-  };
+  const candidate: StoredHostKey = newHostKey();
   return retry(
     async (attempt) => {
       await kv.create(HOST_KEY, JSON.stringify(candidate)).catch(() => undefined);
       const entry = await kv.get(HOST_KEY).catch(() => null);
-      if (entry?.operation === 'PUT') return entry.json<StoredHostKey>();
+      if (entry?.operation === 'PUT') {
+        let stored: Partial<StoredHostKey> = {};
+        try {
+          stored = entry.json<Partial<StoredHostKey>>();
+        } catch {
+          // Not JSON: replaced below.
+        }
+        if (usableHostKey(stored)) return stored;
+        await kv.update(HOST_KEY, JSON.stringify(candidate), entry.revision).catch(() => 0);
+      }
       throw new Error(`could not settle the gateway host key after ${attempt} tries`);
     },
     { attempts: 20, baseMs: 250 },

@@ -1,3 +1,5 @@
+import { existsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { failure, type ProcessExit } from '@trainyard/domain';
 import { retry, type Failure, type RunAttempt } from '@trainyard/events';
 import {
@@ -8,7 +10,7 @@ import {
 } from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
 import { LogShipper, readProbeReport, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
-import type { Channel, ChannelRequest } from '@trainyard/tunnel';
+import { type Channel, ChannelRefused, type ChannelRequest } from '@trainyard/tunnel';
 import { OutputMirror } from './outputs.ts';
 import {
   markSandbox,
@@ -21,6 +23,9 @@ import {
 } from './sandbox.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
 import type { JobUser } from './users.ts';
+
+/** Left in an attempt's directory once a shell was opened beside it. */
+const shellsMarker = (box: Sandbox) => join(box.root, 'shells');
 
 /** How often a probe's report is read while it runs, to stop its command once it is done. */
 const PROBE_WATCH_MS = 250;
@@ -40,11 +45,10 @@ export class AttemptRun {
   #box: Sandbox | null = null;
   /** The account the attempt runs as, when the worker gives each attempt one. */
   #user: JobUser | undefined;
-  /** Shells opened beside the attempt (`trainyard ssh JOB_ID`), closed as it ends. */
-  readonly shells = new Set<Channel>();
-  /** A shell was opened beside it: its user's processes may live outside its PID namespace. */
-  #attached = false;
-  #releasing = false;
+  /** Shells beside the attempt (`trainyard ssh JOB_ID`), open or opening; closed as it ends. */
+  readonly #shells = new Set<Promise<Channel | null>>();
+  /** The attempt's process has ended: no shell opens beside it any more. */
+  #exited = false;
   /** Settles once the attempt needs no more of the worker. */
   readonly done: Promise<void>;
   #resolveDone!: () => void;
@@ -212,6 +216,8 @@ export class AttemptRun {
     const unwatch = probe ? this.#watchProbe(proc, probe.timeoutMs) : undefined;
     try {
       const exit = await proc.exited;
+      this.#exited = true;
+      await this.#closeShells();
       clearInterval(timer);
       unwatch?.();
       await syncing;
@@ -241,9 +247,11 @@ export class AttemptRun {
    * attempt that never started had no processes.
    */
   async #release(): Promise<void> {
-    this.#releasing = true;
-    for (const shell of this.shells) shell.close();
-    await Promise.all([...this.shells].map((s) => s.exit));
+    this.#exited = true;
+    await this.#closeShells();
+    // A shell's processes may have left the attempt's PID namespace: the marker outlives a
+    // restart of the worker, which releases the uid then.
+    const attached = this.#box !== null && existsSync(shellsMarker(this.#box));
     await this.opts.runtime
       .remove?.(this.attemptId)
       .catch((err: unknown) =>
@@ -254,7 +262,7 @@ export class AttemptRun {
       );
     if (this.#user) {
       await this.opts.users
-        ?.release(this.#user, !this.#attached)
+        ?.release(this.#user, !attached)
         .catch((err: unknown) =>
           this.ctx.log.error({ err, jobId: this.msg.jobId }, 'could not release the attempt’s uid'),
         );
@@ -357,20 +365,44 @@ export class AttemptRun {
 
   /**
    * Opens a channel beside the running attempt (`trainyard ssh JOB_ID`), in its sandbox or its
-   * container, as its user, with the environment it runs with; null unless it runs now on a
+   * container, as its user, with the environment it runs with. Refused unless it runs now on a
    * runtime that opens channels. Once one is opened, the attempt's end ends every process of
-   * its user, not only its own.
+   * its user, not only its own, even after a restart of the worker.
    */
-  openShell(request: ChannelRequest): Promise<Channel> | null {
+  async openShell(request: ChannelRequest): Promise<Channel> {
     const { runtime } = this.opts;
-    if (!this.#process || !this.#box || this.#releasing || !runtime.channel) return null;
-    this.#attached = true;
-    return runtime.channel(runSpecIn(this.#box, this.msg, this.#user, this.ctx.gpus), request);
+    const box = this.#box;
+    if (!this.#process || !box || this.#exited || !runtime.channel) {
+      throw new ChannelRefused('noSuchRun', `job ${this.msg.jobId} is not running`);
+    }
+    writeFileSync(shellsMarker(box), '', { mode: 0o600 });
+    const spec = runSpecIn(box, this.msg, this.#user, this.ctx.gpus);
+    const opening = runtime.channel(spec, request);
+    const tracked = opening.then(
+      (channel) => channel,
+      () => null,
+    );
+    this.#shells.add(tracked);
+    let channel: Channel;
+    try {
+      channel = await opening;
+    } catch (err) {
+      this.#shells.delete(tracked);
+      throw err;
+    }
+    void channel.exit.then(() => this.#shells.delete(tracked));
+    if (this.#exited) {
+      channel.close();
+      throw new ChannelRefused('noSuchRun', `job ${this.msg.jobId} has ended`);
+    }
+    return channel;
   }
 
-  /** Whether the attempt is letting go of what it held: no shell opens beside it any more. */
-  get releasing(): boolean {
-    return this.#releasing;
+  /** Closes the shells beside the attempt, those still opening too, and waits for their end. */
+  async #closeShells(): Promise<void> {
+    const shells = await Promise.all([...this.#shells]);
+    for (const shell of shells) shell?.close();
+    await Promise.all(shells.map((s) => s?.exit));
   }
 
   /** Stops the process for a cancel: its exit is reported and the decider records the cancel. */

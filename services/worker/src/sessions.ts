@@ -45,6 +45,8 @@ interface HeldRun {
  */
 export class SessionRuns {
   readonly #runs = new Map<string, HeldRun>();
+  /** Runs whose start is being prepared. */
+  readonly #starting = new Set<string>();
   readonly #log: Logger;
   #tunnel: { stop(): Promise<void> } | null = null;
 
@@ -114,20 +116,22 @@ export class SessionRuns {
     if (!attempt || attempt.msg.jobId !== target.sessionId) {
       throw new ChannelRefused('noSuchRun', `job ${target.sessionId} does not run here`);
     }
-    const opening = attempt.openShell(request);
-    if (!opening) throw new ChannelRefused('noSuchRun', `job ${target.sessionId} is not running`);
-    const channel = await opening;
-    if (attempt.releasing) {
-      channel.close();
-      throw new ChannelRefused('noSuchRun', `job ${target.sessionId} has ended`);
-    }
-    attempt.shells.add(channel);
-    void channel.exit.then(() => attempt.shells.delete(channel));
-    return channel;
+    return attempt.openShell(request);
   }
 
   /** Prepares a run's home and user, then reports it started; a refused start is undone. */
   async start(msg: StartRun): Promise<void> {
+    // A dispatch sent again while the first is still being prepared: the first reports.
+    if (this.#starting.has(msg.runId)) return;
+    this.#starting.add(msg.runId);
+    try {
+      await this.#start(msg);
+    } finally {
+      this.#starting.delete(msg.runId);
+    }
+  }
+
+  async #start(msg: StartRun): Promise<void> {
     // A dispatch sent again (its report may have been lost): say again that it runs.
     const held = this.#runs.get(msg.runId);
     if (held) {

@@ -226,9 +226,16 @@ export async function startWorker(
     switch (m.kind) {
       case 'run':
         return onRun(msg, m);
-      case 'session':
-        await sessions.start(m);
+      case 'session': {
+        // Its code may take a while to fetch and unpack: the message is not sent again meanwhile.
+        const working = setInterval(() => msg.working(), 10_000);
+        try {
+          await sessions.start(m);
+        } finally {
+          clearInterval(working);
+        }
         break;
+      }
       case 'sessionStop':
         await sessions.stop(m);
         break;
