@@ -72,6 +72,12 @@ fi
 
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   say "installing npm packages"
+  # node-pty is built by node-gyp, which fetches Node's headers from the internet unless told
+  # where they are: Debian's nodejs package has them under /usr.
+  if [ -z "${npm_config_nodedir:-}" ] && [ -f /usr/include/node/node_version.h ] &&
+    [ "$(npm config get nodedir 2>/dev/null)" = "undefined" ]; then
+    export npm_config_nodedir=/usr
+  fi
   if ! npm ci --no-audit --no-fund --loglevel=error; then
     say "npm ci failed (its messages are above): Trainyard's npm packages come from the npm registry, which must be reachable"
     exit 1
