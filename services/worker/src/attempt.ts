@@ -1,5 +1,3 @@
-import { existsSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { failure, type ProcessExit } from '@trainyard/domain';
 import { retry, type Failure, type RunAttempt } from '@trainyard/events';
 import {
@@ -18,14 +16,12 @@ import {
   removeSandbox,
   runSpecIn,
   sandboxDir,
-  SandboxError,
   type Sandbox,
 } from './sandbox.ts';
+import { SandboxError } from './code.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
+import { Shells } from './shells.ts';
 import type { JobUser } from './users.ts';
-
-/** Left in an attempt's directory once a shell was opened beside it. */
-const shellsMarker = (box: Sandbox) => join(box.root, 'shells');
 
 /** How often a probe's report is read while it runs, to stop its command once it is done. */
 const PROBE_WATCH_MS = 250;
@@ -45,8 +41,8 @@ export class AttemptRun {
   #box: Sandbox | null = null;
   /** The account the attempt runs as, when the worker gives each attempt one. */
   #user: JobUser | undefined;
-  /** Shells beside the attempt (`trainyard ssh JOB_ID`), open or opening; closed as it ends. */
-  readonly #shells = new Set<Promise<Channel | null>>();
+  /** Shells beside the attempt (`trainyard ssh JOB_ID`), once one is asked for. */
+  #shells: Shells | null = null;
   /** The attempt's process has ended: no shell opens beside it any more. */
   #exited = false;
   /** Settles once the attempt needs no more of the worker. */
@@ -217,7 +213,7 @@ export class AttemptRun {
     try {
       const exit = await proc.exited;
       this.#exited = true;
-      await this.#closeShells();
+      await this.#shells?.close();
       clearInterval(timer);
       unwatch?.();
       await syncing;
@@ -248,10 +244,8 @@ export class AttemptRun {
    */
   async #release(): Promise<void> {
     this.#exited = true;
-    await this.#closeShells();
-    // A shell's processes may have left the attempt's PID namespace: the marker outlives a
-    // restart of the worker, which releases the uid then.
-    const attached = this.#box !== null && existsSync(shellsMarker(this.#box));
+    await this.#shells?.close();
+    const attached = this.#box !== null && new Shells(this.#box.root).opened;
     await this.opts.runtime
       .remove?.(this.attemptId)
       .catch((err: unknown) =>
@@ -375,34 +369,14 @@ export class AttemptRun {
     if (!this.#process || !box || this.#exited || !runtime.channel) {
       throw new ChannelRefused('noSuchRun', `job ${this.msg.jobId} is not running`);
     }
-    writeFileSync(shellsMarker(box), '', { mode: 0o600 });
+    this.#shells ??= new Shells(box.root);
     const spec = runSpecIn(box, this.msg, this.#user, this.ctx.gpus);
-    const opening = runtime.channel(spec, request);
-    const tracked = opening.then(
-      (channel) => channel,
-      () => null,
-    );
-    this.#shells.add(tracked);
-    let channel: Channel;
-    try {
-      channel = await opening;
-    } catch (err) {
-      this.#shells.delete(tracked);
-      throw err;
-    }
-    void channel.exit.then(() => this.#shells.delete(tracked));
+    const channel = await this.#shells.open(runtime, spec, request);
     if (this.#exited) {
       channel.close();
       throw new ChannelRefused('noSuchRun', `job ${this.msg.jobId} has ended`);
     }
     return channel;
-  }
-
-  /** Closes the shells beside the attempt, those still opening too, and waits for their end. */
-  async #closeShells(): Promise<void> {
-    const shells = await Promise.all([...this.#shells]);
-    for (const shell of shells) shell?.close();
-    await Promise.all(shells.map((s) => s?.exit));
   }
 
   /** Stops the process for a cancel: its exit is reported and the decider records the cancel. */

@@ -1,32 +1,12 @@
-import {
-  chmodSync,
-  lchownSync,
-  mkdirSync,
-  readdirSync,
-  rmdirSync,
-  unlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { chmodSync, mkdirSync, rmdirSync, unlinkSync, writeFileSync } from 'node:fs';
 import { readdir, readFile, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { failure } from '@trainyard/domain';
 import type { JobUser } from './users.ts';
-import {
-  type CodeArchive,
-  type Failure,
-  type Gpu,
-  RunAttemptSchema,
-  type RunAttempt,
-} from '@trainyard/events';
-import {
-  ArchiveError,
-  BlobKeys,
-  type ArchiveLimits,
-  fetchVerified,
-  unpackArchive,
-  type BlobSource,
-} from '@trainyard/blobs';
+import { type Gpu, RunAttemptSchema, type RunAttempt } from '@trainyard/events';
+import { BlobKeys, type ArchiveLimits, fetchVerified, type BlobSource } from '@trainyard/blobs';
 import { installProbe, recordedPid, type RunSpec } from '@trainyard/runtime';
+import { chownTree, SandboxError, unpackCode } from './code.ts';
 
 export interface Sandbox {
   root: string;
@@ -109,13 +89,6 @@ export function runSpecIn(
   };
 }
 
-export class SandboxError extends Error {
-  override name = 'SandboxError';
-  constructor(readonly failure: Failure) {
-    super(failure.message);
-  }
-}
-
 const SAFE_ID = /^[A-Za-z0-9_-]{1,128}$/;
 
 /** The directory of `msg`'s attempt under `root`; ids that could leave it are refused. */
@@ -159,16 +132,6 @@ export async function prepareSandbox(
   }
 }
 
-/** Gives `dir` and everything under it to `user`, links themselves rather than their targets. */
-export function chownTree(dir: string, user: JobUser): void {
-  lchownSync(dir, user.uid, user.gid);
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) chownTree(path, user);
-    else lchownSync(path, user.uid, user.gid);
-  }
-}
-
 /** Makes an attempt's directory afresh: what an earlier try of it left there is removed. */
 async function makeDirectory(dir: string): Promise<void> {
   try {
@@ -200,41 +163,6 @@ async function fill(
   if (msg.image) return;
   const source = msg.artifact ? { ...msg.artifact, format: 'tar.gz' as const } : msg.code;
   if (source) await unpackCode(blobs, source, box.root, box.workDir, limits);
-}
-
-/**
- * Fetches a code archive (checked against its size and sha256) into `scratch`, unpacks it into
- * `into` by the archive rules and removes it. A blob that is missing or not the one given, or an
- * archive the rules refuse, is a `SandboxError`.
- */
-export async function unpackCode(
-  blobs: BlobSource,
-  source: CodeArchive,
-  scratch: string,
-  into: string,
-  limits: ArchiveLimits,
-): Promise<void> {
-  const archive = join(scratch, `code.${source.format}`);
-  const fetched = await fetchVerified(blobs, source, archive);
-  if (fetched !== 'fetched') {
-    await rm(archive, { force: true });
-    throw new SandboxError(
-      failure(
-        'artifactUnavailable',
-        fetched === 'missing'
-          ? `blob ${source.key} is missing`
-          : `blob ${source.key} is not the one given (its size or sha256 differs)`,
-      ),
-    );
-  }
-  try {
-    await unpackArchive(archive, source.format, into, limits);
-  } catch (err) {
-    if (err instanceof ArchiveError) throw new SandboxError(failure('badArchive', err.message));
-    throw err;
-  } finally {
-    await rm(archive, { force: true });
-  }
 }
 
 /** Whether a path from an output manifest stays inside the output directory. */

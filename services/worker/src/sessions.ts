@@ -15,7 +15,7 @@ import {
 import type { Logger } from '@trainyard/service-kit';
 import type { AttemptRun } from './attempt.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
-import { chownTree, SandboxError, unpackCode } from './sandbox.ts';
+import { chownTree, SandboxError, unpackCode } from './code.ts';
 import type { JobUser } from './users.ts';
 
 const SAFE_ID = /^[A-Za-z0-9_-]{1,128}$/;

@@ -20,9 +20,9 @@ import {
   prepareSandbox,
   removeSandbox,
   runSpecIn,
-  SandboxError,
   type Sandbox,
 } from '../src/sandbox.ts';
+import { SandboxError } from '../src/code.ts';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 beforeAll(async () => {
