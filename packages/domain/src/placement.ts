@@ -87,7 +87,7 @@ function sessionCandidate(session: TrackedSession): Candidate | null {
     resources: spec.resources,
     priority: 0,
     queuedSeq: session.queuedSeq,
-    container: false,
+    container: session.state.image !== null,
     estimate: null,
     probe: false,
     memoryBytes: sessionMemoryNeed(session.state),

@@ -56,6 +56,19 @@ function refusal(fn: () => unknown): string {
 }
 
 describe('the session decider', () => {
+  it('records the image a session runs in, decided at request', () => {
+    const image = { ref: 'r@sha256:' + 'b'.repeat(64), digest: 'sha256:' + 'b'.repeat(64) };
+    const timers = { connectMin: 10, idleMin: 30, maxMin: 360 };
+    const spec = sessionSpec({ fromJob: 'job_1' });
+    const events = decideSession(
+      { type: 'RequestSession', owner: 'alice', spec, timers, image },
+      initialSessionState('ses_1'),
+    );
+    expect(events).toEqual([
+      { type: 'SessionRequested', data: { owner: 'alice', spec, timers, image } },
+    ]);
+  });
+
   it('goes requested -> queued -> starting -> running -> stopping -> stopped', () => {
     const events = [requested()];
     expect(given(events).status).toBe('queued');
@@ -285,6 +298,29 @@ describe('sessions in the cluster', () => {
     expect(plan(c, T0).assignments).toEqual([]);
     evolveCluster(c, worker('new', 1));
     expect(plan(c, T0).assignments.map((a) => a.workerId)).toEqual(['new']);
+  });
+
+  it('gives a session in a job’s image only to workers of the Docker runtime, and keeps the image', () => {
+    const image = {
+      ref: 'reg:5000/trainyard/jobs@sha256:' + 'a'.repeat(64),
+      digest: 'sha256:' + 'a'.repeat(64),
+    };
+    const boxed: SessionEvent = {
+      type: 'SessionRequested',
+      data: {
+        owner: 'alice',
+        spec: sessionSpec({ fromJob: 'job_1' }),
+        timers: { connectMin: 10, idleMin: 30, maxMin: 360 },
+        image,
+      },
+    };
+    expect(given([boxed]).image).toEqual(image);
+    const c = emptyCluster();
+    evolveCluster(c, worker('host', 1));
+    evolveCluster(c, stored('session', 'ses_1', boxed));
+    expect(plan(c, T0).assignments).toEqual([]);
+    evolveCluster(c, worker('docker', 1, 'docker'));
+    expect(plan(c, T0).assignments.map((a) => a.workerId)).toEqual(['docker']);
   });
 
   it('finds the runs of a lost worker, to place their sessions again', () => {

@@ -92,7 +92,7 @@ export type StopAttempt = z.infer<typeof StopAttemptSchema>;
 
 /**
  * Start a session's run (version 3): a working directory its SSH channels attach to, with the
- * session's code unpacked in it when it has some.
+ * session's code unpacked in it when it has some, or a container of `image` (by digest).
  */
 export const StartRunSchema = z.object({
   v: z.literal(3),
@@ -107,6 +107,7 @@ export const StartRunSchema = z.object({
     memoryGb: z.number().positive().optional(),
   }),
   code: CodeArchiveSchema.optional(),
+  image: z.string().min(1).max(512).optional(),
   headSeq: z.number().int().min(1),
 });
 export type StartRun = z.infer<typeof StartRunSchema>;

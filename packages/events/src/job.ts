@@ -12,6 +12,9 @@
 import { z } from 'zod';
 import { BlobRefSchema, FailureSchema, SshLoginSchema } from './common.ts';
 
+/** A job's id, as Trainyard makes them; an SSH username of this shape names a job. */
+export const JOB_ID_PATTERN = /^job_[A-Za-z0-9_-]{1,124}$/;
+
 export const JOB_NAME_MAX = 128;
 
 /** What a job needs to run. `gpus: 0` means CPU only. */

@@ -4,8 +4,8 @@
  * Glossary
  * - session: an interactive shell a user asked for, on a worker's GPUs, reached with `ssh`
  *   through the gateway. Unlike a job it runs no command of its own: it holds its slot, a
- *   working directory (with the code the user sent, unpacked) and, later, a container, that the
- *   user's SSH channels attach to.
+ *   working directory (with the code the user sent, unpacked) or a container of a job's image,
+ *   that the user's SSH channels attach to.
  * - run: one placement of a session on one worker (`runId`). A session whose worker is lost is
  *   placed again as a new run; what the old run held is gone.
  * - channel: one SSH channel (a shell, an exec, sftp, a port forward), carried over NATS
@@ -13,7 +13,7 @@
  */
 import { z } from 'zod';
 import { FailureSchema, SshLoginSchema } from './common.ts';
-import { CodeArchiveSchema, ResourcesSchema } from './job.ts';
+import { BuiltImageSchema, CodeArchiveSchema, JOB_ID_PATTERN, ResourcesSchema } from './job.ts';
 
 export const SESSION_NAME_MAX = 128;
 
@@ -37,6 +37,14 @@ export const SessionSpecSchema = z.object({
   resources: ResourcesSchema,
   /** Timers the user asked for; each is capped by the operator's maximum. */
   timers: SessionTimersSchema.partial().default({}),
+  /**
+   * A job of the user's whose image the session runs in (its code and requirements, as built):
+   * the session runs in a container, on a worker of the Docker runtime.
+   */
+  fromJob: z
+    .string()
+    .regex(JOB_ID_PATTERN, 'a job id such as job_01J...')
+    .optional(),
 });
 export type SessionSpec = z.infer<typeof SessionSpecSchema>;
 export type SessionSpecInput = z.input<typeof SessionSpecSchema>;
@@ -50,6 +58,8 @@ export const SessionRequested = z.object({
     timers: SessionTimersSchema,
     /** The code the user sent with it, unpacked in the session's home on each run. */
     code: CodeArchiveSchema.optional(),
+    /** The image it runs in, decided once at request (a job's, by digest): in a container. */
+    image: BuiltImageSchema.optional(),
   }),
 });
 

@@ -6,6 +6,7 @@ import * as m003 from './migrations/003_outputs_attempt.ts';
 import * as m004 from './migrations/004_image_digest.ts';
 import * as m005 from './migrations/005_estimates.ts';
 import * as m006 from './migrations/006_sessions.ts';
+import * as m007 from './migrations/007_session_image.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -15,6 +16,7 @@ const migrations: Record<string, Migration> = {
   '004_image_digest': m004,
   '005_estimates': m005,
   '006_sessions': m006,
+  '007_session_image': m007,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

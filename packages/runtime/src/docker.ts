@@ -8,12 +8,23 @@ import { notStarted } from './process.ts';
 import { probeEnv } from './probe.ts';
 import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import { openContainerChannel } from './container-channels.ts';
+import {
+  CONTAINER_WORK_DIR,
+  confinedHost,
+  containerAccount,
+  Labels,
+  type ConfineOptions,
+} from './confine.ts';
+import {
+  imageEnv,
+  startSessionContainer,
+  type SessionContainer,
+  type SessionRunSpec,
+} from './session-container.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
 /** Where an attempt's outputs are, inside its container. */
 export const CONTAINER_OUTPUT_DIR = '/trainyard/outputs';
-/** The working directory of a job's image: its code. */
-export const CONTAINER_WORK_DIR = '/workspace';
 /** Where a probe's wrapper is mounted in its container. */
 export const CONTAINER_PROBE_DIR = '/trainyard/probe';
 /**
@@ -22,29 +33,13 @@ export const CONTAINER_PROBE_DIR = '/trainyard/probe';
  * part of it.
  */
 const PROBE_COMMAND = `export PYTHONPATH="${CONTAINER_PROBE_DIR}\${PYTHONPATH:+:$PYTHONPATH}"; exec /bin/sh -c "$1"`;
-/** The account an attempt runs as when a worker running as root gives it none of its own. */
-const NOBODY = { uid: 65534, gid: 65534 };
-
 /** Whom an attempt's container runs as: its own user, else never root. */
-function containerUser(spec: RunSpec): { uid: number; gid: number } {
-  if (spec.user) return spec.user;
-  const uid = process.getuid?.() ?? 0;
-  return uid === 0 ? NOBODY : { uid, gid: process.getgid?.() ?? uid };
-}
-/** Processes one container may hold: a fork bomb stops there. */
-const PIDS_LIMIT = 4096;
+const containerUser = (spec: RunSpec) => containerAccount(spec.user);
 
-export interface DockerRuntimeOptions {
+export interface DockerRuntimeOptions extends ConfineOptions {
   docker: Docker;
   /** Names the worker in its containers' labels, so that it finds its own after a restart. */
   workerName: string;
-  /** Network of the containers: `none` (the default) keeps jobs off the control plane. */
-  network?: string;
-  /**
-   * `nvidia`: GPUs are given to containers by UUID through the NVIDIA runtime. `none`: no
-   * device is given (a host whose GPUs are simulated).
-   */
-  gpuDevices?: 'nvidia' | 'none';
   /** Registry credentials for pulls; never logged. */
   auth?: { username: string; password: string; serveraddress: string };
 }
@@ -54,11 +49,6 @@ export function dockerAt(host: string): Docker {
   return new Docker({ socketPath: host.replace(/^unix:\/\//, '') });
 }
 
-export const Labels = {
-  job: 'trainyard.job',
-  attempt: 'trainyard.attempt',
-  worker: 'trainyard.worker',
-} as const;
 
 /** A container name for an attempt: its id, in the characters Docker allows. */
 export const containerName = (attemptId: string) =>
@@ -77,9 +67,8 @@ function containerEnv(spec: RunSpec): Record<string, string> {
 
 /**
  * How a container is made for an attempt: its image, its command as one argument (never
- * spliced into a shell line), a uid that is not root and no capabilities, only the assigned
- * GPUs (by UUID), the spec's memory and CPU limits, the output directory mounted, and labels
- * that name the job, the attempt and the worker.
+ * spliced into a shell line), confined (`confinedHost`), the output directory mounted, and
+ * labels that name the job, the attempt and the worker.
  */
 export function containerSpec(
   spec: RunSpec,
@@ -88,13 +77,7 @@ export function containerSpec(
   if (!spec.image) throw new Error(`attempt ${spec.attemptId} has no image to run`);
   const user = containerUser(spec);
   const env = containerEnv(spec);
-  const uuids = spec.gpuUuids ?? [];
-  const nvidia = (opts.gpuDevices ?? 'nvidia') === 'nvidia';
-  if (nvidia && spec.gpus.length > 0 && uuids.length !== spec.gpus.length)
-    throw new Error(`the UUIDs of GPUs ${spec.gpus.join(',')} are not known: none is given`);
-  const gpus = nvidia && uuids.length > 0;
-  // Without a device request a container sees no GPU, whatever its image or the job says.
-  if (!gpus) env.NVIDIA_VISIBLE_DEVICES = 'void';
+  const host = confinedHost({ ...spec, user }, opts, env);
   if (spec.probe) Object.assign(env, probeEnv(spec.probe, CONTAINER_PROBE_DIR));
   return {
     name: containerName(spec.attemptId),
@@ -111,20 +94,11 @@ export function containerSpec(
       [Labels.worker]: opts.workerName,
     },
     HostConfig: {
+      ...host,
       Binds: [
         `${spec.outputDir}:${CONTAINER_OUTPUT_DIR}:rw`,
         ...(spec.probe ? [`${spec.probe.dir}:${CONTAINER_PROBE_DIR}:rw`] : []),
       ],
-      NetworkMode: opts.network ?? 'none',
-      Init: true,
-      CapDrop: ['ALL'],
-      SecurityOpt: ['no-new-privileges'],
-      PidsLimit: PIDS_LIMIT,
-      ...(spec.memoryBytes && { Memory: spec.memoryBytes, MemorySwap: spec.memoryBytes }),
-      ...(spec.cpus && { NanoCpus: spec.cpus * 1e9 }),
-      ...(gpus && {
-        DeviceRequests: [{ Driver: 'nvidia', DeviceIDs: uuids, Capabilities: [['gpu']] }],
-      }),
     },
   };
 }
@@ -212,16 +186,26 @@ export class DockerRuntime implements Runtime {
     if (failed) throw new Error(`the pull of ${image} failed: ${failed}`);
   }
 
-  /** A channel in the attempt's container, by `docker exec`, as the user it runs as. */
-  channel(spec: RunSpec, request: ChannelRequest): Promise<Channel> {
+  /**
+   * A channel in the attempt's container, by `docker exec`, as the user it runs as, with the
+   * image's environment and the attempt's.
+   */
+  async channel(spec: RunSpec, request: ChannelRequest): Promise<Channel> {
     const user = containerUser(spec);
+    const image = spec.image ? await imageEnv(this.opts.docker, spec.image) : {};
     const place = {
       containerId: containerName(spec.attemptId),
       user: `${user.uid}:${user.gid}`,
       dir: CONTAINER_WORK_DIR,
-      env: containerEnv(spec),
+      env: { ...image, ...containerEnv(spec) },
     };
     return openContainerChannel(this.opts.docker, place, request);
+  }
+
+  /** Starts a session's run in a container of its image, pulled by digest. */
+  async startSession(spec: SessionRunSpec): Promise<SessionContainer> {
+    await this.#pull(spec.image);
+    return startSessionContainer(this.opts.docker, spec, this.opts);
   }
 
   async start(

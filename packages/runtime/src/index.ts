@@ -9,3 +9,5 @@ export * from './docker.ts';
 export * from './probe.ts';
 export * from './session-channels.ts';
 export * from './container-channels.ts';
+export * from './session-container.ts';
+export * from './confine.ts';

@@ -1,6 +1,7 @@
 import type { ProcessExit } from '@trainyard/domain';
 import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import type { ProbeSpec } from './probe.ts';
+import type { SessionContainer, SessionRunSpec } from './session-container.ts';
 
 /** What a runtime needs to start one attempt. */
 export interface RunSpec {
@@ -87,6 +88,11 @@ export interface Runtime {
    * work directory, with the environment it runs with. Rejects with a `ChannelRefused`.
    */
   channel?(spec: RunSpec, request: ChannelRequest): Promise<Channel>;
+  /**
+   * Starts a session's run in a container of its image (a runtime of containers); rejects when
+   * it cannot start.
+   */
+  startSession?(spec: SessionRunSpec): Promise<SessionContainer>;
   /** Lets go of what the runtime holds to start attempts; what runs, runs on. */
   close?(): void;
   /** Forgets an ended attempt once its end is reported (a container is removed then). */

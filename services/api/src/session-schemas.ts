@@ -42,7 +42,7 @@ export const SessionSpecBodySchema = SessionSpecSchema.extend({
     .describe('a name to know it by, e.g. in `trainyard ssh-config`'),
   resources: ResourcesSchema.extend({
     memoryGb: ResourcesSchema.shape.memoryGb.describe(
-      'the memory the session may use, a hard limit: where sessions run in containers',
+      'the memory the session may use, a hard limit: for a session in a container (`fromJob`)',
     ),
   }).strict(),
   timers: z
@@ -82,6 +82,8 @@ export const SessionViewSchema = z
     status: SessionStatusSchema,
     resources: ResourcesSchema,
     timers: SessionTimersSchema.describe('the timers in force'),
+    fromJob: z.string().nullable().describe('the job whose image it runs in'),
+    imageDigest: z.string().nullable().describe('the image it runs in, in a container'),
     workerId: z.string().nullable().describe('the worker that holds it now'),
     runId: z.string().nullable(),
     runs: z.number().int().describe('how many times it was placed'),

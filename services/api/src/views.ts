@@ -101,6 +101,8 @@ export function sessionView(s: SessionRow) {
     status: s.status as SessionStatus,
     resources: s.resources,
     timers: s.timers,
+    fromJob: s.from_job,
+    imageDigest: s.image_digest,
     workerId: s.worker_id,
     runId: s.run_id,
     runs: s.runs,

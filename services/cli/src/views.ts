@@ -52,6 +52,8 @@ export interface SessionView {
   owner: string;
   status: string;
   resources: { gpus: number; vramGb?: number; cpus?: number; memoryGb?: number; gpuModel?: string };
+  fromJob: string | null;
+  imageDigest: string | null;
   timers: { connectMin: number; idleMin: number; maxMin: number };
   workerId: string | null;
   runs: number;

@@ -8,7 +8,7 @@ import {
   SSH_PASSWORDS_BUCKET,
   type StoredSshPassword,
 } from '@trainyard/application';
-import { Subjects, type StoredEvent } from '@trainyard/events';
+import { JOB_ID_PATTERN, Subjects, type StoredEvent } from '@trainyard/events';
 import { supervise, type ServiceContext } from '@trainyard/service-kit';
 import { TunnelClient } from '@trainyard/tunnel';
 import { Directory } from './directory.ts';
@@ -33,8 +33,6 @@ export interface RunningGateway {
   stop(): Promise<void>;
 }
 
-/** An SSH username that names a job: a shell beside its running attempt. */
-const JOB_ID = /^job_[A-Za-z0-9_-]{1,124}$/;
 
 /** Who may log in as a name, and where its channels go while it runs. */
 interface Target {
@@ -76,7 +74,7 @@ export async function startGateway(
    * run; the whole is null when there is no such session or job.
    */
   async function targetOf(name: string): Promise<Target | null> {
-    if (JOB_ID.test(name)) {
+    if (JOB_ID_PATTERN.test(name)) {
       const { state } = await loadJob(ctx.bus.store, name);
       if (state.status === 'none') return null;
       const attempt = currentAttempt(state);
@@ -153,7 +151,7 @@ export async function startGateway(
     const meta = { actor: { kind: 'service' as const, id: ctx.instanceId }, now: new Date() };
     const name = attempt.session;
     // A job that does not exist refuses the record (JOB_NOT_FOUND): nothing is appended.
-    const recorded = JOB_ID.test(name)
+    const recorded = JOB_ID_PATTERN.test(name)
       ? runJobCommand(ctx.bus.store, name, login, meta)
       : directory.session(name)
         ? runSessionCommand(ctx.bus.store, name, login, meta)

@@ -33,6 +33,7 @@ export async function dispatchSessionRun(
       ...(state.spec?.resources.memoryGb && { memoryGb: state.spec.resources.memoryGb }),
     },
     ...(state.code && { code: state.code }),
+    ...(state.image && { image: state.image.ref }),
     headSeq: session.head.seq,
   };
   const subject =

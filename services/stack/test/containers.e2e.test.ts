@@ -4,8 +4,15 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Labels, LOCAL_BASES, SimulatedInventory } from '@trainyard/runtime';
 import { tempDir, testDocker, writeWheel } from '@trainyard/testkit';
-import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
-import { connect, SshClient } from './ssh.ts';
+import {
+  addUser,
+  codeArchive,
+  startTestStack,
+  submit,
+  type Job,
+  type TestStack,
+} from './harness.ts';
+import { connect, runningSession, SshClient, waitForSession } from './ssh.ts';
 
 /**
  * The container path from outside: a job with an image and a requirements file is built into
@@ -210,5 +217,82 @@ describe('jobs in containers', () => {
     const job = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 60_000);
     expect(job.image).toBe('python');
     expect(await logsOf(id)).toContain('3\n');
+  });
+});
+
+describe('sessions in containers', () => {
+  const ask = (tok: string, body: object) =>
+    t.http('/v1/sessions', {
+      method: 'POST',
+      token: tok,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+
+  it('runs a session in a job’s image, with its code and requirements, limited and not root; stopping it removes the container', async () => {
+    const code = await codeArchive({ 'train.py': TRAIN, 'requirements.txt': 'tygreet\n' });
+    const jobId = await submitted(await submit(t, token, spec(), code));
+    const job = await t.waitForJob(jobId, token, (j) => j.status === 'succeeded', 60_000);
+    const session = await runningSession(t, token, {
+      fromJob: jobId,
+      resources: { gpus: 0, memoryGb: 0.5 },
+    });
+    expect(session).toMatchObject({ fromJob: jobId, imageDigest: job.imageDigest });
+    const held = await docker.docker.listContainers({
+      filters: { label: [`${Labels.session}=${session.id}`] },
+    });
+    expect(held).toHaveLength(1);
+    expect(held[0]!.HostConfig.NetworkMode).toBe('none');
+    const work = await tempDir('trainyard-session-box-');
+    try {
+      const info = await connect(t, token, session.id);
+      const shell = await SshClient.forSession(work.path, info);
+      const ran = await shell.ssh(
+        'id -u; pwd; ls; python3 -c "import tygreet; print(tygreet.GREETING)"; cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; echo "$TRAINYARD_SESSION_ID"; exit 7',
+        { password: info.password },
+      );
+      expect(ran.code, ran.stderr).toBe(7);
+      const [uid, dir, ...rest] = ran.stdout.trim().split('\n');
+      expect(Number(uid)).toBeGreaterThan(0);
+      expect(dir).toBe('/workspace');
+      expect(rest).toContain('train.py');
+      expect(rest).toContain('hello from a wheel');
+      expect(rest).toContain(String(512 * 1024 ** 2));
+      expect(rest.at(-1)).toBe(session.id);
+    } finally {
+      await work.remove();
+    }
+    const stop = await t.http(`/v1/sessions/${session.id}/stop`, { method: 'POST', token });
+    expect(stop.status).toBeLessThan(300);
+    await waitForSession(t, token, session.id, (s) => s.status === 'stopped', 30_000);
+    const left = await docker.docker.listContainers({
+      all: true,
+      filters: { label: [`${Labels.session}=${session.id}`] },
+    });
+    expect(left).toEqual([]);
+  });
+
+  it('refuses a session from another user’s job, from a job with code sent too, and a host session’s memory limit', async () => {
+    const jobId = await submitted(await submit(t, token, spec()));
+    const bob = await addUser(t, token, 'bob', 'tall-river-stone-42');
+    const cases: [string, object, string][] = [
+      [bob, { fromJob: jobId, resources: { gpus: 0 } }, `job ${jobId} not found`],
+      [
+        token,
+        { resources: { gpus: 0, memoryGb: 1 } },
+        'a memory limit holds for sessions in containers',
+      ],
+    ];
+    for (const [tok, body, words] of cases) {
+      const res = await ask(tok, body);
+      expect(res.status, JSON.stringify(body)).toBe(400);
+      expect(((await res.json()) as { error: { message: string } }).error.message).toContain(words);
+    }
+    const form = new FormData();
+    form.set('spec', JSON.stringify({ fromJob: jobId, resources: { gpus: 0 } }));
+    form.set('code', new Blob([new Uint8Array(await codeArchive({ 'a.py': '' }))]), 'code.tar.gz');
+    const both = await t.http('/v1/sessions', { method: 'POST', token, body: form });
+    expect(both.status).toBe(400);
+    expect(await both.text()).toContain('send no code with it');
   });
 });

@@ -120,6 +120,8 @@ describe('sessions', () => {
       [session({ timers: { maxMin: 1441 } }), 'TRAINYARD_SESSION_MAX_CAP_MIN'],
       [session({ timers: { connectMin: 61 } }), 'at most 60 minutes'],
       [session({ name: 'evil\u202ename' }), 'control and bidirectional characters'],
+      [session({ fromJob: '../etc' }), 'fromJob'],
+      [session({ fromJob: 'job_01ABC' }), 'fromJob: this cluster runs no containers'],
     ];
     for (const [spec, words] of cases) {
       const res = await post('/v1/sessions', alice, spec);

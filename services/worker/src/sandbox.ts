@@ -46,6 +46,23 @@ function sandboxAt(dir: string): Sandbox {
 }
 
 /**
+ * What a dispatched run may use, as a runtime limits it: its GPUs by UUID (where the worker
+ * knows them all), its memory and its CPUs.
+ */
+export function limitsOf(
+  msg: { gpus: number[]; resources?: { memoryGb?: number; cpus?: number } },
+  gpus: readonly Gpu[],
+): { gpuUuids?: string[]; memoryBytes?: number; cpus?: number } {
+  const memoryGb = msg.resources?.memoryGb;
+  const uuids = msg.gpus.map((i) => gpus.find((g) => g.index === i)?.uuid ?? '');
+  return {
+    ...(uuids.length > 0 && uuids.every(Boolean) && { gpuUuids: uuids }),
+    ...(memoryGb && { memoryBytes: Math.floor(memoryGb * 1024 ** 3) }),
+    ...(msg.resources?.cpus && { cpus: msg.resources.cpus }),
+  };
+}
+
+/**
  * What the runtime needs to run `msg`'s attempt in `box`, as `user` when there is one. `gpus`
  * are the worker's, to name the attempt's by UUID.
  */
@@ -55,16 +72,12 @@ export function runSpecIn(
   user?: JobUser,
   gpus: readonly Gpu[] = [],
 ): RunSpec {
-  const memoryGb = msg.resources?.memoryGb;
-  const uuids = msg.gpus.map((i) => gpus.find((g) => g.index === i)?.uuid ?? '');
   return {
     ...(user && { user }),
     ...(msg.setup && { setup: msg.setup }),
     ...(msg.image && { image: msg.image }),
     ...(msg.restore?.files.length && { resumed: true }),
-    ...(uuids.length > 0 && uuids.every(Boolean) && { gpuUuids: uuids }),
-    ...(memoryGb && { memoryBytes: Math.floor(memoryGb * 1024 ** 3) }),
-    ...(msg.resources?.cpus && { cpus: msg.resources.cpus }),
+    ...limitsOf(msg, gpus),
     ...(msg.probe && {
       probe: {
         dir: box.probeDir,

@@ -2,9 +2,9 @@ import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { archiveLimits } from '@trainyard/blobs';
 import { failure } from '@trainyard/domain';
-import type { StartRun, StopRun } from '@trainyard/events';
+import { JOB_ID_PATTERN, type StartRun, type StopRun } from '@trainyard/events';
 import { sendReport, type SessionReport } from '@trainyard/application';
-import { openLocalChannel, type LocalPlace } from '@trainyard/runtime';
+import { openLocalChannel, type SessionContainer } from '@trainyard/runtime';
 import {
   ChannelRefused,
   serveTunnel,
@@ -16,32 +16,37 @@ import type { Logger } from '@trainyard/service-kit';
 import type { AttemptRun } from './attempt.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
 import { chownTree, SandboxError, unpackCode } from './code.ts';
+import { limitsOf } from './sandbox.ts';
 import type { JobUser } from './users.ts';
 
 const SAFE_ID = /^[A-Za-z0-9_-]{1,128}$/;
-/** A target named by a job: a shell beside its running attempt. */
-const JOB_ID = /^job_[A-Za-z0-9_-]{1,124}$/;
 const PREFIX = 'session-';
 const MARKER = 'session.json';
 
-/** A session's run on this worker: its home directory, its user, and the channels open in it. */
+/**
+ * A session's run on this worker: its directory, its user, its container when it runs in one,
+ * and the channels open in it.
+ */
 interface HeldRun {
   sessionId: string;
   runId: string;
   root: string;
-  place: LocalPlace;
   user: JobUser | undefined;
+  container: SessionContainer | null;
+  /** Opens a channel in the run: in its home on this host, or in its container. */
+  open(request: ChannelRequest): Promise<Channel>;
   channels: Set<Channel>;
 }
 
 /**
  * The session runs this worker holds. A run is a home directory (`session-RUN/home` under the
  * sandbox root, the session's own, closed to everyone else, holding the session's code when it
- * has some) and a uid of its own; the SSH
- * channels the gateway opens in it run there as that uid, carried over the tunnel. Ending a run
- * closes its channels, ends every process of its uid (so nothing started in it outlives it) and
- * removes its directory. A run does not survive the worker's restart: the control plane places
- * the session again.
+ * has some) and a uid of its own; or, for a session with an image, a container of that image
+ * running as that uid. The SSH channels the gateway opens in it run there as that uid, carried
+ * over the tunnel. Ending a run closes its channels, removes its container, ends every process
+ * of its uid (so nothing started in it outlives it) and removes its directory. A run does not
+ * survive the worker's restart: the control plane places the session again (the runtime's
+ * sweep removes the containers left).
  */
 export class SessionRuns {
   readonly #runs = new Map<string, HeldRun>();
@@ -79,7 +84,7 @@ export class SessionRuns {
     this.#tunnel = serveTunnel(this.ctx.bus.nc, this.workerId, this, {
       onActivity: (target: ChannelTarget, open: number) => {
         // A job has no idle timer: a shell beside it is no session's activity.
-        if (open > 1 || JOB_ID.test(target.sessionId)) return;
+        if (open > 1 || JOB_ID_PATTERN.test(target.sessionId)) return;
         void this.#report(target.sessionId, {
           type: 'RecordActivity',
           runId: target.runId,
@@ -99,12 +104,12 @@ export class SessionRuns {
    * it for the gateway, which names a job's attempt as the run of a target named by the job).
    */
   async open(target: ChannelTarget, request: ChannelRequest): Promise<Channel> {
-    if (JOB_ID.test(target.sessionId)) return this.#openBeside(target, request);
+    if (JOB_ID_PATTERN.test(target.sessionId)) return this.#openBeside(target, request);
     const run = this.#runs.get(target.runId);
     if (!run || run.sessionId !== target.sessionId) {
       throw new ChannelRefused('noSuchRun', `session ${target.sessionId} does not run here`);
     }
-    const channel = await openLocalChannel(run.place, request);
+    const channel = await run.open(request);
     run.channels.add(channel);
     void channel.exit.then(() => run.channels.delete(channel));
     return channel;
@@ -146,6 +151,7 @@ export class SessionRuns {
     const root = join(this.opts.sandboxRoot, `${PREFIX}${msg.runId}`);
     const home = join(root, 'home');
     let user: JobUser | undefined;
+    let container: SessionContainer | null = null;
     try {
       // The run's directory stays the worker's, passable but not listable; its home is the
       // session's own.
@@ -157,6 +163,7 @@ export class SessionRuns {
         await unpackCode(this.ctx.reads, msg.code, root, home, archiveLimits(this.ctx.config));
       }
       if (user) chownTree(home, user);
+      if (msg.image) container = await this.#startContainer(msg, msg.image, user);
     } catch (err) {
       this.#log.error({ err, sessionId: msg.sessionId }, 'could not prepare a session run');
       await this.#remove(root, user);
@@ -170,27 +177,58 @@ export class SessionRuns {
       });
       return;
     }
+    const place = {
+      dir: home,
+      ...(user && { uid: user.uid, gid: user.gid }),
+      env: {
+        HOME: home,
+        PATH: '/usr/local/bin:/usr/bin:/bin',
+        LANG: 'C.UTF-8',
+        CUDA_VISIBLE_DEVICES: msg.gpus.join(','),
+        CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
+        TRAINYARD_SESSION_ID: msg.sessionId,
+      },
+    };
     const run: HeldRun = {
       sessionId: msg.sessionId,
       runId: msg.runId,
       root,
       user,
+      container,
+      open: container ? container.open : (request) => openLocalChannel(place, request),
       channels: new Set(),
-      place: {
-        dir: home,
-        ...(user && { uid: user.uid, gid: user.gid }),
-        env: {
-          HOME: home,
-          PATH: '/usr/local/bin:/usr/bin:/bin',
-          LANG: 'C.UTF-8',
-          CUDA_VISIBLE_DEVICES: msg.gpus.join(','),
-          TRAINYARD_SESSION_ID: msg.sessionId,
-        },
-      },
     };
     this.#runs.set(msg.runId, run);
     const reply = await this.#report(msg.sessionId, { type: 'StartRun', runId: msg.runId });
     if (reply && !reply.ok) await this.#end(run);
+  }
+
+  /** Starts a run's container, on a worker whose runtime runs containers. */
+  async #startContainer(
+    msg: StartRun,
+    image: string,
+    user: JobUser | undefined,
+  ): Promise<SessionContainer> {
+    const { runtime } = this.opts;
+    if (!runtime.startSession) {
+      throw new SandboxError(
+        failure('launchError', `this worker runs no containers (its runtime is ${runtime.kind})`),
+      );
+    }
+    try {
+      return await runtime.startSession({
+        sessionId: msg.sessionId,
+        runId: msg.runId,
+        image,
+        gpus: msg.gpus,
+        ...(user && { user: { uid: user.uid, gid: user.gid } }),
+        ...limitsOf(msg, this.ctx.gpus),
+      });
+    } catch (err) {
+      throw new SandboxError(
+        failure('launchError', `the session's container could not start: ${String(err)}`),
+      );
+    }
   }
 
   /** Ends a run the session no longer holds, and reports it ended. */
@@ -218,6 +256,11 @@ export class SessionRuns {
     this.#runs.delete(run.runId);
     for (const channel of run.channels) channel.close();
     await Promise.all([...run.channels].map((c) => c.exit));
+    await run.container
+      ?.end()
+      .catch((err: unknown) =>
+        this.#log.warn({ err, runId: run.runId }, 'could not remove a session’s container'),
+      );
     await this.#remove(run.root, run.user);
   }
 

@@ -1,4 +1,5 @@
 import type {
+  BuiltImage,
   CodeArchive,
   Failure,
   SessionEvent,
@@ -18,6 +19,7 @@ export type SessionCommand =
       spec: SessionSpec;
       timers: SessionTimers;
       code?: CodeArchive;
+      image?: BuiltImage;
     }
   | {
       type: 'AssignSession';
@@ -113,6 +115,7 @@ export function decideSession(command: SessionCommand, state: SessionState): Ses
             spec: command.spec,
             timers: command.timers,
             ...(command.code && { code: command.code }),
+            ...(command.image && { image: command.image }),
           },
         },
       ];

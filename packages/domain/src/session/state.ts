@@ -1,4 +1,5 @@
 import type {
+  BuiltImage,
   CodeArchive,
   Failure,
   SessionEvent,
@@ -30,6 +31,8 @@ export interface SessionState {
   timers: SessionTimers | null;
   /** The code unpacked in its home on each run, if the user sent some. */
   code: CodeArchive | null;
+  /** The image it runs in (a job's), when it runs in a container. */
+  image: BuiltImage | null;
   requestedAt: string | null;
   runs: RunState[];
   /** When the current run started running. */
@@ -54,6 +57,7 @@ export const initialSessionState = (id: string): SessionState => ({
   spec: null,
   timers: null,
   code: null,
+  image: null,
   requestedAt: null,
   runs: [],
   startedAt: null,
@@ -108,6 +112,7 @@ export function evolveSession(state: SessionState, event: SessionEvent, at: stri
         spec: event.data.spec,
         timers: event.data.timers,
         code: event.data.code ?? null,
+        image: event.data.image ?? null,
         requestedAt: at,
       };
     case 'SessionAssigned':

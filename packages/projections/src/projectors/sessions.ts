@@ -18,7 +18,7 @@ function step(row: SessionRow | undefined, event: StoredEvent): SessionRow | und
   if (!ofAggregate(event, 'session')) return undefined;
   const at = new Date(event.occurredAt);
   if (event.type === 'SessionRequested') {
-    const { owner, spec, timers } = event.data;
+    const { owner, spec, timers, image } = event.data;
     return {
       id: event.aggregateId,
       owner,
@@ -26,6 +26,8 @@ function step(row: SessionRow | undefined, event: StoredEvent): SessionRow | und
       status: 'queued',
       resources: spec.resources,
       timers,
+      from_job: spec.fromJob ?? null,
+      image_digest: image?.digest ?? null,
       ...unplaced(),
       runs: 0,
       stop_reason: null,

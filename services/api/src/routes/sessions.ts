@@ -1,7 +1,13 @@
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { initialSessionState, runHolder } from '@trainyard/domain';
-import { EMPTY_HEAD, SessionStatus, type SessionSpec, type SessionTimers } from '@trainyard/events';
+import {
+  EMPTY_HEAD,
+  SessionStatus,
+  type BuiltImage,
+  type SessionSpec,
+  type SessionTimers,
+} from '@trainyard/events';
 import {
   loadSession,
   newSessionId,
@@ -24,9 +30,9 @@ import {
   SessionViewSchema,
   SshGatewaySchema,
 } from '../session-schemas.ts';
-import { keepUpload, readSubmission } from '../upload.ts';
+import { keepUpload, readSubmission, type StagedUpload } from '../upload.ts';
 import { sessionView } from '../views.ts';
-import { actorOf, callerOf, readModel, waitForSeq } from './common.ts';
+import { actorOf, callerOf, readModel, visibleJob, waitForSeq } from './common.ts';
 
 /** The most sessions one `GET /v1/sessions` answers with. */
 export const MAX_SESSION_LIST = 500;
@@ -85,10 +91,10 @@ async function gatewayOf(deps: ApiDeps, req: FastifyRequest) {
 
 /** The timers a session is given, from its spec, the defaults and caps; or why it is refused. */
 function acceptedTimers(spec: SessionSpec, deps: ApiDeps): SessionTimers {
-  if (spec.resources.memoryGb !== undefined && !deps.images.enabled) {
+  if (spec.resources.memoryGb !== undefined && spec.fromJob === undefined) {
     throw new ApiError(
       'VALIDATION_FAILED',
-      'resources.memoryGb: a memory limit holds for sessions in containers; this cluster runs them on its workers’ hosts',
+      'resources.memoryGb: a memory limit holds for sessions in containers (fromJob); a session on a worker’s host has none',
     );
   }
   return timersInForce(spec.timers, deps.sessionTimers);
@@ -108,6 +114,35 @@ export async function connectAnswer(
   const { password, expiresAt } = await deps.gateway.issuePassword(username, run);
   const { hostKey, hostKeyFingerprint, host, port } = gateway;
   return { host, port, username, password, expiresAt, hostKey, hostKeyFingerprint };
+}
+
+/**
+ * The image a session runs in, from the job its spec names (`fromJob`): one of the caller's,
+ * built; none for a session on a worker's host. A job's image holds its code: no other is taken.
+ */
+async function imageFromJob(
+  deps: ApiDeps,
+  caller: Caller,
+  spec: SessionSpec,
+  staged: StagedUpload | undefined,
+): Promise<BuiltImage | undefined> {
+  const jobId = spec.fromJob;
+  if (jobId === undefined) return undefined;
+  const refuse = (message: string) => new ApiError('VALIDATION_FAILED', `fromJob: ${message}`);
+  if (staged) throw refuse('a session from a job runs with the job’s code; send no code with it');
+  if (!deps.images.enabled) throw refuse('this cluster runs no containers');
+  const job = await visibleJob(deps, caller, jobId).catch((err: unknown) => {
+    throw err instanceof ApiError && err.code === 'NOT_FOUND'
+      ? refuse(`job ${jobId} not found`)
+      : err;
+  });
+  const { image, spec: jobSpec, status } = job.state;
+  if (image) return image;
+  throw refuse(
+    jobSpec?.image === undefined
+      ? `job ${jobId} runs on a worker’s host and has no image`
+      : `job ${jobId} has no image yet (it is ${status})`,
+  );
 }
 
 const CreateQuery = z.object({
@@ -130,7 +165,7 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
         tags: ['sessions'],
         summary: 'Request an interactive session',
         description:
-          'A JSON spec alone, or multipart with a `spec` field (JSON) and a `code` file (.tar.gz or .zip), unpacked in the session’s home. Answers at once; the session waits for a place (`queued`), then runs. Timers left out get the defaults; one above its cap is refused.',
+          'A JSON spec alone, or multipart with a `spec` field (JSON) and a `code` file (.tar.gz or .zip), unpacked in the session’s home. With `fromJob`, the session runs in a container of that job’s image (one of yours, built), with its code. Answers at once; the session waits for a place (`queued`), then runs. Timers left out get the defaults; one above its cap is refused.',
         body: {
           content: {
             'application/json': { schema: SessionSpecBodySchema },
@@ -149,8 +184,10 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
       const caller = callerOf(req);
       const { spec, staged } = await readSubmission(req, deps.archiveLimits, SessionSpecBodySchema);
       let timers: SessionTimers;
+      let image: BuiltImage | undefined;
       try {
         timers = acceptedTimers(spec, deps);
+        image = await imageFromJob(deps, caller, spec, staged);
       } catch (err) {
         await staged?.discard();
         throw err;
@@ -166,7 +203,14 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
       const result = await runSessionCommand(
         deps.bus.store,
         id,
-        { type: 'RequestSession', owner: caller.username, spec, timers, ...(code && { code }) },
+        {
+          type: 'RequestSession',
+          owner: caller.username,
+          spec,
+          timers,
+          ...(code && { code }),
+          ...(image && { image }),
+        },
         { actor: actorOf(caller), now: new Date(), correlationId: req.id },
         { snapshot: { state: initialSessionState(id), head: EMPTY_HEAD } },
       );

@@ -12,6 +12,7 @@ import { printJson, printTable } from './table.ts';
 /** The flag that sets each session spec field, to name in an error. */
 const FLAGS: Record<string, string> = {
   name: '--name',
+  fromJob: '--from-job',
   'resources.gpus': '--gpus',
   'resources.vramGb': '--vram-gb',
   'resources.cpus': '--cpus',
@@ -34,6 +35,7 @@ function specFrom(o: CreateFlags) {
   };
   return {
     ...(o.name !== undefined && { name: o.name as string }),
+    ...(o.fromJob !== undefined && { fromJob: o.fromJob as string }),
     resources: {
       gpus: num('--gpus', 'gpus') ?? 0,
       ...(o.vramGb !== undefined && { vramGb: num('--vram-gb', 'vramGb') }),
@@ -105,6 +107,7 @@ function printSession(s: SessionView): void {
   );
   const where = s.workerId ? `  on ${s.workerId} (${s.gpus.join(',') || 'cpu'})` : '';
   console.log(`resources: ${resourcesLine(s)}${where}`);
+  if (s.fromJob) console.log(`image: of ${s.fromJob} (${s.imageDigest ?? '-'})`);
   const t = s.timers;
   console.log(
     `timers: connect ${t.connectMin} min, idle ${t.idleMin} min, max ${t.maxMin} min${s.stopsAt ? `; stops at ${s.stopsAt} unless used` : ''}`,
@@ -124,11 +127,15 @@ export function registerSessionCommands(program: Command): void {
     .description('ask for a session; prints its id')
     .argument('[dir]', "a code directory to unpack in the session's home (as submit packs it)")
     .option('--name <name>', 'a name to know it by (an ssh-config host alias)')
+    .option(
+      '--from-job <id>',
+      "run it in a container of one of your jobs' image (its code and requirements)",
+    )
     .option('--gpus <n>', 'GPUs (0 = CPU only)', '0')
     .option('--vram-gb <gb>', 'VRAM per GPU, in GiB')
     .option('--gpu-model <model>', 'only GPUs whose name holds this, e.g. A100 (any case)')
     .option('--cpus <n>', "CPU-only sessions: how many of the worker's CPU slots it takes")
-    .option('--memory-gb <gb>', 'a hard memory limit, in GiB: where sessions run in containers')
+    .option('--memory-gb <gb>', 'a hard memory limit, in GiB, for a session in a container (--from-job)')
     .option('--connect-min <m>', 'stop it if no one logs in this many minutes after it starts')
     .option('--idle-min <m>', 'stop it after this many minutes with no connection open')
     .option('--max-min <m>', 'stop it this many minutes after it starts, whatever happens')
