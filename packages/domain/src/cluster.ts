@@ -45,6 +45,8 @@ export interface WorkerState {
   /** The host's memory (null: not counted), and what its attempts need of it. */
   memoryBytes: number | null;
   memoryUsed: number;
+  /** Whether it holds an attempt's `memoryGb` as a hard limit. */
+  limitsMemory: boolean;
   /** How it runs attempts (`process`, `docker`, `simulated`): a job in a container needs `docker`. */
   runtime: string;
   /** The newest dispatch contract it reads: a probe needs version 2. */
@@ -197,6 +199,7 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
         cpusUsed: 0,
         memoryBytes: ev.data.memoryBytes ?? null,
         memoryUsed: 0,
+        limitsMemory: ev.data.limitsMemory ?? ev.data.runtime === 'docker',
         runtime: ev.data.runtime,
         dispatchVersion: ev.data.dispatchVersion ?? 1,
         attempts: new Set(),
@@ -302,9 +305,12 @@ export function staleRuns(cluster: ClusterState, workerId?: string): HeldRun[] {
   return stale;
 }
 
+/** The shape of scheduler snapshots: one of another version is ignored, the log replayed. */
+export const CLUSTER_SNAPSHOT_VERSION = 5;
+
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {
-  version: 4;
+  version: typeof CLUSTER_SNAPSHOT_VERSION;
   lastSeq: number;
   workers: (Omit<WorkerState, 'attempts' | 'reportedRunning'> & {
     attempts: string[];
@@ -316,7 +322,7 @@ export interface ClusterSnapshot {
 
 export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
   return {
-    version: 4,
+    version: CLUSTER_SNAPSHOT_VERSION,
     lastSeq: cluster.lastSeq,
     workers: [...cluster.workers.values()].map((w) => ({
       ...w,

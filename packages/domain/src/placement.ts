@@ -164,8 +164,12 @@ function memoryFits(job: Candidate, worker: WorkerState): boolean {
   return worker.memoryUsed + need <= worker.memoryBytes || worker.memoryUsed === 0;
 }
 
-/** Whether a worker runs attempts the way the job needs: in a container, or not. */
+/**
+ * Whether a worker runs attempts the way the job needs: in a container, or not; and holds its
+ * memory limit, where it has one.
+ */
 function runtimeFits(job: Candidate, worker: WorkerState): boolean {
+  if (job.resources.memoryGb !== undefined && !worker.limitsMemory) return false;
   return job.container === (worker.runtime === 'docker');
 }
 

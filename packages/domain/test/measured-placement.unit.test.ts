@@ -26,6 +26,7 @@ describe('placement by measured memory', () => {
           cpuSlots: 2,
           ...(memoryGb && { memoryBytes: memoryGb * GiB }),
           runtime: 'process',
+          limitsMemory: true,
           version: 't',
           ...(dispatchVersion > 1 && { dispatchVersion }),
           gpus: gpuGb.map((gb, index) => ({

@@ -20,6 +20,7 @@ function worker(
   cpuSlots = 0,
   model = 'sim',
   runtime = 'process',
+  limitsMemory?: boolean,
 ) {
   evolveCluster(
     cluster,
@@ -30,6 +31,7 @@ function worker(
         hostname: 'h',
         cpuSlots,
         runtime,
+        ...(limitsMemory !== undefined && { limitsMemory }),
         version: 't',
         gpus: gpuGb.map((gb, index) => ({
           index,
@@ -98,6 +100,22 @@ describe('placement policy v1', () => {
       ['boxed-gpu', 'docker'],
       ['boxed-cpu', 'docker'],
       ['bare-gpu', 'host'],
+    ]);
+  });
+
+  it('places a job with a memory limit only on a worker that holds it; Docker workers of before did', () => {
+    const c = emptyCluster();
+    worker(c, 'loose', [], 2, 'sim', 'process', false);
+    worker(c, 'old', [], 2, 'sim', 'process');
+    submit(c, 'limited', { resources: { gpus: 0, memoryGb: 1 } });
+    submit(c, 'boxed', { image: 'python', resources: { gpus: 0, memoryGb: 1 } });
+    submit(c, 'free', { resources: { gpus: 0 } });
+    expect(commit(c).map((a) => [a.id, a.workerId])).toEqual([['free', 'loose']]);
+    worker(c, 'held', [], 2, 'sim', 'process', true);
+    worker(c, 'docker', [], 2, 'sim', 'docker');
+    expect(commit(c).map((a) => [a.id, a.workerId])).toEqual([
+      ['limited', 'held'],
+      ['boxed', 'docker'],
     ]);
   });
 

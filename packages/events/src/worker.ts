@@ -26,6 +26,11 @@ export const WorkerRegistered = z.object({
      * Absent from a worker of a version before it was counted: its memory is not.
      */
     memoryBytes: z.number().int().positive().optional(),
+    /**
+     * Whether it holds an attempt's `memoryGb` as a hard limit (the Docker runtime; the process
+     * runtime where the host lets it make memory cgroups). Absent: only a Docker worker does.
+     */
+    limitsMemory: z.boolean().optional(),
     runtime: z.string(),
     version: z.string(),
     /** The newest dispatch contract it reads; absent from a worker that reads only version 1. */

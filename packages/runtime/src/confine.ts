@@ -19,7 +19,10 @@ export const Labels = {
 const NOBODY = { uid: 65534, gid: 65534 };
 
 /** Whom a container runs as: the account given, else the worker's own, never root. */
-export function containerAccount(user?: { uid: number; gid: number }): { uid: number; gid: number } {
+export function containerAccount(user?: { uid: number; gid: number }): {
+  uid: number;
+  gid: number;
+} {
   if (user) return user;
   const uid = process.getuid?.() ?? 0;
   return uid === 0 ? NOBODY : { uid, gid: process.getgid?.() ?? uid };
@@ -80,4 +83,3 @@ export function confinedHost(
     }),
   };
 }
-

@@ -49,7 +49,6 @@ export function dockerAt(host: string): Docker {
   return new Docker({ socketPath: host.replace(/^unix:\/\//, '') });
 }
 
-
 /** A container name for an attempt: its id, in the characters Docker allows. */
 export const containerName = (attemptId: string) =>
   `trainyard-${attemptId.replace(/[^A-Za-z0-9_.-]/g, '_')}`;
@@ -156,6 +155,7 @@ class ContainerLog {
  */
 export class DockerRuntime implements Runtime {
   readonly kind = 'docker';
+  readonly limitsMemory = true;
   /** Ends the following of every attempt, when the runtime is closed. */
   readonly #closing = new AbortController();
   constructor(private readonly opts: DockerRuntimeOptions) {}

@@ -11,3 +11,4 @@ export * from './session-channels.ts';
 export * from './container-channels.ts';
 export * from './session-container.ts';
 export * from './confine.ts';
+export * from './memory-cgroup.ts';

@@ -23,6 +23,7 @@ export const LAUNCH_FIELDS = [
   'TY_UID',
   'TY_GID',
   'TY_PRIVATE_TMP',
+  'TY_CGROUP',
 ] as const;
 
 /**
@@ -30,7 +31,10 @@ export const LAUNCH_FIELDS = [
  * ATTEMPT_INIT`, it reads `run ID LAUNCH` and `end ID UID` lines on stdin and answers on stdout
  * (see `Spawner`). An attempt is one fork: the child enters a new session and waits for the
  * parent's word (a byte on a pipe) before it runs the script, so that nothing runs that the
- * worker was not told of. The parent is every attempt's waiter: it reaps them, records each
+ * worker was not told of, and, where the launch names a cgroup (`TY_CGROUP`, its `cgroup.procs`),
+ * the parent puts the child in it before that word, so that all it starts is in there too; a
+ * child it cannot put there is let go without running anything. The parent is every attempt's
+ * waiter: it reaps them, records each
  * status and says it. Its commands and reports are read and written whole, with retries where
  * SIGCHLD interrupts them; SIGCHLD cuts a wait on stdin short, and the wait is bounded while
  * children run, for a SIGCHLD that comes just before it. Once stdin closes it lets go of the
@@ -116,6 +120,13 @@ sub run_attempt {
     POSIX::_exit(127);
 }
 
+sub join_cgroup {
+    my ($procs, $pid) = @_;
+    open(my $out, '>>', $procs) or return 0;
+    my $written = syswrite $out, "$pid\n";
+    return close($out) && defined $written;
+}
+
 sub start {
     my ($id, $file) = @_;
     my %launch = read_launch($file) or return report("failed $id cannot read the launch file\n");
@@ -134,6 +145,12 @@ sub start {
     }
     close $go;
     close $log;
+    if (length $launch{TY_CGROUP} && !join_cgroup($launch{TY_CGROUP}, $pid)) {
+        my $why = "cannot enter its memory cgroup: $!";
+        close $ready;
+        record($launch{TY_EXIT}, "launch-error $why\n");
+        return report("failed $id $why\n");
+    }
     record($launch{TY_PID}, "$pid\n");
     $children{$pid} = [$id, $launch{TY_EXIT}];
     report("started $id $pid\n");

@@ -17,6 +17,7 @@ import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import { openLocalChannel } from './session-channels.ts';
 import { attemptEnv, hostEnv, SAFE_PATH } from './env.ts';
+import { MemoryCgroups } from './memory-cgroup.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
 function signalGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
@@ -94,7 +95,7 @@ export function underSharedTmp(path: string): boolean {
  * user) as data and never run: where to run, where the output, the process group and the end go,
  * and whom to run as. One `NAME=value` entry per field, each ended by a NUL, which no path holds.
  */
-export function launchScript(spec: RunSpec): string {
+export function launchScript(spec: RunSpec, cgroupProcs = ''): string {
   const fields: Record<(typeof LAUNCH_FIELDS)[number], string> = {
     TY_WORK: spec.workDir,
     TY_LOG: spec.logFile,
@@ -104,6 +105,7 @@ export function launchScript(spec: RunSpec): string {
     TY_UID: spec.user ? String(spec.user.uid) : '',
     TY_GID: spec.user ? String(spec.user.gid) : '',
     TY_PRIVATE_TMP: spec.user && !underSharedTmp(spec.workDir) ? '1' : '0',
+    TY_CGROUP: cgroupProcs,
   };
   return LAUNCH_FIELDS.map((name) => {
     if (fields[name].includes('\0')) throw new SpawnError(`${name} holds a NUL`);
@@ -279,20 +281,45 @@ export function notStarted(message: string): RunningAttempt {
   };
 }
 
+/** A failed end that the kernel's killing a process for memory explains: out of memory. */
+function outOfMemory(end: ProcessExit): boolean {
+  return (end.kind === 'exited' && end.exitCode !== 0) || end.kind === 'signalled';
+}
+
 /**
  * Runs attempts as local processes, each in its own session and sandbox directory, started by
  * a small spawner. Output goes to the attempt's log file, which the worker reads as it
  * grows; the exit code is recorded beside it. A worker that restarts re-attaches to what still
  * runs. The script, a small file on the sandbox's local disk, is written synchronously: that
- * costs the event loop less than a round trip through the thread pool.
+ * costs the event loop less than a round trip through the thread pool. Where the host lets the
+ * worker make memory cgroups, each attempt runs in one of its own: its `memoryBytes` is a hard
+ * limit, and a failed end after the kernel killed one of its processes for memory is `oom`.
  */
 export class ProcessRuntime implements Runtime {
   readonly kind = 'process';
   readonly #spawner: Spawner;
 
-  /** `path` replaces the safe PATH for the spawner: for tests of a host without perl. */
-  constructor(host: NodeJS.ProcessEnv = process.env, path = SAFE_PATH) {
+  /**
+   * `path` replaces the safe PATH for the spawner: for tests of a host without perl. `cgroups`:
+   * where attempts' memory cgroups are made; null for none.
+   */
+  constructor(
+    host: NodeJS.ProcessEnv = process.env,
+    path = SAFE_PATH,
+    private readonly cgroups: MemoryCgroups | null = MemoryCgroups.here(),
+  ) {
     this.#spawner = new Spawner(hostEnv(host, path));
+  }
+
+  /** Whether attempts' memory limits are held (the host lets the worker make memory cgroups). */
+  get limitsMemory(): boolean {
+    return this.cgroups !== null;
+  }
+
+  /** How the attempt ended, `oom` where the kernel killed one of its processes for memory. */
+  async #ended(spec: RunSpec, end: ProcessExit): Promise<ProcessExit> {
+    const killed = await this.cgroups?.finish(spec.attemptId, spec.pidFile);
+    return killed && outOfMemory(end) ? { kind: 'oom' } : end;
   }
 
   channel(spec: RunSpec, request: ChannelRequest): Promise<Channel> {
@@ -309,17 +336,19 @@ export class ProcessRuntime implements Runtime {
     try {
       writeFileSync(spec.scriptFile, attemptScript(spec), { mode: 0o600 });
       if (spec.user) chownSync(spec.scriptFile, spec.user.uid, spec.user.gid);
-      writeFileSync(spec.launchFile, launchScript(spec), { mode: 0o600 });
+      const procs = this.cgroups?.prepare(spec.attemptId, spec.pidFile, spec.memoryBytes);
+      writeFileSync(spec.launchFile, launchScript(spec, procs), { mode: 0o600 });
       launched = this.#spawner.launch(spec.launchFile);
       pid = await launched.pid;
     } catch (err) {
+      await this.cgroups?.finish(spec.attemptId, spec.pidFile);
       return notStarted((err as Error).message);
     }
     const tail = new FileTail(spec.logFile, 0, (chunk) => onOutput('stdout', chunk));
     const exited = launched.ended.then(async (status): Promise<ProcessExit> => {
       signalGroup(pid, 'SIGKILL');
       await tail.close();
-      return endOf(spec, status);
+      return this.#ended(spec, await endOf(spec, status));
     });
     return { pid, exited, kill: killer(pid, exited) };
   }
@@ -352,10 +381,12 @@ export class ProcessRuntime implements Runtime {
         signalGroup(pid, 'SIGKILL');
         await tail.close();
         resolve(
-          exit ?? {
-            kind: 'lost',
-            message: 'the command ended while its worker was away, leaving no exit code',
-          },
+          exit
+            ? await this.#ended(spec, exit)
+            : {
+                kind: 'lost',
+                message: 'the command ended while its worker was away, leaving no exit code',
+              },
         );
       };
       const timer = setInterval(() => void watch(), WATCH_MS);

@@ -63,6 +63,8 @@ export interface RunningAttempt {
 /** Runs attempts. One implementation per file: process (local sandbox), Docker. */
 export interface Runtime {
   readonly kind: string;
+  /** Whether it holds an attempt's `memoryBytes` as a hard limit. */
+  readonly limitsMemory?: boolean;
   /** Starts an attempt; one that cannot start settles `exited` with a launch error. */
   start(
     spec: RunSpec,

@@ -134,7 +134,7 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
       'CPU slots a CPU-only job (gpus 0) takes on its worker; a share of the queue, not a CPU limit',
     ),
     memoryGb: ResourcesSchema.shape.memoryGb.describe(
-      'the memory the job may use, a hard limit: for jobs in containers (with an image)',
+      'the memory the job may use, a hard limit: the job goes only to a worker that holds it (in a container, or in a memory cgroup of its own on the host)',
     ),
   }).strict(),
 })

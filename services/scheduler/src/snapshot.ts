@@ -1,4 +1,5 @@
 import {
+  CLUSTER_SNAPSHOT_VERSION,
   restoreCluster,
   snapshotCluster,
   type ClusterSnapshot,
@@ -26,7 +27,7 @@ async function readSnapshot(ctx: ServiceContext): Promise<ClusterSnapshot | null
 export async function loadSnapshot(ctx: ServiceContext): Promise<ClusterState | null> {
   try {
     const snapshot = await withDeadline('reading the snapshot', DEADLINE_MS, readSnapshot(ctx));
-    if (!snapshot || snapshot.version !== 4) return null;
+    if (!snapshot || snapshot.version !== CLUSTER_SNAPSHOT_VERSION) return null;
     return restoreCluster(snapshot);
   } catch (err) {
     ctx.log.warn({ err }, 'scheduler snapshot unreadable; replaying the whole log');

@@ -220,8 +220,8 @@ const cases = (): Case[] => {
       'VALIDATION_FAILED',
     ],
     [
-      'a memory limit',
-      () => json(spec({ resources: { gpus: 0, memoryGb: 8 } })),
+      'a memory limit no job starts in',
+      () => json(spec({ resources: { gpus: 0, memoryGb: 0.001 } })),
       400,
       'VALIDATION_FAILED',
     ],

@@ -167,6 +167,19 @@ describe('a training job end to end over HTTP', () => {
     expect(job.attempts).toHaveLength(1);
   });
 
+  it('holds a job on the host to its memory limit, and fails one that outgrows it as out of memory', async () => {
+    const grow = (mb: number) => `python3 -c "b = b'x' * (${mb} << 20); print('held', len(b))"`;
+    const spec = (mb: number) =>
+      cpuSpec({ command: grow(mb), resources: { gpus: 0, memoryGb: 0.125 }, maxRetries: 0 });
+    const fits = (await (await submit(t, alice, spec(16))).json()) as { id: string };
+    const over = (await (await submit(t, alice, spec(512))).json()) as { id: string };
+    const done = await t.waitForJob(fits.id, alice, (j) => j.status === 'succeeded', 30_000);
+    expect(done.exitCode).toBe(0);
+    const killed = await t.waitForJob(over.id, alice, (j) => j.status === 'failed', 30_000);
+    expect(killed.failure).toMatchObject({ kind: 'user', reason: 'oomKilled' });
+    expect(killed.attempts).toHaveLength(1);
+  });
+
   it('cancels a running job and its process is gone', async () => {
     const res = await submit(t, alice, cpuSpec({ command: 'exec sleep 300' }));
     const { id } = (await res.json()) as { id: string };

@@ -73,6 +73,11 @@ export async function startWorker(
       'jobs and sessions run as this worker’s own user and can reach what it can: run the worker as root to give each a user of its own',
     );
   }
+  if (opts.runtime.kind === 'process' && !opts.runtime.limitsMemory) {
+    log.warn(
+      'this worker cannot hold memory limits (it makes no memory cgroups: run it as root on a host with a memory controller): jobs with memoryGb are placed elsewhere',
+    );
+  }
   const attempts = new Map<string, AttemptRun>();
   const sessions = new SessionRuns(ctx, opts, id, (attemptId) => attempts.get(attemptId));
   const loops: Promise<void>[] = [];
@@ -120,6 +125,7 @@ export async function startWorker(
         gpus,
         cpuSlots: opts.cpuSlots,
         memoryBytes: opts.memoryBytes ?? totalmem(),
+        limitsMemory: opts.runtime.limitsMemory ?? false,
         runtime: opts.runtime.kind,
         version: opts.version,
         dispatchVersion: DISPATCH_VERSION,

@@ -30,8 +30,8 @@ export const MAX_LIST_LIMIT = 500;
 
 /**
  * The spec as this cluster runs it: a job that names no image gets the default one where jobs
- * run in containers. An image where no registry holds images, or a memory limit for a job on the
- * host (which nothing would enforce), is refused.
+ * run in containers. An image where no registry holds images, or a memory limit too small for
+ * any job to start in, is refused.
  */
 function withImagePolicy(spec: JobSpec, images: ApiDeps['images']): JobSpec {
   if (spec.image !== undefined && !images.enabled) {
@@ -46,13 +46,7 @@ function withImagePolicy(spec: JobSpec, images: ApiDeps['images']): JobSpec {
   if (spec.resources.memoryGb !== undefined && spec.resources.memoryGb < MIN_MEMORY_GB) {
     throw new ApiError(
       'VALIDATION_FAILED',
-      `spec.resources.memoryGb: at least ${MIN_MEMORY_GB} (${MIN_MEMORY_GB * 1024} MiB); a container cannot start in less`,
-    );
-  }
-  if (spec.resources.memoryGb !== undefined && image === undefined) {
-    throw new ApiError(
-      'VALIDATION_FAILED',
-      'spec.resources.memoryGb: a memory limit holds for jobs in containers; name an image, or leave out memoryGb',
+      `spec.resources.memoryGb: at least ${MIN_MEMORY_GB} (${MIN_MEMORY_GB * 1024} MiB); a job cannot start in less`,
     );
   }
   return image === undefined ? spec : { ...spec, image };
