@@ -41,10 +41,7 @@ export const SessionSpecSchema = z.object({
    * A job of the user's whose image the session runs in (its code and requirements, as built):
    * the session runs in a container, on a worker of the Docker runtime.
    */
-  fromJob: z
-    .string()
-    .regex(JOB_ID_PATTERN, 'a job id such as job_01J...')
-    .optional(),
+  fromJob: z.string().regex(JOB_ID_PATTERN, 'a job id such as job_01J...').optional(),
 });
 export type SessionSpec = z.infer<typeof SessionSpecSchema>;
 export type SessionSpecInput = z.input<typeof SessionSpecSchema>;

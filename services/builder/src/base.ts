@@ -29,8 +29,11 @@ export interface ImageBuildConfig {
 }
 
 export interface ImageBuildInput {
-  /** Lowercase letters, digits and dashes: safe as a tag. */
-  jobId: string;
+  /**
+   * What the image is tagged with in the repository: the id of the job (or session) it is built
+   * for. Letters, digits, dashes and underscores: safe as a tag.
+   */
+  tag: string;
   /** A validated, resolved reference: `trainyard/python:3`, `host:5000/x/y:tag`, `x@sha256:…`. */
   baseImage: string;
   /**
@@ -47,7 +50,10 @@ export interface ImageBuildInput {
   codeSha256: string | null;
 }
 
-/** The repository in `registry` that every job's image is pushed to, tagged with the job's id. */
+/**
+ * The repository in `registry` that every job's (and session's) image is pushed to, tagged with
+ * its id.
+ */
 export function jobRepository(registry: string): string {
   return `${registry}/trainyard/jobs`;
 }

@@ -134,7 +134,7 @@ async function sendContext(
       resolve(-1);
     });
   });
-  const tag = `${jobRepository(cfg.registry)}:${input.jobId}`;
+  const tag = `${jobRepository(cfg.registry)}:${input.tag}`;
   let step = '';
   let output: string[] = [];
   let error: string | undefined;
@@ -152,7 +152,7 @@ async function sendContext(
   try {
     const stream = await cfg.docker.buildImage(tar.stdout, {
       t: tag,
-      buildargs: { ...plan.args, TRAINYARD_CACHE_KEY: plan.key, TRAINYARD_JOB: input.jobId },
+      buildargs: { ...plan.args, TRAINYARD_CACHE_KEY: plan.key, TRAINYARD_JOB: input.tag },
       networkmode: cfg.network ?? 'none',
       ...(cfg.memoryBytes && { memory: cfg.memoryBytes, memswap: cfg.memoryBytes }),
       rm: true,
@@ -195,19 +195,19 @@ async function findCached(docker: Docker, key: string): Promise<string | null> {
  */
 async function push(
   cfg: ImageBuildConfig,
-  jobId: string,
+  tag: string,
   say: (line: string) => void,
   signal?: AbortSignal,
 ): Promise<string> {
   const repo = jobRepository(cfg.registry);
-  say(`[trainyard] pushing ${repo}:${jobId}`);
+  say(`[trainyard] pushing ${repo}:${tag}`);
   let digest: string | undefined;
   let error: string | undefined;
   try {
     // The engine wants an X-Registry-Auth header even for a registry without accounts.
     const stream = await cfg.docker
       .getImage(repo)
-      .push({ tag: jobId, authconfig: authConfig(cfg), abortSignal: signal });
+      .push({ tag, authconfig: authConfig(cfg), abortSignal: signal });
     await readProgress(stream, (e) => {
       if (e.aux?.Digest) digest = e.aux.Digest;
       error ??= errorOf(e);
@@ -225,19 +225,19 @@ async function push(
     );
   }
   if (!digest) {
-    const info = (await cfg.docker.getImage(`${repo}:${jobId}`).inspect()) as {
+    const info = (await cfg.docker.getImage(`${repo}:${tag}`).inspect()) as {
       RepoDigests?: string[];
     };
     digest = info.RepoDigests?.find((d) => d.startsWith(`${repo}@`))?.slice(repo.length + 1);
   }
-  if (!digest) throw new Error(`the registry ${cfg.registry} gave no digest for ${repo}:${jobId}`);
+  if (!digest) throw new Error(`the registry ${cfg.registry} gave no digest for ${repo}:${tag}`);
   say(`[trainyard] pushed ${repo}@${digest}`);
   return digest;
 }
 
 /**
  * Builds a job's image from its code, `requirements.txt` and `setup` on its base image, tags it
- * `<registry>/trainyard/jobs:<jobId>` and pushes it; the result names it by digest. An image
+ * `<registry>/trainyard/jobs:<tag>` and pushes it; the result names it by digest. An image
  * built before from the same inputs is reused. Output lines reach `out` as the engine sends them.
  * Rejects only when `signal` aborts; every other failure comes back classified.
  */
@@ -271,12 +271,12 @@ export async function buildImage(
       say(`[trainyard] reusing the image ${cachedId}, built before from the same inputs`);
       await cfg.docker
         .getImage(cachedId)
-        .tag({ repo: jobRepository(cfg.registry), tag: input.jobId, abortSignal: signal });
+        .tag({ repo: jobRepository(cfg.registry), tag: input.tag, abortSignal: signal });
     } else {
       const id = await buildFresh(cfg, input, { key, args, wheelsDir: localWheels }, say, signal);
       await cfg.docker.getImage(id).tag({ repo: CACHE_REPOSITORY, tag: key, abortSignal: signal });
     }
-    const digest = await push(cfg, input.jobId, say, signal);
+    const digest = await push(cfg, input.tag, say, signal);
     const ref = `${jobRepository(cfg.registry)}@${digest}`;
     return { ok: true, image: { ref, digest }, cached: cachedId !== null };
   } catch (err) {

@@ -39,7 +39,7 @@ async function job(files: Record<string, string>, setup?: string): Promise<Image
   const codeSha256 = createHash('sha256')
     .update(JSON.stringify([RUN, files]))
     .digest('hex');
-  return { jobId, baseImage: BASE, localBase: true, srcDir, setup, codeSha256 };
+  return { tag: jobId, baseImage: BASE, localBase: true, srcDir, setup, codeSha256 };
 }
 
 /** Builds, keeping every line `out` got with the time it came. */
@@ -125,7 +125,7 @@ describe('buildImage', () => {
     const info = await docker.getImage(image.ref).inspect();
     expect(info.Config.Labels).toMatchObject({
       'trainyard.build': '1',
-      'trainyard.job': input.jobId,
+      'trainyard.job': input.tag,
       'trainyard.cache-key': expect.stringMatching(/^[0-9a-f]{64}$/),
     });
     const ran = await runIn(image.ref, [
@@ -141,14 +141,14 @@ describe('buildImage', () => {
   }, 60_000);
 
   it('reuses the image built before from the same inputs, without building', async () => {
-    const again = { ...first.input, jobId: `job-${RUN}-again` };
+    const again = { ...first.input, tag: `job-${RUN}-again` };
     const { outcome, text } = await build(again);
     const { image, cached } = built(outcome);
     expect(cached).toBe(true);
     expect(image.digest).toBe(first.digest);
     expect(text.some((l) => /reusing the image/.test(l))).toBe(true);
     expect(text.some((l) => /^Step \d+/.test(l))).toBe(false);
-    const tagged = await docker.getImage(`${registry}/trainyard/jobs:${again.jobId}`).inspect();
+    const tagged = await docker.getImage(`${registry}/trainyard/jobs:${again.tag}`).inspect();
     expect(tagged.Id).toBe(first.id);
   });
 
@@ -184,7 +184,7 @@ describe('buildImage', () => {
       'echo set up\nRUN touch /x\n"; touch /y; "\ntrue',
     );
     const dockerfile = dockerfileText();
-    for (const text of [...odd, 'touch', input.jobId, BASE]) {
+    for (const text of [...odd, 'touch', input.tag, BASE]) {
       expect(dockerfile).not.toContain(text);
     }
     const { outcome } = await build(input);
@@ -251,7 +251,7 @@ describe('buildImage', () => {
   it('fails as the platform’s fault when the registry is unreachable, never showing the password', async () => {
     const password = `pw-${randomBytes(8).toString('hex')}`;
     const { outcome, text } = await build(
-      { ...first.input, jobId: `job-${RUN}-noregistry` },
+      { ...first.input, tag: `job-${RUN}-noregistry` },
       { ...cfg, registry: '127.0.0.1:1', auth: { username: 'trainyard', password } },
     );
     expect(outcome.ok).toBe(false);

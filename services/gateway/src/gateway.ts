@@ -33,7 +33,6 @@ export interface RunningGateway {
   stop(): Promise<void>;
 }
 
-
 /** Who may log in as a name, and where its channels go while it runs. */
 interface Target {
   owner: string;

@@ -135,7 +135,10 @@ export function registerSessionCommands(program: Command): void {
     .option('--vram-gb <gb>', 'VRAM per GPU, in GiB')
     .option('--gpu-model <model>', 'only GPUs whose name holds this, e.g. A100 (any case)')
     .option('--cpus <n>', "CPU-only sessions: how many of the worker's CPU slots it takes")
-    .option('--memory-gb <gb>', 'a hard memory limit, in GiB, for a session in a container (--from-job)')
+    .option(
+      '--memory-gb <gb>',
+      'a hard memory limit, in GiB, for a session in a container (--from-job)',
+    )
     .option('--connect-min <m>', 'stop it if no one logs in this many minutes after it starts')
     .option('--idle-min <m>', 'stop it after this many minutes with no connection open')
     .option('--max-min <m>', 'stop it this many minutes after it starts, whatever happens')
