@@ -69,6 +69,45 @@ describe('the session decider', () => {
     ]);
   });
 
+  it('builds the image of a session that names a base image first, one builder at a time', () => {
+    const timers = { connectMin: 10, idleMin: 30, maxMin: 360 };
+    const spec = sessionSpec({ image: 'python' });
+    const request = decideSession(
+      { type: 'RequestSession', owner: 'alice', spec, timers },
+      initialSessionState('ses_1'),
+    );
+    expect(request).toEqual([
+      { type: 'SessionRequested', data: { owner: 'alice', spec, timers, build: true } },
+    ]);
+    expect(given(request).status).toBe('building');
+    const start = when(request, { type: 'StartBuild', builderId: 'b1' });
+    expect(start).toEqual([{ type: 'SessionBuildStarted', data: { builderId: 'b1' } }]);
+    const building = [...request, ...start];
+    expect(refusal(() => when(building, { type: 'StartBuild', builderId: 'b2' }))).toBe(
+      'INVALID_TRANSITION',
+    );
+    const image = { ref: 'r@sha256:' + 'c'.repeat(64), digest: 'sha256:' + 'c'.repeat(64) };
+    const late = { type: 'CompleteBuild' as const, builderId: 'b2', image, durationMs: 5 };
+    expect(refusal(() => when(building, late))).toBe('INVALID_TRANSITION');
+    const moved = when(building, { type: 'ReclaimBuild', builderId: 'b2', goneBuilderId: 'b1' });
+    const built = when([...building, ...moved], late);
+    const state = given([...building, ...moved, ...built]);
+    expect(state).toMatchObject({ status: 'queued', image, builderId: null });
+    const failure = {
+      kind: 'user' as const,
+      reason: 'buildFailed',
+      message: 'no',
+      retryable: false,
+    };
+    const failed = when(building, { type: 'FailBuild', builderId: 'b1', failure });
+    expect(given([...building, ...failed])).toMatchObject({ status: 'failed', failure });
+    const stopped = when(building, { type: 'StopSession', reason: 'user' });
+    expect(given([...building, ...stopped]).status).toBe('stopped');
+    expect(refusal(() => when([...building, ...stopped], { ...late, builderId: 'b1' }))).toBe(
+      'INVALID_TRANSITION',
+    );
+  });
+
   it('goes requested -> queued -> starting -> running -> stopping -> stopped', () => {
     const events = [requested()];
     expect(given(events).status).toBe('queued');

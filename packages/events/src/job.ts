@@ -50,6 +50,15 @@ export const IMAGE_REFERENCE = new RegExp(
     `${PATH_PART}(?:/${PATH_PART})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$`,
 );
 
+/** A base image a job's or a session's image is built on, as a spec names it. */
+export const BaseImageSchema = z
+  .string()
+  .max(255)
+  .regex(
+    IMAGE_REFERENCE,
+    'an image reference such as python, pytorch/pytorch:2.3.0 or host:5000/team/image:tag',
+  );
+
 /** The user's description of a job, as accepted by the API. */
 export const JobSpecSchema = z.object({
   name: z.string().trim().min(1).max(JOB_NAME_MAX),
@@ -58,14 +67,7 @@ export const JobSpecSchema = z.object({
    * The base image the job's image is built on (`python`: Trainyard's default base). A job with
    * an image runs in a container, on a worker of the Docker runtime.
    */
-  image: z
-    .string()
-    .max(255)
-    .regex(
-      IMAGE_REFERENCE,
-      'an image reference such as python, pytorch/pytorch:2.3.0 or host:5000/team/image:tag',
-    )
-    .optional(),
+  image: BaseImageSchema.optional(),
   setup: z.string().min(1).max(8192).optional(),
   resources: ResourcesSchema,
   priority: z.number().int().min(-1000).max(1000).default(0),

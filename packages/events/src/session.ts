@@ -13,7 +13,13 @@
  */
 import { z } from 'zod';
 import { FailureSchema, SshLoginSchema } from './common.ts';
-import { BuiltImageSchema, CodeArchiveSchema, JOB_ID_PATTERN, ResourcesSchema } from './job.ts';
+import {
+  BaseImageSchema,
+  BuiltImageSchema,
+  CodeArchiveSchema,
+  JOB_ID_PATTERN,
+  ResourcesSchema,
+} from './job.ts';
 
 export const SESSION_NAME_MAX = 128;
 
@@ -38,6 +44,12 @@ export const SessionSpecSchema = z.object({
   /** Timers the user asked for; each is capped by the operator's maximum. */
   timers: SessionTimersSchema.partial().default({}),
   /**
+   * The base image the session's image is built on, with its code and `requirements.txt`
+   * (`python`: Trainyard's default base): the session runs in a container, on a worker of the
+   * Docker runtime.
+   */
+  image: BaseImageSchema.optional(),
+  /**
    * A job of the user's whose image the session runs in (its code and requirements, as built):
    * the session runs in a container, on a worker of the Docker runtime.
    */
@@ -57,7 +69,21 @@ export const SessionRequested = z.object({
     code: CodeArchiveSchema.optional(),
     /** The image it runs in, decided once at request (a job's, by digest): in a container. */
     image: BuiltImageSchema.optional(),
+    /** Its image is to be built first (its spec names a base image): it starts `building`. */
+    build: z.boolean().optional(),
   }),
+});
+
+/** A builder took the session's build. */
+export const SessionBuildStarted = z.object({
+  type: z.literal('SessionBuildStarted'),
+  data: z.object({ builderId: z.string().min(1) }),
+});
+
+/** The session's image is built and pushed: it waits for a place. */
+export const SessionBuilt = z.object({
+  type: z.literal('SessionBuilt'),
+  data: z.object({ image: BuiltImageSchema, durationMs: z.number().nonnegative() }),
 });
 
 /** The scheduler placed the session: a new run on a worker's slot. */
@@ -137,6 +163,8 @@ export const SessionActivity = z.object({
 
 export const SessionEventSchema = z.discriminatedUnion('type', [
   SessionRequested,
+  SessionBuildStarted,
+  SessionBuilt,
   SessionAssigned,
   SessionStarted,
   SessionStopRequested,

@@ -162,6 +162,8 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
   builder: [
     ...EVENT_READER,
     'ty.ev.job.*',
+    // Sessions' builds.
+    'ty.ev.session.*',
     // Code in, artifacts out.
     ...objectsUser('trainyard'),
     // Build logs are attempt 0 and carry no worker.

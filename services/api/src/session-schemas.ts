@@ -83,6 +83,7 @@ export const SessionViewSchema = z
     resources: ResourcesSchema,
     timers: SessionTimersSchema.describe('the timers in force'),
     fromJob: z.string().nullable().describe('the job whose image it runs in'),
+    image: z.string().nullable().describe('the base image its own image is built on'),
     imageDigest: z.string().nullable().describe('the image it runs in, in a container'),
     workerId: z.string().nullable().describe('the worker that holds it now'),
     runId: z.string().nullable(),

@@ -102,6 +102,7 @@ export function sessionView(s: SessionRow) {
     resources: s.resources,
     timers: s.timers,
     fromJob: s.from_job,
+    image: s.base_image,
     imageDigest: s.image_digest,
     workerId: s.worker_id,
     runId: s.run_id,

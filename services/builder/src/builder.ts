@@ -1,7 +1,14 @@
-import { buildsFirst, DomainError } from '@trainyard/domain';
+import { buildsFirst, DomainError, type JobCommand, type SessionCommand } from '@trainyard/domain';
 import { dockerAt } from '@trainyard/runtime';
-import { retry, Subjects } from '@trainyard/events';
-import { loadJob, type JobSnapshot, runJobCommand } from '@trainyard/application';
+import { retry, Subjects, type Failure, type StoredEvent } from '@trainyard/events';
+import {
+  loadJob,
+  loadSession,
+  runJobCommand,
+  runSessionCommand,
+  type JobSnapshot,
+  type SessionSnapshot,
+} from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
 import {
   Liveness,
@@ -10,7 +17,7 @@ import {
   supervise,
   type ServiceContext,
 } from '@trainyard/service-kit';
-import { buildJob, type BuildOutcome } from './build.ts';
+import { buildJob, buildSessionImage } from './build.ts';
 import type { ImageBuildConfig } from './image.ts';
 import { pruneImages } from './prune.ts';
 
@@ -44,9 +51,20 @@ const PRUNE_EVERY_MS = 60 * 60_000;
 
 /** A build that failed in a way another try could mend. */
 class RetryableBuild extends Error {
-  constructor(readonly outcome: BuildOutcome & { ok: false }) {
-    super(outcome.failure.message);
+  constructor(readonly failure: Failure) {
+    super(failure.message);
   }
+}
+
+/** One kind of build the builder does: where it reads, what it takes up, how it builds. */
+interface BuildKind<T> {
+  position: LogPosition;
+  filter: string;
+  /** Whether an event asks for a build. */
+  wanted(event: StoredEvent): boolean;
+  /** Claims the build of `id`: see `claim` in `startBuilder`. */
+  claim(id: string): Promise<T | 'held' | null>;
+  build(claimed: T): Promise<void>;
 }
 
 /** Where the builder builds images, when its config names an engine and a registry. */
@@ -69,9 +87,10 @@ export function imageBuildConfig(config: ServiceContext['config']): ImageBuildCo
 }
 
 /**
- * Builds submitted jobs that need it. It reads job events from its saved position; each build
- * is claimed with `JobBuildStarted` at the job's head, so two builders never build the same
- * job, and the position only moves past a submission once its outcome is in the log.
+ * Builds submitted jobs that need it, and the images of sessions that name a base image. It
+ * reads job and session events from saved positions; each build is claimed with
+ * `JobBuildStarted` (`SessionBuildStarted`) at the aggregate's head, so two builders never build
+ * the same one, and a position only moves past a request once its outcome is in the log.
  */
 export async function startBuilder(
   ctx: ServiceContext,
@@ -79,7 +98,9 @@ export async function startBuilder(
 ): Promise<RunningBuilder> {
   const log = ctx.log.child({ component: 'builder' });
   const replicas = ctx.config.TRAINYARD_STREAM_REPLICAS;
-  const position = await LogPosition.open(ctx.bus.js, opts.name, replicas);
+  const jobPosition = await LogPosition.open(ctx.bus.js, opts.name, replicas);
+  const sessionPosition = await LogPosition.open(ctx.bus.js, `${opts.name}-sessions`, replicas);
+  const positions = [jobPosition, sessionPosition];
   const liveness = await Liveness.open(ctx.bus.js, opts.livenessTtlMs, replicas);
   await liveness.announce(ctx.instanceId);
   const stopping = new AbortController();
@@ -88,89 +109,151 @@ export async function startBuilder(
   const images = imageBuildConfig(ctx.config);
 
   /**
-   * Claims a job's build: a new one, or one whose builder is gone. `held` when a live builder
-   * has it; null when there is nothing to build.
+   * Claims a build found `ready` (nobody holds it yet) or held by `builderId`: starts it, takes
+   * it over from a builder that is gone, `held` while a live one has it, null when there is
+   * nothing to build (or it is this builder's already).
    */
-  async function claim(jobId: string): Promise<JobSnapshot | 'held' | null> {
-    const current = await loadJob(ctx.bus.store, jobId);
-    const { status, builderId } = current.state;
-    if (status === 'submitted') {
-      const command = { type: 'StartBuild' as const, builderId: ctx.instanceId };
-      return runJobCommand(ctx.bus.store, jobId, command, meta(), { snapshot: current });
-    }
-    if (status !== 'building' || !builderId || builderId === ctx.instanceId) return null;
+  async function claim<T>(
+    id: string,
+    found: { ready: boolean; builderId: string | null },
+    start: () => Promise<T>,
+    reclaim: (goneBuilderId: string) => Promise<T>,
+  ): Promise<T | 'held' | null> {
+    if (found.ready) return start();
+    const { builderId } = found;
+    if (!builderId || builderId === ctx.instanceId) return null;
     if (await liveness.isAlive(builderId)) return 'held';
-    log.warn(
-      { jobId, goneBuilderId: builderId },
-      'taking over the build of a builder that is gone',
-    );
-    const command = {
-      type: 'ReclaimBuild' as const,
-      builderId: ctx.instanceId,
-      goneBuilderId: builderId,
-    };
-    return runJobCommand(ctx.bus.store, jobId, command, meta(), { snapshot: current });
+    log.warn({ id, goneBuilderId: builderId }, 'taking over the build of a builder that is gone');
+    return reclaim(builderId);
   }
 
-  async function build(claimed: JobSnapshot): Promise<void> {
-    const jobId = claimed.state.id;
-    const started = Date.now();
-    const { spec, code } = claimed.state;
-    if (!spec) return;
-    log.info({ jobId }, 'building');
-    const once = async () => {
-      const built = await buildJob(
-        ctx.bus,
-        ctx.blobs,
-        jobId,
-        spec,
-        code,
-        archiveLimits(ctx.config),
-        images,
-        stopping.signal,
-      );
-      if (!built.ok && built.failure.retryable) throw new RetryableBuild(built);
+  /** A build tried again, boundedly, while it fails for want of the platform. */
+  async function withTries<T extends { ok: boolean }>(
+    id: string,
+    once: () => Promise<T & ({ ok: true } | { ok: false; failure: Failure })>,
+  ): Promise<T & ({ ok: true } | { ok: false; failure: Failure })> {
+    const tried = async () => {
+      const built = await once();
+      if (!built.ok && built.failure.retryable) throw new RetryableBuild(built.failure);
       return built;
     };
-    const outcome = await retry(once, {
+    return retry(tried, {
       attempts: BUILD_TRIES,
       baseMs: RETRY_MS,
       maxMs: RETRY_MS * 4,
       signal: stopping.signal,
       retryable: (err) => err instanceof RetryableBuild,
       onRetry: (err, tries) =>
-        log.warn({ jobId, tries, reason: (err as Error).message }, 'build failed; trying again'),
+        log.warn({ id, tries, reason: (err as Error).message }, 'build failed; trying again'),
     }).catch((err: unknown) => {
-      if (err instanceof RetryableBuild && !stopping.signal.aborted) return err.outcome;
+      if (err instanceof RetryableBuild && !stopping.signal.aborted)
+        return { ok: false, failure: err.failure } as T & { ok: false; failure: Failure };
       throw err;
     });
-    await runJobCommand(
-      ctx.bus.store,
-      jobId,
-      outcome.ok
-        ? {
-            type: 'CompleteBuild',
-            artifact: outcome.artifact,
-            ...(outcome.image && { image: outcome.image }),
-            durationMs: Date.now() - started,
-          }
-        : { type: 'FailBuild', failure: outcome.failure },
-      meta(),
-      { snapshot: claimed },
-    );
-    log.info({ jobId, ok: outcome.ok, ms: Date.now() - started }, 'build finished');
   }
+
+  const jobs: BuildKind<JobSnapshot> = {
+    position: jobPosition,
+    filter: Subjects.aggregateEvents('job'),
+    wanted: (event) => event.type === 'JobSubmitted' && buildsFirst(event.data),
+    async claim(jobId) {
+      const current = await loadJob(ctx.bus.store, jobId);
+      const { status, builderId } = current.state;
+      const run = (command: JobCommand) =>
+        runJobCommand(ctx.bus.store, jobId, command, meta(), { snapshot: current });
+      return claim(
+        jobId,
+        { ready: status === 'submitted', builderId: status === 'building' ? builderId : null },
+        () => run({ type: 'StartBuild', builderId: ctx.instanceId }),
+        (gone) => run({ type: 'ReclaimBuild', builderId: ctx.instanceId, goneBuilderId: gone }),
+      );
+    },
+    async build(claimed) {
+      const jobId = claimed.state.id;
+      const started = Date.now();
+      const { spec, code } = claimed.state;
+      if (!spec) return;
+      log.info({ jobId }, 'building');
+      const limits = archiveLimits(ctx.config);
+      const outcome = await withTries(jobId, () =>
+        buildJob(ctx.bus, ctx.blobs, jobId, spec, code, limits, images, stopping.signal),
+      );
+      await runJobCommand(
+        ctx.bus.store,
+        jobId,
+        outcome.ok
+          ? {
+              type: 'CompleteBuild',
+              artifact: outcome.artifact,
+              ...(outcome.image && { image: outcome.image }),
+              durationMs: Date.now() - started,
+            }
+          : { type: 'FailBuild', failure: outcome.failure },
+        meta(),
+        { snapshot: claimed },
+      );
+      log.info({ jobId, ok: outcome.ok, ms: Date.now() - started }, 'build finished');
+    },
+  };
+
+  const sessions: BuildKind<SessionSnapshot> = {
+    position: sessionPosition,
+    filter: Subjects.aggregateEvents('session'),
+    wanted: (event) => event.type === 'SessionRequested' && event.data.build === true,
+    async claim(sessionId) {
+      const current = await loadSession(ctx.bus.store, sessionId);
+      const { status, builderId } = current.state;
+      const run = (command: SessionCommand) =>
+        runSessionCommand(ctx.bus.store, sessionId, command, meta(), { snapshot: current });
+      if (status !== 'building') return null;
+      return claim(
+        sessionId,
+        { ready: builderId === null, builderId },
+        () => run({ type: 'StartBuild', builderId: ctx.instanceId }),
+        (gone) => run({ type: 'ReclaimBuild', builderId: ctx.instanceId, goneBuilderId: gone }),
+      );
+    },
+    async build(claimed) {
+      const sessionId = claimed.state.id;
+      const started = Date.now();
+      const { spec, code } = claimed.state;
+      if (!spec?.image) return;
+      const base = spec.image;
+      log.info({ sessionId }, 'building');
+      const limits = archiveLimits(ctx.config);
+      const say = (line: string) => log.debug({ sessionId, line }, 'build output');
+      const outcome = await withTries(sessionId, () =>
+        buildSessionImage(ctx.blobs, sessionId, base, code, limits, images, say, stopping.signal),
+      );
+      const builderId = ctx.instanceId;
+      await runSessionCommand(
+        ctx.bus.store,
+        sessionId,
+        outcome.ok
+          ? {
+              type: 'CompleteBuild',
+              builderId,
+              image: outcome.image,
+              durationMs: Date.now() - started,
+            }
+          : { type: 'FailBuild', builderId, failure: outcome.failure },
+        meta(),
+        { snapshot: claimed },
+      );
+      log.info({ sessionId, ok: outcome.ok, ms: Date.now() - started }, 'build finished');
+    },
+  };
 
   /**
    * Builds with bounded retries for infrastructure errors; the domain's refusals end it. While a
    * live builder holds the build it waits, and takes it over if that builder goes.
    */
-  async function buildWithRetries(jobId: string): Promise<void> {
+  async function buildWithRetries<T>(kind: BuildKind<T>, id: string): Promise<void> {
     const claimAndBuild = async () => {
       while (!stopping.signal.aborted) {
-        const claimed = await claim(jobId);
+        const claimed = await kind.claim(id);
         if (claimed === null) return;
-        if (claimed !== 'held') return build(claimed);
+        if (claimed !== 'held') return kind.build(claimed);
         await sleep(opts.livenessTtlMs / 3, stopping.signal);
       }
     };
@@ -181,29 +264,30 @@ export async function startBuilder(
         maxMs: RETRY_MS * 4,
         signal: stopping.signal,
         retryable: (err) => !(err instanceof DomainError),
-        onRetry: (err, tries) => log.warn({ err, jobId, tries }, 'build handling failed; retrying'),
+        onRetry: (err, tries) => log.warn({ err, id, tries }, 'build handling failed; retrying'),
       });
     } catch (err) {
       if (err instanceof DomainError || stopping.signal.aborted) return;
-      log.error({ err, jobId }, 'giving up on the build');
+      log.error({ err, id }, 'giving up on the build');
     }
   }
 
-  async function follow(): Promise<void> {
+  /** Follows the log for one kind of build, each build in turn within the concurrency. */
+  async function follow<T>(kind: BuildKind<T>): Promise<void> {
     await ctx.events.follow(
       {
-        fromSeq: position.resumeAt,
-        filter: Subjects.aggregateEvents('job'),
+        fromSeq: kind.position.resumeAt,
+        filter: kind.filter,
         signal: stopping.signal,
         onStall: (read) => log.warn({ read }, 'builder reader stalled; starting it again'),
       },
       async (event) => {
-        const wanted = event.type === 'JobSubmitted' && buildsFirst(event.data);
-        position.read(event.seq, wanted);
+        const wanted = kind.wanted(event);
+        kind.position.read(event.seq, wanted);
         if (!wanted) return;
         while (inflight.size >= opts.concurrency) await Promise.race(inflight);
-        const p = buildWithRetries(event.aggregateId).finally(() => {
-          position.done(event.seq);
+        const p = buildWithRetries(kind, event.aggregateId).finally(() => {
+          kind.position.done(event.seq);
           inflight.delete(p);
         });
         inflight.add(p);
@@ -212,9 +296,10 @@ export async function startBuilder(
   }
 
   const saver = setInterval(() => {
-    position
-      .save()
-      .catch((err: unknown) => log.warn({ err }, 'could not save the builder position'));
+    for (const position of positions)
+      position
+        .save()
+        .catch((err: unknown) => log.warn({ err }, 'could not save the builder position'));
   }, opts.saveEveryMs);
   const announcer = setInterval(() => {
     liveness
@@ -236,8 +321,11 @@ export async function startBuilder(
   };
   const pruner = setInterval(prune, PRUNE_EVERY_MS);
   prune();
-  const done = supervise('builder', follow, stopping.signal, log);
-  log.info({ from: position.resumeAt }, 'builder started');
+  const done = Promise.all([
+    supervise('builder', () => follow(jobs), stopping.signal, log),
+    supervise('session builder', () => follow(sessions), stopping.signal, log),
+  ]);
+  log.info({ from: jobPosition.resumeAt }, 'builder started');
   return {
     stop: async () => {
       stopping.abort();
@@ -248,7 +336,7 @@ export async function startBuilder(
       clearInterval(pruner);
       await pruning;
       await liveness.withdraw(ctx.instanceId);
-      await position.save().catch(() => undefined);
+      for (const position of positions) await position.save().catch(() => undefined);
     },
   };
 }

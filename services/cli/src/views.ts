@@ -53,6 +53,7 @@ export interface SessionView {
   status: string;
   resources: { gpus: number; vramGb?: number; cpus?: number; memoryGb?: number; gpuModel?: string };
   fromJob: string | null;
+  image: string | null;
   imageDigest: string | null;
   timers: { connectMin: number; idleMin: number; maxMin: number };
   workerId: string | null;

@@ -32,8 +32,8 @@ export async function dispatchSessionRun(
       cpus: run.cpus,
       ...(state.spec?.resources.memoryGb && { memoryGb: state.spec.resources.memoryGb }),
     },
-    ...(state.code && { code: state.code }),
-    ...(state.image && { image: state.image.ref }),
+    // A session's own image holds its code already.
+    ...(state.image ? { image: state.image.ref } : state.code && { code: state.code }),
     headSeq: session.head.seq,
   };
   const subject =

@@ -66,6 +66,26 @@ const logsOf = async (id: string, attempt?: number) =>
     })
   ).text();
 
+/** Runs `command` through the gateway in a session (or beside a job), logged in by password. */
+async function sshIn(id: string, command: string, kind: 'sessions' | 'jobs' = 'sessions') {
+  const work = await tempDir('trainyard-ssh-');
+  try {
+    const info = await connect(t, token, id, kind);
+    const shell = await SshClient.forSession(work.path, info);
+    return await shell.ssh(command, { password: info.password });
+  } finally {
+    await work.remove();
+  }
+}
+
+/** Asks for a session with code, as multipart. */
+async function askWithCode(spec: object, files: Record<string, string>, tok = token) {
+  const form = new FormData();
+  form.set('spec', JSON.stringify(spec));
+  form.set('code', new Blob([new Uint8Array(await codeArchive(files))]), 'code.tar.gz');
+  return t.http('/v1/sessions', { method: 'POST', token: tok, body: form });
+}
+
 const EXAMPLES = resolve(fileURLToPath(new URL('../../../examples', import.meta.url)));
 
 describe('jobs in containers', () => {
@@ -160,22 +180,13 @@ describe('jobs in containers', () => {
     });
     const id = await submitted(await submit(t, token, spec(), code));
     await t.waitForJob(id, token, (j) => j.status === 'running', 60_000);
-    const work = await tempDir('trainyard-beside-');
-    try {
-      const info = await connect(t, token, id, 'jobs');
-      const shell = await SshClient.forSession(work.path, info);
-      const ran = await shell.ssh('id -u; pwd; echo "$TRAINYARD_JOB_ID"; ls', {
-        password: info.password,
-      });
-      expect(ran.code, ran.stderr).toBe(0);
-      const [uid, dir, jobId, ...files] = ran.stdout.trim().split('\n');
-      expect(Number(uid)).toBeGreaterThan(0);
-      expect(dir).toBe('/workspace');
-      expect(jobId).toBe(id);
-      expect(files).toContain('train.py');
-    } finally {
-      await work.remove();
-    }
+    const ran = await sshIn(id, 'id -u; pwd; echo "$TRAINYARD_JOB_ID"; ls', 'jobs');
+    expect(ran.code, ran.stderr).toBe(0);
+    const [uid, dir, jobId, ...files] = ran.stdout.trim().split('\n');
+    expect(Number(uid)).toBeGreaterThan(0);
+    expect(dir).toBe('/workspace');
+    expect(jobId).toBe(id);
+    expect(files).toContain('train.py');
     const res = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
     expect(res.status).toBeLessThan(300);
     await t.waitForJob(id, token, (j) => j.status === 'cancelled', 30_000);
@@ -243,25 +254,18 @@ describe('sessions in containers', () => {
     });
     expect(held).toHaveLength(1);
     expect(held[0]!.HostConfig.NetworkMode).toBe('none');
-    const work = await tempDir('trainyard-session-box-');
-    try {
-      const info = await connect(t, token, session.id);
-      const shell = await SshClient.forSession(work.path, info);
-      const ran = await shell.ssh(
-        'id -u; pwd; ls; python3 -c "import tygreet; print(tygreet.GREETING)"; cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; echo "$TRAINYARD_SESSION_ID"; exit 7',
-        { password: info.password },
-      );
-      expect(ran.code, ran.stderr).toBe(7);
-      const [uid, dir, ...rest] = ran.stdout.trim().split('\n');
-      expect(Number(uid)).toBeGreaterThan(0);
-      expect(dir).toBe('/workspace');
-      expect(rest).toContain('train.py');
-      expect(rest).toContain('hello from a wheel');
-      expect(rest).toContain(String(512 * 1024 ** 2));
-      expect(rest.at(-1)).toBe(session.id);
-    } finally {
-      await work.remove();
-    }
+    const ran = await sshIn(
+      session.id,
+      'id -u; pwd; ls; python3 -c "import tygreet; print(tygreet.GREETING)"; cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; echo "$TRAINYARD_SESSION_ID"; exit 7',
+    );
+    expect(ran.code, ran.stderr).toBe(7);
+    const [uid, dir, ...rest] = ran.stdout.trim().split('\n');
+    expect(Number(uid)).toBeGreaterThan(0);
+    expect(dir).toBe('/workspace');
+    expect(rest).toContain('train.py');
+    expect(rest).toContain('hello from a wheel');
+    expect(rest).toContain(String(512 * 1024 ** 2));
+    expect(rest.at(-1)).toBe(session.id);
     const stop = await t.http(`/v1/sessions/${session.id}/stop`, { method: 'POST', token });
     expect(stop.status).toBeLessThan(300);
     await waitForSession(t, token, session.id, (s) => s.status === 'stopped', 30_000);
@@ -272,15 +276,59 @@ describe('sessions in containers', () => {
     expect(left).toEqual([]);
   });
 
-  it('refuses a session from another user’s job, from a job with code sent too, and a host session’s memory limit', async () => {
+  it('builds a session’s own image on the default base, with its code and requirements, then runs it', async () => {
+    const res = await askWithCode(
+      { resources: { gpus: 0 } },
+      { 'notes.txt': 'mine\n', 'requirements.txt': 'tygreet\n' },
+    );
+    expect(res.status, await res.clone().text()).toBe(202);
+    const created = (await res.json()) as { id: string; status: string };
+    expect(created.status).toBe('building');
+    const session = await waitForSession(
+      t,
+      token,
+      created.id,
+      (s) => s.status === 'running',
+      90_000,
+    );
+    expect(session).toMatchObject({ image: 'python', fromJob: null });
+    expect(session.imageDigest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    const ran = await sshIn(
+      session.id,
+      'id -u; pwd; cat notes.txt; python3 -c "import tygreet; print(tygreet.GREETING)"',
+    );
+    expect(ran.code, ran.stderr).toBe(0);
+    const [uid, dir, ...rest] = ran.stdout.trim().split('\n');
+    expect(Number(uid)).toBeGreaterThan(0);
+    expect(dir).toBe('/workspace');
+    expect(rest).toEqual(['mine', 'hello from a wheel']);
+    await t.http(`/v1/sessions/${session.id}/stop`, { method: 'POST', token });
+    await waitForSession(t, token, session.id, (s) => s.status === 'stopped', 30_000);
+  });
+
+  it('fails a session whose requirement cannot be had, naming it', async () => {
+    const res = await askWithCode(
+      { image: 'python', resources: { gpus: 0 } },
+      { 'requirements.txt': 'nosuchpkg==9.9\n' },
+    );
+    expect(res.status).toBe(202);
+    const { id } = (await res.json()) as { id: string };
+    const failed = await waitForSession(t, token, id, (s) => s.status === 'failed', 90_000);
+    expect(failed.failure).toMatchObject({ kind: 'user', reason: 'buildFailed' });
+    expect(failed.failure?.message).toContain('nosuchpkg');
+    expect(failed.runs).toBe(0);
+  });
+
+  it('refuses a session from another user’s job, from a job and a base image both, from a job with code sent too, and another job’s image as a base', async () => {
     const jobId = await submitted(await submit(t, token, spec()));
     const bob = await addUser(t, token, 'bob', 'tall-river-stone-42');
     const cases: [string, object, string][] = [
       [bob, { fromJob: jobId, resources: { gpus: 0 } }, `job ${jobId} not found`],
+      [token, { fromJob: jobId, image: 'python', resources: { gpus: 0 } }, 'not both'],
       [
         token,
-        { resources: { gpus: 0, memoryGb: 1 } },
-        'a memory limit holds for sessions in containers',
+        { image: `${docker.registry}/trainyard/jobs:${jobId}`, resources: { gpus: 0 } },
+        'image:',
       ],
     ];
     for (const [tok, body, words] of cases) {
@@ -288,10 +336,7 @@ describe('sessions in containers', () => {
       expect(res.status, JSON.stringify(body)).toBe(400);
       expect(((await res.json()) as { error: { message: string } }).error.message).toContain(words);
     }
-    const form = new FormData();
-    form.set('spec', JSON.stringify({ fromJob: jobId, resources: { gpus: 0 } }));
-    form.set('code', new Blob([new Uint8Array(await codeArchive({ 'a.py': '' }))]), 'code.tar.gz');
-    const both = await t.http('/v1/sessions', { method: 'POST', token, body: form });
+    const both = await askWithCode({ fromJob: jobId, resources: { gpus: 0 } }, { 'a.py': '' });
     expect(both.status).toBe(400);
     expect(await both.text()).toContain('send no code with it');
   });

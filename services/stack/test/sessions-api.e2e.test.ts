@@ -122,6 +122,8 @@ describe('sessions', () => {
       [session({ name: 'evil\u202ename' }), 'control and bidirectional characters'],
       [session({ fromJob: '../etc' }), 'fromJob'],
       [session({ fromJob: 'job_01ABC' }), 'fromJob: this cluster runs no containers'],
+      [session({ image: 'python' }), 'image: this cluster runs sessions on its workers’ hosts'],
+      [session({ image: 'python\nRUN id' }), 'an image reference'],
     ];
     for (const [spec, words] of cases) {
       const res = await post('/v1/sessions', alice, spec);

@@ -21,6 +21,11 @@ export interface SessionView {
   stopReason?: string | null;
   requeuedBecause?: string | null;
   workerId?: string | null;
+  runs?: number;
+  image?: string | null;
+  fromJob?: string | null;
+  imageDigest?: string | null;
+  failure?: { kind: string; reason: string; message: string } | null;
 }
 
 /** What a finished `ssh`, `scp` or `sftp` left: its exit status and output. */

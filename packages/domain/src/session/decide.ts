@@ -29,6 +29,11 @@ export type SessionCommand =
       vramBytes: number;
       cpus: number;
     }
+  /** A builder takes the build of a session that names a base image, or of a builder gone. */
+  | { type: 'StartBuild'; builderId: string }
+  | { type: 'ReclaimBuild'; builderId: string; goneBuilderId: string }
+  | { type: 'CompleteBuild'; builderId: string; image: BuiltImage; durationMs: number }
+  | { type: 'FailBuild'; builderId: string; failure: Failure }
   | { type: 'StartRun'; runId: string }
   /** The worker ended the run: as asked (stopped), or of its own accord (failed). */
   | { type: 'EndRun'; runId: string; failure: Failure | null }
@@ -116,9 +121,32 @@ export function decideSession(command: SessionCommand, state: SessionState): Ses
             timers: command.timers,
             ...(command.code && { code: command.code }),
             ...(command.image && { image: command.image }),
+            ...(command.spec.image !== undefined && !command.image && { build: true }),
           },
         },
       ];
+    case 'StartBuild':
+    case 'ReclaimBuild': {
+      const holder = command.type === 'StartBuild' ? null : command.goneBuilderId;
+      if (state.status !== 'building' || state.builderId !== holder) {
+        return reject(
+          'INVALID_TRANSITION',
+          `session ${state.id} is not ${holder ? `being built by ${holder}` : 'waiting for a build'}`,
+        );
+      }
+      return [{ type: 'SessionBuildStarted', data: { builderId: command.builderId } }];
+    }
+    case 'CompleteBuild':
+    case 'FailBuild':
+      if (state.status !== 'building' || state.builderId !== command.builderId) {
+        return reject(
+          'INVALID_TRANSITION',
+          `session ${state.id} is not being built by ${command.builderId}`,
+        );
+      }
+      return command.type === 'CompleteBuild'
+        ? [{ type: 'SessionBuilt', data: { image: command.image, durationMs: command.durationMs } }]
+        : [{ type: 'SessionFailed', data: { runId: null, failure: command.failure } }];
     case 'AssignSession': {
       if (state.status !== 'queued') {
         return reject('INVALID_TRANSITION', `session ${state.id} is ${state.status}, not queued`);

@@ -31,8 +31,10 @@ export interface SessionState {
   timers: SessionTimers | null;
   /** The code unpacked in its home on each run, if the user sent some. */
   code: CodeArchive | null;
-  /** The image it runs in (a job's), when it runs in a container. */
+  /** The image it runs in, when it runs in a container: a job's, or its own once built. */
   image: BuiltImage | null;
+  /** The builder that holds its build, while it is `building`. */
+  builderId: string | null;
   requestedAt: string | null;
   runs: RunState[];
   /** When the current run started running. */
@@ -58,6 +60,7 @@ export const initialSessionState = (id: string): SessionState => ({
   timers: null,
   code: null,
   image: null,
+  builderId: null,
   requestedAt: null,
   runs: [],
   startedAt: null,
@@ -107,7 +110,7 @@ export function evolveSession(state: SessionState, event: SessionEvent, at: stri
     case 'SessionRequested':
       return {
         ...state,
-        status: 'queued',
+        status: event.data.build ? 'building' : 'queued',
         owner: event.data.owner,
         spec: event.data.spec,
         timers: event.data.timers,
@@ -115,6 +118,10 @@ export function evolveSession(state: SessionState, event: SessionEvent, at: stri
         image: event.data.image ?? null,
         requestedAt: at,
       };
+    case 'SessionBuildStarted':
+      return { ...state, builderId: event.data.builderId };
+    case 'SessionBuilt':
+      return { ...state, status: 'queued', image: event.data.image, builderId: null };
     case 'SessionAssigned':
       return {
         ...state,

@@ -18,15 +18,16 @@ function step(row: SessionRow | undefined, event: StoredEvent): SessionRow | und
   if (!ofAggregate(event, 'session')) return undefined;
   const at = new Date(event.occurredAt);
   if (event.type === 'SessionRequested') {
-    const { owner, spec, timers, image } = event.data;
+    const { owner, spec, timers, image, build } = event.data;
     return {
       id: event.aggregateId,
       owner,
       name: spec.name ?? null,
-      status: 'queued',
+      status: build ? 'building' : 'queued',
       resources: spec.resources,
       timers,
       from_job: spec.fromJob ?? null,
+      base_image: spec.image ?? null,
       image_digest: image?.digest ?? null,
       ...unplaced(),
       runs: 0,
@@ -44,6 +45,10 @@ function step(row: SessionRow | undefined, event: StoredEvent): SessionRow | und
   if (!row) return undefined;
   const next = { ...row, last_seq: event.seq };
   switch (event.type) {
+    case 'SessionBuildStarted':
+      return next;
+    case 'SessionBuilt':
+      return { ...next, status: 'queued', image_digest: event.data.image.digest };
     case 'SessionAssigned':
       return {
         ...next,

@@ -9,8 +9,9 @@ export interface SessionsTable {
   resources: Resources;
   /** The timers in force, as decided when the session was requested. */
   timers: SessionTimers;
-  /** The job whose image it runs in, when it runs in a container. */
+  /** The job whose image it runs in, or the base its own image is built on (in a container). */
   from_job: string | null;
+  base_image: string | null;
   image_digest: string | null;
   /** The worker and run that hold the session now; null while it waits for a place. */
   worker_id: string | null;

@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { initialSessionState, runHolder } from '@trainyard/domain';
+import { initialSessionState, refusedBase, runHolder } from '@trainyard/domain';
 import {
   EMPTY_HEAD,
   SessionStatus,
@@ -89,15 +89,29 @@ async function gatewayOf(deps: ApiDeps, req: FastifyRequest) {
   };
 }
 
-/** The timers a session is given, from its spec, the defaults and caps; or why it is refused. */
-function acceptedTimers(spec: SessionSpec, deps: ApiDeps): SessionTimers {
-  if (spec.resources.memoryGb !== undefined && spec.fromJob === undefined) {
-    throw new ApiError(
-      'VALIDATION_FAILED',
-      'resources.memoryGb: a memory limit holds for sessions in containers (fromJob); a session on a worker’s host has none',
+/**
+ * The spec as this cluster runs it: where sessions run in containers, one that names no image
+ * and no job gets the default base image, as a job does. A base image where no registry holds
+ * images, an image and a job both, or a memory limit for a session on a worker's host (which
+ * nothing would hold) is refused.
+ */
+function withImagePolicy(spec: SessionSpec, images: ApiDeps['images']): SessionSpec {
+  const refuse = (message: string) => new ApiError('VALIDATION_FAILED', message);
+  if (spec.image !== undefined) {
+    if (spec.fromJob !== undefined)
+      throw refuse('image: a session runs in a job’s image (fromJob) or its own, not both');
+    if (!images.enabled)
+      throw refuse('image: this cluster runs sessions on its workers’ hosts, not in containers');
+    const refused = refusedBase(spec.image, images.registry);
+    if (refused) throw refuse(`image: ${refused}`);
+  }
+  const image = spec.image ?? (spec.fromJob === undefined ? images.defaultImage : undefined);
+  if (spec.resources.memoryGb !== undefined && image === undefined && spec.fromJob === undefined) {
+    throw refuse(
+      'resources.memoryGb: a memory limit holds for sessions in containers (image or fromJob); a session on a worker’s host has none',
     );
   }
-  return timersInForce(spec.timers, deps.sessionTimers);
+  return image === undefined ? spec : { ...spec, image };
 }
 
 /**
@@ -165,7 +179,7 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
         tags: ['sessions'],
         summary: 'Request an interactive session',
         description:
-          'A JSON spec alone, or multipart with a `spec` field (JSON) and a `code` file (.tar.gz or .zip), unpacked in the session’s home. With `fromJob`, the session runs in a container of that job’s image (one of yours, built), with its code. Answers at once; the session waits for a place (`queued`), then runs. Timers left out get the defaults; one above its cap is refused.',
+          'A JSON spec alone, or multipart with a `spec` field (JSON) and a `code` file (.tar.gz or .zip), unpacked in the session’s home. With `image` (the default where sessions run in containers), its own image is built first on that base with its code and requirements (`building`); with `fromJob`, it runs in that job’s image (one of yours, built). Answers at once; the session waits for a place (`queued`), then runs. Timers left out get the defaults; one above its cap is refused.',
         body: {
           content: {
             'application/json': { schema: SessionSpecBodySchema },
@@ -182,11 +196,14 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
     },
     async (req, reply) => {
       const caller = callerOf(req);
-      const { spec, staged } = await readSubmission(req, deps.archiveLimits, SessionSpecBodySchema);
+      const submitted = await readSubmission(req, deps.archiveLimits, SessionSpecBodySchema);
+      const { staged } = submitted;
+      let spec: SessionSpec;
       let timers: SessionTimers;
       let image: BuiltImage | undefined;
       try {
-        timers = acceptedTimers(spec, deps);
+        spec = withImagePolicy(submitted.spec, deps.images);
+        timers = timersInForce(spec.timers, deps.sessionTimers);
         image = await imageFromJob(deps, caller, spec, staged);
       } catch (err) {
         await staged?.discard();

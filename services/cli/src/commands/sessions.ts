@@ -13,6 +13,7 @@ import { printJson, printTable } from './table.ts';
 const FLAGS: Record<string, string> = {
   name: '--name',
   fromJob: '--from-job',
+  image: '--image',
   'resources.gpus': '--gpus',
   'resources.vramGb': '--vram-gb',
   'resources.cpus': '--cpus',
@@ -36,6 +37,7 @@ function specFrom(o: CreateFlags) {
   return {
     ...(o.name !== undefined && { name: o.name as string }),
     ...(o.fromJob !== undefined && { fromJob: o.fromJob as string }),
+    ...(o.image !== undefined && { image: o.image as string }),
     resources: {
       gpus: num('--gpus', 'gpus') ?? 0,
       ...(o.vramGb !== undefined && { vramGb: num('--vram-gb', 'vramGb') }),
@@ -108,6 +110,7 @@ function printSession(s: SessionView): void {
   const where = s.workerId ? `  on ${s.workerId} (${s.gpus.join(',') || 'cpu'})` : '';
   console.log(`resources: ${resourcesLine(s)}${where}`);
   if (s.fromJob) console.log(`image: of ${s.fromJob} (${s.imageDigest ?? '-'})`);
+  else if (s.image) console.log(`image: built on ${s.image} (${s.imageDigest ?? 'not yet'})`);
   const t = s.timers;
   console.log(
     `timers: connect ${t.connectMin} min, idle ${t.idleMin} min, max ${t.maxMin} min${s.stopsAt ? `; stops at ${s.stopsAt} unless used` : ''}`,
@@ -128,6 +131,10 @@ export function registerSessionCommands(program: Command): void {
     .argument('[dir]', "a code directory to unpack in the session's home (as submit packs it)")
     .option('--name <name>', 'a name to know it by (an ssh-config host alias)')
     .option(
+      '--image <ref>',
+      'build its image on this base (e.g. python), with the code and its requirements.txt',
+    )
+    .option(
       '--from-job <id>',
       "run it in a container of one of your jobs' image (its code and requirements)",
     )
@@ -137,7 +144,7 @@ export function registerSessionCommands(program: Command): void {
     .option('--cpus <n>', "CPU-only sessions: how many of the worker's CPU slots it takes")
     .option(
       '--memory-gb <gb>',
-      'a hard memory limit, in GiB, for a session in a container (--from-job)',
+      'a hard memory limit, in GiB, for a session in a container (--image, --from-job)',
     )
     .option('--connect-min <m>', 'stop it if no one logs in this many minutes after it starts')
     .option('--idle-min <m>', 'stop it after this many minutes with no connection open')
