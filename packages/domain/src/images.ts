@@ -11,7 +11,7 @@ export function registryOf(ref: string): string | null {
  */
 export function refusedBase(ref: string, registry: string | undefined): string | null {
   const host = registryOf(ref);
-  if (host !== null && host === registry)
+  if (host !== null && host.toLowerCase() === registry?.toLowerCase())
     return `${ref} is in Trainyard's own registry, which holds other jobs' images`;
   const path = host ? ref.slice(host.length + 1) : ref;
   if (

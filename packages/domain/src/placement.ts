@@ -173,9 +173,12 @@ function runtimeFits(job: Candidate, worker: WorkerState): boolean {
   return job.container === (worker.runtime === 'docker');
 }
 
-/** The dispatch contract a worker must read for it: 2 for a probe, 3 for a session. */
+/**
+ * The dispatch contract a worker must read for it: 2 for a probe, 3 for a session, 4 for a
+ * session in a container.
+ */
 function dispatchNeeded(job: Candidate): number {
-  if (job.kind === 'session') return SESSION_DISPATCH_VERSION;
+  if (job.kind === 'session') return SESSION_DISPATCH_VERSION + (job.container ? 1 : 0);
   return job.probe ? 2 : 1;
 }
 

@@ -14,5 +14,8 @@ describe('base images', () => {
       'docker.io/trainyard/cache:x',
     ])
       expect(refusedBase(refused, '127.0.0.1:5000'), refused).not.toBeNull();
+    expect(refusedBase('Registry.Local:5000/trainyard/jobs:job_1', 'registry.local:5000')).toMatch(
+      /Trainyard's own registry/,
+    );
   });
 });

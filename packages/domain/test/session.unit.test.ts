@@ -339,7 +339,7 @@ describe('sessions in the cluster', () => {
     expect(plan(c, T0).assignments.map((a) => a.workerId)).toEqual(['new']);
   });
 
-  it('gives a session in a job’s image only to workers of the Docker runtime, and keeps the image', () => {
+  it('gives a session in a job’s image only to workers of the Docker runtime that read dispatch version 4, and keeps the image', () => {
     const image = {
       ref: 'reg:5000/trainyard/jobs@sha256:' + 'a'.repeat(64),
       digest: 'sha256:' + 'a'.repeat(64),
@@ -358,7 +358,9 @@ describe('sessions in the cluster', () => {
     evolveCluster(c, worker('host', 1));
     evolveCluster(c, stored('session', 'ses_1', boxed));
     expect(plan(c, T0).assignments).toEqual([]);
-    evolveCluster(c, worker('docker', 1, 'docker'));
+    evolveCluster(c, worker('docker-v3', 1, 'docker'));
+    expect(plan(c, T0).assignments).toEqual([]);
+    evolveCluster(c, worker('docker', 1, 'docker', 4));
     expect(plan(c, T0).assignments.map((a) => a.workerId)).toEqual(['docker']);
   });
 

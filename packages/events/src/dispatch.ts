@@ -20,11 +20,12 @@ import { CodeArchiveSchema, OutputFileSchema } from './job.ts';
  * Version 2 adds `probe`: a worker of version 1 would run the whole job where it was asked to
  * probe it, so a probe is sent as version 2 and every other message as version 1, which
  * workers of either version read. Version 3 adds sessions' runs (`session`, `sessionStop`),
- * which only workers that read version 3 are given.
+ * which only workers that read version 3 are given. Version 4 adds a session run's `image`: a
+ * worker of version 3 would run it on its host, so a session in a container is sent as version 4.
  */
-export const DISPATCH_VERSION = 3;
+export const DISPATCH_VERSION = 4;
 /** A message without a version was sent before versions were, as version 1. */
-const Version = z.union([z.literal(1), z.literal(2), z.literal(3)]).default(1);
+const Version = z.union([z.literal(1), z.literal(2), z.literal(3), z.literal(4)]).default(1);
 
 /** How a probe stops: after `maxSteps` optimizer steps, or once the peak has not grown for `plateauSteps`. */
 export const ProbeLimitsSchema = z.object({
@@ -95,7 +96,7 @@ export type StopAttempt = z.infer<typeof StopAttemptSchema>;
  * session's code unpacked in it when it has some, or a container of `image` (by digest).
  */
 export const StartRunSchema = z.object({
-  v: z.literal(3),
+  v: z.union([z.literal(3), z.literal(4)]),
   kind: z.literal('session'),
   sessionId: z.string(),
   runId: z.string(),

@@ -4,8 +4,8 @@
  * Glossary
  * - session: an interactive shell a user asked for, on a worker's GPUs, reached with `ssh`
  *   through the gateway. Unlike a job it runs no command of its own: it holds its slot, a
- *   working directory (with the code the user sent, unpacked) or a container of a job's image,
- *   that the user's SSH channels attach to.
+ *   working directory (with the code the user sent, unpacked) or a container (of an image built
+ *   for it, or of a job's), that the user's SSH channels attach to.
  * - run: one placement of a session on one worker (`runId`). A session whose worker is lost is
  *   placed again as a new run; what the old run held is gone.
  * - channel: one SSH channel (a shell, an exec, sftp, a port forward), carried over NATS

@@ -381,12 +381,13 @@ export class ProcessRuntime implements Runtime {
         signalGroup(pid, 'SIGKILL');
         await tail.close();
         resolve(
-          exit
-            ? await this.#ended(spec, exit)
-            : {
-                kind: 'lost',
-                message: 'the command ended while its worker was away, leaving no exit code',
-              },
+          await this.#ended(
+            spec,
+            exit ?? {
+              kind: 'lost',
+              message: 'the command ended while its worker was away, leaving no exit code',
+            },
+          ),
         );
       };
       const timer = setInterval(() => void watch(), WATCH_MS);

@@ -38,7 +38,10 @@ export const sessionContainerName = (runId: string) =>
   `trainyard-session-${runId.replace(/[^A-Za-z0-9_.-]/g, '_')}`;
 
 /** The environment a session's channels get: the image's, then the session's own. */
-function sessionEnv(spec: SessionRunSpec, image: Record<string, string>): Record<string, string> {
+function containerSessionEnv(
+  spec: SessionRunSpec,
+  image: Record<string, string>,
+): Record<string, string> {
   return {
     ...image,
     HOME: CONTAINER_WORK_DIR,
@@ -93,7 +96,7 @@ export async function startSessionContainer(
   spec: SessionRunSpec,
   opts: ConfineOptions & { workerName: string },
 ): Promise<SessionContainer> {
-  const env = sessionEnv(spec, await imageEnv(docker, spec.image));
+  const env = containerSessionEnv(spec, await imageEnv(docker, spec.image));
   const container = await docker.createContainer(sessionContainerSpec(spec, env, opts));
   const end = async () => {
     await container.remove({ force: true, v: true }).catch((err: unknown) => {

@@ -42,7 +42,7 @@ export const SessionSpecBodySchema = SessionSpecSchema.extend({
     .describe('a name to know it by, e.g. in `trainyard ssh-config`'),
   resources: ResourcesSchema.extend({
     memoryGb: ResourcesSchema.shape.memoryGb.describe(
-      'the memory the session may use, a hard limit: for a session in a container (`fromJob`)',
+      'the memory the session may use, a hard limit: for a session in a container (`image` or `fromJob`)',
     ),
   }).strict(),
   timers: z

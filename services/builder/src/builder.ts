@@ -111,7 +111,8 @@ export async function startBuilder(
   /**
    * Claims a build found `ready` (nobody holds it yet) or held by `builderId`: starts it, takes
    * it over from a builder that is gone, `held` while a live one has it, null when there is
-   * nothing to build (or it is this builder's already).
+   * nothing to build (or it is this builder's already). A claim another builder won meanwhile
+   * is `held`: the next look finds who holds it, and takes it over should that one go.
    */
   async function claim<T>(
     id: string,
@@ -119,12 +120,16 @@ export async function startBuilder(
     start: () => Promise<T>,
     reclaim: (goneBuilderId: string) => Promise<T>,
   ): Promise<T | 'held' | null> {
-    if (found.ready) return start();
+    const lost = (err: unknown): 'held' => {
+      if (err instanceof DomainError) return 'held';
+      throw err;
+    };
+    if (found.ready) return start().catch(lost);
     const { builderId } = found;
     if (!builderId || builderId === ctx.instanceId) return null;
     if (await liveness.isAlive(builderId)) return 'held';
     log.warn({ id, goneBuilderId: builderId }, 'taking over the build of a builder that is gone');
-    return reclaim(builderId);
+    return reclaim(builderId).catch(lost);
   }
 
   /** A build tried again, boundedly, while it fails for want of the platform. */

@@ -21,7 +21,7 @@ export async function dispatchSessionRun(
   const run = runHolder(state);
   if (!run || run.startedAt !== null || state.status !== 'starting') return;
   const message: DispatchMessage = {
-    v: 3,
+    v: state.image ? 4 : 3,
     kind: 'session',
     sessionId: state.id,
     runId: run.id,

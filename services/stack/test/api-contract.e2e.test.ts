@@ -108,7 +108,7 @@ describe('what the API refuses', () => {
     const before = (await (await t.http('/v1/jobs?limit=500', { token: admin })).json()) as Job[];
     const cases: [object, string][] = [
       [cpuSpec({ image: 'python:3.11' }), 'this cluster runs jobs on its workers’ hosts'],
-      [cpuSpec({ resources: { gpus: 0, memoryGb: 0.001 } }), 'a job cannot start in less'],
+      [cpuSpec({ resources: { gpus: 0, memoryGb: 0.001 } }), 'nothing starts in less'],
       [cpuSpec({ image: 'python\nRUN touch /x' }), 'an image reference'],
       [cpuSpec({ image: 'python;id' }), 'an image reference'],
       [cpuSpec({ gpu: 1 }), 'gpu'],

@@ -325,6 +325,7 @@ describe('sessions in containers', () => {
     const cases: [string, object, string][] = [
       [bob, { fromJob: jobId, resources: { gpus: 0 } }, `job ${jobId} not found`],
       [token, { fromJob: jobId, image: 'python', resources: { gpus: 0 } }, 'not both'],
+      [token, { resources: { gpus: 0, memoryGb: 0.001 } }, 'nothing starts in less'],
       [
         token,
         { image: `${docker.registry}/trainyard/jobs:${jobId}`, resources: { gpus: 0 } },

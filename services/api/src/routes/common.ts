@@ -105,3 +105,16 @@ export async function visibleJobHistory(deps: ApiDeps, caller: Caller, id: strin
   }
   return history;
 }
+
+/** The least memory limit a job or session is given: Docker refuses to start one under 6 MiB. */
+const MIN_MEMORY_GB = 0.05;
+
+/** Refuses a memory limit nothing starts in, naming `field`. */
+export function refuseTinyMemory(memoryGb: number | undefined, field: string): void {
+  if (memoryGb !== undefined && memoryGb < MIN_MEMORY_GB) {
+    throw new ApiError(
+      'VALIDATION_FAILED',
+      `${field}: at least ${MIN_MEMORY_GB} (${MIN_MEMORY_GB * 1024} MiB); nothing starts in less`,
+    );
+  }
+}

@@ -20,10 +20,15 @@ import {
 } from '../schemas.ts';
 import { keepUpload, readSubmission } from '../upload.ts';
 import { jobView } from '../views.ts';
-import { actorOf, callerOf, jobIdParam, readModel, visibleJob, waitForSeq } from './common.ts';
-
-/** The least memory limit a container is given: Docker refuses to start one under 6 MiB. */
-const MIN_MEMORY_GB = 0.05;
+import {
+  actorOf,
+  callerOf,
+  jobIdParam,
+  readModel,
+  refuseTinyMemory,
+  visibleJob,
+  waitForSeq,
+} from './common.ts';
 
 /** The most jobs one page of `GET /v1/jobs` holds. */
 export const MAX_LIST_LIMIT = 500;
@@ -43,12 +48,7 @@ function withImagePolicy(spec: JobSpec, images: ApiDeps['images']): JobSpec {
   const refused = spec.image === undefined ? null : refusedBase(spec.image, images.registry);
   if (refused) throw new ApiError('VALIDATION_FAILED', `spec.image: ${refused}`);
   const image = spec.image ?? images.defaultImage;
-  if (spec.resources.memoryGb !== undefined && spec.resources.memoryGb < MIN_MEMORY_GB) {
-    throw new ApiError(
-      'VALIDATION_FAILED',
-      `spec.resources.memoryGb: at least ${MIN_MEMORY_GB} (${MIN_MEMORY_GB * 1024} MiB); a job cannot start in less`,
-    );
-  }
+  refuseTinyMemory(spec.resources.memoryGb, 'spec.resources.memoryGb');
   return image === undefined ? spec : { ...spec, image };
 }
 

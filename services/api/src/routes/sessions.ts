@@ -32,7 +32,14 @@ import {
 } from '../session-schemas.ts';
 import { keepUpload, readSubmission, type StagedUpload } from '../upload.ts';
 import { sessionView } from '../views.ts';
-import { actorOf, callerOf, readModel, visibleJob, waitForSeq } from './common.ts';
+import {
+  actorOf,
+  callerOf,
+  readModel,
+  refuseTinyMemory,
+  visibleJob,
+  waitForSeq,
+} from './common.ts';
 
 /** The most sessions one `GET /v1/sessions` answers with. */
 export const MAX_SESSION_LIST = 500;
@@ -105,6 +112,7 @@ function withImagePolicy(spec: SessionSpec, images: ApiDeps['images']): SessionS
     const refused = refusedBase(spec.image, images.registry);
     if (refused) throw refuse(`image: ${refused}`);
   }
+  refuseTinyMemory(spec.resources.memoryGb, 'resources.memoryGb');
   const image = spec.image ?? (spec.fromJob === undefined ? images.defaultImage : undefined);
   if (spec.resources.memoryGb !== undefined && image === undefined && spec.fromJob === undefined) {
     throw refuse(
