@@ -197,7 +197,10 @@ export function registerJobCommands(program: Command): void {
       '--image <ref>',
       'run in a container built on this base image (python: the default base); where the cluster runs containers',
     )
-    .option('--memory-gb <gb>', 'a hard memory limit, in GiB: for jobs in containers')
+    .option(
+      '--memory-gb <gb>',
+      'a hard memory limit, in GiB (the job goes to a worker that holds it)',
+    )
     .option(
       '--setup <cmd>',
       'a setup command: run on the worker before the command, or once in the image build',
