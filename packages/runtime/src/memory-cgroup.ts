@@ -6,7 +6,15 @@
  * out-of-memory. Whatever is left in the cgroup when the attempt ends is killed with it.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -23,6 +31,11 @@ interface Layout {
 
 const PARENT = 'trainyard';
 const REMOVE_TRIES = 20;
+/**
+ * An empty cgroup this old is left of an attempt whose end no runtime saw (its worker was
+ * killed): a live attempt's never is empty, and one being prepared is joined within moments.
+ */
+const LEFT_AFTER_MS = 60_000;
 
 /** The first `oom_kill N` line's N, of a cgroup's events file; 0 where it has none. */
 export function oomKills(text: string): number {
@@ -38,6 +51,12 @@ export class MemoryCgroups {
    * is not root, or the host has no memory controller it may use).
    */
   static here(root = '/sys/fs/cgroup'): MemoryCgroups | null {
+    const found = MemoryCgroups.#find(root);
+    found?.sweep();
+    return found;
+  }
+
+  static #find(root: string): MemoryCgroups | null {
     if (process.getuid?.() !== 0) return null;
     try {
       const v1 = join(root, 'memory');
@@ -123,6 +142,32 @@ export class MemoryCgroups {
       }
     }
     return killed;
+  }
+
+  /**
+   * Removes the empty cgroups left of attempts whose end no runtime saw, made over `olderThanMs`
+   * ago; says how many. One that still holds a process is not empty, and stays.
+   */
+  sweep(olderThanMs = LEFT_AFTER_MS): number {
+    let removed = 0;
+    let names: string[];
+    try {
+      names = readdirSync(this.layout.parent);
+    } catch {
+      return 0;
+    }
+    for (const name of names) {
+      const dir = join(this.layout.parent, name);
+      try {
+        if (Date.now() - statSync(dir).ctimeMs < olderThanMs) continue;
+        if (this.#members(dir).length > 0) continue;
+        rmdirSync(dir);
+        removed++;
+      } catch {
+        // Not a cgroup, gone meanwhile, or busy: left as it is.
+      }
+    }
+    return removed;
   }
 
   #members(dir: string): number[] {

@@ -90,6 +90,26 @@ describe.runIf(process.getuid?.() === 0)('memory cgroups of the process runtime,
     expect(leftOf(s)).toEqual([]);
   });
 
+  it('sweeps the empty cgroups left of attempts no runtime saw end, not one that holds a process', async () => {
+    const left = spec('true');
+    cgroups!.prepare(left.attemptId, left.pidFile);
+    expect(leftOf(left)).toHaveLength(1);
+    const out: string[] = [];
+    const live = spec('echo up; sleep 300', { user });
+    const run = await runtime.start(live, (_s, c) => out.push(c.toString()));
+    await waitFor('the attempt to run', () => out.join('').includes('up'));
+    expect(cgroups!.sweep(60_000)).toBe(0);
+    expect(leftOf(left)).toHaveLength(1);
+    // Old enough to be left, young enough that no other attempt being prepared now is taken.
+    await new Promise((r) => setTimeout(r, 1_200));
+    expect(cgroups!.sweep(1_000)).toBeGreaterThanOrEqual(1);
+    expect(leftOf(left)).toEqual([]);
+    expect(leftOf(live)).toHaveLength(1);
+    await run.kill(1_000);
+    await run.exited;
+    expect(leftOf(live)).toEqual([]);
+  });
+
   it('reads the end of an attempt it took over from a worker that died as out of memory', async () => {
     const s = spec(`sleep 2; ${allocate(512)}`, { user, memoryBytes: 64 * MiB });
     const code = [
