@@ -1,13 +1,10 @@
-import { spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
 import { MemoryCgroups, oomKills, ProcessRuntime, SAFE_PATH, type RunSpec } from '../src/index.ts';
 import { runSpecIn } from './run-spec.ts';
+import { workerStarting } from './worker-process.ts';
 
-const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
-const PROCESS_RUNTIME = fileURLToPath(new URL('../src/process.ts', import.meta.url));
 const MiB = 1024 ** 2;
 const PARENT = '/sys/fs/cgroup/memory/trainyard';
 /** Touches every page of `mb` MiB, so that the memory is really used. */
@@ -112,23 +109,8 @@ describe.runIf(process.getuid?.() === 0)('memory cgroups of the process runtime,
 
   it('reads the end of an attempt it took over from a worker that died as out of memory', async () => {
     const s = spec(`sleep 2; ${allocate(512)}`, { user, memoryBytes: 64 * MiB });
-    const code = [
-      `import { ProcessRuntime } from ${JSON.stringify(PROCESS_RUNTIME)};`,
-      'const run = await new ProcessRuntime().start(JSON.parse(process.argv[1]), () => undefined);',
-      'console.log(run.pid);',
-      'setInterval(() => undefined, 60_000);',
-    ].join('\n');
-    const worker = spawn(
-      process.execPath,
-      ['--import', 'tsx', '--input-type=module', '-e', code, JSON.stringify(s)],
-      { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    let said = '';
-    worker.stdout.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    const { worker, pid } = await workerStarting(s);
     try {
-      const pid = Number(
-        await waitFor('the worker to start the attempt', () => /^\d+\n/.exec(said)?.[0]),
-      );
       worker.kill('SIGKILL');
       await waitFor('the worker to die', () => !processAlive(worker.pid!));
       const attached = await runtime.attach(s, pid, 0, () => undefined);

@@ -1,16 +1,12 @@
-import { spawn } from 'node:child_process';
 import { readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
 import { ProcessRuntime, SAFE_PATH, shellQuote, type RunSpec } from '../src/index.ts';
 import { runSpecIn } from './run-spec.ts';
+import { workerStarting } from './worker-process.ts';
 import { SpawnError, Spawner } from '../src/spawner.ts';
-
-const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
-const PROCESS_RUNTIME = fileURLToPath(new URL('../src/process.ts', import.meta.url));
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 beforeAll(async () => {
@@ -94,23 +90,11 @@ describe('the spawner', () => {
   it('outlives a worker that dies: what it started runs on, and its status is still recorded', async () => {
     const { command, go } = gated();
     const s = spec(command);
-    const code = [
-      `import { ProcessRuntime } from ${JSON.stringify(PROCESS_RUNTIME)};`,
-      'const run = await new ProcessRuntime().start(JSON.parse(process.argv[1]), () => undefined);',
-      'console.log(run.pid);',
-      'setInterval(() => undefined, 60_000);',
-    ].join('\n');
-    const worker = spawn(
-      process.execPath,
-      ['--import', 'tsx', '--input-type=module', '-e', code, JSON.stringify(s)],
-      { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] },
-    );
-    let said = '';
-    worker.stdout.on('data', (chunk: Buffer) => (said += chunk.toString()));
+    const { worker, pid } = await workerStarting(s).catch(async (err: unknown) => {
+      await writeFile(go, '');
+      throw err;
+    });
     try {
-      const pid = Number(
-        await waitFor('the worker to start the attempt', () => /^\d+\n/.exec(said)?.[0]),
-      );
       const spawner = processInfo(pid)!.parent;
       expect(processInfo(spawner)!.parent).toBe(worker.pid);
       worker.kill('SIGKILL');
