@@ -24,7 +24,7 @@ interface Layout {
   parent: string;
   limit: string;
   /** The limit of memory and swap together (v1), or of swap alone (v2); absent without swap. */
-  swap: { file: string; value: (limit: number) => string } | null;
+  swap: { file: string; value: (limit: string) => string } | null;
   /** Where the kernel counts the processes it killed for memory (`oom_kill N`). */
   events: string;
 }
@@ -67,7 +67,7 @@ export class MemoryCgroups {
         return new MemoryCgroups({
           parent,
           limit: 'memory.limit_in_bytes',
-          swap: memsw ? { file: 'memory.memsw.limit_in_bytes', value: String } : null,
+          swap: memsw ? { file: 'memory.memsw.limit_in_bytes', value: (limit) => limit } : null,
           events: 'memory.oom_control',
         });
       }
@@ -109,7 +109,7 @@ export class MemoryCgroups {
       writeFileSync(join(dir, this.layout.limit), limit);
       const swap = this.layout.swap;
       if (swap && existsSync(join(dir, swap.file)))
-        writeFileSync(join(dir, swap.file), swap.value(Math.floor(memoryBytes)));
+        writeFileSync(join(dir, swap.file), swap.value(limit));
     }
     return join(dir, 'cgroup.procs');
   }
