@@ -15,7 +15,7 @@ import { ChannelRequestSchema } from './channel.ts';
 /** The most bytes one data frame carries. */
 export const FRAME_BYTES = 64 * 1024;
 /** How many bytes of a stream may be unread at its far end, unless configured. */
-export const DEFAULT_WINDOW = 1024 * 1024;
+export const DEFAULT_WINDOW = 4 * 1024 * 1024;
 /** How often the gateway pings each channel, unless configured; 3 silent intervals end it. */
 export const DEFAULT_KEEPALIVE_MS = 10_000;
 /** How long the gateway waits for a worker to answer an open, unless configured. */
