@@ -66,6 +66,12 @@ export const BaseConfigSchema = z.object({
   TRAINYARD_PROBE_MAX_STEPS: z.coerce.number().int().min(2).max(1000).default(20),
   TRAINYARD_PROBE_PLATEAU_STEPS: z.coerce.number().int().min(1).max(1000).default(2),
   TRAINYARD_PROBE_TIMEOUT_MIN: z.coerce.number().positive().max(1440).default(10),
+  /**
+   * A session whose run has not started this long after it was placed fails (`startTimeout`);
+   * one whose worker has not said its run ended this long after a stop is stopped all the same.
+   */
+  TRAINYARD_SESSION_START_LIMIT_MIN: z.coerce.number().min(0.05).max(1440).default(15),
+  TRAINYARD_SESSION_STOP_LIMIT_MIN: z.coerce.number().min(0.05).max(1440).default(5),
   /** Where the SSH gateway listens (`trainyard gateway`; `up` takes a free port near it). */
   TRAINYARD_SSH_PORT: z.coerce.number().int().min(0).max(65_535).default(2222),
   TRAINYARD_SSH_LISTEN: z.string().default('0.0.0.0'),

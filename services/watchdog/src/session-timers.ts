@@ -4,6 +4,7 @@ import {
   initialSessionState,
   sessionDeadline,
   sessionEnded,
+  type SessionLimits,
   type SessionState,
 } from '@trainyard/domain';
 import { Subjects, type SessionEvent, type StoredEvent } from '@trainyard/events';
@@ -14,14 +15,21 @@ export interface RunningTimers {
   stop(): Promise<void>;
 }
 
+const MINUTE = 60_000;
+
 /**
  * Session timers: follows the sessions' events and, when one's timer runs out (never connected,
- * idle, or its hard cap), asks the session to stop, saying why. The decider checks the deadline
+ * idle, or its hard cap), asks the session to stop, saying why. A session whose run does not
+ * start in time fails; one whose worker does not confirm a stop in time is stopped. The decider checks the deadline
  * again on the session as the log has it, so a login or a channel that came meanwhile wins, and
  * two watchdogs asking at once stop it once.
  */
 export function startSessionTimers(ctx: ServiceContext, checkEveryMs: number): RunningTimers {
   const log = ctx.log.child({ component: 'session-timers' });
+  const limits: SessionLimits = {
+    startMs: ctx.config.TRAINYARD_SESSION_START_LIMIT_MIN * MINUTE,
+    stopMs: ctx.config.TRAINYARD_SESSION_STOP_LIMIT_MIN * MINUTE,
+  };
   const sessions = new Map<string, SessionState>();
   const stopping = new AbortController();
   let read = 0;
@@ -52,13 +60,13 @@ export function startSessionTimers(ctx: ServiceContext, checkEveryMs: number): R
   async function check(): Promise<void> {
     const now = new Date();
     for (const [id, state] of sessions) {
-      const deadline = sessionDeadline(state);
+      const deadline = sessionDeadline(state, limits);
       if (!deadline || deadline.at > now) continue;
       try {
         const { events } = await runSessionCommand(
           ctx.bus.store,
           id,
-          { type: 'ExpireSession', now },
+          { type: 'ExpireSession', now, limits },
           { actor: { kind: 'service', id: ctx.instanceId }, now },
         );
         if (events.length > 0)

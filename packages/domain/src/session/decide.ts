@@ -9,6 +9,7 @@ import type {
   SshLogin,
 } from '@trainyard/events';
 import { assertNever, DomainError } from '../errors.ts';
+import { failure } from '../failures.ts';
 import { currentRun, runHolder, sessionEnded, type SessionState } from './state.ts';
 
 /** Commands on a session. Time arrives inside them; `decide` has no clock. */
@@ -41,7 +42,7 @@ export type SessionCommand =
   | { type: 'LoseRun'; runId: string; reason: string }
   | { type: 'StopSession'; reason: 'user' }
   /** A timer may have run out: stops the session only if, by its state, it has. */
-  | { type: 'ExpireSession'; now: Date }
+  | { type: 'ExpireSession'; now: Date; limits?: SessionLimits }
   | ({ type: 'RecordLogin' } & SshLogin)
   | { type: 'RecordActivity'; runId: string; active: boolean };
 
@@ -51,17 +52,45 @@ const reject = (code: DomainError['code'], message: string): never => {
 
 const MINUTE = 60_000;
 
-/** A timer of a running session, and when it runs out. */
+/**
+ * The platform's own limits on a session's passage: from its placement to its run starting on
+ * the worker, and from a stop asked to the worker's word that the run ended.
+ */
+export interface SessionLimits {
+  startMs: number;
+  stopMs: number;
+}
+
+export const DEFAULT_SESSION_LIMITS: SessionLimits = { startMs: 15 * MINUTE, stopMs: 5 * MINUTE };
+
+/**
+ * A timer of a session, and when it runs out: one of a running session's, or `startTimeout`
+ * (its run never started) and `stopTimeout` (its worker never said the run ended).
+ */
 export interface SessionDeadline {
-  reason: Exclude<SessionStopReason, 'user'>;
+  reason: Exclude<SessionStopReason, 'user'> | 'startTimeout' | 'stopTimeout';
   at: Date;
 }
 
 /**
- * The first timer to run out for a running session: never connected, idle after its last channel
- * closed, or its hard cap. `null` for a session that is not running.
+ * The first timer to run out for a session: for one starting, the start limit; for one
+ * stopping, the stop limit; for one running, never connected, idle after its last channel
+ * closed, or its hard cap. `null` for a session in none of those states.
  */
-export function sessionDeadline(state: SessionState): SessionDeadline | null {
+export function sessionDeadline(
+  state: SessionState,
+  limits: SessionLimits = DEFAULT_SESSION_LIMITS,
+): SessionDeadline | null {
+  const run = runHolder(state);
+  if (state.status === 'starting' && run) {
+    return { reason: 'startTimeout', at: new Date(Date.parse(run.assignedAt) + limits.startMs) };
+  }
+  if (state.status === 'stopping' && state.stoppingSince) {
+    return {
+      reason: 'stopTimeout',
+      at: new Date(Date.parse(state.stoppingSince) + limits.stopMs),
+    };
+  }
   if (state.status !== 'running' || !state.timers || !state.startedAt) return null;
   const started = Date.parse(state.startedAt);
   const deadlines: SessionDeadline[] = [
@@ -180,8 +209,25 @@ export function decideSession(command: SessionCommand, state: SessionState): Ses
       if (state.status === 'stopping') return [];
       return stop(state, command.reason);
     case 'ExpireSession': {
-      const deadline = sessionDeadline(state);
+      const limits = command.limits ?? DEFAULT_SESSION_LIMITS;
+      const deadline = sessionDeadline(state, limits);
       if (!deadline || deadline.at > command.now) return [];
+      const run = runHolder(state);
+      if (deadline.reason === 'startTimeout') {
+        const minutes = Math.round((limits.startMs / MINUTE) * 10) / 10;
+        const where = run ? ` on worker ${run.workerId}` : '';
+        const message = `the session did not start within ${minutes} minutes${where}`;
+        return [
+          {
+            type: 'SessionFailed',
+            data: { runId: run?.id ?? null, failure: failure('startTimeout', message) },
+          },
+        ];
+      }
+      // The worker never said its run ended: the session is over all the same.
+      if (deadline.reason === 'stopTimeout') {
+        return [{ type: 'SessionStopped', data: { runId: run?.id ?? null } }];
+      }
       return stop(state, deadline.reason);
     }
     case 'RecordLogin': {
