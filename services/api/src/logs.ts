@@ -1,5 +1,5 @@
 import { DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
-import { endsJob, type JobState } from '@trainyard/domain';
+import { endsJob } from '@trainyard/domain';
 import {
   getStoredMessage,
   ofAggregate,
@@ -7,7 +7,7 @@ import {
   Streams,
   Subjects,
 } from '@trainyard/events';
-import { loadJob } from '@trainyard/application';
+import { loadJob, loadSession } from '@trainyard/application';
 import { BlobKeys, getWritten, type BlobStore } from '@trainyard/blobs';
 import { onAbort, type Bus } from '@trainyard/service-kit';
 
@@ -49,19 +49,59 @@ function after(
   return { offset: offset + skip, data: data.subarray(skip) };
 }
 
-/** Whether the job has ended, from its newest event alone. */
-async function jobEnded(bus: Bus, jobId: string): Promise<boolean> {
-  const last = await bus.store.last('job', jobId);
-  return last !== null && ofAggregate(last, 'job') && endsJob(last);
+/**
+ * Whose log is read: a job's (its build is attempt 0, then one part per attempt) or a session's
+ * (its image build, attempt 0, alone).
+ */
+export interface LogOwner {
+  id: string;
+  /** Whether nothing more will be written to the log. */
+  ended(): Promise<boolean>;
+  /** The worker that held attempt N (`N > 0`), whose chunks alone count; null for none. */
+  workerOf(attempt: number): Promise<string | null>;
+  /** The parts whose archived copies there may be, in order, with the worker that wrote each. */
+  parts(): Promise<{ attempt: number; workerId?: string }[]>;
 }
 
-/** The stream sequence of the job's newest live log chunk, 0 when none is kept. */
-async function lastChunkSeq(bus: Bus, jobId: string): Promise<number> {
+/** A job's log: its build's, then each attempt's, written by the worker that held it. */
+export function jobLog(bus: Bus, jobId: string): LogOwner {
+  return {
+    id: jobId,
+    ended: async () => {
+      const last = await bus.store.last('job', jobId);
+      return last !== null && ofAggregate(last, 'job') && endsJob(last);
+    },
+    workerOf: attemptWorkers(bus, jobId),
+    parts: async () => {
+      const { state } = await loadJob(bus.store, jobId);
+      return [
+        { attempt: 0 },
+        ...state.attempts.map((a) => ({ attempt: a.number, workerId: a.workerId })),
+      ];
+    },
+  };
+}
+
+/** A session's log: the build of its image, ended once the session no longer builds. */
+export function sessionBuildLog(bus: Bus, sessionId: string): LogOwner {
+  return {
+    id: sessionId,
+    ended: async () => {
+      const { status } = (await loadSession(bus.store, sessionId)).state;
+      return status !== 'building' && status !== 'none';
+    },
+    workerOf: () => Promise.resolve(null),
+    parts: () => Promise.resolve([{ attempt: 0 }]),
+  };
+}
+
+/** The stream sequence of the owner's newest live log chunk, 0 when none is kept. */
+async function lastChunkSeq(bus: Bus, id: string): Promise<number> {
   const last = await getStoredMessage(
     bus.jsm,
     Streams.logs,
-    { last_by_subj: Subjects.jobLogs(jobId) },
-    `read the log of ${jobId}`,
+    { last_by_subj: Subjects.jobLogs(id) },
+    `read the log of ${id}`,
   );
   return last?.seq ?? 0;
 }
@@ -107,14 +147,12 @@ function attemptWorkers(bus: Bus, jobId: string) {
 /** The archived logs: the build's in the shared store, each attempt's where its worker wrote. */
 async function* readArchived(
   blobs: BlobStore,
-  state: JobState,
+  owner: LogOwner,
   from: LogPosition | undefined,
 ): AsyncGenerator<LogPiece> {
-  const jobId = state.id;
-  for (let n = 0; n <= state.attempts.length; n++) {
-    const workerId = state.attempts.find((a) => a.number === n)?.workerId;
+  for (const { attempt: n, workerId } of await owner.parts()) {
     if (n > 0 && !workerId) continue;
-    const blob = await getWritten(blobs, workerId, BlobKeys.log(jobId, n));
+    const blob = await getWritten(blobs, workerId, BlobKeys.log(owner.id, n));
     if (!blob) continue;
     let offset = 0;
     for await (const chunk of blob) {
@@ -136,9 +174,8 @@ async function* readArchived(
 async function* readLive(
   bus: Bus,
   consumer: Consumer,
-  jobId: string,
+  owner: LogOwner,
   until: number,
-  workerOf: (attempt: number) => Promise<string | null>,
   opts: ReadLogOptions,
 ): AsyncGenerator<LogPiece> {
   const messages = await consumer.consume();
@@ -152,8 +189,9 @@ async function* readLive(
         if (checking) return;
         checking = true;
         const at = lastRead;
-        void jobEnded(bus, jobId)
-          .then(async (ended) => ended && (await lastChunkSeq(bus, jobId)) <= at && stop())
+        void owner
+          .ended()
+          .then(async (ended) => ended && (await lastChunkSeq(bus, owner.id)) <= at && stop())
           .catch(() => undefined)
           .finally(() => (checking = false));
       }, CHECK_MS)
@@ -169,7 +207,7 @@ async function* readLive(
         place !== null &&
         (place.attempt === 0 ||
           place.writer === null ||
-          place.writer === (await workerOf(place.attempt)));
+          place.writer === (await owner.workerOf(place.attempt)));
       const part = ours && after(opts.from, place.attempt, place.offset, msg.data);
       if (part) yield { kind: 'chunk', attempt: place.attempt, ...part };
       if (!caughtUp && msg.seq >= until) {
@@ -186,26 +224,23 @@ async function* readLive(
 }
 
 /**
- * A job's log, piece by piece: from the live stream while it is kept there (attempt 0 is the
- * build), else from the archived copies in the blob store.
+ * A log, piece by piece: from the live stream while it is kept there (attempt 0 is the build),
+ * else from the archived copies in the blob store.
  */
 export async function readLog(
   bus: Bus,
   blobs: BlobStore,
-  jobId: string,
+  owner: LogOwner,
   opts: ReadLogOptions,
 ): Promise<AsyncGenerator<LogPiece>> {
-  const until = await lastChunkSeq(bus, jobId);
-  const archived = until === 0 && (!opts.follow || (await jobEnded(bus, jobId)));
-  if (archived) {
-    const { state } = await loadJob(bus.store, jobId);
-    return readArchived(blobs, state, opts.from);
-  }
-  const consumer = await retryTransient(`read the log of ${jobId}`, () =>
+  const until = await lastChunkSeq(bus, owner.id);
+  const archived = until === 0 && (!opts.follow || (await owner.ended()));
+  if (archived) return readArchived(blobs, owner, opts.from);
+  const consumer = await retryTransient(`read the log of ${owner.id}`, () =>
     bus.js.consumers.get(Streams.logs, {
-      filter_subjects: Subjects.jobLogs(jobId),
+      filter_subjects: Subjects.jobLogs(owner.id),
       deliver_policy: DeliverPolicy.All,
     }),
   );
-  return readLive(bus, consumer, jobId, until, attemptWorkers(bus, jobId), opts);
+  return readLive(bus, consumer, owner, until, opts);
 }

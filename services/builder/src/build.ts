@@ -148,6 +148,30 @@ function thrown(err: unknown): Refused {
 }
 
 /**
+ * Runs a build in a directory of its own, removed after; what it says is `id`'s build log
+ * (attempt 0), live and archived at the end. A build that throws comes back as `thrown` says.
+ */
+async function inBuildDir<T>(
+  bus: Bus,
+  blobs: BlobStore,
+  id: string,
+  build: (dir: string, say: Say) => Promise<T>,
+): Promise<T | Refused> {
+  const dir = await mkdtemp(join(tmpdir(), 'trainyard-build-'));
+  const shipper = new LogShipper(bus.js, id, 0, join(dir, 'build.log'));
+  const say = (line: string) => shipper.write(Buffer.from(`${line}\n`));
+  try {
+    return await build(dir, say);
+  } catch (err) {
+    return thrown(err);
+  } finally {
+    await shipper.end();
+    await shipper.archive(blobs).catch(() => undefined);
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/**
  * Turns a job's code into what its workers run: unpack it, checking it whole first, and pack
  * the result as an artifact; for a job that names an image, build that image too, on `images`'
  * engine, and push it. A bad archive, or an image that cannot be built from what the job
@@ -164,11 +188,8 @@ export async function buildJob(
   images: ImageBuildConfig | null,
   signal?: AbortSignal,
 ): Promise<BuildOutcome> {
-  const dir = await mkdtemp(join(tmpdir(), 'trainyard-build-'));
-  const shipper = new LogShipper(bus.js, jobId, 0, join(dir, 'build.log'));
-  const say = (line: string) => shipper.write(Buffer.from(`${line}\n`));
-  const src = join(dir, 'src');
-  try {
+  return inBuildDir(bus, blobs, jobId, async (dir, say): Promise<BuildOutcome> => {
+    const src = join(dir, 'src');
     const refused = await unpackCode(blobs, code, dir, src, limits, say);
     if (refused) return refused;
     if (spec.setup && !spec.image) say('[trainyard] setup runs on the worker, before the command');
@@ -187,32 +208,25 @@ export async function buildJob(
     };
     const built = await imageFrom(images, recipe, say, signal);
     return built.ok ? { ok: true, artifact, image: built.image } : built;
-  } catch (err) {
-    return thrown(err);
-  } finally {
-    await shipper.end();
-    await shipper.archive(blobs).catch(() => undefined);
-    await rm(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 /**
  * Builds a session's image: its code (and `requirements.txt`) on its base image, on `images`'
- * engine, pushed and named by digest, as a job's is; `say` hears its progress.
+ * engine, pushed and named by digest, as a job's is. Its progress is the session's log.
  */
 export async function buildSessionImage(
+  bus: Bus,
   blobs: BlobStore,
   sessionId: string,
   base: string,
   code: CodeArchive | null,
   limits: ArchiveLimits,
   images: ImageBuildConfig | null,
-  say: Say,
   signal?: AbortSignal,
 ): Promise<ImageOutcome> {
-  const dir = await mkdtemp(join(tmpdir(), 'trainyard-build-'));
-  const src = join(dir, 'src');
-  try {
+  return inBuildDir(bus, blobs, sessionId, async (dir, say): Promise<ImageOutcome> => {
+    const src = join(dir, 'src');
     const refused = await unpackCode(blobs, code, dir, src, limits, say);
     if (refused) return refused;
     const recipe: ImageRecipe = {
@@ -222,10 +236,6 @@ export async function buildSessionImage(
       src,
       codeSha256: code?.sha256 ?? null,
     };
-    return await imageFrom(images, recipe, say, signal);
-  } catch (err) {
-    return thrown(err);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+    return imageFrom(images, recipe, say, signal);
+  });
 }

@@ -29,6 +29,8 @@ export interface BuilderOptions {
   saveEveryMs: number;
   /** A builder silent this long is gone, and its builds are taken over. */
   livenessTtlMs: number;
+  /** How often a build in progress checks it is still wanted (not cancelled, not stopped). */
+  heldCheckMs: number;
 }
 
 export const DEFAULT_BUILDER_OPTIONS: BuilderOptions = {
@@ -36,6 +38,7 @@ export const DEFAULT_BUILDER_OPTIONS: BuilderOptions = {
   concurrency: 2,
   saveEveryMs: 1_000,
   livenessTtlMs: 15_000,
+  heldCheckMs: 2_000,
 };
 
 export interface RunningBuilder {
@@ -64,7 +67,9 @@ interface BuildKind<T> {
   wanted(event: StoredEvent): boolean;
   /** Claims the build of `id`: see `claim` in `startBuilder`. */
   claim(id: string): Promise<T | 'held' | null>;
-  build(claimed: T): Promise<void>;
+  /** Whether this builder still holds the build of `id`: false once it is cancelled or stopped. */
+  holds(id: string): Promise<boolean>;
+  build(claimed: T, signal: AbortSignal): Promise<void>;
 }
 
 /** Where the builder builds images, when its config names an engine and a registry. */
@@ -135,6 +140,7 @@ export async function startBuilder(
   /** A build tried again, boundedly, while it fails for want of the platform. */
   async function withTries<T extends { ok: boolean }>(
     id: string,
+    signal: AbortSignal,
     once: () => Promise<T & ({ ok: true } | { ok: false; failure: Failure })>,
   ): Promise<T & ({ ok: true } | { ok: false; failure: Failure })> {
     const tried = async () => {
@@ -146,12 +152,12 @@ export async function startBuilder(
       attempts: BUILD_TRIES,
       baseMs: RETRY_MS,
       maxMs: RETRY_MS * 4,
-      signal: stopping.signal,
+      signal,
       retryable: (err) => err instanceof RetryableBuild,
       onRetry: (err, tries) =>
         log.warn({ id, tries, reason: (err as Error).message }, 'build failed; trying again'),
     }).catch((err: unknown) => {
-      if (err instanceof RetryableBuild && !stopping.signal.aborted)
+      if (err instanceof RetryableBuild && !signal.aborted)
         return { ok: false, failure: err.failure } as T & { ok: false; failure: Failure };
       throw err;
     });
@@ -173,15 +179,19 @@ export async function startBuilder(
         (gone) => run({ type: 'ReclaimBuild', builderId: ctx.instanceId, goneBuilderId: gone }),
       );
     },
-    async build(claimed) {
+    async holds(jobId) {
+      const { status, builderId } = (await loadJob(ctx.bus.store, jobId)).state;
+      return status === 'building' && builderId === ctx.instanceId;
+    },
+    async build(claimed, signal) {
       const jobId = claimed.state.id;
       const started = Date.now();
       const { spec, code } = claimed.state;
       if (!spec) return;
       log.info({ jobId }, 'building');
       const limits = archiveLimits(ctx.config);
-      const outcome = await withTries(jobId, () =>
-        buildJob(ctx.bus, ctx.blobs, jobId, spec, code, limits, images, stopping.signal),
+      const outcome = await withTries(jobId, signal, () =>
+        buildJob(ctx.bus, ctx.blobs, jobId, spec, code, limits, images, signal),
       );
       await runJobCommand(
         ctx.bus.store,
@@ -218,7 +228,11 @@ export async function startBuilder(
         (gone) => run({ type: 'ReclaimBuild', builderId: ctx.instanceId, goneBuilderId: gone }),
       );
     },
-    async build(claimed) {
+    async holds(sessionId) {
+      const { status, builderId } = (await loadSession(ctx.bus.store, sessionId)).state;
+      return status === 'building' && builderId === ctx.instanceId;
+    },
+    async build(claimed, signal) {
       const sessionId = claimed.state.id;
       const started = Date.now();
       const { spec, code } = claimed.state;
@@ -226,9 +240,8 @@ export async function startBuilder(
       const base = spec.image;
       log.info({ sessionId }, 'building');
       const limits = archiveLimits(ctx.config);
-      const say = (line: string) => log.debug({ sessionId, line }, 'build output');
-      const outcome = await withTries(sessionId, () =>
-        buildSessionImage(ctx.blobs, sessionId, base, code, limits, images, say, stopping.signal),
+      const outcome = await withTries(sessionId, signal, () =>
+        buildSessionImage(ctx.bus, ctx.blobs, sessionId, base, code, limits, images, signal),
       );
       const builderId = ctx.instanceId;
       await runSessionCommand(
@@ -250,6 +263,38 @@ export async function startBuilder(
   };
 
   /**
+   * Builds what was claimed, checking every `heldCheckMs` that the build is still this
+   * builder's: one whose job is cancelled or whose session is stopped meanwhile is abandoned
+   * at once (the engine's build with it), not run to its end.
+   */
+  async function buildWhileHeld<T>(kind: BuildKind<T>, id: string, claimed: T): Promise<void> {
+    const unwanted = new AbortController();
+    let checking = false;
+    const check = () => {
+      if (checking) return;
+      checking = true;
+      kind
+        .holds(id)
+        .then(
+          (held) => {
+            if (!held) unwanted.abort(new Error(`the build of ${id} is no longer wanted`));
+          },
+          (err: unknown) => log.warn({ err, id }, 'could not check the build is still wanted'),
+        )
+        .finally(() => (checking = false));
+    };
+    const checker = setInterval(check, opts.heldCheckMs);
+    try {
+      await kind.build(claimed, AbortSignal.any([stopping.signal, unwanted.signal]));
+    } catch (err) {
+      if (!unwanted.signal.aborted || stopping.signal.aborted) throw err;
+      log.info({ id }, 'build abandoned: it was cancelled or stopped');
+    } finally {
+      clearInterval(checker);
+    }
+  }
+
+  /**
    * Builds with bounded retries for infrastructure errors; the domain's refusals end it. While a
    * live builder holds the build it waits, and takes it over if that builder goes.
    */
@@ -258,7 +303,7 @@ export async function startBuilder(
       while (!stopping.signal.aborted) {
         const claimed = await kind.claim(id);
         if (claimed === null) return;
-        if (claimed !== 'held') return kind.build(claimed);
+        if (claimed !== 'held') return buildWhileHeld(kind, id, claimed);
         await sleep(opts.livenessTtlMs / 3, stopping.signal);
       }
     };

@@ -22,6 +22,8 @@ export interface LogEnd {
 
 export interface LogOptions {
   follow: boolean;
+  /** Whose log: a job's (the default), or a session's (the build of its image). */
+  of?: 'job' | 'session';
   /** Print only the last N lines of what is there, then follow on from it. */
   tail?: number;
   /** One JSON object a line for each event, instead of text. */
@@ -86,7 +88,8 @@ class LastLines {
 }
 
 /**
- * Prints a job's log with a header line for each attempt; with `follow`, until the job ends,
+ * Prints a job's log (or a session's build) with a header line for each attempt; with
+ * `follow`, until the job ends (the session's build),
  * opening the stream again where it broke off if the connection drops (nothing is printed
  * twice). Returns how the job stood at the end of the log, or null when the stream ended
  * without saying.
@@ -104,9 +107,10 @@ export async function printLog(
   let lastId: string | undefined;
   let printedAttempt = -1;
   const reconnecting = (err: unknown) => opts.follow === true && worthReconnecting(err);
+  const of = opts.of ?? 'job';
   const read = async (): Promise<LogEnd | null> => {
     const res = await client.request(
-      `/v1/jobs/${encodeURIComponent(id)}/logs${opts.follow ? '?follow=true' : ''}`,
+      `/v1/${of}s/${encodeURIComponent(id)}/logs${opts.follow ? '?follow=true' : ''}`,
       {
         headers: {
           accept: 'text/event-stream',
@@ -136,7 +140,7 @@ export async function printLog(
       }
     }
     if (!opts.follow) return null;
-    throw new CliError('the log stream ended before the job did', 'STREAM_ENDED');
+    throw new CliError(`the log stream ended before the ${of} did`, 'STREAM_ENDED');
   };
   try {
     return await retry(read, {

@@ -1,4 +1,4 @@
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
@@ -9,13 +9,11 @@ import { TokenIssuer } from '@trainyard/api';
 import { freePort } from '@trainyard/servers';
 import { startTestNats, tempDir, waitFor } from '@trainyard/testkit';
 import { ADMIN_PASSWORD, codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
-import { BIN } from './processes.ts';
+import { BIN, runCli, type Run } from './processes.ts';
 
 const SECRET = 'cli-errors-secret-0123456789abcdef';
 let t: TestStack;
 let work: Awaited<ReturnType<typeof tempDir>>;
-
-type Run = { code: number; stdout: string; stderr: string };
 
 /** The CLI with a private config and state, and nothing pointing it at the test stack. */
 function cli(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 60_000): Promise<Run> {
@@ -24,25 +22,17 @@ function cli(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 60_000): P
       ([k]) => !k.startsWith('TRAINYARD_') && k !== 'DATABASE_URL',
     ),
   );
-  return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [BIN, ...args],
-      {
-        timeout: timeoutMs,
-        cwd: work.path,
-        env: {
-          ...clean,
-          XDG_CONFIG_HOME: join(work.path, 'config'),
-          XDG_STATE_HOME: join(work.path, 'state'),
-          TRAINYARD_HOME: join(work.path, 'home'),
-          TRAINYARD_LOG_LEVEL: 'error',
-          ...env,
-        },
-      },
-      (err, stdout, stderr) =>
-        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
+  return runCli(args, {
+    timeoutMs,
+    cwd: work.path,
+    env: {
+      ...clean,
+      XDG_CONFIG_HOME: join(work.path, 'config'),
+      XDG_STATE_HOME: join(work.path, 'state'),
+      TRAINYARD_HOME: join(work.path, 'home'),
+      TRAINYARD_LOG_LEVEL: 'error',
+      ...env,
+    },
   });
 }
 

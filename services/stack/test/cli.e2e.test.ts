@@ -5,35 +5,25 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EMPTY_HEAD, EventSigner, EventStore, type EventSignature } from '@trainyard/events';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { ADMIN_PASSWORD, startTestStack, type TestStack } from './harness.ts';
-import { BIN } from './processes.ts';
+import { runCli, type Run } from './processes.ts';
 
 let t: TestStack;
 let work: Awaited<ReturnType<typeof tempDir>>;
 
-type Run = { code: number; stdout: string; stderr: string };
-
 /** Runs the CLI as a user would, with its config under a private XDG_CONFIG_HOME. */
 function cli(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 30_000): Promise<Run> {
-  return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [BIN, ...args],
-      {
-        timeout: timeoutMs,
-        env: {
-          ...process.env,
-          TRAINYARD_API_URL: t.url,
-          XDG_CONFIG_HOME: join(work.path, 'config'),
-          XDG_STATE_HOME: join(work.path, 'state'),
-          TRAINYARD_NATS_URL: t.natsUrl,
-          DATABASE_URL: t.databaseUrl,
-          TRAINYARD_HOME: join(work.path, 'home'),
-          ...env,
-        },
-      },
-      (err, stdout, stderr) =>
-        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
+  return runCli(args, {
+    timeoutMs,
+    env: {
+      ...process.env,
+      TRAINYARD_API_URL: t.url,
+      XDG_CONFIG_HOME: join(work.path, 'config'),
+      XDG_STATE_HOME: join(work.path, 'state'),
+      TRAINYARD_NATS_URL: t.natsUrl,
+      DATABASE_URL: t.databaseUrl,
+      TRAINYARD_HOME: join(work.path, 'home'),
+      ...env,
+    },
   });
 }
 

@@ -1,9 +1,9 @@
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Labels, LOCAL_BASES, SimulatedInventory } from '@trainyard/runtime';
-import { tempDir, testDocker, writeWheel } from '@trainyard/testkit';
+import { tempDir, testDocker, waitFor, writeWheel } from '@trainyard/testkit';
 import {
   addUser,
   codeArchive,
@@ -12,6 +12,7 @@ import {
   type Job,
   type TestStack,
 } from './harness.ts';
+import { runCli } from './processes.ts';
 import { connect, runningSession, SshClient, waitForSession } from './ssh.ts';
 
 /**
@@ -197,6 +198,24 @@ describe('jobs in containers', () => {
     expect(left).toEqual([]);
   });
 
+  it('abandons the image build of a job cancelled while it builds: the engine’s build stops too', async () => {
+    const code = await codeArchive({ 'train.py': 'print("never")\n' });
+    const id = await submitted(
+      await submit(t, token, spec({ name: 'long-setup', setup: 'sleep 600' }), code),
+    );
+    // The build's step that runs the setup: a container of the engine's, while it lasts.
+    const building = async () =>
+      (await docker.docker.listContainers()).some((c) => c.Command.includes('setup.sh'));
+    await waitFor('the image build to run the setup', building, { timeoutMs: 120_000 });
+    const res = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
+    expect(res.status).toBeLessThan(300);
+    const job = await t.waitForJob(id, token, (j) => j.status === 'cancelled', 30_000);
+    expect(job.attempts).toEqual([]);
+    await waitFor('the engine’s build to stop', async () => !(await building()), {
+      timeoutMs: 30_000,
+    });
+  }, 240_000);
+
   it('refuses another job’s image or Trainyard’s own as a base, and a memory limit no container starts in', async () => {
     for (const over of [
       { image: `${docker.registry}/trainyard/jobs:job_other` },
@@ -306,17 +325,42 @@ describe('sessions in containers', () => {
     await waitForSession(t, token, session.id, (s) => s.status === 'stopped', 30_000);
   });
 
-  it('fails a session whose requirement cannot be had, naming it', async () => {
-    const res = await askWithCode(
-      { image: 'python', resources: { gpus: 0 } },
-      { 'requirements.txt': 'nosuchpkg==9.9\n' },
-    );
-    expect(res.status).toBe(202);
-    const { id } = (await res.json()) as { id: string };
-    const failed = await waitForSession(t, token, id, (s) => s.status === 'failed', 90_000);
-    expect(failed.failure).toMatchObject({ kind: 'user', reason: 'buildFailed' });
-    expect(failed.failure?.message).toContain('nosuchpkg');
-    expect(failed.runs).toBe(0);
+  it('fails a session whose requirement cannot be had, naming it; the CLI shows its build as it goes', async () => {
+    const work = await tempDir('trainyard-session-cli-');
+    try {
+      const dir = join(work.path, 'code');
+      await mkdir(dir);
+      await writeFile(join(dir, 'requirements.txt'), 'nosuchpkg==9.9\n');
+      const args = ['session', 'create', dir, '--image', 'python', '--gpus', '0'];
+      const ran = await runCli([...args, '--follow-until-running'], {
+        timeoutMs: 120_000,
+        env: {
+          ...process.env,
+          TRAINYARD_API_URL: t.url,
+          TRAINYARD_TOKEN: token,
+          XDG_CONFIG_HOME: join(work.path, 'config'),
+          XDG_STATE_HOME: join(work.path, 'state'),
+          TRAINYARD_HOME: join(work.path, 'home'),
+        },
+      });
+      expect(ran.code, ran.stderr).not.toBe(0);
+      const id = ran.stdout.trim();
+      expect(ran.stderr).toContain(`${id} building`);
+      expect(ran.stderr).toContain('--- build ---');
+      expect(ran.stderr).toContain('building the session’s image on');
+      expect(ran.stderr).toMatch(/ended before it ran: failed: buildFailed: .*nosuchpkg/);
+      const failed = await waitForSession(t, token, id, (s) => s.status === 'failed', 10_000);
+      expect(failed.failure).toMatchObject({ kind: 'user', reason: 'buildFailed' });
+      expect(failed.failure?.message).toContain('nosuchpkg');
+      expect(failed.runs).toBe(0);
+      const log = await (await t.http(`/v1/sessions/${id}/logs`, { token })).text();
+      expect(log).toContain('building the session’s image on');
+      expect(log).toContain('nosuchpkg');
+      const followed = await t.http(`/v1/sessions/${id}/logs?follow=true`, { token });
+      expect(await followed.text()).toBe(log);
+    } finally {
+      await work.remove();
+    }
   });
 
   it('refuses a session from another user’s job, from a job and a base image both, from a job with code sent too, and another job’s image as a base', async () => {

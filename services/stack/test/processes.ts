@@ -1,8 +1,40 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export const BIN = resolve(fileURLToPath(new URL('../../cli/bin/trainyard.js', import.meta.url)));
+
+/** How a program ran: its exit status (1 when it could not run) and what it wrote. */
+export interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a program without blocking this process, which serves the stack. */
+export function runProgram(
+  file: string,
+  args: string[],
+  opts: { env: NodeJS.ProcessEnv; timeoutMs?: number; cwd?: string },
+): Promise<Run> {
+  return new Promise((done) => {
+    execFile(
+      file,
+      args,
+      { timeout: opts.timeoutMs ?? 30_000, env: opts.env, ...(opts.cwd && { cwd: opts.cwd }) },
+      (err, stdout, stderr) =>
+        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+    );
+  });
+}
+
+/** Runs the `trainyard` CLI as a user would, with the environment given (and nothing else). */
+export function runCli(
+  args: string[],
+  opts: { env: NodeJS.ProcessEnv; timeoutMs?: number; cwd?: string },
+): Promise<Run> {
+  return runProgram(process.execPath, [BIN, ...args], opts);
+}
 
 /** A Trainyard service in a process of its own, to kill -9 like a crash would. */
 export interface ServiceProcess {

@@ -101,6 +101,13 @@ describe('sessions', () => {
     const hidden = await call(`/v1/sessions/${id}`, bob);
     expect(hidden.status).toBe(404);
     expect(hidden.body.error?.code).toBe('SESSION_NOT_FOUND');
+
+    // Its log is the build of its image: a session with none to build has an empty one.
+    const log = await t.http(`/v1/sessions/${id}/logs?follow=true`, { token: alice });
+    expect(log.status).toBe(200);
+    expect(await log.text()).toBe('');
+    expect((await t.http(`/v1/sessions/${id}/logs`, { token: bob })).status).toBe(404);
+    expect((await t.http(`/v1/sessions/${id}/logs`)).status).toBe(401);
   });
 
   it('refuses a bad spec and a timer above its cap with 400, and appends nothing', async () => {
@@ -274,6 +281,7 @@ describe('the API document', () => {
       '/v1/sessions/{id}',
       '/v1/sessions/{id}/stop',
       '/v1/sessions/{id}/connect',
+      '/v1/sessions/{id}/logs',
       '/v1/ssh-gateway',
       '/v1/me/ssh-keys',
       '/v1/me/ssh-keys/{fingerprint}',

@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -6,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '@trainyard/testkit';
 import { addUser, startTestStack, type TestStack } from './harness.ts';
 import { sshKeygen } from './ssh.ts';
-import { BIN } from './processes.ts';
+import { runCli, runProgram, type Run } from './processes.ts';
 
 /**
  * The session and SSH key commands of the real `trainyard` binary against a whole stack, and
@@ -16,46 +15,28 @@ let t: TestStack;
 let work: Awaited<ReturnType<typeof tempDir>>;
 
 const PASSWORD = 'tundra-lagoon-sparrow-3';
-type Run = { code: number; stdout: string; stderr: string };
 
 const home = () => join(work.path, 'home');
 const config = () => join(work.path, 'config', 'trainyard');
 
 /** Runs the CLI as a user would, with a home and a config directory of its own. */
 function cli(args: string[], timeoutMs = 30_000): Promise<Run> {
-  return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [BIN, ...args],
-      {
-        timeout: timeoutMs,
-        env: {
-          ...process.env,
-          HOME: home(),
-          TRAINYARD_API_URL: t.url,
-          XDG_CONFIG_HOME: join(work.path, 'config'),
-          XDG_STATE_HOME: join(work.path, 'state'),
-          TRAINYARD_HOME: join(work.path, 'trainyard'),
-        },
-      },
-      (err, stdout, stderr) =>
-        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
+  return runCli(args, {
+    timeoutMs,
+    env: {
+      ...process.env,
+      HOME: home(),
+      TRAINYARD_API_URL: t.url,
+      XDG_CONFIG_HOME: join(work.path, 'config'),
+      XDG_STATE_HOME: join(work.path, 'state'),
+      TRAINYARD_HOME: join(work.path, 'trainyard'),
+    },
   });
 }
 
-/** Runs a program without blocking this process, which serves the stack. */
-function run(file: string, args: string[]): Promise<Run> {
-  return new Promise((done) => {
-    execFile(
-      file,
-      args,
-      { timeout: 30_000, env: { ...process.env, HOME: home() } },
-      (err, stdout, stderr) =>
-        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
-  });
-}
+/** Runs a program with the same home. */
+const run = (file: string, args: string[]) =>
+  runProgram(file, args, { env: { ...process.env, HOME: home() } });
 
 const keygen = (file: string, type: string, bits?: number) =>
   sshKeygen(file, type, { comment: 'carol@laptop', ...(bits && { bits }) });

@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
@@ -12,7 +11,7 @@ import { BlobKeys, JetStreamBlobStore } from '@trainyard/blobs';
 import { workerInbox } from '@trainyard/service-kit';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
-import { BIN, startEnrollingWorker, type ServiceProcess } from './processes.ts';
+import { runCli, startEnrollingWorker, type Run, type ServiceProcess } from './processes.ts';
 
 let t: TestStack;
 let admin: string;
@@ -51,24 +50,15 @@ async function refused(res: Response, status: number, code: string) {
 }
 
 /** Runs the CLI as the admin, as an operator would. */
-function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    execFile(
-      process.execPath,
-      [BIN, ...args],
-      {
-        timeout: 30_000,
-        env: {
-          ...process.env,
-          TRAINYARD_API_URL: t.url,
-          TRAINYARD_TOKEN: admin,
-          XDG_CONFIG_HOME: join(dir.path, 'config'),
-          TRAINYARD_HOME: join(dir.path, 'cli-home'),
-        },
-      },
-      (err, stdout, stderr) =>
-        done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
-    );
+function cli(args: string[]): Promise<Run> {
+  return runCli(args, {
+    env: {
+      ...process.env,
+      TRAINYARD_API_URL: t.url,
+      TRAINYARD_TOKEN: admin,
+      XDG_CONFIG_HOME: join(dir.path, 'config'),
+      TRAINYARD_HOME: join(dir.path, 'cli-home'),
+    },
   });
 }
 

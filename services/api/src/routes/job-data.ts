@@ -1,30 +1,15 @@
-import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { loadJob } from '@trainyard/application';
 import { BlobKeys, getWritten } from '@trainyard/blobs';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
-import { logEventStream, type AttemptHeader, type LogEnd } from '../log-events.ts';
-import { parsePosition, readLog } from '../logs.ts';
-import {
-  errorResponses,
-  EventViewSchema,
-  IdParamsSchema,
-  OutputViewSchema,
-  queryFlag,
-} from '../schemas.ts';
+import type { AttemptHeader, LogEnd } from '../log-events.ts';
+import { jobLog } from '../logs.ts';
+import { errorResponses, EventViewSchema, IdParamsSchema, OutputViewSchema } from '../schemas.ts';
 import { listAttempts, type AttemptRow, type JobRow } from '@trainyard/projections';
 import type { Caller } from '../auth.ts';
 import { callerOf, jobIdParam, readModel, visibleJobHistory, visibleJobRow } from './common.ts';
-
-const LogQuery = z.object({
-  follow: queryFlag('stream until the job ends'),
-  from: z
-    .string()
-    .regex(/^\d+:\d+$/)
-    .optional()
-    .describe('event stream: resume after this ATTEMPT:OFFSET (or send Last-Event-ID)'),
-});
+import { LOG_EVENTS, LOG_RESPONSE, LogQuery, sendLog, streamed } from './send-log.ts';
 
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 
@@ -44,12 +29,6 @@ async function outputsWriter(
   const workerId = attempts.find((a) => a.id === job.outputs_attempt_id)?.worker_id ?? null;
   return { attemptId: job.outputs_attempt_id, workerId };
 }
-
-/**
- * A stream as a route's body. Fastify sends streams as they are, unserialized; the route's
- * schema describes the text they carry, so the types call for a string.
- */
-const streamed = (body: NodeJS.ReadableStream) => body as unknown as string;
 
 /** A job's row and attempts, once the read model holds the job's last event. */
 async function jobAndAttempts(deps: ApiDeps, caller: Caller, id: string) {
@@ -106,58 +85,28 @@ export function jobDataRoutes(app: Api, deps: ApiDeps): void {
       schema: {
         tags: ['jobs'],
         summary: "The job's log",
-        description:
-          'Plain text by default. With `Accept: text/event-stream`, server-sent events: `attempt` ({attempt, build, workerId, gpus}) opens each attempt, `log` carries text with the id ATTEMPT:OFFSET (resume with Last-Event-ID or `from`), `caught-up` marks the end of what was there at the request, `end` ({status, ended, exitCode, failure}) closes the stream.',
+        description: `Plain text by default. ${LOG_EVENTS}`,
         params: IdParamsSchema,
         querystring: LogQuery,
-        response: {
-          200: {
-            description: 'The log',
-            content: {
-              'text/plain': { schema: z.string() },
-              'text/event-stream': { schema: z.string() },
-            },
-          },
-          ...errorResponses(400, 401, 404, 503),
-        },
+        response: { 200: LOG_RESPONSE, ...errorResponses(400, 401, 404, 503) },
       },
     },
     async (req, reply) => {
       const id = jobIdParam(req);
       const caller = callerOf(req);
       let { attempts } = await jobAndAttempts(deps, caller, id);
-      const { follow } = req.query;
-      const events = (req.headers.accept ?? '').includes('text/event-stream');
-      const lastEventId = req.headers['last-event-id'];
-      const from = parsePosition(
-        req.query.from ?? (typeof lastEventId === 'string' ? lastEventId : undefined),
-      );
-      const abort = new AbortController();
-      req.raw.on('close', () => abort.abort());
-      const pieces = await readLog(deps.bus, deps.blobs, id, {
-        follow,
-        signal: abort.signal,
-        ...(from && { from }),
+      return sendLog(deps, req, reply, jobLog(deps.bus, id), {
+        header: async (attempt) => {
+          if (attempt > 0 && !attempts.some((a) => a.number === attempt)) {
+            ({ attempts } = await jobAndAttempts(deps, caller, id));
+          }
+          return headerOf(attempts, attempt);
+        },
+        end: async () => {
+          const now = await jobAndAttempts(deps, caller, id);
+          return endOf(now.job, now.attempts);
+        },
       });
-      reply.header('cache-control', 'no-store');
-      if (!events) {
-        async function* text() {
-          for await (const piece of pieces) if (piece.kind === 'chunk') yield piece.data;
-        }
-        return reply.type('text/plain; charset=utf-8').send(streamed(Readable.from(text())));
-      }
-      const header = async (attempt: number) => {
-        if (attempt > 0 && !attempts.some((a) => a.number === attempt)) {
-          ({ attempts } = await jobAndAttempts(deps, caller, id));
-        }
-        return headerOf(attempts, attempt);
-      };
-      const end = async () => {
-        const now = await jobAndAttempts(deps, caller, id);
-        return endOf(now.job, now.attempts);
-      };
-      reply.header('x-accel-buffering', 'no');
-      return reply.type('text/event-stream').send(streamed(logEventStream(pieces, header, end)));
     },
   );
 

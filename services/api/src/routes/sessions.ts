@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { initialSessionState, refusedBase, runHolder } from '@trainyard/domain';
+import { initialSessionState, refusedBase, runHolder, sessionEnded } from '@trainyard/domain';
 import {
   EMPTY_HEAD,
   SessionStatus,
@@ -19,6 +19,7 @@ import { findSession, listSessions, type SessionRow } from '@trainyard/projectio
 import type { Caller } from '../auth.ts';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
+import { sessionBuildLog } from '../logs.ts';
 import { AfterQuerySchema, errorResponses, queryFlag } from '../schemas.ts';
 import { timersInForce } from '../session-config.ts';
 import {
@@ -40,6 +41,7 @@ import {
   visibleJob,
   waitForSeq,
 } from './common.ts';
+import { LOG_EVENTS, LOG_RESPONSE, LogQuery, sendLog } from './send-log.ts';
 
 /** The most sessions one `GET /v1/sessions` answers with. */
 export const MAX_SESSION_LIST = 500;
@@ -314,6 +316,33 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
         id,
         status: result.state.status as SessionStatus,
         seq: result.head.seq,
+      });
+    },
+  );
+
+  app.get(
+    '/v1/sessions/:id/logs',
+    {
+      schema: {
+        tags: ['sessions'],
+        summary: "The session's log: the build of its image, for a session that names one",
+        description: `Plain text by default; \`follow\` streams until the build ends. ${LOG_EVENTS}`,
+        params: SessionIdParamsSchema,
+        querystring: LogQuery,
+        response: { 200: LOG_RESPONSE, ...errorResponses(400, 401, 404, 503) },
+      },
+    },
+    async (req, reply) => {
+      const caller = callerOf(req);
+      const id = sessionIdParam(req);
+      await visibleSession(deps, caller, id);
+      return sendLog(deps, req, reply, sessionBuildLog(deps.bus, id), {
+        header: () => Promise.resolve({ attempt: 0, build: true, workerId: null, gpus: [] }),
+        end: async () => {
+          const { state } = await visibleSession(deps, caller, id);
+          const { status, failure } = state;
+          return { status, ended: sessionEnded(status), exitCode: null, failure };
+        },
       });
     },
   );

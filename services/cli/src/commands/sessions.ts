@@ -3,6 +3,7 @@ import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
+import { printLog } from '../logs.ts';
 import { cleanName } from '../output.ts';
 import { postWithCode } from '../upload.ts';
 import { callerRole, type SessionView } from '../views.ts';
@@ -73,10 +74,14 @@ function endLine(s: SessionView): string {
   return s.stopReason ? `stopped (${s.stopReason})` : s.status;
 }
 
-/** Waits until a session runs, telling each status on stderr; fails if it ends first. */
+/**
+ * Waits until a session runs, telling each status on stderr, and the build of its image as it
+ * goes; fails if it ends first.
+ */
 async function untilRunning(client: ApiClient, id: string, seq: number): Promise<SessionView> {
   let said = '';
   let after = seq;
+  let buildShown = false;
   for (;;) {
     const s = await client.json<SessionView>(
       `/v1/sessions/${encodeURIComponent(id)}?after=${after}`,
@@ -85,6 +90,12 @@ async function untilRunning(client: ApiClient, id: string, seq: number): Promise
     const line = `${id} ${s.status}${s.requeuedBecause ? ` (placed again: ${cleanName(s.requeuedBecause)})` : ''}`;
     if (line !== said) console.error(line);
     said = line;
+    if (s.status === 'building' && !buildShown) {
+      buildShown = true;
+      const write = (text: string) => void process.stderr.write(text);
+      await printLog(client, id, { of: 'session', follow: true, write });
+      continue;
+    }
     if (s.status === 'running') return s;
     if (ENDED.has(s.status))
       throw new CliError(`${id} ended before it ran: ${endLine(s)}`, 'SESSION_ENDED');
@@ -200,6 +211,20 @@ export function registerSessionCommands(program: Command): void {
       );
       if (o.json) return printJson(s);
       printSession(s);
+    });
+
+  session
+    .command('logs')
+    .description('print the build of a session’s image (for a session with --image)')
+    .argument('<id>')
+    .option('-f, --follow', 'stream it until the build ends')
+    .option('--raw', 'print it as written, escape sequences and all')
+    .action(async (id: string, o: { follow?: boolean; raw?: boolean }) => {
+      await printLog(ApiClient.fromEnv(), id, {
+        of: 'session',
+        follow: o.follow === true,
+        raw: o.raw === true,
+      });
     });
 
   session
