@@ -37,11 +37,13 @@ export class FailureWindow {
   }
 }
 
+export type LoginMethod = 'password' | 'publickey';
+
 /** How many failed logins are allowed, and over how long. */
 export interface LoginLimits {
   /** Failures allowed from one source address within the window (default 10). */
   failuresPerSource?: number;
-  /** Failures allowed against one session name (the SSH username) within the window (default 20). */
+  /** Password failures allowed against one session name (the SSH username) within the window (default 20). */
   failuresPerUser?: number;
   /** The window, in milliseconds (default 5 minutes). */
   windowMs?: number;
@@ -49,7 +51,13 @@ export interface LoginLimits {
   authTimeoutMs?: number;
 }
 
-/** Both counts of a gateway: a login is refused once either is used up. */
+/**
+ * Both counts of a gateway. Any login from a source that used up its failures is refused. A
+ * password for a session name that used up its failures is refused too, wherever it comes from:
+ * a guesser spread over many addresses. Public keys are not counted or refused by name, as a key
+ * cannot be guessed: so no one, by failing against a session's name, can lock its owner's keys
+ * out.
+ */
 export class LoginRateLimit {
   private readonly bySource: FailureWindow;
   private readonly byUser: FailureWindow;
@@ -67,14 +75,14 @@ export class LoginRateLimit {
   }
 
   /** Whether a login from `source` for `user` must be refused without asking anyone. */
-  limited(source: string, user: string): boolean {
-    return this.bySource.exceeded(source) || this.byUser.exceeded(user);
+  limited(source: string, user: string, method: LoginMethod): boolean {
+    return this.bySource.exceeded(source) || (method === 'password' && this.byUser.exceeded(user));
   }
 
-  /** Counts a refused login against both its source and its user. */
-  failed(source: string, user: string): void {
+  /** Counts a refused login against its source, and a refused password against its user. */
+  failed(source: string, user: string, method: LoginMethod): void {
     this.bySource.record(source);
-    this.byUser.record(user);
+    if (method === 'password') this.byUser.record(user);
   }
 
   /** Stops the background pruning. */

@@ -169,7 +169,7 @@ export class SshGateway {
     const query = method === 'publickey' && !ctx.signature;
     const attempt = { session, method, source };
     // Refused unheard, and not recorded: a flood of them must not flood the log.
-    if (this.limiter.limited(source, session)) return ctx.reject(METHODS);
+    if (this.limiter.limited(source, session, method)) return ctx.reject(METHODS);
 
     let decision: LoginDecision;
     try {
@@ -187,7 +187,7 @@ export class SshGateway {
 
     if (!decision.ok) {
       this.report({ ...attempt, user: decision.user, accepted: false, reason: decision.reason });
-      if (decision.reason !== 'unavailable') this.limiter.failed(source, session);
+      if (decision.reason !== 'unavailable') this.limiter.failed(source, session, method);
       return ctx.reject(METHODS);
     }
     this.report({ ...attempt, user: decision.user, accepted: true });

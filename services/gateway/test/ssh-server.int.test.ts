@@ -416,6 +416,34 @@ describe('the SSH gateway’s limits', () => {
     }
   });
 
+  it('refuses passwords for a session name others failed against, but still lets its owner’s key in', async () => {
+    const fake = new FakeDeps();
+    fake.sessions.set('s-target', {
+      password: 'otp-right',
+      owner: 'ada',
+      keys: [blobOf(`${ownerKey}.pub`)],
+    });
+    const gateway = new SshGateway(
+      fake.deps({ failuresPerSource: 100, failuresPerUser: 3 }, hostKey),
+    );
+    const port = await gateway.listen(0, '127.0.0.1');
+    try {
+      for (let i = 0; i < 3; i++) {
+        await ssh(port, ['s-target@127.0.0.1', 'true'], { password: `guess-${i}` }).result;
+      }
+      const guessed = await ssh(port, ['s-target@127.0.0.1', 'echo in'], {
+        password: 'otp-right',
+      }).result;
+      expect(guessed.stdout).toBe('');
+      expect(fake.passwordCalls).toBe(3);
+      const owner = await ssh(port, ['s-target@127.0.0.1', 'echo in']).result;
+      expect(owner.code, owner.stderr).toBe(0);
+      expect(owner.stdout).toBe('in\n');
+    } finally {
+      await gateway.close();
+    }
+  });
+
   it('drops a connection that does not log in in time', async () => {
     const gateway = new SshGateway(new FakeDeps().deps({ authTimeoutMs: 300 }, hostKey));
     const port = await gateway.listen(0, '127.0.0.1');
