@@ -2,6 +2,7 @@ import { Subjects } from '@trainyard/events';
 import { workerBucket } from '@trainyard/blobs';
 import {
   GATEWAY_BUCKET,
+  GATEWAY_PUBLIC_BUCKET,
   possibleDispatchSlots,
   SSH_PASSWORDS_BUCKET,
 } from '@trainyard/application';
@@ -15,7 +16,8 @@ import {
 
 /**
  * Buckets that hold secrets: password hashes, sessions, the token key, worker enrolment, the
- * hashes of SSH sessions' one-time passwords, and the SSH gateway's host key (its private half).
+ * hashes of SSH sessions' one-time passwords, and the SSH gateway's host key (its private half,
+ * which only the gateway reads).
  */
 const SECRET_BUCKETS = [
   'ty_credentials',
@@ -141,7 +143,13 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     ...lookupsIn(LOGS),
     ...readerOf(LOGS),
     ...objectsUser('trainyard'),
-    ...SECRET_BUCKETS.flatMap((b) => [`$JS.API.STREAM.CREATE.KV_${b}`, ...bucketUser(b)]),
+    ...SECRET_BUCKETS.filter((b) => b !== GATEWAY_BUCKET).flatMap((b) => [
+      `$JS.API.STREAM.CREATE.KV_${b}`,
+      ...bucketUser(b),
+    ]),
+    // The gateway's public host key, for clients to pin.
+    `$JS.API.STREAM.CREATE.KV_${GATEWAY_PUBLIC_BUCKET}`,
+    ...bucketReader(GATEWAY_PUBLIC_BUCKET),
     // Objects that workers wrote, in the bucket of each worker.
     '$JS.API.STREAM.INFO.*',
     '$JS.API.STREAM.MSG.GET.*',
@@ -205,8 +213,9 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     'ty.ev.job.*',
     // It opens channels on workers; they answer on `ty.tun.out.>`, which it subscribes to.
     Subjects.allTunnelsIn,
-    // Its host key, which it makes on first start, and the one-time passwords it uses up.
-    ...[GATEWAY_BUCKET, SSH_PASSWORDS_BUCKET].flatMap((b) => [
+    // Its host key, which it makes on first start (and shows the public half of), and the
+    // one-time passwords it uses up.
+    ...[GATEWAY_BUCKET, GATEWAY_PUBLIC_BUCKET, SSH_PASSWORDS_BUCKET].flatMap((b) => [
       `$JS.API.STREAM.CREATE.KV_${b}`,
       ...bucketUser(b),
     ]),
@@ -215,9 +224,13 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
 
 /** The reads of the secret buckets that `allowed` does not name. */
 const secretsNotGiven = (allowed: string[]) =>
-  SECRET_BUCKETS.filter((b) => !allowed.includes(`$JS.API.STREAM.INFO.KV_${b}`)).flatMap((b) =>
-    lookupsIn(`KV_${b}`),
-  );
+  SECRET_BUCKETS.filter((b) => !allowed.includes(`$JS.API.STREAM.INFO.KV_${b}`)).flatMap((b) => [
+    ...lookupsIn(`KV_${b}`),
+    ...readerOf(`KV_${b}`),
+  ]);
+
+/** The services that read any stream (the buckets of every worker), less what they are denied. */
+const READS_ANY_STREAM: ControlService[] = ['api', 'watchdog'];
 
 /**
  * What one control-plane service's login may do on `up`'s server: what it needs, named; replies
@@ -227,9 +240,11 @@ export function servicePermissions(service: ControlService): NatsPermissions {
   return {
     publish: {
       allow: [...SERVICE_COMMON, ...SERVICE_ALLOWS[service]],
-      // The watchdog reads the buckets of every worker, named by worker: reads of any stream,
-      // less the secret buckets it is not given by name.
-      ...(service === 'watchdog' && { deny: secretsNotGiven(SERVICE_ALLOWS.watchdog) }),
+      // The API and the watchdog read the buckets of every worker, named by worker: reads of
+      // any stream, less the secret buckets they are not given by name.
+      ...(READS_ANY_STREAM.includes(service) && {
+        deny: secretsNotGiven(SERVICE_ALLOWS[service]),
+      }),
     },
     subscribe: {
       allow: [

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { WORKER_IMPORTS, workerPermissions, type NatsPermissions } from '../src/index.ts';
+import { CONTROL_SERVICES, type ControlService } from '@trainyard/service-kit';
+import {
+  servicePermissions,
+  WORKER_IMPORTS,
+  workerPermissions,
+  type NatsPermissions,
+} from '../src/index.ts';
 
 /** Whether a NATS subject pattern (with `*` and `>`) takes in every subject `subject` does. */
 function covers(pattern: string, subject: string): boolean {
@@ -50,5 +56,40 @@ describe('the workers’ account', () => {
         subject,
       ).toHaveLength(0);
     }
+  });
+});
+
+describe('the control plane’s logins', () => {
+  /** Whether a service's login may publish `subject`: some allow takes it in, no deny does. */
+  const mayPublish = (service: ControlService, subject: string) => {
+    const { publish } = servicePermissions(service);
+    return (
+      (publish?.allow ?? []).some((p) => covers(p, subject)) &&
+      !(publish?.deny ?? []).some((p) => covers(p, subject))
+    );
+  };
+
+  it('lets the gateway alone read its private host key, and the API its public half', () => {
+    const secret = [
+      '$JS.API.DIRECT.GET.KV_ty_gateway.$KV.ty_gateway.hostKey',
+      '$JS.API.STREAM.MSG.GET.KV_ty_gateway',
+      '$JS.API.CONSUMER.CREATE.KV_ty_gateway',
+      '$JS.API.CONSUMER.CREATE.KV_ty_gateway.c1.$KV.ty_gateway.>',
+      '$KV.ty_gateway.hostKey',
+    ];
+    for (const service of CONTROL_SERVICES) {
+      for (const subject of secret) {
+        expect(mayPublish(service, subject), `${service}: ${subject}`).toBe(service === 'gateway');
+      }
+    }
+    const shown = '$JS.API.DIRECT.GET.KV_ty_gateway_public.$KV.ty_gateway_public.hostKey';
+    expect(mayPublish('api', shown)).toBe(true);
+    expect(mayPublish('api', '$KV.ty_gateway_public.hostKey')).toBe(false);
+    expect(mayPublish('gateway', '$KV.ty_gateway_public.hostKey')).toBe(true);
+    // The API still reads what it keeps, and any worker's bucket.
+    expect(mayPublish('api', '$JS.API.DIRECT.GET.KV_ty_credentials.$KV.ty_credentials.admin')).toBe(
+      true,
+    );
+    expect(mayPublish('api', '$JS.API.DIRECT.GET.OBJ_ty_w1.$O.ty_w1.M.x')).toBe(true);
   });
 });

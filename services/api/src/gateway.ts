@@ -2,10 +2,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import {
-  GATEWAY_BUCKET,
+  GATEWAY_PUBLIC_BUCKET,
   HOST_KEY,
   SSH_PASSWORDS_BUCKET,
-  type StoredHostKey,
+  type PublicHostKey,
   type StoredSshPassword,
 } from '@trainyard/application';
 import { retryTransient } from '@trainyard/events';
@@ -13,9 +13,9 @@ import { openBucket } from '@trainyard/service-kit';
 
 /**
  * What the API hands out for reaching a session through the SSH gateway: one-time passwords
- * (their hashes kept where the gateway reads them) and the gateway's host key, which a client
- * pins so that its first connection cannot be intercepted. Both buckets hold secrets and are
- * read by the API and the gateway alone.
+ * (their hashes kept where the gateway reads them, a bucket of the two alone) and the gateway's
+ * public host key, which a client pins so that its first connection cannot be intercepted (the
+ * private half is in a bucket the API may not read).
  */
 export class GatewayAccess {
   private constructor(
@@ -39,7 +39,7 @@ export class GatewayAccess {
         replicas,
         ttl: opts.passwordTtlMs + 60_000,
       }),
-      openBucket(js, GATEWAY_BUCKET, { history: 1, replicas }),
+      openBucket(js, GATEWAY_PUBLIC_BUCKET, { history: 1, replicas }),
     ]);
     return new GatewayAccess(passwords, gateway, opts.passwordTtlMs);
   }
@@ -51,7 +51,7 @@ export class GatewayAccess {
     );
     if (!entry || entry.operation !== 'PUT') return null;
     try {
-      const { publicKey, fingerprint } = entry.json<StoredHostKey>();
+      const { publicKey, fingerprint } = entry.json<PublicHostKey>();
       return typeof publicKey === 'string' && typeof fingerprint === 'string'
         ? { publicKey: publicKey.trim(), fingerprint }
         : null;

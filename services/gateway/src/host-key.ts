@@ -2,7 +2,13 @@ import { createHash } from 'node:crypto';
 import type { JetStreamClient } from '@nats-io/jetstream';
 import ssh2 from 'ssh2';
 import { retry } from '@trainyard/events';
-import { GATEWAY_BUCKET, HOST_KEY, type StoredHostKey } from '@trainyard/application';
+import {
+  GATEWAY_BUCKET,
+  GATEWAY_PUBLIC_BUCKET,
+  HOST_KEY,
+  type PublicHostKey,
+  type StoredHostKey,
+} from '@trainyard/application';
 import { openBucket } from '@trainyard/service-kit';
 
 /** `SHA256:…` of an OpenSSH public key line, as `ssh-keygen -l` prints it. */
@@ -41,9 +47,19 @@ export function newHostKey(generate = () => ssh2.utils.generateKeyPairSync('ed25
 /**
  * The gateway's host key: made once, by the first gateway to start, and kept in KV so that every
  * gateway (and every restart) shows clients the same key, which they pin. A stored key that
- * ssh2 cannot use (one made before keys were checked) is replaced.
+ * ssh2 cannot use (one made before keys were checked) is replaced. Its public half is shown in
+ * a bucket of its own, the one the API reads: the private half stays where only gateways read.
  */
 export async function loadHostKey(js: JetStreamClient, replicas = 1): Promise<StoredHostKey> {
+  const key = await settleHostKey(js, replicas);
+  const shown = await openBucket(js, GATEWAY_PUBLIC_BUCKET, { history: 1, replicas });
+  const { publicKey, fingerprint } = key;
+  const half: PublicHostKey = { publicKey, fingerprint };
+  await retry(() => shown.put(HOST_KEY, JSON.stringify(half)), { attempts: 10, baseMs: 250 });
+  return key;
+}
+
+async function settleHostKey(js: JetStreamClient, replicas: number): Promise<StoredHostKey> {
   const kv = await openBucket(js, GATEWAY_BUCKET, { history: 1, replicas });
   const candidate: StoredHostKey = newHostKey();
   return retry(

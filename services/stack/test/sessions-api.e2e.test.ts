@@ -210,8 +210,8 @@ describe('sessions', () => {
 
     expect((await post(`/v1/sessions/${id}/connect`, bob)).status).toBe(404);
     expect((await post(`/v1/sessions/${id}/connect`, admin)).status).toBe(403);
-    // The stack's gateway wrote its host key when it started; without one, connect cannot work.
-    const gateway = await new Kvm(t.stack.ctx.bus.js).open('ty_gateway');
+    // The stack's gateway showed its host key when it started; without one, connect cannot work.
+    const gateway = await new Kvm(t.stack.ctx.bus.js).open('ty_gateway_public');
     const kept = (await gateway.get('hostKey'))!;
     const hostKey = kept.json<{ publicKey: string; fingerprint: string }>();
     await gateway.delete('hostKey');

@@ -461,13 +461,27 @@ describe('the control plane’s own logins on up’s NATS', () => {
       reconnect: false,
     });
 
-  it('lets only the API read the secret buckets', async () => {
+  it('lets only the API read the secret buckets, and only the gateway its private host key', async () => {
     const api = await as('api');
+    const gateway = await as('gateway');
     try {
-      const kv = await new Kvm(jetstream(api, { timeout: 2_000 })).open('ty_credentials');
+      const js = jetstream(api, { timeout: 2_000 });
+      const kv = await new Kvm(js).open('ty_credentials');
       expect(await kv.get('admin')).not.toBeNull();
+      const shown = await new Kvm(js).open('ty_gateway_public');
+      const { publicKey } = (await shown.get('hostKey'))!.json<{ publicKey: string }>();
+      expect(publicKey).toMatch(/^ssh-ed25519 /);
+      const hidden = await new Kvm(js).open('ty_gateway').catch((err: Error) => err);
+      if (!(hidden instanceof Error)) {
+        await expect(hidden.get('hostKey')).rejects.toThrow();
+      }
+      const own = await new Kvm(jetstream(gateway, { timeout: 2_000 })).open('ty_gateway');
+      expect((await own.get('hostKey'))!.json<{ privateKey: string }>().privateKey).toContain(
+        'PRIVATE KEY',
+      );
     } finally {
       await api.close();
+      await gateway.close();
     }
     for (const user of ['builder', 'scheduler', 'projector', 'watchdog']) {
       const nc = await as(user);
