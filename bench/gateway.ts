@@ -2,16 +2,16 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { NoGpuInventory, ProcessRuntime } from '@trainyard/runtime';
 import { freePort } from '@trainyard/servers';
 import { startStack, type Stack } from '@trainyard/stack';
 import { tempDir, waitFor } from '@trainyard/testkit';
-import { JobUsers } from '@trainyard/worker';
 import { summary } from './stats.ts';
 
 const exec = promisify(execFile);
+const WORKER_HOST = resolve(fileURLToPath(new URL('./worker-host.ts', import.meta.url)));
 const SSHD = '/usr/sbin/sshd';
 
 /** Where an `ssh` goes: the gateway (a session) or the machine's own sshd, the reference. */
@@ -179,11 +179,13 @@ async function startSshd(dir: string, key: string) {
   return { child, target };
 }
 
-/** A stack with a gateway and a local worker, and a running session whose owner holds `key`. */
+/**
+ * A stack with a gateway, a worker in a process of its own (as a worker runs on a host of its
+ * own), and a running session on it whose owner holds `key`.
+ */
 async function gatewayTarget(dir: string, key: string) {
   const home = await tempDir('trainyard-bench-gw-');
   const sandboxes = await tempDir('trainyard-bench-gw-sb-', '/var/tmp');
-  const processes = new ProcessRuntime();
   const stack: Stack = await startStack({
     home: home.path,
     natsPort: 0,
@@ -192,20 +194,22 @@ async function gatewayTarget(dir: string, key: string) {
     adminPassword: 'bench-keeper-pass',
     fastPostgres: true,
     gateway: { port: 0 },
-    worker: {
-      name: 'local',
-      inventory: new NoGpuInventory(),
-      runtime: processes,
-      ...(process.getuid?.() === 0 && { users: new JobUsers((uid) => processes.endUser(uid)) }),
-      cpuSlots: 1,
-      sandboxRoot: sandboxes.path,
-      heartbeatMs: 1_000,
-      outputSyncMs: 1_000,
-      killGraceMs: 2_000,
-      version: 'bench',
-    },
+    worker: null,
   });
+  const worker = spawn(
+    process.execPath,
+    ['--import', 'tsx', WORKER_HOST, 'gw', '1', '1x80GiB', sandboxes.path],
+    {
+      stdio: ['ignore', 'ignore', 'inherit'],
+      env: { ...process.env, TRAINYARD_NATS_URL: stack.natsUrl, TRAINYARD_LOG_LEVEL: 'warn' },
+    },
+  );
   const stop = async () => {
+    if (worker.exitCode === null && worker.signalCode === null) {
+      const exited = new Promise((resolve) => worker.once('exit', resolve));
+      worker.kill('SIGTERM');
+      await exited;
+    }
     await stack.stop();
     await sandboxes.remove();
     await home.remove();
@@ -225,7 +229,7 @@ async function gatewayTarget(dir: string, key: string) {
       return (await res.json()) as Record<string, unknown>;
     };
     await api('/v1/me/ssh-keys', { publicKey: (await readFile(`${key}.pub`, 'utf8')).trim() });
-    const { id } = (await api('/v1/sessions', { resources: { gpus: 0 } })) as { id: string };
+    const { id } = (await api('/v1/sessions', { resources: { gpus: 1 } })) as { id: string };
     const connect = await waitFor(
       `session ${id} to run`,
       () => api(`/v1/sessions/${id}/connect`).catch(() => undefined),
