@@ -3,7 +3,7 @@
  * a session (and process group) of its own, which is what signals and `close()` reach.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { closeSync, constants as fsc, openSync } from 'node:fs';
+import { closeSync, constants as fsc, openSync, write } from 'node:fs';
 import { constants } from 'node:os';
 import { type Duplex, finished, Readable, Writable } from 'node:stream';
 import * as pty from 'node-pty';
@@ -279,6 +279,33 @@ class PtyFlow {
   }
 }
 
+/** How long a write to a full terminal waits before it tries again. */
+const FULL_TERMINAL_RETRY_MS = 10;
+
+/**
+ * Bytes to a terminal, written to its master with backpressure: a write's callback waits until
+ * the kernel took all of it, so a process that never reads its terminal stops the writer once
+ * the terminal's buffer is full. (node-pty's own `write` queues without limit and never says
+ * when bytes have gone.) Bytes for a terminal that has closed are dropped, as a closed one would.
+ */
+function terminalInput(fd: number, open: () => boolean): Writable {
+  return new Writable({
+    write(chunk: Buffer, _encoding, callback) {
+      let offset = 0;
+      const next = () => {
+        if (!open()) return callback();
+        write(fd, chunk, offset, chunk.length - offset, null, (err, written) => {
+          if (err?.code === 'EAGAIN') return void setTimeout(next, FULL_TERMINAL_RETRY_MS);
+          offset += err ? chunk.length : written;
+          if (offset < chunk.length) next();
+          else callback();
+        });
+      };
+      next();
+    },
+  });
+}
+
 /**
  * `command` on a terminal of its own, through node-pty, with bytes kept as bytes, paused while
  * the consumer falls behind (see `PtyFlow`). The client's end-of-file is ignored, as OpenSSH does
@@ -299,6 +326,12 @@ export function ptyChannel(command: ChannelCommand, size: PtyRequest): Channel {
   } catch (err) {
     throw new ChannelRefused('refused', `could not start a terminal: ${(err as Error).message}`);
   }
+  // The terminal's master, non-blocking: node-pty's `fd` (Unix), not in its typings.
+  const { fd } = term as pty.IPty & { fd?: unknown };
+  if (typeof fd !== 'number') {
+    term.kill('SIGKILL');
+    throw new ChannelRefused('refused', 'the terminal gave no descriptor to write to');
+  }
   const leader = new Leader(term.pid, true);
   const flow = new PtyFlow(term, leader);
   let exited = false;
@@ -308,12 +341,7 @@ export function ptyChannel(command: ChannelCommand, size: PtyRequest): Channel {
   term.onData((data: string | Buffer) => {
     if (!output.destroyed && !output.push(data)) flow.pause();
   });
-  const input = new Writable({
-    write(chunk: Buffer, _encoding, callback) {
-      if (!exited && !closed) term.write(chunk);
-      callback();
-    },
-  });
+  const input = terminalInput(fd, () => !exited && !closed);
 
   const status = new Promise<ChannelExit>((resolve) =>
     term.onExit(({ exitCode, signal }) => {

@@ -229,6 +229,28 @@ describe('a terminal', () => {
     await ch.exit;
   });
 
+  it('stops taking input a process on its terminal does not read: what waits stays bounded', async () => {
+    // Raw, as an editor sets it: a terminal in canonical mode drops what overflows its line.
+    const ch = await channel({
+      kind: 'exec',
+      command: 'stty raw -echo; echo ready; sleep 30',
+      pty: { term: 'xterm', cols: 80, rows: 24 },
+    });
+    const out = collect(ch.output);
+    await waitFor('the terminal to be raw', () => out().includes('ready'));
+    const chunk = Buffer.alloc(1024, 'x');
+    let taken = 0;
+    for (let i = 0; i < 16 * 1024; i++) ch.input.write(chunk, () => (taken += chunk.length));
+    await new Promise((r) => setTimeout(r, 1_000));
+    // The terminal took what its buffers hold; the other 16 MiB wait in the writer, whose
+    // sender (the tunnel) gets no more credit meanwhile.
+    expect(taken).toBeGreaterThan(0);
+    expect(taken).toBeLessThan(1024 * 1024);
+    expect(ch.input.writableLength).toBeGreaterThan(15 * 1024 * 1024);
+    ch.close();
+    await ch.exit;
+  });
+
   it('loses none of the output a process wrote before it exited, read at once or slowly', async () => {
     // libuv alone takes the hang-up after a short read for the end, and loses the rest.
     const size = 200_000;
