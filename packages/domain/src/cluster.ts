@@ -64,6 +64,8 @@ export interface TrackedJob {
   head: AggregateHead;
   /** Stream sequence of the event that made the job placeable: orders jobs of equal priority. */
   queuedSeq: number;
+  /** When that event happened: its priority ages from then. */
+  queuedAt: string;
   /** Stream sequence of the `JobAssigned` of the current attempt (0 before the first). */
   attemptSeq: number;
 }
@@ -73,6 +75,8 @@ export interface TrackedSession {
   head: AggregateHead;
   /** Stream sequence of the event that made the session placeable: its request, or a requeue. */
   queuedSeq: number;
+  /** When that event happened: its priority ages from then. */
+  queuedAt: string;
   /** Stream sequence of the `SessionAssigned` of the current run (0 before the first). */
   runSeq: number;
 }
@@ -155,6 +159,7 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
     state: after,
     head: { seq: event.seq, hash: event.hash },
     queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
+    queuedAt: becameQueued ? event.occurredAt : (tracked?.queuedAt ?? event.occurredAt),
     attemptSeq: event.type === 'JobAssigned' ? event.seq : (tracked?.attemptSeq ?? 0),
   });
 }
@@ -176,6 +181,7 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
     state: after,
     head: { seq: event.seq, hash: event.hash },
     queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
+    queuedAt: becameQueued ? event.occurredAt : (tracked?.queuedAt ?? event.occurredAt),
     runSeq: event.type === 'SessionAssigned' ? event.seq : (tracked?.runSeq ?? 0),
   });
 }
@@ -306,7 +312,7 @@ export function staleRuns(cluster: ClusterState, workerId?: string): HeldRun[] {
 }
 
 /** The shape of scheduler snapshots: one of another version is ignored, the log replayed. */
-export const CLUSTER_SNAPSHOT_VERSION = 5;
+export const CLUSTER_SNAPSHOT_VERSION = 6;
 
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {

@@ -20,9 +20,32 @@ export interface PlacementPolicy {
    * what PyTorch allocates outside its caching allocator, which `max_memory_reserved` leaves out.
    */
   contextBytes: number;
+  /**
+   * Priority a waiting job or session gains per hour in the queue: what it is placed by is its
+   * priority plus its wait times this, so that nothing waits forever behind newer work of a
+   * higher priority.
+   */
+  agingPerHour: number;
 }
 
-export const DEFAULT_POLICY: PlacementPolicy = { headroomBytes: GiB, contextBytes: GiB / 2 };
+export const DEFAULT_POLICY: PlacementPolicy = {
+  headroomBytes: GiB,
+  contextBytes: GiB / 2,
+  agingPerHour: 10,
+};
+
+const HOUR = 3_600_000;
+
+/** What a candidate is placed by: its priority, plus what it gained waiting since `queuedAt`. */
+export function effectivePriority(
+  priority: number,
+  queuedAt: string,
+  now: Date,
+  policy: Pick<PlacementPolicy, 'agingPerHour'>,
+): number {
+  const waitedMs = Math.max(0, now.getTime() - Date.parse(queuedAt));
+  return priority + (waitedMs / HOUR) * policy.agingPerHour;
+}
 
 export interface Assignment {
   /** What is placed: an attempt of a job, or a run of a session. */
@@ -49,6 +72,7 @@ interface Candidate {
   kind: Assignment['kind'];
   id: string;
   resources: Resources;
+  /** Its priority, aged: see `effectivePriority`. */
   priority: number;
   /** Orders candidates of equal priority: the one queued longest first. */
   queuedSeq: number;
@@ -61,14 +85,14 @@ interface Candidate {
   source: object;
 }
 
-function jobCandidate(job: TrackedJob): Candidate | null {
+function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
   const spec = job.state.spec;
   if (!spec) return null;
   return {
     kind: 'job',
     id: job.state.id,
     resources: spec.resources,
-    priority: spec.priority,
+    priority: aged(spec.priority, job.queuedAt),
     queuedSeq: job.queuedSeq,
     container: runsInContainer(spec),
     estimate: job.state.estimate,
@@ -78,14 +102,14 @@ function jobCandidate(job: TrackedJob): Candidate | null {
   };
 }
 
-function sessionCandidate(session: TrackedSession): Candidate | null {
+function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null {
   const spec = session.state.spec;
   if (!spec) return null;
   return {
     kind: 'session',
     id: session.state.id,
     resources: spec.resources,
-    priority: 0,
+    priority: aged(0, session.queuedAt),
     queuedSeq: session.queuedSeq,
     container: session.state.image !== null,
     estimate: null,
@@ -95,28 +119,36 @@ function sessionCandidate(session: TrackedSession): Candidate | null {
   };
 }
 
+/** A priority aged by the wait since `queuedAt`. */
+type Aged = (priority: number, queuedAt: string) => number;
+
 /** Jobs and sessions that may be placed now (in no order), and when the next retry comes due. */
-function placeable(cluster: ClusterState, now: Date): { ready: Candidate[]; wakeAt: Date | null } {
+function placeable(
+  cluster: ClusterState,
+  now: Date,
+  policy: PlacementPolicy,
+): { ready: Candidate[]; wakeAt: Date | null } {
+  const aged: Aged = (priority, queuedAt) => effectivePriority(priority, queuedAt, now, policy);
   const ready: Candidate[] = [];
   let wakeAt: number | null = null;
   const add = (c: Candidate | null) => c && ready.push(c);
   for (const job of cluster.jobs.values()) {
     const { status, retryAt } = job.state;
     if (!awaitsPlacement(job.state)) continue;
-    if (status !== 'retrying') add(jobCandidate(job));
+    if (status !== 'retrying') add(jobCandidate(job, aged));
     else if (retryAt) {
       const at = Date.parse(retryAt);
-      if (at <= now.getTime()) add(jobCandidate(job));
+      if (at <= now.getTime()) add(jobCandidate(job, aged));
       else wakeAt = wakeAt === null ? at : Math.min(wakeAt, at);
     }
   }
   for (const session of cluster.sessions.values()) {
-    if (sessionAwaitsPlacement(session.state)) add(sessionCandidate(session));
+    if (sessionAwaitsPlacement(session.state)) add(sessionCandidate(session, aged));
   }
   return { ready, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
 }
 
-/** Placement order: higher priority first, then the one queued longest. */
+/** Placement order: higher (aged) priority first, then the one queued longest. */
 function byPlacementOrder(a: Candidate, b: Candidate): number {
   return b.priority - a.priority || a.queuedSeq - b.queuedSeq;
 }
@@ -282,14 +314,14 @@ function cloneWorker(w: WorkerState): WorkerState {
 }
 
 /**
- * Placement policy v1: walks queued jobs and sessions by priority then age and puts each on the first
- * online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
+ * Placement policy v1: walks queued jobs and sessions by priority (aged by their wait) then age
+ * and puts each on the first online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
  * its free memory; a job without declared VRAM takes a GPU alone for its probe, then what the
  * probe measured (one from before probes takes its GPUs alone). A job that fits nowhere does
  * not hold back a later one that asks less. Pure: the cluster state is not changed.
  */
 export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
-  const { ready, wakeAt } = placeable(cluster, now);
+  const { ready, wakeAt } = placeable(cluster, now, policy);
   const workers = [...cluster.workers.values()]
     .filter((w) => w.lifecycle.status === 'online')
     .sort((a, b) => (a.id < b.id ? -1 : 1))

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { JobSpec } from '@trainyard/events';
 import {
+  DEFAULT_POLICY,
+  effectivePriority,
   emptyCluster,
   evolveCluster,
   GiB,
@@ -182,6 +184,37 @@ describe('placement policy v1', () => {
     expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['urgent']);
     c.jobs.delete('urgent');
     expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['old']);
+  });
+
+  it('ages priority by the wait: a low-priority job overtakes newer ones of a higher priority in time', () => {
+    const HOUR = 3_600_000;
+    const at = (hours: number) => new Date(T0.getTime() + hours * HOUR);
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    submit(c, 'patient', { resources: { gpus: 1 }, priority: -100 });
+    // A stream of new jobs of the default priority keeps coming.
+    submit(c, 'fresh-9h', { resources: { gpus: 1 } }, at(9));
+    expect(plan(c, at(9)).assignments.map((a) => a.id)).toEqual(['fresh-9h']);
+    c.jobs.delete('fresh-9h');
+    // 10 points an hour by default: after 10 hours it ties with a job just queued, and wins as
+    // the one queued longer; after 11 it leads outright.
+    submit(c, 'fresh-10h', { resources: { gpus: 1 } }, at(10));
+    expect(plan(c, at(10)).assignments.map((a) => a.id)).toEqual(['patient']);
+    submit(c, 'urgent-11h', { resources: { gpus: 1 }, priority: 5 }, at(11));
+    expect(plan(c, at(11)).assignments.map((a) => a.id)).toEqual(['patient']);
+    // Without aging, priority alone decides.
+    const strict = { ...DEFAULT_POLICY, agingPerHour: 0 };
+    expect(plan(c, at(11), strict).assignments.map((a) => a.id)).toEqual(['urgent-11h']);
+    expect(effectivePriority(-100, T0.toISOString(), at(11), DEFAULT_POLICY)).toBe(10);
+  });
+
+  it('ages a job from when it last became placeable, and keeps that through a snapshot', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    submit(c, 'j1', { resources: { gpus: 1 } });
+    expect(c.jobs.get('j1')!.queuedAt).toBe(T0.toISOString());
+    const restored = restoreCluster(JSON.parse(JSON.stringify(snapshotCluster(c))));
+    expect(restored.jobs.get('j1')!.queuedAt).toBe(T0.toISOString());
   });
 
   it('takes a long queue in priority-then-age order, a few slots at a time', () => {

@@ -67,6 +67,11 @@ export const BaseConfigSchema = z.object({
   TRAINYARD_PROBE_PLATEAU_STEPS: z.coerce.number().int().min(1).max(1000).default(2),
   TRAINYARD_PROBE_TIMEOUT_MIN: z.coerce.number().positive().max(1440).default(10),
   /**
+   * Priority a waiting job or session gains per hour in the queue (the scheduler's; default 10):
+   * a job of priority -100 overtakes new jobs of priority 0 after 10 hours of waiting.
+   */
+  TRAINYARD_PRIORITY_AGING_PER_HOUR: z.coerce.number().min(0).max(1_000_000).optional(),
+  /**
    * A session whose run has not started this long after it was placed fails (`startTimeout`);
    * one whose worker has not said its run ended this long after a stop is stopped all the same.
    */

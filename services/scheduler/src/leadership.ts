@@ -12,6 +12,12 @@ export interface RunningScheduler {
 }
 
 /** Runs for leadership and, while it holds the lease, schedules. */
+/** The options, with the aging rate the operator set (`TRAINYARD_PRIORITY_AGING_PER_HOUR`). */
+function withConfiguredAging(ctx: ServiceContext, opts: SchedulerOptions): SchedulerOptions {
+  const agingPerHour = ctx.config.TRAINYARD_PRIORITY_AGING_PER_HOUR;
+  return agingPerHour === undefined ? opts : { ...opts, policy: { ...opts.policy, agingPerHour } };
+}
+
 export async function startScheduler(
   ctx: ServiceContext,
   opts: SchedulerOptions = DEFAULT_SCHEDULER_OPTIONS,
@@ -46,7 +52,7 @@ export async function startScheduler(
       });
     }, renewMs);
     try {
-      current = new Term(ctx, opts, term.signal);
+      current = new Term(ctx, withConfiguredAging(ctx, opts), term.signal);
       await current.run();
     } finally {
       term.abort();
