@@ -24,8 +24,6 @@ export const FailureReasons = {
   workerStopped: { kind: 'system', retryable: true },
   buildInfrastructure: { kind: 'system', retryable: true },
   artifactUnavailable: { kind: 'system', retryable: true },
-  /** A session's run did not start within its time on the worker it was placed on. */
-  startTimeout: { kind: 'system', retryable: false },
   /** The attempt could not be sent to its worker, and sending it again would not help. */
   dispatchFailed: { kind: 'system', retryable: false },
 } as const satisfies Record<string, { kind: FailureKind; retryable: boolean }>;

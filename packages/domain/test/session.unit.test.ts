@@ -259,58 +259,45 @@ describe('session timers', () => {
     ]);
   });
 
-  it('fails a session whose run has not started within the start limit, naming its worker', () => {
+  it('stops a session whose run has not started within the start limit, telling its worker', () => {
     const placed = given([requested(), assigned()], MIN);
-    // Placed at minute 1: the default limit is 15 minutes.
-    expect(sessionDeadline(placed)).toEqual({ reason: 'startTimeout', at: new Date(at(16 * MIN)) });
-    const limits = { startMs: 2 * MIN, stopMs: MIN };
+    // Placed at minute 1: the default limit is 30 minutes.
+    expect(sessionDeadline(placed)).toEqual({ reason: 'startTimeout', at: new Date(at(31 * MIN)) });
+    const limits = { startMs: 2 * MIN };
     expect(sessionDeadline(placed, limits)?.at).toEqual(new Date(at(3 * MIN)));
     const early = { type: 'ExpireSession' as const, now: new Date(at(3 * MIN - 1)), limits };
     expect(decideSession(early, placed)).toEqual([]);
     const late = decideSession({ ...early, now: new Date(at(3 * MIN)) }, placed);
     expect(late).toEqual([
       {
-        type: 'SessionFailed',
-        data: {
-          runId: 'r1',
-          failure: {
-            kind: 'system',
-            reason: 'startTimeout',
-            retryable: false,
-            message: 'the session did not start within 2 minutes on worker w1',
-          },
-        },
+        type: 'SessionStopRequested',
+        data: { reason: 'startTimeout', runId: 'r1', workerId: 'w1' },
       },
     ]);
-    // A start that came meanwhile wins: the running session's own timers count from it.
+    // The worker's late word that the run started changes nothing; its end ends the session.
+    const stopping = given([requested(), assigned(), ...late], MIN);
+    expect(decideSession({ type: 'StartRun', runId: 'r1' }, stopping)).toEqual([]);
+    expect(decideSession({ type: 'EndRun', runId: 'r1', failure: null }, stopping)).toEqual([
+      { type: 'SessionStopped', data: { runId: 'r1' } },
+    ]);
+    // A start that came in time wins: the running session's own timers count from it.
     const running = given([requested(), assigned(), started()], MIN);
     expect(sessionDeadline(running, limits)?.reason).toBe('neverConnected');
     expect(decideSession({ ...early, now: new Date(at(5 * MIN)) }, running)).toEqual([]);
   });
 
-  it('stops a session whose worker never confirms the stop, once the stop limit passes', () => {
-    const stopping = given(
-      [
-        requested(),
-        assigned(),
-        started(),
-        { type: 'SessionStopRequested', data: { reason: 'user', runId: 'r1', workerId: 'w1' } },
-      ],
-      MIN,
-    );
-    expect(stopping.stoppingSince).toBe(at(3 * MIN));
-    expect(sessionDeadline(stopping)).toEqual({
-      reason: 'stopTimeout',
-      at: new Date(at(8 * MIN)),
-    });
-    const expire = (ms: number) =>
-      decideSession({ type: 'ExpireSession', now: new Date(at(ms)) }, stopping);
-    expect(expire(8 * MIN - 1)).toEqual([]);
-    const stopped = expire(8 * MIN);
-    expect(stopped).toEqual([{ type: 'SessionStopped', data: { runId: 'r1' } }]);
-    const after = evolveSession(stopping, stopped[0]!, at(8 * MIN));
-    expect(after).toMatchObject({ status: 'stopped', stopReason: 'user' });
-    expect(sessionDeadline(after)).toBeNull();
+  it('sets no deadline on a session stopping: its run’s GPUs are its until its worker ends it', () => {
+    const stopping = given([
+      requested(),
+      assigned(),
+      started(),
+      { type: 'SessionStopRequested', data: { reason: 'user', runId: 'r1', workerId: 'w1' } },
+    ]);
+    expect(stopping.status).toBe('stopping');
+    expect(sessionDeadline(stopping)).toBeNull();
+    expect(
+      decideSession({ type: 'ExpireSession', now: new Date(at(10_000 * MIN)) }, stopping),
+    ).toEqual([]);
   });
 
   it('counts a channel opened as a connection, should its login go unrecorded', () => {

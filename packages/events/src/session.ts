@@ -115,13 +115,15 @@ export const SessionStopReason = {
   idle: 'idle',
   /** It reached its hard cap. */
   maxDuration: 'maxDuration',
+  /** Its run did not start on its worker in time (an image pull that hangs, a wedged worker). */
+  startTimeout: 'startTimeout',
 } as const;
 export type SessionStopReason = (typeof SessionStopReason)[keyof typeof SessionStopReason];
 
 export const SessionStopRequested = z.object({
   type: z.literal('SessionStopRequested'),
   data: z.object({
-    reason: z.enum(['user', 'neverConnected', 'idle', 'maxDuration']),
+    reason: z.enum(['user', 'neverConnected', 'idle', 'maxDuration', 'startTimeout']),
     /** The run the worker must end, if one was placed. */
     runId: z.string().min(1).nullable(),
     workerId: z.string().min(1).nullable(),

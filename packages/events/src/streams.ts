@@ -9,7 +9,8 @@ import {
 import { retryTransient } from './retry.ts';
 import { Streams, Subjects } from './subjects.ts';
 
-const STREAM_NOT_FOUND = 10059;
+/** JetStream's error code for a stream (or a KV bucket) that does not exist. */
+export const STREAM_NOT_FOUND = 10059;
 
 const NANOS_PER_MS = 1_000_000;
 const ms = (n: number) => n * NANOS_PER_MS;

@@ -249,6 +249,19 @@ describe('a terminal', () => {
     expect(ch.input.writableLength).toBeGreaterThan(15 * 1024 * 1024);
     ch.close();
     await ch.exit;
+    // What was still queued for it is dropped, not written later to whatever terminal takes
+    // its descriptor number next.
+    const next = await channel({
+      kind: 'exec',
+      command: 'stty raw -echo; echo ready; cat',
+      pty: { term: 'xterm', cols: 80, rows: 24 },
+    });
+    const seen = collect(next.output);
+    await waitFor('the next terminal', () => seen().includes('ready'));
+    await new Promise((r) => setTimeout(r, 500));
+    expect(seen()).not.toContain('x');
+    next.close();
+    await next.exit;
   });
 
   it('loses none of the output a process wrote before it exited, read at once or slowly', async () => {

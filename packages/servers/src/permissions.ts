@@ -147,8 +147,7 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
       `$JS.API.STREAM.CREATE.KV_${b}`,
       ...bucketUser(b),
     ]),
-    // The gateway's public host key, for clients to pin.
-    `$JS.API.STREAM.CREATE.KV_${GATEWAY_PUBLIC_BUCKET}`,
+    // The gateway's public host key, for clients to pin: read only, the gateway makes it.
     ...bucketReader(GATEWAY_PUBLIC_BUCKET),
     // Objects that workers wrote, in the bucket of each worker.
     '$JS.API.STREAM.INFO.*',

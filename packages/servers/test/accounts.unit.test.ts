@@ -85,6 +85,8 @@ describe('the control plane’s logins', () => {
     const shown = '$JS.API.DIRECT.GET.KV_ty_gateway_public.$KV.ty_gateway_public.hostKey';
     expect(mayPublish('api', shown)).toBe(true);
     expect(mayPublish('api', '$KV.ty_gateway_public.hostKey')).toBe(false);
+    // Whoever makes a bucket sets what flows into it (sources, a mirror): the gateway makes it.
+    expect(mayPublish('api', '$JS.API.STREAM.CREATE.KV_ty_gateway_public')).toBe(false);
     expect(mayPublish('gateway', '$KV.ty_gateway_public.hostKey')).toBe(true);
     // The API still reads what it keeps, and any worker's bucket.
     expect(mayPublish('api', '$JS.API.DIRECT.GET.KV_ty_credentials.$KV.ty_credentials.admin')).toBe(

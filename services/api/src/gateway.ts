@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { JetStreamClient } from '@nats-io/jetstream';
-import type { KV } from '@nats-io/kv';
+import { Kvm, type KV } from '@nats-io/kv';
+import type { JetStreamApiError } from '@nats-io/jetstream';
 import {
   GATEWAY_PUBLIC_BUCKET,
   HOST_KEY,
@@ -8,7 +9,7 @@ import {
   type PublicHostKey,
   type StoredSshPassword,
 } from '@trainyard/application';
-import { retryTransient } from '@trainyard/events';
+import { retryTransient, STREAM_NOT_FOUND } from '@trainyard/events';
 import { openBucket } from '@trainyard/service-kit';
 
 /**
@@ -39,15 +40,19 @@ export class GatewayAccess {
         replicas,
         ttl: opts.passwordTtlMs + 60_000,
       }),
-      openBucket(js, GATEWAY_PUBLIC_BUCKET, { history: 1, replicas }),
+      // Made by the gateway, never here: whoever makes a bucket sets what flows into it.
+      new Kvm(js).open(GATEWAY_PUBLIC_BUCKET),
     ]);
     return new GatewayAccess(passwords, gateway, opts.passwordTtlMs);
   }
 
-  /** The gateway's public host key line and its fingerprint; null before it first started. */
+  /** The gateway's public host key line and its fingerprint; null before one first started. */
   async hostKey(): Promise<{ publicKey: string; fingerprint: string } | null> {
     const entry = await retryTransient('read the gateway host key', () =>
-      this.gateway.get(HOST_KEY),
+      this.gateway.get(HOST_KEY).catch((err: JetStreamApiError) => {
+        if (err.code === STREAM_NOT_FOUND) return null;
+        throw err;
+      }),
     );
     if (!entry || entry.operation !== 'PUT') return null;
     try {

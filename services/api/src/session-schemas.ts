@@ -90,7 +90,9 @@ export const SessionViewSchema = z
     runs: z.number().int().describe('how many times it was placed'),
     gpus: z.array(z.number().int()),
     active: z.boolean().describe('a channel is open'),
-    stopReason: z.enum(['user', 'neverConnected', 'idle', 'maxDuration']).nullable(),
+    stopReason: z
+      .enum(['user', 'neverConnected', 'idle', 'maxDuration', 'startTimeout'])
+      .nullable(),
     failure: FailureSchema.nullable(),
     requeuedBecause: z.string().nullable(),
     requestedAt: isoTime,

@@ -19,17 +19,13 @@ const MINUTE = 60_000;
 
 /**
  * Session timers: follows the sessions' events and, when one's timer runs out (never connected,
- * idle, or its hard cap), asks the session to stop, saying why. A session whose run does not
- * start in time fails; one whose worker does not confirm a stop in time is stopped. The decider checks the deadline
+ * idle, its hard cap, or its run not started in time), asks the session to stop, saying why. The decider checks the deadline
  * again on the session as the log has it, so a login or a channel that came meanwhile wins, and
  * two watchdogs asking at once stop it once.
  */
 export function startSessionTimers(ctx: ServiceContext, checkEveryMs: number): RunningTimers {
   const log = ctx.log.child({ component: 'session-timers' });
-  const limits: SessionLimits = {
-    startMs: ctx.config.TRAINYARD_SESSION_START_LIMIT_MIN * MINUTE,
-    stopMs: ctx.config.TRAINYARD_SESSION_STOP_LIMIT_MIN * MINUTE,
-  };
+  const limits: SessionLimits = { startMs: ctx.config.TRAINYARD_SESSION_START_LIMIT_MIN * MINUTE };
   const sessions = new Map<string, SessionState>();
   const stopping = new AbortController();
   let read = 0;

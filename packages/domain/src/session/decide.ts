@@ -9,7 +9,6 @@ import type {
   SshLogin,
 } from '@trainyard/events';
 import { assertNever, DomainError } from '../errors.ts';
-import { failure } from '../failures.ts';
 import { currentRun, runHolder, sessionEnded, type SessionState } from './state.ts';
 
 /** Commands on a session. Time arrives inside them; `decide` has no clock. */
@@ -53,29 +52,26 @@ const reject = (code: DomainError['code'], message: string): never => {
 const MINUTE = 60_000;
 
 /**
- * The platform's own limits on a session's passage: from its placement to its run starting on
- * the worker, and from a stop asked to the worker's word that the run ended.
+ * The platform's own limit on a session's passage: from its placement to its run starting on
+ * the worker (an image pull included).
  */
 export interface SessionLimits {
   startMs: number;
-  stopMs: number;
 }
 
-export const DEFAULT_SESSION_LIMITS: SessionLimits = { startMs: 15 * MINUTE, stopMs: 5 * MINUTE };
+export const DEFAULT_SESSION_LIMITS: SessionLimits = { startMs: 30 * MINUTE };
 
-/**
- * A timer of a session, and when it runs out: one of a running session's, or `startTimeout`
- * (its run never started) and `stopTimeout` (its worker never said the run ended).
- */
+/** A timer of a session, and when it runs out. */
 export interface SessionDeadline {
-  reason: Exclude<SessionStopReason, 'user'> | 'startTimeout' | 'stopTimeout';
+  reason: Exclude<SessionStopReason, 'user'>;
   at: Date;
 }
 
 /**
- * The first timer to run out for a session: for one starting, the start limit; for one
- * stopping, the stop limit; for one running, never connected, idle after its last channel
- * closed, or its hard cap. `null` for a session in none of those states.
+ * The first timer to run out for a session: for one starting, the start limit; for one running,
+ * never connected, idle after its last channel closed, or its hard cap. `null` for a session in
+ * neither state: one `stopping` waits for its worker to end the run (or to be lost), as its
+ * GPUs are its until then.
  */
 export function sessionDeadline(
   state: SessionState,
@@ -84,12 +80,6 @@ export function sessionDeadline(
   const run = runHolder(state);
   if (state.status === 'starting' && run) {
     return { reason: 'startTimeout', at: new Date(Date.parse(run.assignedAt) + limits.startMs) };
-  }
-  if (state.status === 'stopping' && state.stoppingSince) {
-    return {
-      reason: 'stopTimeout',
-      at: new Date(Date.parse(state.stoppingSince) + limits.stopMs),
-    };
   }
   if (state.status !== 'running' || !state.timers || !state.startedAt) return null;
   const started = Date.parse(state.startedAt);
@@ -209,25 +199,8 @@ export function decideSession(command: SessionCommand, state: SessionState): Ses
       if (state.status === 'stopping') return [];
       return stop(state, command.reason);
     case 'ExpireSession': {
-      const limits = command.limits ?? DEFAULT_SESSION_LIMITS;
-      const deadline = sessionDeadline(state, limits);
+      const deadline = sessionDeadline(state, command.limits);
       if (!deadline || deadline.at > command.now) return [];
-      const run = runHolder(state);
-      if (deadline.reason === 'startTimeout') {
-        const minutes = Math.round((limits.startMs / MINUTE) * 10) / 10;
-        const where = run ? ` on worker ${run.workerId}` : '';
-        const message = `the session did not start within ${minutes} minutes${where}`;
-        return [
-          {
-            type: 'SessionFailed',
-            data: { runId: run?.id ?? null, failure: failure('startTimeout', message) },
-          },
-        ];
-      }
-      // The worker never said its run ended: the session is over all the same.
-      if (deadline.reason === 'stopTimeout') {
-        return [{ type: 'SessionStopped', data: { runId: run?.id ?? null } }];
-      }
       return stop(state, deadline.reason);
     }
     case 'RecordLogin': {

@@ -46,8 +46,6 @@ export interface SessionState {
   /** When the last channel closed (or, before any opened, when the run started). */
   idleSince: string | null;
   stopReason: SessionStopReason | null;
-  /** When it was asked to stop. */
-  stoppingSince: string | null;
   failure: Failure | null;
   /** Why the session was placed again, shown to its user until it runs again. */
   requeuedBecause: string | null;
@@ -70,7 +68,6 @@ export const initialSessionState = (id: string): SessionState => ({
   active: false,
   idleSince: null,
   stopReason: null,
-  stoppingSince: null,
   failure: null,
   requeuedBecause: null,
   endedAt: null,
@@ -156,7 +153,7 @@ export function evolveSession(state: SessionState, event: SessionEvent, at: stri
         runs: state.runs.map((r) => (r.id === event.data.runId ? { ...r, startedAt: at } : r)),
       };
     case 'SessionStopRequested':
-      return { ...state, status: 'stopping', stopReason: event.data.reason, stoppingSince: at };
+      return { ...state, status: 'stopping', stopReason: event.data.reason };
     case 'SessionStopped':
       return {
         ...state,

@@ -93,7 +93,10 @@ async function untilRunning(client: ApiClient, id: string, seq: number): Promise
     if (s.status === 'building' && !buildShown) {
       buildShown = true;
       const write = (text: string) => void process.stderr.write(text);
-      await printLog(client, id, { of: 'session', follow: true, write });
+      // The build's log is shown as a courtesy: without it, the wait goes on all the same.
+      await printLog(client, id, { of: 'session', follow: true, write }).catch((err: unknown) =>
+        console.error(`(the build's log could not be shown: ${(err as Error).message})`),
+      );
       continue;
     }
     if (s.status === 'running') return s;
