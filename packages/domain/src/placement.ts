@@ -22,8 +22,8 @@ export interface PlacementPolicy {
   contextBytes: number;
   /**
    * Priority a waiting job or session gains per hour in the queue: what it is placed by is its
-   * priority plus its wait times this, so that nothing waits forever behind newer work of a
-   * higher priority.
+   * priority plus its wait times this (whole points), so that newer work of a higher priority
+   * cannot pass it forever.
    */
   agingPerHour: number;
 }
@@ -36,15 +36,17 @@ export const DEFAULT_POLICY: PlacementPolicy = {
 
 const HOUR = 3_600_000;
 
-/** What a candidate is placed by: its priority, plus what it gained waiting since `queuedAt`. */
+/** What a candidate is placed by: its priority, plus the whole points it gained waiting since `queuedAt`. */
 export function effectivePriority(
   priority: number,
   queuedAt: string,
   now: Date,
   policy: Pick<PlacementPolicy, 'agingPerHour'>,
 ): number {
-  const waitedMs = Math.max(0, now.getTime() - Date.parse(queuedAt));
-  return priority + (waitedMs / HOUR) * policy.agingPerHour;
+  const waitedMs = now.getTime() - Date.parse(queuedAt);
+  if (!(waitedMs > 0)) return priority;
+  // Whole points: between near-equals, the order of the log decides, not the writers' clocks.
+  return priority + Math.floor((waitedMs / HOUR) * policy.agingPerHour);
 }
 
 export interface Assignment {

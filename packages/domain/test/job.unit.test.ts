@@ -220,6 +220,21 @@ describe('job decider', () => {
     expect(ended).toEqual([{ type: 'JobCancelled', data: { attemptId: 'a1' } }]);
   });
 
+  it('changes the priority of a job that has not ended, once per change', () => {
+    const changed = when([submitted()], { type: 'ChangePriority', priority: -20 });
+    expect(changed).toEqual([{ type: 'JobPriorityChanged', data: { priority: -20, previous: 0 } }]);
+    const after = given([submitted(), ...changed]);
+    expect(after.spec?.priority).toBe(-20);
+    expect(after.status).toBe(given([submitted()]).status);
+    expect(when([submitted(), ...changed], { type: 'ChangePriority', priority: -20 })).toEqual([]);
+    const running = [submitted(), assigned(), started()];
+    expect(when(running, { type: 'ChangePriority', priority: 7 })).toEqual([
+      { type: 'JobPriorityChanged', data: { priority: 7, previous: 0 } },
+    ]);
+    const cancelled = [submitted(), { type: 'JobCancelled' as const, data: {} }];
+    expectRejected(() => when(cancelled, { type: 'ChangePriority', priority: 1 }), 'JOB_FINISHED');
+  });
+
   it('cancels instead of starting when the cancel came before the start', () => {
     const events = when(
       [

@@ -208,6 +208,20 @@ describe('placement policy v1', () => {
     expect(effectivePriority(-100, T0.toISOString(), at(11), DEFAULT_POLICY)).toBe(10);
   });
 
+  it('places by a priority changed while the job waits, keeping its place in the queue', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24]);
+    submit(c, 'first', { resources: { gpus: 1 } });
+    submit(c, 'second', { resources: { gpus: 1 } });
+    const raised = { type: 'JobPriorityChanged', data: { priority: 3, previous: 0 } };
+    evolveCluster(c, stored('job', 'second', raised));
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['second']);
+    const lowered = { type: 'JobPriorityChanged', data: { priority: 0, previous: 3 } };
+    evolveCluster(c, stored('job', 'second', lowered));
+    expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['first']);
+    expect(c.jobs.get('second')!.queuedAt).toBe(T0.toISOString());
+  });
+
   it('ages a job from when it last became placeable, and keeps that through a snapshot', () => {
     const c = emptyCluster();
     worker(c, 'w1', [24]);

@@ -263,7 +263,7 @@ describe('session timers', () => {
     const placed = given([requested(), assigned()], MIN);
     // Placed at minute 1: the default limit is 30 minutes.
     expect(sessionDeadline(placed)).toEqual({ reason: 'startTimeout', at: new Date(at(31 * MIN)) });
-    const limits = { startMs: 2 * MIN };
+    const limits = { startMs: 2 * MIN, stopMs: MIN };
     expect(sessionDeadline(placed, limits)?.at).toEqual(new Date(at(3 * MIN)));
     const early = { type: 'ExpireSession' as const, now: new Date(at(3 * MIN - 1)), limits };
     expect(decideSession(early, placed)).toEqual([]);
@@ -280,13 +280,21 @@ describe('session timers', () => {
     expect(decideSession({ type: 'EndRun', runId: 'r1', failure: null }, stopping)).toEqual([
       { type: 'SessionStopped', data: { runId: 'r1' } },
     ]);
+    // A worker that never answers: the run that never started is taken for gone.
+    expect(sessionDeadline(stopping, limits)).toEqual({
+      reason: 'stopTimeout',
+      at: new Date(at(3 * MIN)),
+    });
+    expect(decideSession({ ...early, now: new Date(at(3 * MIN)) }, stopping)).toEqual([
+      { type: 'SessionStopped', data: { runId: 'r1' } },
+    ]);
     // A start that came in time wins: the running session's own timers count from it.
     const running = given([requested(), assigned(), started()], MIN);
     expect(sessionDeadline(running, limits)?.reason).toBe('neverConnected');
     expect(decideSession({ ...early, now: new Date(at(5 * MIN)) }, running)).toEqual([]);
   });
 
-  it('sets no deadline on a session stopping: its run’s GPUs are its until its worker ends it', () => {
+  it('sets no deadline on a stopping session whose run started: its GPUs are its until its worker ends it', () => {
     const stopping = given([
       requested(),
       assigned(),

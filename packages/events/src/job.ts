@@ -216,6 +216,15 @@ export const JobCancelled = z.object({
   data: z.object({ attemptId: z.string().min(1).optional() }),
 });
 
+/** The job's priority changed (its owner lowered it, or an admin set it): placed by it from now. */
+export const JobPriorityChanged = z.object({
+  type: z.literal('JobPriorityChanged'),
+  data: z.object({
+    priority: z.number().int().min(-1000).max(1000),
+    previous: z.number().int().min(-1000).max(1000),
+  }),
+});
+
 /** A login through the SSH gateway to a shell beside the job's running attempt. */
 export const JobLogin = z.object({
   type: z.literal('JobLogin'),
@@ -236,6 +245,7 @@ export const JobEventSchema = z.discriminatedUnion('type', [
   JobCancelRequested,
   JobCancelled,
   JobLogin,
+  JobPriorityChanged,
 ]);
 export type JobEvent = z.infer<typeof JobEventSchema>;
 export type JobEventType = JobEvent['type'];

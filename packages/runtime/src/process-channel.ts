@@ -3,7 +3,7 @@
  * a session (and process group) of its own, which is what signals and `close()` reach.
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { closeSync, constants as fsc, openSync } from 'node:fs';
+import { closeSync, constants as fsc, openSync, write } from 'node:fs';
 import { constants } from 'node:os';
 import { type Duplex, finished, Readable, Writable } from 'node:stream';
 import * as pty from 'node-pty';
@@ -279,59 +279,33 @@ class PtyFlow {
   }
 }
 
-/** How long a write waits, while the terminal's queue is full, before it looks again. */
+/** How long a write to a full terminal waits before it tries again. */
 const FULL_TERMINAL_RETRY_MS = 10;
-/** The most input node-pty may hold for a terminal before a write waits. */
-const MAX_QUEUED_INPUT = 16 * 1024;
-
-function inputQueue(term: pty.IPty): unknown[] | null {
-  const { _writeStream: stream } = term as pty.IPty & { _writeStream?: { _writeQueue?: unknown } };
-  const queue = stream?._writeQueue;
-  return Array.isArray(queue) ? (queue as unknown[]) : null;
-}
 
 /**
- * Forgets the input node-pty still holds for a terminal that is ending. node-pty would go on
- * writing it to the terminal's descriptor number after the terminal closed it, into whatever
- * was opened on that number since (another session's terminal).
+ * Bytes to a terminal, written to its master with backpressure: a write's callback waits until
+ * the kernel took all of it, so a program that sets its terminal raw and never reads it stops
+ * the writer (and its sender) once the terminal's buffer is full, and a full terminal is looked
+ * at again every 10 ms, not spun on. node-pty's own `write` is never used: it queues without
+ * limit, never says when bytes have gone, retries a full terminal on every turn of the event
+ * loop, and goes on writing what it queued to the descriptor number after the terminal closed
+ * it. Here nothing is written once `open` says the terminal hung up, exited or was closed.
  */
-function dropQueuedInput(term: pty.IPty): void {
-  const queue = inputQueue(term);
-  if (queue) queue.length = 0;
-}
-
-/**
- * The bytes node-pty holds for a terminal, not yet taken by it: node-pty's `write` queues what
- * the terminal does not take, without limit, and never says when bytes have gone, so its queue
- * is read here (it is not public: null where this node-pty has none).
- */
-function queuedInput(term: pty.IPty): number | null {
-  const queue = inputQueue(term);
-  if (!queue) return null;
-  let bytes = 0;
-  for (const task of queue as { buffer?: { length?: unknown }; offset?: unknown }[]) {
-    const length = task.buffer?.length;
-    bytes += typeof length === 'number' ? length - Number(task.offset ?? 0) : 0;
-  }
-  return bytes;
-}
-
-/**
- * Bytes to a terminal, with backpressure: a write completes only once node-pty holds at most
- * `MAX_QUEUED_INPUT` for it, so a program that never reads its terminal stops the writer (and
- * its sender) instead of a queue growing without bound. node-pty does the writing, and drops
- * what comes once the terminal has closed.
- */
-function terminalInput(term: pty.IPty, open: () => boolean): Writable {
+function terminalInput(fd: number, open: () => boolean): Writable {
   return new Writable({
     write(chunk: Buffer, _encoding, callback) {
-      if (!open()) return callback();
-      term.write(chunk);
-      const settle = () => {
-        if (!open() || (queuedInput(term) ?? 0) <= MAX_QUEUED_INPUT) return callback();
-        setTimeout(settle, FULL_TERMINAL_RETRY_MS);
+      let offset = 0;
+      const next = () => {
+        if (!open()) return callback();
+        write(fd, chunk, offset, chunk.length - offset, null, (err, written) => {
+          if (err?.code === 'EAGAIN') return void setTimeout(next, FULL_TERMINAL_RETRY_MS);
+          // Any other error is the terminal gone: the rest is dropped, as a closed one would.
+          offset += err ? chunk.length : written;
+          if (offset < chunk.length) next();
+          else callback();
+        });
       };
-      settle();
+      next();
     },
   });
 }
@@ -356,10 +330,11 @@ export function ptyChannel(command: ChannelCommand, size: PtyRequest): Channel {
   } catch (err) {
     throw new ChannelRefused('refused', `could not start a terminal: ${(err as Error).message}`);
   }
-  // Without a queue to read, input could not be bounded: refused rather than unbounded.
-  if (queuedInput(term) === null) {
+  // The terminal's master, non-blocking: node-pty's `fd` (Unix), not in its typings.
+  const { fd } = term as pty.IPty & { fd?: unknown };
+  if (typeof fd !== 'number') {
     term.kill('SIGKILL');
-    throw new ChannelRefused('refused', 'this node-pty keeps no input queue that can be bounded');
+    throw new ChannelRefused('refused', 'the terminal gave no descriptor to write to');
   }
   const leader = new Leader(term.pid, true);
   const flow = new PtyFlow(term, leader);
@@ -370,19 +345,15 @@ export function ptyChannel(command: ChannelCommand, size: PtyRequest): Channel {
   term.onData((data: string | Buffer) => {
     if (!output.destroyed && !output.push(data)) flow.pause();
   });
-  // node-pty's own word that the terminal hung up (it closes its descriptor right after).
+  // node-pty's word that the terminal hung up, given before it closes the descriptor.
   let hungUp = false;
   const { on } = term as pty.IPty & { on?: (event: 'close', listener: () => void) => void };
-  on?.call(term, 'close', () => {
-    hungUp = true;
-    dropQueuedInput(term);
-  });
-  const input = terminalInput(term, () => !exited && !closed && !hungUp);
+  on?.call(term, 'close', () => (hungUp = true));
+  const input = terminalInput(fd, () => !exited && !closed && !hungUp);
 
   const status = new Promise<ChannelExit>((resolve) =>
     term.onExit(({ exitCode, signal }) => {
       exited = true;
-      dropQueuedInput(term);
       flow.stop();
       if (!output.destroyed) output.push(null);
       resolve(signal ? { code: null, signal: sshName(signal) } : { code: exitCode, signal: null });
@@ -407,7 +378,6 @@ export function ptyChannel(command: ChannelCommand, size: PtyRequest): Channel {
     close() {
       if (closed) return;
       closed = true;
-      dropQueuedInput(term);
       leader.end(command.graceMs);
       input.destroy();
       output.destroy();

@@ -71,8 +71,13 @@ export const BaseConfigSchema = z.object({
    * a job of priority -100 overtakes new jobs of priority 0 after 10 hours of waiting.
    */
   TRAINYARD_PRIORITY_AGING_PER_HOUR: z.coerce.number().min(0).max(1_000_000).optional(),
-  /** A session whose run has not started this long after it was placed is stopped (`startTimeout`). */
+  /**
+   * A session whose run has not started this long after it was placed is stopped
+   * (`startTimeout`); a run that never started, whose worker has not answered its stop this long
+   * after, is taken for gone.
+   */
   TRAINYARD_SESSION_START_LIMIT_MIN: z.coerce.number().min(0.05).max(1440).default(30),
+  TRAINYARD_SESSION_STOP_LIMIT_MIN: z.coerce.number().min(0.05).max(1440).default(5),
   /** Where the SSH gateway listens (`trainyard gateway`; `up` takes a free port near it). */
   TRAINYARD_SSH_PORT: z.coerce.number().int().min(0).max(65_535).default(2222),
   TRAINYARD_SSH_LISTEN: z.string().default('0.0.0.0'),

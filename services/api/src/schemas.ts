@@ -187,6 +187,8 @@ export const SubmittedSchema = z.object({
 
 export const CancelledSchema = SubmittedSchema.extend({ cancelRequested: z.boolean() });
 
+export const PriorityChangedSchema = SubmittedSchema.extend({ priority: z.number().int() });
+
 export const EventViewSchema = z
   .object({
     id: z.string(),

@@ -202,9 +202,9 @@ export class ApiClient {
     return (await res.json()) as T;
   }
 
-  post<T>(path: string, body: unknown): Promise<T> {
+  post<T>(path: string, body: unknown, method: 'POST' | 'PATCH' = 'POST'): Promise<T> {
     return this.json<T>(path, {
-      method: 'POST',
+      method,
       body: JSON.stringify(body ?? {}),
       headers: { 'content-type': 'application/json' },
     });

@@ -96,6 +96,7 @@ const REASONS: Record<string, string> = {
   neverConnected: 'no one connected to it in time',
   idle: 'it was idle for too long',
   maxDuration: 'it reached its time limit',
+  startTimeout: 'it did not start in time on its worker',
 };
 
 function stoppingMessage(state: SessionState): string {

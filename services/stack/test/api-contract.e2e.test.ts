@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TokenIssuer } from '@trainyard/api';
-import { codeArchive, startTestStack, submit, type Job, type TestStack } from './harness.ts';
+import {
+  addUser,
+  codeArchive,
+  startTestStack,
+  submit,
+  type Job,
+  type TestStack,
+} from './harness.ts';
 
 const SECRET = 'contract-test-secret-0123456789abcdef';
 let t: TestStack;
@@ -217,5 +224,68 @@ describe('the log as server-sent events', () => {
     const res = await t.http(`/v1/jobs/${id}/logs?follow=true`, { token: admin });
     expect(res.headers.get('content-type')).toContain('text/plain');
     expect(await res.text()).toContain('plain\n');
+  });
+});
+
+describe('changing a job’s priority', () => {
+  it('lets its owner lower it, an admin raise it, and refuses the rest, changing nothing', async () => {
+    const carol = await addUser(t, admin, 'carol', 'quiet-harbor-lantern-7');
+    // Eight GPUs no worker here has: it waits.
+    const res = await submit(t, carol, cpuSpec({ resources: { gpus: 8 } }));
+    expect(res.status).toBe(202);
+    const { id } = (await res.json()) as { id: string };
+    const patch = (token: string, body: object) =>
+      t.http(`/v1/jobs/${id}`, {
+        method: 'PATCH',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    const codeOf = async (r: Response) =>
+      ((await r.json()) as { error: { code: string } }).error.code;
+
+    const lowered = await patch(carol, { priority: -5 });
+    expect(lowered.status).toBe(200);
+    const low = (await lowered.json()) as { seq: number };
+    expect(low).toMatchObject({ id, priority: -5 });
+    const raised = await patch(carol, { priority: 5 });
+    expect(raised.status).toBe(403);
+    expect(await codeOf(raised)).toBe('FORBIDDEN');
+    for (const bad of [{ priority: 1.5 }, { priority: 5000 }, { priority: -1, other: 1 }, {}]) {
+      const refused = await patch(carol, bad);
+      expect(refused.status, JSON.stringify(bad)).toBe(400);
+      expect(await codeOf(refused)).toBe('VALIDATION_FAILED');
+    }
+    const dave = await addUser(t, admin, 'dave', 'amber-canyon-falcon-3');
+    expect((await patch(dave, { priority: -9 })).status).toBe(404);
+    const job = async () =>
+      (await (await t.http(`/v1/jobs/${id}?after=${low.seq}`, { token: carol })).json()) as Job & {
+        priority: number;
+      };
+    expect((await job()).priority).toBe(-5);
+
+    const byAdmin = await patch(admin, { priority: 50 });
+    expect(byAdmin.status).toBe(200);
+    const { seq } = (await byAdmin.json()) as { seq: number };
+    const shown = (await (
+      await t.http(`/v1/jobs/${id}?after=${seq}`, { token: carol })
+    ).json()) as {
+      priority: number;
+    };
+    expect(shown.priority).toBe(50);
+    const events = (await (await t.http(`/v1/jobs/${id}/events`, { token: carol })).json()) as {
+      type: string;
+      data: unknown;
+    }[];
+    expect(events.filter((e) => e.type === 'JobPriorityChanged').map((e) => e.data)).toEqual([
+      { priority: -5, previous: 0 },
+      { priority: 50, previous: -5 },
+    ]);
+
+    expect((await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: carol })).status).toBe(
+      202,
+    );
+    const late = await patch(admin, { priority: 1 });
+    expect(late.status).toBe(409);
   });
 });

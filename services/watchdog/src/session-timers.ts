@@ -25,7 +25,10 @@ const MINUTE = 60_000;
  */
 export function startSessionTimers(ctx: ServiceContext, checkEveryMs: number): RunningTimers {
   const log = ctx.log.child({ component: 'session-timers' });
-  const limits: SessionLimits = { startMs: ctx.config.TRAINYARD_SESSION_START_LIMIT_MIN * MINUTE };
+  const limits: SessionLimits = {
+    startMs: ctx.config.TRAINYARD_SESSION_START_LIMIT_MIN * MINUTE,
+    stopMs: ctx.config.TRAINYARD_SESSION_STOP_LIMIT_MIN * MINUTE,
+  };
   const sessions = new Map<string, SessionState>();
   const stopping = new AbortController();
   let read = 0;

@@ -64,6 +64,8 @@ export type JobCommand =
     }
   | { type: 'FailAttempt'; attemptId: string; failure: Failure; now: Date; jitter: number }
   | { type: 'CancelJob' }
+  /** Sets the job's priority; who may raise it is the API's to say. */
+  | { type: 'ChangePriority'; priority: number }
   /** A login through the SSH gateway to a shell beside the job, as the gateway saw it. */
   | ({ type: 'RecordLogin' } & SshLogin);
 
@@ -276,6 +278,14 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         ];
       }
       return [{ type: 'JobCancelled', data: {} }];
+    }
+    case 'ChangePriority': {
+      if (isTerminal(state.status)) {
+        return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
+      }
+      const previous = state.spec?.priority ?? 0;
+      if (command.priority === previous) return [];
+      return [{ type: 'JobPriorityChanged', data: { priority: command.priority, previous } }];
     }
     case 'RecordLogin': {
       const { type: _type, reason, ...data } = command;

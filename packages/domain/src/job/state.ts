@@ -283,6 +283,10 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
       return { ...state, cancelRequested: true };
     case 'JobLogin':
       return state;
+    case 'JobPriorityChanged':
+      return state.spec
+        ? { ...state, spec: { ...state.spec, priority: event.data.priority } }
+        : state;
     case 'JobCancelled': {
       const attemptId = event.data.attemptId;
       return {

@@ -52,26 +52,31 @@ const reject = (code: DomainError['code'], message: string): never => {
 const MINUTE = 60_000;
 
 /**
- * The platform's own limit on a session's passage: from its placement to its run starting on
- * the worker (an image pull included).
+ * The platform's own limits on a session's passage: from its placement to its run starting on
+ * the worker (an image pull included), and from a stop to the worker's word that a run which
+ * never started is gone.
  */
 export interface SessionLimits {
   startMs: number;
+  stopMs: number;
 }
 
-export const DEFAULT_SESSION_LIMITS: SessionLimits = { startMs: 30 * MINUTE };
+export const DEFAULT_SESSION_LIMITS: SessionLimits = { startMs: 30 * MINUTE, stopMs: 5 * MINUTE };
 
-/** A timer of a session, and when it runs out. */
+/**
+ * A timer of a session, and when it runs out: a stop reason, or `stopTimeout` (a run that never
+ * started, whose worker has not answered a stop).
+ */
 export interface SessionDeadline {
-  reason: Exclude<SessionStopReason, 'user'>;
+  reason: Exclude<SessionStopReason, 'user'> | 'stopTimeout';
   at: Date;
 }
 
 /**
  * The first timer to run out for a session: for one starting, the start limit; for one running,
- * never connected, idle after its last channel closed, or its hard cap. `null` for a session in
- * neither state: one `stopping` waits for its worker to end the run (or to be lost), as its
- * GPUs are its until then.
+ * never connected, idle after its last channel closed, or its hard cap; for one stopping whose
+ * run never started, the stop limit. A run that started has no stop deadline: its GPUs are its
+ * own until its worker ends it or is lost, as something may still be using them.
  */
 export function sessionDeadline(
   state: SessionState,
@@ -80,6 +85,12 @@ export function sessionDeadline(
   const run = runHolder(state);
   if (state.status === 'starting' && run) {
     return { reason: 'startTimeout', at: new Date(Date.parse(run.assignedAt) + limits.startMs) };
+  }
+  if (state.status === 'stopping' && run && run.startedAt === null && state.stoppingSince) {
+    return {
+      reason: 'stopTimeout',
+      at: new Date(Date.parse(state.stoppingSince) + limits.stopMs),
+    };
   }
   if (state.status !== 'running' || !state.timers || !state.startedAt) return null;
   const started = Date.parse(state.startedAt);
@@ -201,6 +212,10 @@ export function decideSession(command: SessionCommand, state: SessionState): Ses
     case 'ExpireSession': {
       const deadline = sessionDeadline(state, command.limits);
       if (!deadline || deadline.at > command.now) return [];
+      // A run that never started, on a worker that does not answer: it is taken for gone.
+      if (deadline.reason === 'stopTimeout') {
+        return [{ type: 'SessionStopped', data: { runId: runHolder(state)?.id ?? null } }];
+      }
       return stop(state, deadline.reason);
     }
     case 'RecordLogin': {

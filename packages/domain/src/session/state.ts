@@ -46,6 +46,8 @@ export interface SessionState {
   /** When the last channel closed (or, before any opened, when the run started). */
   idleSince: string | null;
   stopReason: SessionStopReason | null;
+  /** When it was asked to stop. */
+  stoppingSince: string | null;
   failure: Failure | null;
   /** Why the session was placed again, shown to its user until it runs again. */
   requeuedBecause: string | null;
@@ -68,6 +70,7 @@ export const initialSessionState = (id: string): SessionState => ({
   active: false,
   idleSince: null,
   stopReason: null,
+  stoppingSince: null,
   failure: null,
   requeuedBecause: null,
   endedAt: null,
@@ -153,7 +156,7 @@ export function evolveSession(state: SessionState, event: SessionEvent, at: stri
         runs: state.runs.map((r) => (r.id === event.data.runId ? { ...r, startedAt: at } : r)),
       };
     case 'SessionStopRequested':
-      return { ...state, status: 'stopping', stopReason: event.data.reason };
+      return { ...state, status: 'stopping', stopReason: event.data.reason, stoppingSince: at };
     case 'SessionStopped':
       return {
         ...state,

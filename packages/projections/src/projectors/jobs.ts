@@ -74,6 +74,8 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
     case 'JobCancelRequested':
     case 'JobLogin':
       return next;
+    case 'JobPriorityChanged':
+      return { ...next, priority: event.data.priority };
     case 'JobCancelled':
       return { ...next, status: 'cancelled', finished_at: at };
     default: {

@@ -13,6 +13,7 @@ import {
   errorResponses,
   IdParamsSchema,
   JobViewSchema,
+  PriorityChangedSchema,
   queryFlag,
   SubmitFormSchema,
   SubmitSpecSchema,
@@ -80,7 +81,24 @@ function decodeCursor(cursor: string): { createdAt: Date; id: string } {
   return { createdAt, id };
 }
 
-/** Submit, list, show and cancel jobs. */
+const priorityForbidden = () =>
+  new ApiError(
+    'FORBIDDEN',
+    'a priority above 0 needs an admin; you may lower your own jobs (down to -1000)',
+  );
+
+const PriorityPatchSchema = z
+  .object({
+    priority: z
+      .number()
+      .int()
+      .min(-1000)
+      .max(1000)
+      .describe('the new priority; above 0 needs an admin'),
+  })
+  .strict();
+
+/** Submit, list, show, change and cancel jobs. */
 export function jobRoutes(app: Api, deps: ApiDeps): void {
   app.post(
     '/v1/jobs',
@@ -117,10 +135,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       }
       if (spec.priority > 0 && caller.role !== 'admin') {
         await staged?.discard();
-        throw new ApiError(
-          'FORBIDDEN',
-          'a priority above 0 needs an admin; you may lower your own jobs (down to -1000)',
-        );
+        throw priorityForbidden();
       }
       if (req.query.dryRun) {
         await staged?.discard();
@@ -228,6 +243,41 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
         cancelRequested: result.state.cancelRequested,
         seq: result.head.seq,
       });
+    },
+  );
+
+  app.patch(
+    '/v1/jobs/:id',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: "Change a job's priority while it waits or runs",
+        description:
+          'Its owner may lower it, or set any value up to 0; above 0 needs an admin. Placement ages priority by the wait (`docs/architecture.md`).',
+        params: IdParamsSchema,
+        body: PriorityPatchSchema,
+        response: { 200: PriorityChangedSchema, ...errorResponses(400, 401, 403, 404, 409, 503) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const id = jobIdParam(req);
+      const { priority } = req.body;
+      const snapshot = await visibleJob(deps, caller, id);
+      if (priority > 0 && caller.role !== 'admin') throw priorityForbidden();
+      const result = await runJobCommand(
+        deps.bus.store,
+        id,
+        { type: 'ChangePriority', priority },
+        { actor: actorOf(caller), now: new Date(), correlationId: req.id },
+        { snapshot },
+      );
+      return {
+        id,
+        status: result.state.status as JobStatus,
+        priority: result.state.spec?.priority ?? priority,
+        seq: result.head.seq,
+      };
     },
   );
 }

@@ -345,6 +345,24 @@ export function registerJobCommands(program: Command): void {
     });
 
   program
+    .command('priority')
+    .description('change a job’s priority while it waits or runs (above 0 needs an admin)')
+    .argument('<id>')
+    .argument('<priority>', 'from -1000 to 1000')
+    .option('--json', 'print JSON')
+    .action(async (id: string, value: string, o: { json?: boolean }) => {
+      // A fraction is the API's to refuse, with the range, as for a spec.
+      const priority = wholeNumber('<priority>', value)!;
+      const r = await ApiClient.fromEnv().post<{ id: string; status: string; priority: number }>(
+        `/v1/jobs/${encodeURIComponent(id)}`,
+        { priority },
+        'PATCH',
+      );
+      if (o.json) return printJson(r);
+      console.log(`${r.id} priority ${r.priority} (${r.status})`);
+    });
+
+  program
     .command('cancel')
     .description('cancel a job')
     .argument('<id>')
