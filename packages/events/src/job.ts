@@ -60,6 +60,9 @@ export const BaseImageSchema = z
   );
 
 /** The user's description of a job, as accepted by the API. */
+/** A job's priority: higher is placed first (aged by its wait); above 0 needs an admin. */
+export const PrioritySchema = z.number().int().min(-1000).max(1000);
+
 export const JobSpecSchema = z.object({
   name: z.string().trim().min(1).max(JOB_NAME_MAX),
   command: z.string().trim().min(1).max(8192),
@@ -70,7 +73,7 @@ export const JobSpecSchema = z.object({
   image: BaseImageSchema.optional(),
   setup: z.string().min(1).max(8192).optional(),
   resources: ResourcesSchema,
-  priority: z.number().int().min(-1000).max(1000).default(0),
+  priority: PrioritySchema.default(0),
   maxRetries: z.number().int().min(0).max(20).default(3),
   env: z
     .record(z.string().regex(ENV_NAME, 'must be a shell variable name'), z.string().max(65536))
@@ -220,8 +223,8 @@ export const JobCancelled = z.object({
 export const JobPriorityChanged = z.object({
   type: z.literal('JobPriorityChanged'),
   data: z.object({
-    priority: z.number().int().min(-1000).max(1000),
-    previous: z.number().int().min(-1000).max(1000),
+    priority: PrioritySchema,
+    previous: PrioritySchema,
   }),
 });
 

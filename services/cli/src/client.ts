@@ -202,7 +202,15 @@ export class ApiClient {
     return (await res.json()) as T;
   }
 
-  post<T>(path: string, body: unknown, method: 'POST' | 'PATCH' = 'POST'): Promise<T> {
+  post<T>(path: string, body: unknown): Promise<T> {
+    return this.send<T>('POST', path, body);
+  }
+
+  patch<T>(path: string, body: unknown): Promise<T> {
+    return this.send<T>('PATCH', path, body);
+  }
+
+  private send<T>(method: 'POST' | 'PATCH', path: string, body: unknown): Promise<T> {
     return this.json<T>(path, {
       method,
       body: JSON.stringify(body ?? {}),

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { initialJobState, refusedBase } from '@trainyard/domain';
-import { EMPTY_HEAD, JobStatus, type JobSpec } from '@trainyard/events';
+import { EMPTY_HEAD, JobStatus, PrioritySchema, type JobSpec } from '@trainyard/events';
 import { runJobCommand } from '@trainyard/application';
 import { BlobKeys } from '@trainyard/blobs';
 import { newId } from '@trainyard/service-kit';
@@ -88,14 +88,7 @@ const priorityForbidden = () =>
   );
 
 const PriorityPatchSchema = z
-  .object({
-    priority: z
-      .number()
-      .int()
-      .min(-1000)
-      .max(1000)
-      .describe('the new priority; above 0 needs an admin'),
-  })
+  .object({ priority: PrioritySchema.describe('the new priority; above 0 needs an admin') })
   .strict();
 
 /** Submit, list, show, change and cancel jobs. */

@@ -353,10 +353,9 @@ export function registerJobCommands(program: Command): void {
     .action(async (id: string, value: string, o: { json?: boolean }) => {
       // A fraction is the API's to refuse, with the range, as for a spec.
       const priority = wholeNumber('<priority>', value)!;
-      const r = await ApiClient.fromEnv().post<{ id: string; status: string; priority: number }>(
+      const r = await ApiClient.fromEnv().patch<{ id: string; status: string; priority: number }>(
         `/v1/jobs/${encodeURIComponent(id)}`,
         { priority },
-        'PATCH',
       );
       if (o.json) return printJson(r);
       console.log(`${r.id} priority ${r.priority} (${r.status})`);
