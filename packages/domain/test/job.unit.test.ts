@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { JobEvent } from '@trainyard/events';
-import { DomainError, endsJob, failure } from '../src/index.ts';
+import { DomainError, endsJob, evolveJob, failure, timeLimitDeadline } from '../src/index.ts';
 import { assigned, given, spec, started, submitted, T0, when } from './given.ts';
 
 const expectRejected = (fn: () => unknown, code: string) => {
@@ -233,6 +233,97 @@ describe('job decider', () => {
     ]);
     const cancelled = [submitted(), { type: 'JobCancelled' as const, data: {} }];
     expectRejected(() => when(cancelled, { type: 'ChangePriority', priority: 1 }), 'JOB_FINISHED');
+  });
+
+  describe('time limits', () => {
+    const limited = submitted(spec({ timeLimit: 90 }));
+    const running = [limited, assigned(), started()];
+    const at = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
+    const reached: JobEvent = {
+      type: 'JobTimeLimitReached',
+      data: { attemptId: 'a1', workerId: 'w1', timeLimit: 90 },
+    };
+
+    it('stops a running attempt once it has run its limit, not before', () => {
+      expect(timeLimitDeadline(given(running))).toBe(at(90).getTime());
+      expectRejected(
+        () => when(running, { type: 'EnforceTimeLimit', now: at(89) }),
+        'INVALID_TRANSITION',
+      );
+      expect(when(running, { type: 'EnforceTimeLimit', now: at(90) })).toEqual([reached]);
+      const after = given([...running, reached]);
+      expect(after.timeLimitReached).toBe(true);
+      expect(timeLimitDeadline(after)).toBeNull();
+      expect(when([...running, reached], { type: 'EnforceTimeLimit', now: at(95) })).toEqual([]);
+    });
+
+    it('fails the job as timeLimit, without a retry, however the stopped attempt ends', () => {
+      const ends = [
+        { kind: 'exited', exitCode: 0 },
+        { kind: 'signalled', signal: 'SIGTERM' },
+      ] as const;
+      for (const exit of ends) {
+        const [event] = when([...running, reached], {
+          type: 'FinishAttempt',
+          attemptId: 'a1',
+          exit,
+          durationMs: 90_000,
+          now: at(91),
+          jitter: 0,
+        });
+        expect(event).toMatchObject({
+          type: 'JobAttemptFailed',
+          data: { failure: { reason: 'timeLimit', kind: 'user', retryable: false }, retry: null },
+        });
+        expect(event!.type === 'JobAttemptFailed' && event.data.failure.message).toContain(
+          'time limit of 90s',
+        );
+      }
+      const [lost] = when([...running, reached], {
+        type: 'FailAttempt',
+        attemptId: 'a1',
+        failure: failure('workerLost', 'gone'),
+        now: at(91),
+        jitter: 0,
+      });
+      expect(lost).toMatchObject({ data: { failure: { reason: 'timeLimit' }, retry: null } });
+    });
+
+    it('limits nothing that is not running: no limit, a probe, a cancel, an attempt not started', () => {
+      const late = { type: 'EnforceTimeLimit' as const, now: at(3600) };
+      const cases: JobEvent[][] = [
+        [submitted(), assigned(), started()],
+        [limited, assigned()],
+        [
+          submitted(spec({ timeLimit: 90, resources: { gpus: 1 } })),
+          { ...assigned(), data: { ...assigned().data, probe: true } } as JobEvent,
+          started(),
+        ],
+        [...running, { type: 'JobCancelRequested', data: { attemptId: 'a1', workerId: 'w1' } }],
+      ];
+      for (const events of cases) {
+        expect(timeLimitDeadline(given(events))).toBeNull();
+        expectRejected(() => when(events, late), 'INVALID_TRANSITION');
+      }
+      expectRejected(() => when([], late), 'JOB_NOT_FOUND');
+    });
+
+    it('counts from the start of each attempt: a retry gets the whole limit again', () => {
+      const failedOnce: JobEvent = {
+        type: 'JobAttemptFailed',
+        data: {
+          attemptId: 'a1',
+          exitCode: null,
+          failure: failure('workerLost', 'gone'),
+          durationMs: 1,
+          retry: { retryAt: T0.toISOString(), backoffMs: 0 },
+        },
+      };
+      const retried = [...running, failedOnce, assigned('a2', 2)];
+      expect(timeLimitDeadline(given(retried))).toBeNull();
+      const state = evolveJob(given(retried), started('a2'), at(600).toISOString());
+      expect(timeLimitDeadline(state)).toBe(at(690).getTime());
+    });
   });
 
   it('cancels instead of starting when the cancel came before the start', () => {

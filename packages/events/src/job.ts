@@ -59,9 +59,56 @@ export const BaseImageSchema = z
     'an image reference such as python, pytorch/pytorch:2.3.0 or host:5000/team/image:tag',
   );
 
-/** The user's description of a job, as accepted by the API. */
 /** A job's priority: higher is placed first (aged by its wait); above 0 needs an admin. */
 export const PrioritySchema = z.number().int().min(-1000).max(1000);
+
+/** The longest time limit a job may declare: 30 days. */
+export const MAX_TIME_LIMIT_SECONDS = 30 * 24 * 3600;
+
+const DURATION = /^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$/;
+
+/** Seconds in a duration written as `90s`, `45m`, `2h`, `1d` or `1h30m`; NaN for anything else. */
+export function parseDuration(text: string): number {
+  const m = DURATION.exec(text.trim());
+  if (!m || text.trim() === '') return NaN;
+  const [d, h, min, s] = m.slice(1).map((x) => Number(x ?? 0)) as [number, number, number, number];
+  return ((d * 24 + h) * 60 + min) * 60 + s;
+}
+
+/** A duration in seconds as `parseDuration` reads it back: `1h30m`, `45s`, `2d`. */
+export function formatDuration(seconds: number): string {
+  const parts: [number, string][] = [
+    [Math.floor(seconds / 86_400), 'd'],
+    [Math.floor((seconds % 86_400) / 3600), 'h'],
+    [Math.floor((seconds % 3600) / 60), 'm'],
+    [seconds % 60, 's'],
+  ];
+  return (
+    parts
+      .filter(([n]) => n > 0)
+      .map(([n, unit]) => `${n}${unit}`)
+      .join('') || '0s'
+  );
+}
+
+/**
+ * How long an attempt of a job may run, in whole seconds, or as a duration (`90s`, `45m`, `2h`,
+ * `1d`, `1h30m`); kept as seconds.
+ */
+export const TimeLimitSchema = z
+  .union([z.number(), z.string().max(32)])
+  .transform((value, ctx) => {
+    if (typeof value === 'number') return value;
+    const seconds = parseDuration(value);
+    if (Number.isNaN(seconds)) {
+      ctx.addIssue({ code: 'custom', message: 'a duration such as 90s, 45m, 2h or 1h30m' });
+      return z.NEVER;
+    }
+    return seconds;
+  })
+  .pipe(z.number().int().min(1).max(MAX_TIME_LIMIT_SECONDS));
+
+/** The user's description of a job, as accepted by the API. */
 
 export const JobSpecSchema = z.object({
   name: z.string().trim().min(1).max(JOB_NAME_MAX),
@@ -75,6 +122,8 @@ export const JobSpecSchema = z.object({
   resources: ResourcesSchema,
   priority: PrioritySchema.default(0),
   maxRetries: z.number().int().min(0).max(20).default(3),
+  /** Seconds an attempt may run before it is stopped and the job fails as `timeLimit`. */
+  timeLimit: TimeLimitSchema.optional(),
   env: z
     .record(z.string().regex(ENV_NAME, 'must be a shell variable name'), z.string().max(65536))
     .default({}),
@@ -228,6 +277,19 @@ export const JobPriorityChanged = z.object({
   }),
 });
 
+/**
+ * The running attempt reached the job's time limit: its worker is told to stop it, and however it
+ * ends, the job fails as `timeLimit`, without a retry.
+ */
+export const JobTimeLimitReached = z.object({
+  type: z.literal('JobTimeLimitReached'),
+  data: z.object({
+    attemptId: z.string().min(1),
+    workerId: z.string().min(1),
+    timeLimit: z.number().int().min(1),
+  }),
+});
+
 /** A login through the SSH gateway to a shell beside the job's running attempt. */
 export const JobLogin = z.object({
   type: z.literal('JobLogin'),
@@ -249,6 +311,7 @@ export const JobEventSchema = z.discriminatedUnion('type', [
   JobCancelled,
   JobLogin,
   JobPriorityChanged,
+  JobTimeLimitReached,
 ]);
 export type JobEvent = z.infer<typeof JobEventSchema>;
 export type JobEventType = JobEvent['type'];

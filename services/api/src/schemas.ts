@@ -64,6 +64,11 @@ export const JobViewSchema = z
       'what the job’s probe measured (a job with GPUs and no vramGb is probed before it is placed)',
     ),
     maxRetries: z.number().int(),
+    timeLimit: z
+      .number()
+      .int()
+      .nullable()
+      .describe('seconds an attempt may run before it is stopped and the job fails as timeLimit'),
     envNames: z.array(z.string()),
     createdAt: isoTime,
     startedAt: isoTime.nullable(),
@@ -125,6 +130,9 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
   ),
   env: JobSpecSchema.shape.env.describe(
     `at most ${MAX_ENV_VARS} variables and ${MAX_ENV_BYTES / 1024} KiB in all, names included`,
+  ),
+  timeLimit: JobSpecSchema.shape.timeLimit.describe(
+    'how long an attempt may run: whole seconds, or a duration such as 90s, 45m, 2h or 1h30m (at most 30d); past it the attempt is stopped (SIGTERM, then SIGKILL) and the job fails as timeLimit, without a retry',
   ),
   image: JobSpecSchema.shape.image.describe(
     'the base image the job is built on and runs in (`python`: the default base); only where the cluster has a registry for images',

@@ -25,6 +25,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     resources: job.resources,
     estimate: job.estimate,
     maxRetries: job.max_retries,
+    timeLimit: job.time_limit,
     envNames: job.env_names,
     createdAt: job.created_at.toISOString(),
     startedAt: iso(job.started_at),

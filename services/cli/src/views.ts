@@ -36,6 +36,8 @@ export interface JobView {
     steps: number;
     device: string;
   } | null;
+  /** Seconds an attempt may run, where the job declares a limit. */
+  timeLimit?: number | null;
   createdAt: string;
   startedAt: string | null;
   finishedAt: string | null;

@@ -88,7 +88,7 @@ async function failUndeliverable(
   }
 }
 
-/** Tells a worker to stop an attempt whose job is being cancelled. */
+/** Tells a worker to stop an attempt whose job is being cancelled or reached its time limit. */
 export async function dispatchStop(js: JetStreamClient, job: JobSnapshot): Promise<void> {
   const attempt = job.state.attempts[job.state.attempts.length - 1];
   if (!attempt) return;

@@ -45,7 +45,8 @@ export function react(
   event: StoredEvent,
 ): Promise<void> | null {
   switch (event.type) {
-    case 'JobCancelRequested': {
+    case 'JobCancelRequested':
+    case 'JobTimeLimitReached': {
       const job = cluster.jobs.get(event.aggregateId);
       return job ? dispatchStop(ctx.bus.js, job) : null;
     }

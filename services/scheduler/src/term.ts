@@ -1,4 +1,4 @@
-import { currentAttempt, DomainError, type Assignment } from '@trainyard/domain';
+import { currentAttempt, DomainError, type Assignment, type TrackedJob } from '@trainyard/domain';
 import type { StoredEvent } from '@trainyard/events';
 import { runJobCommand } from '@trainyard/application';
 import { newId, type ServiceContext } from '@trainyard/service-kit';
@@ -9,6 +9,7 @@ import type { SchedulerOptions } from './options.ts';
 import { react, recover } from './reactions.ts';
 import { Rounds } from './rounds.ts';
 import { assignSession, dispatchSessionRun, dispatchSessionStop } from './sessions.ts';
+import { TimeLimits } from './time-limits.ts';
 
 /**
  * One term as leader: folds the log into the cluster state and, once it has caught up, sends
@@ -17,6 +18,7 @@ import { assignSession, dispatchSessionRun, dispatchSessionStop } from './sessio
 export class Term {
   readonly #folding: Folding;
   readonly #rounds: Rounds;
+  readonly #timeLimits: TimeLimits;
 
   constructor(
     private readonly ctx: ServiceContext,
@@ -34,6 +36,13 @@ export class Term {
       policy: opts.policy,
       assign: (a, now) => this.#assign(a, now),
       lastSeq: () => ctx.bus.store.lastSeq(),
+      log: ctx.log,
+      signal,
+      clock,
+    });
+    this.#timeLimits = new TimeLimits({
+      jobs: () => this.#folding.cluster.jobs.values(),
+      enforce: (job, now) => this.#enforceTimeLimit(job, now),
       log: ctx.log,
       signal,
       clock,
@@ -57,6 +66,7 @@ export class Term {
       await this.#folding.follow();
     } finally {
       this.#rounds.stop();
+      this.#timeLimits.stop();
     }
     await this.#folding.finish();
   }
@@ -67,19 +77,40 @@ export class Term {
     for (const job of cluster.jobs.values()) {
       if (currentAttempt(job.state)?.status === 'assigned' && !job.state.cancelRequested)
         this.#send(dispatchRun(this.ctx, job));
-      if (job.state.cancelRequested) this.#send(dispatchStop(this.ctx.bus.js, job));
+      if (job.state.cancelRequested || job.state.timeLimitReached)
+        this.#send(dispatchStop(this.ctx.bus.js, job));
     }
     for (const session of cluster.sessions.values()) {
       this.#send(dispatchSessionRun(this.ctx.bus.js, session));
       this.#send(dispatchSessionStop(this.ctx.bus.js, session));
     }
     this.#send(recover(this.ctx, cluster));
+    this.#timeLimits.check();
     this.#rounds.wake();
   }
 
   #react(event: StoredEvent): void {
     const effect = react(this.ctx, this.#folding.cluster, event);
     if (effect) this.#send(effect);
+    if (event.type === 'JobStarted') {
+      const job = this.#folding.cluster.jobs.get(event.aggregateId);
+      if (job) this.#timeLimits.watch(job);
+    }
+  }
+
+  async #enforceTimeLimit(job: TrackedJob, now: Date): Promise<void> {
+    try {
+      await runJobCommand(
+        this.ctx.bus.store,
+        job.state.id,
+        { type: 'EnforceTimeLimit', now },
+        { actor: { kind: 'service', id: this.ctx.instanceId }, now },
+        { snapshot: { state: job.state, head: job.head } },
+      );
+      this.ctx.log.info({ jobId: job.state.id }, 'job reached its time limit');
+    } catch (err) {
+      if (!(err instanceof DomainError)) throw err;
+    }
   }
 
   #send(p: Promise<void>): void {

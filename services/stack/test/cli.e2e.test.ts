@@ -130,6 +130,27 @@ describe('the trainyard CLI against a running stack', () => {
     expect(plain.stdout).toContain('going\n');
   });
 
+  it('stops a job at its --time-limit, says why and exits 1; refuses a limit it cannot read', async () => {
+    const r = await cli([
+      'submit',
+      project(),
+      '--command',
+      'exec sleep 60',
+      '--time-limit',
+      '1s',
+      '--follow',
+    ]);
+    expect(r.code).toBe(1);
+    const id = r.stdout.split('\n')[0]!.trim();
+    expect(r.stderr).toContain(
+      `job ${id} failed: timeLimit: the attempt ran past the job's time limit of 1s`,
+    );
+    expect((await cli(['status', id])).stdout).toContain('time limit 1s an attempt');
+    const bad = await cli(['submit', project(), '--command', 'true', '--time-limit', 'soon']);
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('--time-limit: a duration such as 90s, 45m, 2h or 1h30m');
+  });
+
   it('takes env values from a file, so that secrets stay off the command line', async () => {
     const file = join(work.path, 'secrets.env');
     await writeFile(file, '# keys\nAPI_KEY=s3cr3t=with=equals\n\nOTHER=two\n');

@@ -221,6 +221,34 @@ describe('a training job end to end over HTTP', () => {
     expect(((await again.json()) as { error: { code: string } }).error.code).toBe('JOB_FINISHED');
   });
 
+  it('stops an attempt at its time limit and fails the job as timeLimit, without a retry', async () => {
+    const res = await submit(t, alice, cpuSpec({ command: 'exec sleep 300', timeLimit: '2s' }));
+    expect(res.status).toBe(202);
+    const { id } = (await res.json()) as { id: string };
+    await t.waitForJob(id, alice, (j) => j.status === 'running');
+    const pid = Number(await readFile(join(t.sandboxes, `${id}-1`, 'attempt.pid'), 'utf8'));
+    const job = await t.waitForJob(id, alice, (j) => j.status === 'failed', 30_000);
+    expect(job).toMatchObject({
+      timeLimit: 2,
+      attemptCount: 1,
+      failure: { kind: 'user', reason: 'timeLimit', retryable: false },
+    });
+    expect(job.failure?.message).toContain('time limit of 2s');
+    const ran = Date.parse(job.finishedAt!) - Date.parse(job.startedAt!);
+    expect(ran).toBeGreaterThanOrEqual(2_000);
+    expect(ran).toBeLessThan(20_000);
+    expect(processAlive(pid)).toBe(false);
+    const types = (
+      (await (await t.http(`/v1/jobs/${id}/events`, { token: alice })).json()) as {
+        type: string;
+      }[]
+    ).map((e) => e.type);
+    expect(types.slice(-2)).toEqual(['JobTimeLimitReached', 'JobAttemptFailed']);
+    const bad = await submit(t, alice, cpuSpec({ timeLimit: 'a while' }));
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toContain('timeLimit');
+  });
+
   it('cancels a queued job that never ran', async () => {
     const res = await submit(t, alice, {
       name: 'needs-gpu',

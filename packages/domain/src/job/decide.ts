@@ -10,7 +10,7 @@ import type {
 } from '@trainyard/events';
 import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
-import { classifyExit, exitCodeOf, type ProcessExit } from '../failures.ts';
+import { classifyExit, exitCodeOf, failure as failureOf, type ProcessExit } from '../failures.ts';
 import { probeOutcome, type ProbeReport } from './probe.ts';
 import {
   awaitsPlacement,
@@ -20,6 +20,7 @@ import {
   needsEstimate,
   probesNext,
   slotHolder,
+  timeLimitDeadline,
   type JobState,
 } from './state.ts';
 
@@ -64,6 +65,8 @@ export type JobCommand =
     }
   | { type: 'FailAttempt'; attemptId: string; failure: Failure; now: Date; jitter: number }
   | { type: 'CancelJob' }
+  /** Stops the running attempt once it has run the job's time limit; `now` is the clock's. */
+  | { type: 'EnforceTimeLimit'; now: Date }
   /** Sets the job's priority; who may raise it is the API's to say. */
   | { type: 'ChangePriority'; priority: number }
   /** A login through the SSH gateway to a shell beside the job, as the gateway saw it. */
@@ -98,6 +101,14 @@ function endAttempt(
 ): JobEvent[] {
   const attempt = liveAttempt(state, attemptId);
   if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId } }];
+  if (state.timeLimitReached) {
+    const limit = failureOf(
+      'timeLimit',
+      `the attempt ran past the job's time limit of ${state.spec?.timeLimit}s`,
+    );
+    const data = { attemptId, exitCode, failure: limit, durationMs, retry: null };
+    return [{ type: 'JobAttemptFailed', data }];
+  }
   if (!failure) return [{ type: 'JobSucceeded', data: { attemptId, durationMs } }];
   const retriesUsed = state.attempts.filter((a) => a.failure?.retryable).length;
   const maxRetries = state.spec?.maxRetries ?? 0;
@@ -278,6 +289,27 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         ];
       }
       return [{ type: 'JobCancelled', data: {} }];
+    }
+    case 'EnforceTimeLimit': {
+      if (state.timeLimitReached) return [];
+      const deadline = timeLimitDeadline(state);
+      const attempt = slotHolder(state);
+      if (deadline === null || !attempt) {
+        return reject('INVALID_TRANSITION', `job ${state.id} runs nothing with a time limit`);
+      }
+      if (deadline > command.now.getTime()) {
+        return reject('INVALID_TRANSITION', `job ${state.id} has not reached its time limit`);
+      }
+      return [
+        {
+          type: 'JobTimeLimitReached',
+          data: {
+            attemptId: attempt.id,
+            workerId: attempt.workerId,
+            timeLimit: state.spec!.timeLimit!,
+          },
+        },
+      ];
     }
     case 'ChangePriority': {
       if (isTerminal(state.status)) {

@@ -47,6 +47,8 @@ export interface JobState {
   builderId: string | null;
   attempts: AttemptState[];
   cancelRequested: boolean;
+  /** The running attempt reached the job's time limit: however it ends, the job fails. */
+  timeLimitReached: boolean;
   retryAt: string | null;
   failure: Failure | null;
   submittedAt: string | null;
@@ -70,6 +72,7 @@ export const initialJobState = (id: string): JobState => ({
   builderId: null,
   attempts: [],
   cancelRequested: false,
+  timeLimitReached: false,
   retryAt: null,
   failure: null,
   submittedAt: null,
@@ -136,6 +139,19 @@ export function slotHolder(state: JobState): AttemptState | undefined {
     !isTerminal(state.status)
     ? attempt
     : undefined;
+}
+
+/**
+ * When the job's running attempt reaches its time limit (ms since the epoch): its start plus the
+ * limit. Null when it has no limit, runs nothing that counts (a probe, an attempt not started),
+ * or is already being stopped.
+ */
+export function timeLimitDeadline(state: JobState): number | null {
+  const limit = state.spec?.timeLimit;
+  if (limit === undefined || state.timeLimitReached || state.cancelRequested) return null;
+  const attempt = slotHolder(state);
+  if (!attempt || attempt.probe || attempt.status !== 'running' || !attempt.startedAt) return null;
+  return Date.parse(attempt.startedAt) + limit * 1000;
 }
 
 /** Whether a job waits for a place: queued, a retry, or a probe yet to run. */
@@ -281,6 +297,8 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
     }
     case 'JobCancelRequested':
       return { ...state, cancelRequested: true };
+    case 'JobTimeLimitReached':
+      return { ...state, timeLimitReached: true };
     case 'JobLogin':
       return state;
     case 'JobPriorityChanged':

@@ -21,6 +21,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       estimates: event.data.estimate ?? false,
       estimate: null,
       max_retries: spec.maxRetries,
+      time_limit: spec.timeLimit ?? null,
       env_names: Object.keys(spec.env).sort(),
       created_at: at,
       started_at: null,
@@ -72,6 +73,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
         : { ...common, status: 'failed', retry_at: null, finished_at: at };
     }
     case 'JobCancelRequested':
+    case 'JobTimeLimitReached':
     case 'JobLogin':
       return next;
     case 'JobPriorityChanged':

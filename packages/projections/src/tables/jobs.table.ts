@@ -17,6 +17,8 @@ export interface JobsTable {
   /** What the probe measured, once it has. */
   estimate: Estimate | null;
   max_retries: number;
+  /** Seconds an attempt may run, when the job declares a limit. */
+  time_limit: number | null;
   env_names: string[];
   created_at: Date;
   started_at: Date | null;

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import { resolve, sep } from 'node:path';
 import type { Command } from 'commander';
+import { formatDuration } from '@trainyard/events';
 import { ApiClient, CliError } from '../client.ts';
 import { download } from '../download.ts';
 import { exitStatusOf, outcomeLine, printLog } from '../logs.ts';
@@ -49,6 +50,11 @@ export function wholeNumber(flag: string, value: unknown): number | undefined {
   return n;
 }
 
+/** `--time-limit`: whole seconds as a number, anything else as the duration the API reads. */
+function durationFlag(value: string): number | string {
+  return /^\d+$/.test(value.trim()) ? Number(value) : value;
+}
+
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 
 /** What a job's probe measured, on one line. */
@@ -77,6 +83,7 @@ function specFrom(root: string, o: SubmitFlags) {
     },
     ...(o.priority !== undefined && { priority: num('--priority', 'priority') }),
     ...(o.maxRetries !== undefined && { maxRetries: num('--max-retries', 'maxRetries') }),
+    ...(o.timeLimit !== undefined && { timeLimit: durationFlag(o.timeLimit as string) }),
     env: {
       ...(o.envFile ? envFile(o.envFile as string) : {}),
       ...parseEnv((o.env as string[]) ?? []),
@@ -97,6 +104,7 @@ const FLAGS: Record<string, string> = {
   image: '--image',
   priority: '--priority',
   maxRetries: '--max-retries',
+  timeLimit: '--time-limit',
   env: '--env',
 };
 
@@ -207,6 +215,10 @@ export function registerJobCommands(program: Command): void {
     )
     .option('--priority <n>', 'higher runs first')
     .option('--max-retries <n>', 'retries after platform failures')
+    .option(
+      '--time-limit <duration>',
+      'stop an attempt that runs longer (90s, 45m, 2h, 1h30m; at most 30d): the job fails as timeLimit',
+    )
     .option('--env <NAME=VALUE>', 'an environment variable (repeatable)', collect, [])
     .option('--env-file <file>', 'NAME=VALUE lines: secrets that stay off the command line')
     .option('-f, --follow', "follow the log; exit with the job's outcome")
@@ -266,6 +278,7 @@ export function registerJobCommands(program: Command): void {
         `owner ${job.owner}  created ${job.createdAt}  started ${job.startedAt ?? '-'}  finished ${job.finishedAt ?? '-'}`,
       );
       if (job.image) console.log(`image ${job.image}  built ${job.imageDigest ?? '(not yet)'}`);
+      if (job.timeLimit) console.log(`time limit ${formatDuration(job.timeLimit)} an attempt`);
       if (job.estimate) console.log(estimateLine(job.estimate));
       if (job.failure)
         console.log(

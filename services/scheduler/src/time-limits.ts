@@ -1,0 +1,80 @@
+import { timeLimitDeadline, type TrackedJob } from '@trainyard/domain';
+import type { Logger } from '@trainyard/service-kit';
+import type { Clock } from './clock.ts';
+
+/** The longest the timer is set for: a deadline further off is looked at again then. */
+const MAX_WAIT_MS = 3_600_000;
+/** After a stop that could not be recorded, the next look comes this soon. */
+const AGAIN_MS = 1_000;
+
+/** What the time limits work with, passed in so that a test needs no NATS. */
+export interface TimeLimitDeps {
+  /** The jobs as folded from the log so far. */
+  jobs: () => Iterable<TrackedJob>;
+  /** Records that a job's attempt reached its time limit (`EnforceTimeLimit`). */
+  enforce: (job: TrackedJob, now: Date) => Promise<void>;
+  log: Pick<Logger, 'warn'>;
+  /** The end of the term: no timer is set after it aborts. */
+  signal: AbortSignal;
+  clock: Clock;
+}
+
+/**
+ * Time limits, for one term: one timer, set for the earliest deadline of the running attempts.
+ * When it fires, every attempt past its job's limit is recorded as reached
+ * (`JobTimeLimitReached`, which stops it), and the timer is set for the next deadline. The
+ * decider checks each deadline again against the job as the log has it.
+ */
+export class TimeLimits {
+  #at: number | null = null;
+  #cancel: (() => void) | undefined;
+
+  constructor(private readonly deps: TimeLimitDeps) {}
+
+  /** A job's attempt started: the timer comes forward to its deadline if that is sooner. */
+  watch(job: TrackedJob): void {
+    const deadline = timeLimitDeadline(job.state);
+    if (deadline !== null && (this.#at === null || deadline < this.#at)) this.#arm(deadline);
+  }
+
+  /** Stops the attempts past their limits, and sets the timer for the next deadline. */
+  check(): void {
+    const { clock, signal } = this.deps;
+    if (signal.aborted) return;
+    const now = clock.now();
+    let next: number | null = null;
+    const due: TrackedJob[] = [];
+    for (const job of this.deps.jobs()) {
+      const deadline = timeLimitDeadline(job.state);
+      if (deadline === null) continue;
+      if (deadline <= now.getTime()) due.push(job);
+      else next = next === null ? deadline : Math.min(next, deadline);
+    }
+    // A stop recorded folds back as `JobTimeLimitReached`; one that failed is due at the next look.
+    if (due.length > 0) next = Math.min(next ?? Infinity, now.getTime() + AGAIN_MS);
+    this.#arm(next);
+    for (const job of due) {
+      this.deps.enforce(job, now).catch((err: unknown) => {
+        this.deps.log.warn({ err, jobId: job.state.id }, 'could not stop a job at its time limit');
+      });
+    }
+  }
+
+  /** Drops the timer, as the term ends. */
+  stop(): void {
+    this.#cancel?.();
+    this.#cancel = undefined;
+  }
+
+  #arm(at: number | null): void {
+    this.stop();
+    this.#at = at;
+    if (at === null || this.deps.signal.aborted) return;
+    const wait = Math.min(Math.max(0, at - this.deps.clock.now().getTime()), MAX_WAIT_MS);
+    this.#cancel = this.deps.clock.after(wait, () => {
+      this.#cancel = undefined;
+      this.#at = null;
+      this.check();
+    });
+  }
+}
