@@ -312,7 +312,7 @@ export function staleRuns(cluster: ClusterState, workerId?: string): HeldRun[] {
 }
 
 /** The shape of scheduler snapshots: one of another version is ignored, the log replayed. */
-export const CLUSTER_SNAPSHOT_VERSION = 7;
+export const CLUSTER_SNAPSHOT_VERSION = 8;
 
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {

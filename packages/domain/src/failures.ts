@@ -18,6 +18,8 @@ export const FailureReasons = {
   probeNoStep: { kind: 'user', retryable: false },
   /** The command failed while the probe watched it. */
   probeCrashed: { kind: 'user', retryable: false },
+  /** A job it depends on failed or was cancelled: it never ran. */
+  dependencyFailed: { kind: 'user', retryable: false },
   /** The attempt ran past the job's `timeLimit` and was stopped. */
   timeLimit: { kind: 'user', retryable: false },
   launchError: { kind: 'system', retryable: true },

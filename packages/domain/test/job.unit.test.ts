@@ -1,6 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import type { JobEvent } from '@trainyard/events';
-import { DomainError, endsJob, evolveJob, failure, timeLimitDeadline } from '../src/index.ts';
+import type { JobEvent, JobStatus } from '@trainyard/events';
+import {
+  awaitsDependencies,
+  awaitsPlacement,
+  DomainError,
+  endsJob,
+  evolveJob,
+  failure,
+  timeLimitDeadline,
+} from '../src/index.ts';
 import { assigned, given, spec, started, submitted, T0, when } from './given.ts';
 
 const expectRejected = (fn: () => unknown, code: string) => {
@@ -233,6 +241,66 @@ describe('job decider', () => {
     ]);
     const cancelled = [submitted(), { type: 'JobCancelled' as const, data: {} }];
     expectRejected(() => when(cancelled, { type: 'ChangePriority', priority: 1 }), 'JOB_FINISHED');
+  });
+
+  describe('dependencies', () => {
+    const after = submitted(spec({ dependsOn: ['job_a', 'job_b'] }));
+
+    it('keeps a job out of placement until every job it depends on succeeded', () => {
+      const waiting = given([after]);
+      expect(waiting).toMatchObject({ status: 'queued', dependenciesMet: false });
+      expect(awaitsPlacement(waiting)).toBe(false);
+      expect(awaitsDependencies(waiting)).toBe(true);
+      expectRejected(
+        () =>
+          when([after], {
+            type: 'AssignJob',
+            attemptId: 'a1',
+            workerId: 'w1',
+            gpus: [0],
+            vramBytes: 1,
+            cpus: 0,
+          }),
+        'INVALID_TRANSITION',
+      );
+      const resolve = (outcomes: Record<string, JobStatus | 'none'>) =>
+        when([after], { type: 'ResolveDependencies', outcomes });
+      expect(resolve({ job_a: 'succeeded', job_b: 'running' })).toEqual([]);
+      const met = resolve({ job_a: 'succeeded', job_b: 'succeeded' });
+      expect(met).toEqual([{ type: 'JobDependenciesMet', data: {} }]);
+      const free = given([after, ...met]);
+      expect(awaitsPlacement(free)).toBe(true);
+      expect(awaitsDependencies(free)).toBe(false);
+      expect(when([after, ...met], { type: 'ResolveDependencies', outcomes: {} })).toEqual([]);
+      expect(given([submitted()]).dependenciesMet).toBe(true);
+    });
+
+    it('fails a job, without running it, as soon as one it depends on failed, was cancelled or is unknown', () => {
+      for (const status of ['failed', 'cancelled', 'none'] as const) {
+        const events = when([after], {
+          type: 'ResolveDependencies',
+          outcomes: { job_a: 'running', job_b: status },
+        });
+        expect(events).toMatchObject([
+          {
+            type: 'JobDependencyFailed',
+            data: {
+              dependency: 'job_b',
+              status,
+              failure: { reason: 'dependencyFailed', kind: 'user', retryable: false },
+            },
+          },
+        ]);
+        expect(endsJob(events[0]!)).toBe(true);
+        const state = given([after, ...events]);
+        expect(state.status).toBe('failed');
+        expect(state.failure?.message).toContain('job job_b');
+        expectRejected(
+          () => when([after, ...events], { type: 'ResolveDependencies', outcomes: {} }),
+          'JOB_FINISHED',
+        );
+      }
+    });
   });
 
   describe('time limits', () => {

@@ -122,6 +122,16 @@ export const JobSpecSchema = z.object({
   resources: ResourcesSchema,
   priority: PrioritySchema.default(0),
   maxRetries: z.number().int().min(0).max(20).default(3),
+  /**
+   * Jobs that must succeed before this one is placed: if one fails or is cancelled, this one
+   * fails as `dependencyFailed`.
+   */
+  dependsOn: z
+    .array(z.string().regex(JOB_ID_PATTERN, 'a job id (job_…)'))
+    .min(1)
+    .max(64)
+    .refine((ids) => new Set(ids).size === ids.length, 'names a job twice')
+    .optional(),
   /** Seconds an attempt may run before it is stopped and the job fails as `timeLimit`. */
   timeLimit: TimeLimitSchema.optional(),
   env: z
@@ -290,6 +300,23 @@ export const JobTimeLimitReached = z.object({
   }),
 });
 
+/** Every job this one depends on succeeded: it may be placed. */
+export const JobDependenciesMet = z.object({
+  type: z.literal('JobDependenciesMet'),
+  data: z.object({}),
+});
+
+/** A job this one depends on failed or was cancelled: this one fails without running. */
+export const JobDependencyFailed = z.object({
+  type: z.literal('JobDependencyFailed'),
+  data: z.object({
+    dependency: z.string().min(1),
+    /** How the dependency ended: `none` for a job the log does not hold. */
+    status: z.enum(['failed', 'cancelled', 'none']),
+    failure: FailureSchema,
+  }),
+});
+
 /** A login through the SSH gateway to a shell beside the job's running attempt. */
 export const JobLogin = z.object({
   type: z.literal('JobLogin'),
@@ -312,6 +339,8 @@ export const JobEventSchema = z.discriminatedUnion('type', [
   JobLogin,
   JobPriorityChanged,
   JobTimeLimitReached,
+  JobDependenciesMet,
+  JobDependencyFailed,
 ]);
 export type JobEvent = z.infer<typeof JobEventSchema>;
 export type JobEventType = JobEvent['type'];

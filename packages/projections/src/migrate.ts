@@ -7,7 +7,7 @@ import * as m004 from './migrations/004_image_digest.ts';
 import * as m005 from './migrations/005_estimates.ts';
 import * as m006 from './migrations/006_sessions.ts';
 import * as m007 from './migrations/007_session_image.ts';
-import * as m008 from './migrations/008_time_limit.ts';
+import * as m008 from './migrations/008_limits_and_dependencies.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -18,7 +18,7 @@ const migrations: Record<string, Migration> = {
   '005_estimates': m005,
   '006_sessions': m006,
   '007_session_image': m007,
-  '008_time_limit': m008,
+  '008_limits_and_dependencies': m008,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

@@ -69,6 +69,10 @@ export const JobViewSchema = z
       .int()
       .nullable()
       .describe('seconds an attempt may run before it is stopped and the job fails as timeLimit'),
+    dependsOn: z.array(z.string()).describe('jobs that must succeed before this one is placed'),
+    dependenciesMet: z
+      .boolean()
+      .describe('every job in dependsOn has succeeded (true without any): until then it waits'),
     envNames: z.array(z.string()),
     createdAt: isoTime,
     startedAt: isoTime.nullable(),
@@ -130,6 +134,9 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
   ),
   env: JobSpecSchema.shape.env.describe(
     `at most ${MAX_ENV_VARS} variables and ${MAX_ENV_BYTES / 1024} KiB in all, names included`,
+  ),
+  dependsOn: JobSpecSchema.shape.dependsOn.describe(
+    'ids of jobs (yours; an admin may name anyone’s) that must succeed before this one is placed, at most 64; if one fails or is cancelled, this one fails as dependencyFailed without running',
   ),
   timeLimit: JobSpecSchema.shape.timeLimit.describe(
     'how long an attempt may run: whole seconds, or a duration such as 90s, 45m, 2h or 1h30m (at most 30d); past it the attempt is stopped (SIGTERM, then SIGKILL) and the job fails as timeLimit, without a retry',

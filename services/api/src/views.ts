@@ -26,6 +26,8 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     estimate: job.estimate,
     maxRetries: job.max_retries,
     timeLimit: job.time_limit,
+    dependsOn: job.depends_on,
+    dependenciesMet: job.dependencies_met,
     envNames: job.env_names,
     createdAt: job.created_at.toISOString(),
     startedAt: iso(job.started_at),

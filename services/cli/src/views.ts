@@ -38,6 +38,9 @@ export interface JobView {
   } | null;
   /** Seconds an attempt may run, where the job declares a limit. */
   timeLimit?: number | null;
+  /** Jobs that must succeed first, and whether they all have. */
+  dependsOn?: string[];
+  dependenciesMet?: boolean;
   createdAt: string;
   startedAt: string | null;
   finishedAt: string | null;

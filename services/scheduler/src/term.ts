@@ -1,6 +1,6 @@
 import { currentAttempt, DomainError, type Assignment, type TrackedJob } from '@trainyard/domain';
-import type { StoredEvent } from '@trainyard/events';
-import { runJobCommand } from '@trainyard/application';
+import type { JobStatus, StoredEvent } from '@trainyard/events';
+import { loadJob, runJobCommand } from '@trainyard/application';
 import { newId, type ServiceContext } from '@trainyard/service-kit';
 import { realClock, type Clock } from './clock.ts';
 import { dispatchRun, dispatchStop } from './dispatch.ts';
@@ -9,6 +9,7 @@ import type { SchedulerOptions } from './options.ts';
 import { react, recover } from './reactions.ts';
 import { Rounds } from './rounds.ts';
 import { assignSession, dispatchSessionRun, dispatchSessionStop } from './sessions.ts';
+import { Dependencies } from './dependencies.ts';
 import { TimeLimits } from './time-limits.ts';
 
 /**
@@ -19,6 +20,7 @@ export class Term {
   readonly #folding: Folding;
   readonly #rounds: Rounds;
   readonly #timeLimits: TimeLimits;
+  readonly #dependencies: Dependencies;
 
   constructor(
     private readonly ctx: ServiceContext,
@@ -43,6 +45,14 @@ export class Term {
     this.#timeLimits = new TimeLimits({
       jobs: () => this.#folding.cluster.jobs.values(),
       enforce: (job, now) => this.#enforceTimeLimit(job, now),
+      log: ctx.log,
+      signal,
+      clock,
+    });
+    this.#dependencies = new Dependencies({
+      state: () => this.#folding.cluster,
+      statusOf: async (id) => (await loadJob(ctx.bus.store, id)).state.status,
+      resolve: (id, outcomes) => this.#resolveDependencies(id, outcomes),
       log: ctx.log,
       signal,
       clock,
@@ -86,15 +96,38 @@ export class Term {
     }
     this.#send(recover(this.ctx, cluster));
     this.#timeLimits.check();
+    this.#dependencies.caughtUp();
     this.#rounds.wake();
   }
 
   #react(event: StoredEvent): void {
     const effect = react(this.ctx, this.#folding.cluster, event);
     if (effect) this.#send(effect);
+    this.#dependencies.live(event);
     if (event.type === 'JobStarted') {
       const job = this.#folding.cluster.jobs.get(event.aggregateId);
       if (job) this.#timeLimits.watch(job);
+    }
+  }
+
+  async #resolveDependencies(
+    id: string,
+    outcomes: Record<string, JobStatus | 'none'>,
+  ): Promise<void> {
+    const job = this.#folding.cluster.jobs.get(id);
+    if (!job) return;
+    try {
+      const { events } = await runJobCommand(
+        this.ctx.bus.store,
+        id,
+        { type: 'ResolveDependencies', outcomes },
+        { actor: { kind: 'service', id: this.ctx.instanceId }, now: new Date() },
+        { snapshot: { state: job.state, head: job.head } },
+      );
+      if (events.length > 0)
+        this.ctx.log.info({ jobId: id, event: events[0]!.type }, 'dependencies');
+    } catch (err) {
+      if (!(err instanceof DomainError)) throw err;
     }
   }
 

@@ -130,7 +130,7 @@ describe('the trainyard CLI against a running stack', () => {
     expect(plain.stdout).toContain('going\n');
   });
 
-  it('stops a job at its --time-limit, says why and exits 1; refuses a limit it cannot read', async () => {
+  it('stops a job at its --time-limit, says why and exits 1; refuses a limit it cannot read and a --depends-on that cannot be met', async () => {
     const r = await cli([
       'submit',
       project(),
@@ -149,6 +149,19 @@ describe('the trainyard CLI against a running stack', () => {
     const bad = await cli(['submit', project(), '--command', 'true', '--time-limit', 'soon']);
     expect(bad.code).not.toBe(0);
     expect(bad.stderr).toContain('--time-limit: a duration such as 90s, 45m, 2h or 1h30m');
+    const unknown = await cli([
+      'submit',
+      project(),
+      '--command',
+      'true',
+      '--depends-on',
+      'job_gone',
+    ]);
+    expect(unknown.code).not.toBe(0);
+    expect(unknown.stderr).toContain('--depends-on: job job_gone not found');
+    const after = await cli(['submit', project(), '--command', 'true', '--depends-on', id]);
+    expect(after.code).not.toBe(0);
+    expect(after.stderr).toContain(`--depends-on: job ${id} failed`);
   });
 
   it('takes env values from a file, so that secrets stay off the command line', async () => {

@@ -249,6 +249,42 @@ describe('a training job end to end over HTTP', () => {
     expect(await bad.text()).toContain('timeLimit');
   });
 
+  it('starts a job once the jobs it depends on succeed, and fails one whose dependency failed', async () => {
+    const idOf = async (res: Response) => ((await res.json()) as { id: string }).id;
+    const first = await idOf(await submit(t, alice, cpuSpec({ command: 'sleep 2' })));
+    const after = await idOf(await submit(t, alice, cpuSpec({ dependsOn: [first] })));
+    await t.waitForJob(first, alice, (j) => j.status === 'running');
+    const waiting = await t.waitForJob(after, alice, (j) => j.status === 'queued');
+    expect(waiting).toMatchObject({ dependsOn: [first], dependenciesMet: false, attempts: [] });
+    const done = await t.waitForJob(after, alice, (j) => j.status === 'succeeded');
+    const firstDone = await t.waitForJob(first, alice, (j) => j.status === 'succeeded');
+    expect(done.dependenciesMet).toBe(true);
+    expect(Date.parse(done.startedAt!)).toBeGreaterThanOrEqual(Date.parse(firstDone.finishedAt!));
+
+    const failing = await idOf(await submit(t, alice, cpuSpec({ command: 'sleep 1; exit 3' })));
+    const never = await idOf(await submit(t, alice, cpuSpec({ dependsOn: [first, failing] })));
+    const failed = await t.waitForJob(never, alice, (j) => j.status === 'failed');
+    expect(failed).toMatchObject({
+      attempts: [],
+      failure: { kind: 'user', reason: 'dependencyFailed' },
+    });
+    expect(failed.failure?.message).toContain(`job ${failing} failed`);
+
+    const refused = async (dependsOn: string[], said: string) => {
+      const res = await submit(t, alice, cpuSpec({ dependsOn }));
+      expect(res.status).toBe(400);
+      const { error } = (await res.json()) as { error: { code: string; message: string } };
+      expect(error.code).toBe('VALIDATION_FAILED');
+      expect(error.message).toContain(said);
+    };
+    const bobs = await idOf(await submit(t, bob, cpuSpec()));
+    await refused([failing], `job ${failing} failed`);
+    await refused(['job_nosuchjob'], 'job job_nosuchjob not found');
+    await refused([bobs], `job ${bobs} not found`);
+    await refused([first, first], 'names a job twice');
+    await refused(['../etc'], 'a job id');
+  });
+
   it('cancels a queued job that never ran', async () => {
     const res = await submit(t, alice, {
       name: 'needs-gpu',

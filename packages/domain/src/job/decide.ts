@@ -5,6 +5,7 @@ import type {
   Failure,
   JobEvent,
   JobSpec,
+  JobStatus,
   OutputFile,
   SshLogin,
 } from '@trainyard/events';
@@ -65,6 +66,11 @@ export type JobCommand =
     }
   | { type: 'FailAttempt'; attemptId: string; failure: Failure; now: Date; jitter: number }
   | { type: 'CancelJob' }
+  /**
+   * How the jobs this one depends on stand, as the log has them (`none`: not in the log): all
+   * succeeded, it may be placed; one failed or cancelled, it fails.
+   */
+  | { type: 'ResolveDependencies'; outcomes: Record<string, JobStatus | 'none'> }
   /** Stops the running attempt once it has run the job's time limit; `now` is the clock's. */
   | { type: 'EnforceTimeLimit'; now: Date }
   /** Sets the job's priority; who may raise it is the API's to say. */
@@ -289,6 +295,28 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         ];
       }
       return [{ type: 'JobCancelled', data: {} }];
+    }
+    case 'ResolveDependencies': {
+      if (isTerminal(state.status)) {
+        return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
+      }
+      if (state.dependenciesMet) return [];
+      const dependsOn = state.spec?.dependsOn ?? [];
+      for (const dependency of dependsOn) {
+        const status = command.outcomes[dependency];
+        if (status === 'failed' || status === 'cancelled' || status === 'none') {
+          const why =
+            status === 'none' ? `job ${dependency} does not exist` : `job ${dependency} ${status}`;
+          const failed = failureOf(
+            'dependencyFailed',
+            `${why}: this job, which depends on it, never ran`,
+          );
+          return [{ type: 'JobDependencyFailed', data: { dependency, status, failure: failed } }];
+        }
+      }
+      return dependsOn.every((d) => command.outcomes[d] === 'succeeded')
+        ? [{ type: 'JobDependenciesMet', data: {} }]
+        : [];
     }
     case 'EnforceTimeLimit': {
       if (state.timeLimitReached) return [];

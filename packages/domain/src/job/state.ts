@@ -47,6 +47,8 @@ export interface JobState {
   builderId: string | null;
   attempts: AttemptState[];
   cancelRequested: boolean;
+  /** Every job in its spec's `dependsOn` has succeeded (true for a job without any). */
+  dependenciesMet: boolean;
   /** The running attempt reached the job's time limit: however it ends, the job fails. */
   timeLimitReached: boolean;
   retryAt: string | null;
@@ -72,6 +74,7 @@ export const initialJobState = (id: string): JobState => ({
   builderId: null,
   attempts: [],
   cancelRequested: false,
+  dependenciesMet: true,
   timeLimitReached: false,
   retryAt: null,
   failure: null,
@@ -154,13 +157,22 @@ export function timeLimitDeadline(state: JobState): number | null {
   return Date.parse(attempt.startedAt) + limit * 1000;
 }
 
-/** Whether a job waits for a place: queued, a retry, or a probe yet to run. */
+/**
+ * Whether a job waits for a place: queued, a retry, or a probe yet to run, with every job it
+ * depends on succeeded.
+ */
 export function awaitsPlacement(state: JobState): boolean {
   return (
-    state.status === 'queued' ||
-    state.status === 'retrying' ||
-    (state.status === 'estimating' && slotHolder(state) === undefined)
+    state.dependenciesMet &&
+    (state.status === 'queued' ||
+      state.status === 'retrying' ||
+      (state.status === 'estimating' && slotHolder(state) === undefined))
   );
+}
+
+/** Whether a job still waits for jobs it depends on to end. */
+export function awaitsDependencies(state: JobState): boolean {
+  return !state.dependenciesMet && state.spec?.dependsOn !== undefined && !isTerminal(state.status);
 }
 
 const TERMINAL = new Set<string>(['succeeded', 'failed', 'cancelled']);
@@ -171,6 +183,7 @@ export function endsJob(event: JobEvent): boolean {
     case 'JobSucceeded':
     case 'JobCancelled':
     case 'JobBuildFailed':
+    case 'JobDependencyFailed':
       return true;
     case 'JobAttemptFailed':
       return event.data.retry === null;
@@ -201,6 +214,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         spec: event.data.spec,
         code: event.data.code ?? null,
         estimates: event.data.estimate ?? false,
+        dependenciesMet: !event.data.spec.dependsOn,
         submittedAt: at,
       };
       return { ...next, status: buildsFirst(event.data) ? 'submitted' : waiting(next) };
@@ -299,6 +313,10 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
       return { ...state, cancelRequested: true };
     case 'JobTimeLimitReached':
       return { ...state, timeLimitReached: true };
+    case 'JobDependenciesMet':
+      return { ...state, dependenciesMet: true };
+    case 'JobDependencyFailed':
+      return { ...state, status: 'failed', failure: event.data.failure };
     case 'JobLogin':
       return state;
     case 'JobPriorityChanged':

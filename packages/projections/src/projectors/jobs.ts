@@ -22,6 +22,8 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       estimate: null,
       max_retries: spec.maxRetries,
       time_limit: spec.timeLimit ?? null,
+      depends_on: spec.dependsOn ?? [],
+      dependencies_met: !spec.dependsOn,
       env_names: Object.keys(spec.env).sort(),
       created_at: at,
       started_at: null,
@@ -76,6 +78,10 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
     case 'JobTimeLimitReached':
     case 'JobLogin':
       return next;
+    case 'JobDependenciesMet':
+      return { ...next, dependencies_met: true };
+    case 'JobDependencyFailed':
+      return { ...next, status: 'failed', failure: event.data.failure, finished_at: at };
     case 'JobPriorityChanged':
       return { ...next, priority: event.data.priority };
     case 'JobCancelled':
@@ -91,7 +97,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
 export const jobsProjector: TableProjector<'jobs'> = {
   table: 'jobs',
   primaryKey: 'id',
-  jsonColumns: ['resources', 'env_names', 'failure', 'outputs', 'estimate'],
+  jsonColumns: ['resources', 'env_names', 'failure', 'outputs', 'estimate', 'depends_on'],
   keyOf: (event) => (event.aggregate === 'job' ? event.aggregateId : null),
   apply: step,
 };

@@ -19,6 +19,10 @@ export interface JobsTable {
   max_retries: number;
   /** Seconds an attempt may run, when the job declares a limit. */
   time_limit: number | null;
+  /** The jobs that must succeed before it is placed. */
+  depends_on: string[];
+  /** Every one of them has succeeded (true for a job without any). */
+  dependencies_met: boolean;
   env_names: string[];
   created_at: Date;
   started_at: Date | null;

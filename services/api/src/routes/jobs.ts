@@ -5,6 +5,7 @@ import { runJobCommand } from '@trainyard/application';
 import { BlobKeys } from '@trainyard/blobs';
 import { newId } from '@trainyard/service-kit';
 import { findJob, listAttempts, listJobs } from '@trainyard/projections';
+import type { Caller } from '../auth.ts';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import {
@@ -51,6 +52,27 @@ function withImagePolicy(spec: JobSpec, images: ApiDeps['images']): JobSpec {
   const image = spec.image ?? images.defaultImage;
   refuseTinyMemory(spec.resources.memoryGb, 'spec.resources.memoryGb');
   return image === undefined ? spec : { ...spec, image };
+}
+
+/**
+ * The jobs a spec depends on must be in the log and the caller's to see, and not already failed
+ * or cancelled: a job after one of those would never run.
+ */
+async function checkDependencies(deps: ApiDeps, caller: Caller, spec: JobSpec): Promise<void> {
+  await Promise.all(
+    (spec.dependsOn ?? []).map(async (id) => {
+      const { state } = await visibleJob(deps, caller, id).catch((err: unknown) => {
+        if (!(err instanceof ApiError && err.code === 'NOT_FOUND')) throw err;
+        throw new ApiError('VALIDATION_FAILED', `spec.dependsOn: job ${id} not found`);
+      });
+      if (state.status === 'failed' || state.status === 'cancelled') {
+        throw new ApiError(
+          'VALIDATION_FAILED',
+          `spec.dependsOn: job ${id} ${state.status}; a job that depends on it would never run`,
+        );
+      }
+    }),
+  );
 }
 
 const SubmitQuery = z.object({
@@ -122,13 +144,11 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       let spec: JobSpec;
       try {
         spec = withImagePolicy(submitted.spec, deps.images);
+        if (spec.priority > 0 && caller.role !== 'admin') throw priorityForbidden();
+        await checkDependencies(deps, caller, spec);
       } catch (err) {
         await staged?.discard();
         throw err;
-      }
-      if (spec.priority > 0 && caller.role !== 'admin') {
-        await staged?.discard();
-        throw priorityForbidden();
       }
       if (req.query.dryRun) {
         await staged?.discard();

@@ -84,6 +84,7 @@ function specFrom(root: string, o: SubmitFlags) {
     ...(o.priority !== undefined && { priority: num('--priority', 'priority') }),
     ...(o.maxRetries !== undefined && { maxRetries: num('--max-retries', 'maxRetries') }),
     ...(o.timeLimit !== undefined && { timeLimit: durationFlag(o.timeLimit as string) }),
+    ...((o.dependsOn as string[] | undefined)?.length && { dependsOn: o.dependsOn as string[] }),
     env: {
       ...(o.envFile ? envFile(o.envFile as string) : {}),
       ...parseEnv((o.env as string[]) ?? []),
@@ -105,13 +106,18 @@ const FLAGS: Record<string, string> = {
   priority: '--priority',
   maxRetries: '--max-retries',
   timeLimit: '--time-limit',
+  dependsOn: '--depends-on',
   env: '--env',
 };
 
 /** The API's complaint about a spec field, told in the flag that sets it. */
 export function inFlags(err: CliError, flags: Record<string, string> = FLAGS): CliError {
   const field = /^(?:spec\.)?([\w.]+): /.exec(err.message)?.[1];
-  const flag = field && (flags[field] ?? (field.startsWith('env.') ? '--env' : undefined));
+  const flag =
+    field &&
+    (flags[field] ??
+      flags[field.replace(/\.\d+$/, '')] ??
+      (field.startsWith('env.') ? '--env' : undefined));
   if (!flag) return err;
   const said = err.message
     .slice(err.message.indexOf(': ') + 2)
@@ -219,6 +225,12 @@ export function registerJobCommands(program: Command): void {
       '--time-limit <duration>',
       'stop an attempt that runs longer (90s, 45m, 2h, 1h30m; at most 30d): the job fails as timeLimit',
     )
+    .option(
+      '--depends-on <id>',
+      'start only after this job succeeds; fail if it fails (repeatable)',
+      collect,
+      [],
+    )
     .option('--env <NAME=VALUE>', 'an environment variable (repeatable)', collect, [])
     .option('--env-file <file>', 'NAME=VALUE lines: secrets that stay off the command line')
     .option('-f, --follow', "follow the log; exit with the job's outcome")
@@ -279,6 +291,10 @@ export function registerJobCommands(program: Command): void {
       );
       if (job.image) console.log(`image ${job.image}  built ${job.imageDigest ?? '(not yet)'}`);
       if (job.timeLimit) console.log(`time limit ${formatDuration(job.timeLimit)} an attempt`);
+      if (job.dependsOn?.length)
+        console.log(
+          `after ${job.dependsOn.join(', ')}${job.dependenciesMet ? '' : ' (waiting for them)'}`,
+        );
       if (job.estimate) console.log(estimateLine(job.estimate));
       if (job.failure)
         console.log(
