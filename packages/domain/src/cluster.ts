@@ -186,6 +186,24 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
   });
 }
 
+/** What placement reads of a worker beyond its GPUs and CPU slots, as its registration says. */
+export interface WorkerCapacity {
+  memoryBytes: number | null;
+  limitsMemory: boolean;
+  dispatchVersion: number;
+}
+
+/** A registration's capacity, read by the rules of its time for fields it predates. */
+export function registeredCapacity(
+  data: Extract<WorkerEvent, { type: 'WorkerRegistered' }>['data'],
+): WorkerCapacity {
+  return {
+    memoryBytes: data.memoryBytes ?? null,
+    limitsMemory: data.limitsMemory ?? data.runtime === 'docker',
+    dispatchVersion: data.dispatchVersion ?? 1,
+  };
+}
+
 function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEvent>): void {
   switch (ev.type) {
     case 'WorkerRegistered': {
@@ -203,11 +221,9 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
         })),
         cpuSlots: ev.data.cpuSlots,
         cpusUsed: 0,
-        memoryBytes: ev.data.memoryBytes ?? null,
+        ...registeredCapacity(ev.data),
         memoryUsed: 0,
-        limitsMemory: ev.data.limitsMemory ?? ev.data.runtime === 'docker',
         runtime: ev.data.runtime,
-        dispatchVersion: ev.data.dispatchVersion ?? 1,
         attempts: new Set(),
         registeredSeq: ev.seq,
         reportedRunning: new Set(ev.data.runningAttempts),

@@ -10,3 +10,4 @@ export * from './images.ts';
 export * from './job/probe.ts';
 export * from './session/decide.ts';
 export * from './session/state.ts';
+export * from './queue.ts';

@@ -70,7 +70,7 @@ export interface Plan {
  * What placement needs to know of a job or a session that waits for a place. A session is
  * placed like a job that declares its VRAM (or takes its GPUs whole), on the host.
  */
-interface Candidate {
+export interface Candidate {
   kind: Assignment['kind'];
   id: string;
   resources: Resources;
@@ -125,7 +125,7 @@ function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null
 type Aged = (priority: number, queuedAt: string) => number;
 
 /** Jobs and sessions that may be placed now (in no order), and when the next retry comes due. */
-function placeable(
+export function placeable(
   cluster: ClusterState,
   now: Date,
   policy: PlacementPolicy,
@@ -151,7 +151,7 @@ function placeable(
 }
 
 /** Placement order: higher (aged) priority first, then the one queued longest. */
-function byPlacementOrder(a: Candidate, b: Candidate): number {
+export function byPlacementOrder(a: Candidate, b: Candidate): number {
   return b.priority - a.priority || a.queuedSeq - b.queuedSeq;
 }
 
@@ -260,7 +260,7 @@ function fitOnWorker(
  * What a job asks of a worker. Within one round capacity only shrinks, so once a job finds no
  * place, no later job that asks the same finds one either.
  */
-function shapeOf(job: Candidate): string {
+export function shapeOf(job: Candidate): string {
   let shape = shapes.get(job.source);
   if (shape === undefined) {
     const { gpus, vramGb, cpus, gpuModel } = job.resources;
@@ -315,23 +315,43 @@ function cloneWorker(w: WorkerState): WorkerState {
   return { ...w, gpus: w.gpus.map((g) => ({ ...g })), attempts: new Set(w.attempts) };
 }
 
-/**
- * Placement policy v1: walks queued jobs and sessions by priority (aged by their wait) then age
- * and puts each on the first online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
- * its free memory; a job without declared VRAM takes a GPU alone for its probe, then what the
- * probe measured (one from before probes takes its GPUs alone). A job that fits nowhere does
- * not hold back a later one that asks less. Pure: the cluster state is not changed.
- */
-export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
-  const { ready, wakeAt } = placeable(cluster, now, policy);
-  const workers = [...cluster.workers.values()]
+/** Online workers, by id, as copies a round may book places on. */
+export function onlineWorkers(cluster: ClusterState): WorkerState[] {
+  return [...cluster.workers.values()]
     .filter((w) => w.lifecycle.status === 'online')
     .sort((a, b) => (a.id < b.id ? -1 : 1))
     .map(cloneWorker);
+}
+
+/** Whether a worker with nothing on it could hold the candidate. */
+export function couldEverHold(
+  job: Candidate,
+  worker: WorkerState,
+  policy: PlacementPolicy,
+): boolean {
+  const empty: WorkerState = {
+    ...worker,
+    gpus: worker.gpus.map((g) => ({ ...g, reservedBytes: 0, attempts: 0 })),
+    cpusUsed: 0,
+    memoryUsed: 0,
+    attempts: new Set(),
+  };
+  return fitOnWorker(job, empty, policy) !== null;
+}
+
+/**
+ * Places candidates, in the order given, on `workers` (copies: their bookings change): what one
+ * round assigns. A candidate that fits nowhere does not hold back a later one that asks less.
+ */
+export function placeInOrder(
+  ordered: Candidate[],
+  workers: WorkerState[],
+  policy: PlacementPolicy,
+): Assignment[] {
   const assignments: Assignment[] = [];
-  if (!workers.some(hasRoom)) return { assignments, wakeAt };
+  if (!workers.some(hasRoom)) return assignments;
   const unplaceable = new Set<string>();
-  for (const job of ready.sort(byPlacementOrder)) {
+  for (const job of ordered) {
     const shape = shapeOf(job);
     if (unplaceable.has(shape)) continue;
     const placed = place(job, workers, policy);
@@ -343,5 +363,19 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
     assignments.push(placed.a);
     if (!hasRoom(placed.worker) && !workers.some(hasRoom)) break;
   }
-  return { assignments, wakeAt };
+  return assignments;
+}
+
+/**
+ * Placement policy v1: walks queued jobs and sessions by priority (aged by their wait) then age
+ * and puts each on the first online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
+ * its free memory; a job without declared VRAM takes a GPU alone for its probe, then what the
+ * probe measured (one from before probes takes its GPUs alone). A job that fits nowhere does
+ * not hold back a later one that asks less. Pure: the cluster state is not changed.
+ */
+export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
+  const { ready, wakeAt } = placeable(cluster, now, policy);
+  const workers = onlineWorkers(cluster);
+  if (!workers.some(hasRoom)) return { assignments: [], wakeAt };
+  return { assignments: placeInOrder(ready.sort(byPlacementOrder), workers, policy), wakeAt };
 }

@@ -13,3 +13,4 @@ export * from './streams.ts';
 export * from './subjects.ts';
 export * from './user.ts';
 export * from './worker.ts';
+export * from './queue.ts';

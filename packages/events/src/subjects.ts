@@ -46,6 +46,8 @@ export const Subjects = {
   tunnelOut: (workerId: string) => `ty.tun.out.${assertSubjectToken(workerId, 'worker')}`,
   allTunnelsIn: 'ty.tun.in.>',
   allTunnelsOut: 'ty.tun.out.>',
+  /** Requests to the leading scheduler about the queue (`QueueRequest`). */
+  queue: 'ty.sched.queue',
   allLogs: 'ty.log.>',
   /** Every chunk of a job's log: its build's and each attempt's. */
   jobLogs: (jobId: string) => `ty.log.${assertSubjectToken(jobId, 'job')}.>`,

@@ -147,6 +147,8 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
       `$JS.API.STREAM.CREATE.KV_${b}`,
       ...bucketUser(b),
     ]),
+    // Questions to the leading scheduler about the queue.
+    Subjects.queue,
     // The gateway's public host key, for clients to pin: read only, the gateway makes it.
     ...bucketReader(GATEWAY_PUBLIC_BUCKET),
     // Objects that workers wrote, in the bucket of each worker.
@@ -163,6 +165,8 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     'ty.ev.session.*',
     'ty.dispatch.>',
     ...bucketUser('ty_leases'),
+    // Its answers to the API's questions about the queue.
+    `${serviceInbox('api')}.>`,
     // The cluster snapshot.
     ...objectsUser('trainyard'),
   ],
@@ -250,6 +254,7 @@ export function servicePermissions(service: ControlService): NatsPermissions {
         `${serviceInbox(service)}.>`,
         ...(service === 'watchdog' ? ['ty.report.*', 'ty.fetch.*'] : []),
         ...(service === 'gateway' ? [Subjects.allTunnelsOut] : []),
+        ...(service === 'scheduler' ? [Subjects.queue] : []),
       ],
     },
   };

@@ -15,6 +15,7 @@ import { authRoutes } from './routes/auth.ts';
 import { jobDataRoutes } from './routes/job-data.ts';
 import { jobShellRoutes } from './routes/job-shell.ts';
 import { jobRoutes } from './routes/jobs.ts';
+import { queueRoutes } from './routes/queue.ts';
 import { sessionRoutes } from './routes/sessions.ts';
 import { sshKeyRoutes } from './routes/ssh-keys.ts';
 import { systemRoutes } from './routes/system.ts';
@@ -75,6 +76,7 @@ export async function buildApp(
   authRoutes(typed, deps);
   userRoutes(typed, deps);
   jobRoutes(typed, deps);
+  queueRoutes(typed, deps);
   jobShellRoutes(typed, deps);
   jobDataRoutes(typed, deps);
   sessionRoutes(typed, deps);

@@ -7,6 +7,7 @@ import {
   GpuSchema,
   JobSpecSchema,
   JobStatus,
+  PendingReason,
   ResourcesSchema,
 } from '@trainyard/events';
 import { STATUS_BY_CODE, type ApiErrorCode } from './errors.ts';
@@ -83,6 +84,24 @@ export const JobViewSchema = z
     attemptCount: z.number().int(),
     seq: z.number().int().describe('the stream sequence of the last event the view holds'),
     attempts: z.array(AttemptViewSchema).optional().describe('only on GET /v1/jobs/{id}'),
+    queuePosition: z
+      .number()
+      .int()
+      .nullable()
+      .optional()
+      .describe(
+        'only on GET /v1/jobs/{id}: its place in the placement order, from 1, while it may be placed; null otherwise or when no scheduler answers',
+      ),
+    pendingReason: PendingReason.nullable()
+      .optional()
+      .describe(
+        'only on GET /v1/jobs/{id}, while it waits: why (placing, resources, priority, unsatisfiable, noWorkers, retryBackoff, dependency, building); see GET /v1/jobs/{id}/explain',
+      ),
+    pendingMessage: z
+      .string()
+      .nullable()
+      .optional()
+      .describe('only on GET /v1/jobs/{id}: the pending reason in words'),
     gpuHours: z
       .number()
       .optional()

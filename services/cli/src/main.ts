@@ -3,6 +3,7 @@ import { registerAccountCommands } from './commands/account.ts';
 import { registerAdminCommands } from './commands/admin.ts';
 import { registerCompletionCommand } from './commands/completion.ts';
 import { registerJobCommands } from './commands/jobs.ts';
+import { registerQueueCommands } from './commands/queue.ts';
 import { registerSessionCommands } from './commands/sessions.ts';
 import { registerSshKeyCommands } from './commands/ssh-keys.ts';
 import { registerSshCommands } from './commands/ssh.ts';
@@ -33,6 +34,7 @@ export function buildProgram(server: ServerCommands): Command {
   server.registerServiceCommands(program);
   registerAccountCommands(program);
   registerJobCommands(program);
+  registerQueueCommands(program);
   registerSessionCommands(program);
   registerSshCommands(program);
   registerSshKeyCommands(program);

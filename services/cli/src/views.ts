@@ -38,6 +38,10 @@ export interface JobView {
   } | null;
   /** Seconds an attempt may run, where the job declares a limit. */
   timeLimit?: number | null;
+  /** Where it stands in the queue while it waits, and why it waits (`trainyard why`). */
+  queuePosition?: number | null;
+  pendingReason?: string | null;
+  pendingMessage?: string | null;
   /** Jobs that must succeed first, and whether they all have. */
   dependsOn?: string[];
   dependenciesMet?: boolean;

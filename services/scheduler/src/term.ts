@@ -10,6 +10,7 @@ import { react, recover } from './reactions.ts';
 import { Rounds } from './rounds.ts';
 import { assignSession, dispatchSessionRun, dispatchSessionStop } from './sessions.ts';
 import { Dependencies } from './dependencies.ts';
+import { serveQueue, type QueueService } from './queue-service.ts';
 import { TimeLimits } from './time-limits.ts';
 
 /**
@@ -21,10 +22,11 @@ export class Term {
   readonly #rounds: Rounds;
   readonly #timeLimits: TimeLimits;
   readonly #dependencies: Dependencies;
+  #queue: QueueService | undefined;
 
   constructor(
     private readonly ctx: ServiceContext,
-    opts: SchedulerOptions,
+    private readonly opts: SchedulerOptions,
     signal: AbortSignal,
     clock: Clock = realClock,
   ) {
@@ -77,6 +79,7 @@ export class Term {
     } finally {
       this.#rounds.stop();
       this.#timeLimits.stop();
+      await this.#queue?.stop();
     }
     await this.#folding.finish();
   }
@@ -97,6 +100,7 @@ export class Term {
     this.#send(recover(this.ctx, cluster));
     this.#timeLimits.check();
     this.#dependencies.caughtUp();
+    this.#queue = serveQueue(this.ctx, () => this.#folding.cluster, this.opts.policy);
     this.#rounds.wake();
   }
 

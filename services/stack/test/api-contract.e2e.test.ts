@@ -230,8 +230,11 @@ describe('the log as server-sent events', () => {
 describe('changing a job’s priority', () => {
   it('lets its owner lower it, an admin raise it, and refuses the rest, changing nothing', async () => {
     const carol = await addUser(t, admin, 'carol', 'quiet-harbor-lantern-7');
-    // Eight GPUs no worker here has: it waits.
-    const res = await submit(t, carol, cpuSpec({ resources: { gpus: 8 } }));
+    // After a job that sleeps: it waits.
+    const sleeper = (await (
+      await submit(t, carol, cpuSpec({ command: 'exec sleep 600' }))
+    ).json()) as { id: string };
+    const res = await submit(t, carol, cpuSpec({ dependsOn: [sleeper.id] }));
     expect(res.status).toBe(202);
     const { id } = (await res.json()) as { id: string };
     const patch = (token: string, body: object) =>
@@ -287,5 +290,6 @@ describe('changing a job’s priority', () => {
     );
     const late = await patch(admin, { priority: 1 });
     expect(late.status).toBe(409);
+    await t.http(`/v1/jobs/${sleeper.id}/cancel`, { method: 'POST', token: carol });
   });
 });

@@ -164,6 +164,34 @@ describe('the trainyard CLI against a running stack', () => {
     expect(after.stderr).toContain(`--depends-on: job ${id} failed`);
   });
 
+  it('shows the queue in order, says why a job waits, and what each user holds', async () => {
+    const sleeper = (await cli(['submit', project(), '--command', 'exec sleep 600'])).stdout.trim();
+    const after = (
+      await cli(['submit', project(), '--command', 'true', '--depends-on', sleeper])
+    ).stdout.trim();
+    const queue = await cli(['queue']);
+    expect(queue.code).toBe(0);
+    expect(queue.stdout).toMatch(
+      new RegExp(
+        `^POS +ID +STATUS +PRIO +ASKS +REASON\n- +${after} +queued +0 +cpu 1 +dependency\n`,
+      ),
+    );
+    const why = await cli(['why', after]);
+    expect(why.stdout).toBe(`${after}: waiting for ${sleeper} to succeed\n`);
+    expect((await cli(['status', after])).stdout).toContain(
+      `waiting: waiting for ${sleeper} to succeed`,
+    );
+    await waitFor('the sleeper to run', async () =>
+      (await cli(['why', sleeper])).stdout.includes('it is running'),
+    );
+    const all = await cli(['queue', '--all']);
+    expect(all.stdout).toMatch(
+      /holding now:\nUSER +GPUS +CPUS +JOBS +SESSIONS\nadmin +0 +1 +1 +0\n/,
+    );
+    await cli(['cancel', sleeper]);
+    expect((await cli(['queue'])).stdout).toContain('nothing of yours waits');
+  });
+
   it('takes env values from a file, so that secrets stay off the command line', async () => {
     const file = join(work.path, 'secrets.env');
     await writeFile(file, '# keys\nAPI_KEY=s3cr3t=with=equals\n\nOTHER=two\n');
@@ -339,7 +367,21 @@ describe('the trainyard CLI against a running stack', () => {
 
   it('pages past 500 jobs with --limit and --all', async () => {
     const token = await t.token();
-    const waiting = { name: 'waits', command: 'true', resources: { gpus: 1, vramGb: 1 } };
+    const sleeper = (await (
+      await t.http('/v1/jobs', {
+        method: 'POST',
+        token,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ name: 'sleeps', command: 'exec sleep 600', resources: { gpus: 0 } }),
+      })
+    ).json()) as { id: string };
+    // They wait for the sleeper: none runs.
+    const waiting = {
+      name: 'waits',
+      command: 'true',
+      resources: { gpus: 0 },
+      dependsOn: [sleeper.id],
+    };
     for (let batch = 0; batch < 21; batch++) {
       await Promise.all(
         Array.from({ length: 25 }, () =>
@@ -364,6 +406,7 @@ describe('the trainyard CLI against a running stack', () => {
     expect(new Set(all.map((j) => j.id)).size).toBe(all.length);
     const table = (await cli(['ls'])).stdout.trim().split('\n');
     expect(table).toHaveLength(51);
+    await t.http(`/v1/jobs/${sleeper.id}/cancel`, { method: 'POST', token });
   });
 
   it("names events appended without the stack's key, by a foreign key, or with a stolen signature", async () => {

@@ -286,16 +286,89 @@ describe('a training job end to end over HTTP', () => {
   });
 
   it('cancels a queued job that never ran', async () => {
-    const res = await submit(t, alice, {
-      name: 'needs-gpu',
-      command: 'true',
-      resources: { gpus: 1, vramGb: 1 },
-    });
-    const { id } = (await res.json()) as { id: string };
+    const idOf = async (res: Response) => ((await res.json()) as { id: string }).id;
+    const sleeper = await idOf(await submit(t, alice, cpuSpec({ command: 'exec sleep 600' })));
+    const id = await idOf(await submit(t, alice, cpuSpec({ dependsOn: [sleeper] })));
     await t.waitForJob(id, alice, (j) => j.status === 'queued');
     await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: alice });
     const job = await t.waitForJob(id, alice, (j) => j.status === 'cancelled');
     expect(job.attempts).toEqual([]);
+    await t.http(`/v1/jobs/${sleeper}/cancel`, { method: 'POST', token: alice });
+  });
+
+  it('refuses a job no registered worker could ever hold, and says why a job waits', async () => {
+    const res = await submit(t, alice, cpuSpec({ resources: { gpus: 1, vramGb: 1 } }));
+    expect(res.status).toBe(400);
+    const { error } = (await res.json()) as { error: { code: string; message: string } };
+    expect(error.code).toBe('UNSATISFIABLE');
+    expect(error.message).toContain(
+      'no registered worker could ever run this job: it needs 1 GPU with 1 GiB free',
+    );
+    expect(error.message).toContain('the workers are local (process: no GPUs');
+    const dry = await t.http('/v1/jobs?dryRun=true', {
+      method: 'POST',
+      token: alice,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(cpuSpec({ resources: { gpus: 0, cpus: 4096 } })),
+    });
+    expect(dry.status).toBe(400);
+
+    const idOf = async (r: Response) => ((await r.json()) as { id: string }).id;
+    const sleeper = await idOf(await submit(t, alice, cpuSpec({ command: 'exec sleep 600' })));
+    const after = await idOf(await submit(t, alice, cpuSpec({ dependsOn: [sleeper] })));
+    type Waiting = Job & {
+      pendingReason: string | null;
+      queuePosition: number | null;
+      pendingMessage: string | null;
+    };
+    const waiting = (await t.waitForJob(
+      after,
+      alice,
+      (j) => (j as Waiting).pendingReason === 'dependency',
+    )) as Waiting;
+    expect(waiting).toMatchObject({
+      queuePosition: null,
+      pendingMessage: `waiting for ${sleeper} to succeed`,
+    });
+    const explained = (await (
+      await t.http(`/v1/jobs/${after}/explain`, { token: alice })
+    ).json()) as {
+      entry: { reason: string; owner: string } | null;
+      message: string;
+    };
+    expect(explained).toMatchObject({
+      entry: { reason: 'dependency', owner: 'alice' },
+      message: `waiting for ${sleeper} to succeed`,
+    });
+    const running = (await (
+      await t.http(`/v1/jobs/${sleeper}/explain`, { token: alice })
+    ).json()) as { entry: unknown; message: string };
+    expect(running).toEqual({
+      id: sleeper,
+      status: 'running',
+      entry: null,
+      message: 'it does not wait: it is running',
+    });
+    expect((await t.http(`/v1/jobs/${after}/explain`, { token: bob })).status).toBe(404);
+
+    const queue = (await (await t.http('/v1/queue', { token: alice })).json()) as {
+      entries: { id: string; owner: string }[];
+      holders?: unknown;
+    };
+    expect(queue.entries.map((e) => e.id)).toContain(after);
+    expect(queue.entries.every((e) => e.owner === 'alice')).toBe(true);
+    expect(queue.holders).toBeUndefined();
+    expect(
+      (await (await t.http('/v1/queue', { token: bob })).json()) as { entries: unknown[] },
+    ).toMatchObject({ entries: [] });
+    expect((await t.http('/v1/queue?all=true', { token: bob })).status).toBe(403);
+    const all = (await (await t.http('/v1/queue?all=true', { token: admin })).json()) as {
+      holders: { owner: string; jobs: number }[];
+    };
+    expect(all.holders).toContainEqual(expect.objectContaining({ owner: 'alice' }));
+    await t.http(`/v1/jobs/${sleeper}/cancel`, { method: 'POST', token: alice });
+    const failed = await t.waitForJob(after, alice, (j) => j.status === 'failed');
+    expect(failed.failure?.reason).toBe('dependencyFailed');
   });
 
   it('refuses an archive that climbs out of its directory at upload, naming the entry', async () => {

@@ -1,4 +1,4 @@
-import { evolveWorker, initialWorker } from '@trainyard/domain';
+import { evolveWorker, initialWorker, registeredCapacity } from '@trainyard/domain';
 import { ofAggregate, type StoredEvent } from '@trainyard/events';
 import type { WorkerRow } from '../tables/workers.table.ts';
 import type { TableProjector } from './types.ts';
@@ -16,6 +16,7 @@ function step(row: WorkerRow | undefined, event: StoredEvent): WorkerRow | undef
         status,
         gpus: event.data.gpus,
         cpu_slots: event.data.cpuSlots,
+        capacity: registeredCapacity(event.data),
         runtime: event.data.runtime,
         version: event.data.version,
         registered_at: at,
@@ -35,7 +36,7 @@ function step(row: WorkerRow | undefined, event: StoredEvent): WorkerRow | undef
 export const workersProjector: TableProjector<'workers'> = {
   table: 'workers',
   primaryKey: 'id',
-  jsonColumns: ['gpus'],
+  jsonColumns: ['gpus', 'capacity'],
   keyOf: (event) => (event.aggregate === 'worker' ? event.aggregateId : null),
   apply: step,
 };

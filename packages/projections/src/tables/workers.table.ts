@@ -1,4 +1,5 @@
 import type { Insertable, Selectable } from 'kysely';
+import type { WorkerCapacity } from '@trainyard/domain';
 import type { Gpu } from '@trainyard/events';
 
 export interface WorkersTable {
@@ -7,6 +8,8 @@ export interface WorkersTable {
   status: string;
   gpus: Gpu[];
   cpu_slots: number;
+  /** What placement reads of it beyond its GPUs and CPU slots (null: projected before it was). */
+  capacity: WorkerCapacity | null;
   runtime: string;
   version: string;
   registered_at: Date;

@@ -20,6 +20,7 @@ import {
   SubmitSpecSchema,
   SubmittedSchema,
 } from '../schemas.ts';
+import { askScheduler, refuseUnsatisfiable } from '../queue.ts';
 import { keepUpload, readSubmission } from '../upload.ts';
 import { jobView } from '../views.ts';
 import {
@@ -73,6 +74,15 @@ async function checkDependencies(deps: ApiDeps, caller: Caller, spec: JobSpec): 
       }
     }),
   );
+}
+
+/** The statuses of a job that waits to be placed, or to be queued. */
+const WAITING = new Set<string>(['submitted', 'building', 'estimating', 'queued', 'retrying']);
+
+/** Where a waiting job stands in the scheduler's queue; null when no scheduler answers in time. */
+async function standing(deps: ApiDeps, id: string) {
+  const reply = await askScheduler(deps, { op: 'explain', id }, 1_000);
+  return reply?.entries[0] ?? null;
 }
 
 const SubmitQuery = z.object({
@@ -146,6 +156,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
         spec = withImagePolicy(submitted.spec, deps.images);
         if (spec.priority > 0 && caller.role !== 'admin') throw priorityForbidden();
         await checkDependencies(deps, caller, spec);
+        await refuseUnsatisfiable(deps, spec);
       } catch (err) {
         await staged?.discard();
         throw err;
@@ -225,7 +236,13 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
         throw new ApiError('NOT_FOUND', `job ${id} not found`);
       }
       const attempts = await readModel(() => listAttempts(deps.db, id));
-      return jobView(job, attempts);
+      const waiting = await (WAITING.has(job.status) ? standing(deps, id) : null);
+      return {
+        ...jobView(job, attempts),
+        queuePosition: waiting?.position ?? null,
+        pendingReason: waiting?.reason ?? null,
+        pendingMessage: waiting?.message ?? null,
+      };
     },
   );
 

@@ -296,6 +296,10 @@ export function registerJobCommands(program: Command): void {
           `after ${job.dependsOn.join(', ')}${job.dependenciesMet ? '' : ' (waiting for them)'}`,
         );
       if (job.estimate) console.log(estimateLine(job.estimate));
+      if (job.pendingMessage)
+        console.log(
+          `waiting${job.queuePosition ? ` (#${job.queuePosition} in the queue)` : ''}: ${job.pendingMessage}`,
+        );
       if (job.failure)
         console.log(
           `failure: ${job.failure.kind} ${job.failure.reason}: ${cleanName(job.failure.message)}`,

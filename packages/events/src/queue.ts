@@ -1,0 +1,84 @@
+/**
+ * The queue as the scheduler sees it: a request-reply contract between the API and the leading
+ * scheduler (`Subjects.queue`), answered from its folded state, never stored. Where a job or a
+ * session stands in the queue, and why it waits.
+ */
+import { z } from 'zod';
+import { ResourcesSchema } from './job.ts';
+
+/**
+ * Why something waits, like Slurm's `Reason`:
+ * - `placing`: it fits now and goes in the scheduler's next round;
+ * - `resources`: first in line for what it needs, it waits for room to free up;
+ * - `priority`: work ahead of it in the queue waits for the same room;
+ * - `unsatisfiable`: no worker the cluster has could hold it, even empty;
+ * - `noWorkers`: the cluster has no online worker;
+ * - `retryBackoff`: a retry after a platform failure, due at `retryAt`;
+ * - `dependency`: jobs it depends on have not all succeeded;
+ * - `building`: its image or artifact is being built, before it is queued.
+ */
+export const PendingReason = z.enum([
+  'placing',
+  'resources',
+  'priority',
+  'unsatisfiable',
+  'noWorkers',
+  'retryBackoff',
+  'dependency',
+  'building',
+]);
+export type PendingReason = z.infer<typeof PendingReason>;
+
+export const QueueEntrySchema = z.object({
+  kind: z.enum(['job', 'session']),
+  id: z.string(),
+  owner: z.string(),
+  status: z.string(),
+  /** Its place in the placement order among what may be placed now, from 1; null otherwise. */
+  position: z.number().int().min(1).nullable(),
+  /** Its own priority, and the one it is placed by (aged by its wait). */
+  priority: z.number().int(),
+  effectivePriority: z.number().int(),
+  resources: ResourcesSchema,
+  reason: PendingReason,
+  /** The reason in words, with what it needs or waits for. */
+  message: z.string(),
+  /** When it became placeable, or was submitted. */
+  since: z.string(),
+  retryAt: z.string().nullable(),
+});
+export type QueueEntry = z.infer<typeof QueueEntrySchema>;
+
+/** What each user holds now: GPUs and CPU slots of running work, and how many jobs and sessions. */
+export const HolderSchema = z.object({
+  owner: z.string(),
+  gpus: z.number().int(),
+  cpus: z.number().int(),
+  jobs: z.number().int(),
+  sessions: z.number().int(),
+});
+export type Holder = z.infer<typeof HolderSchema>;
+
+export const QueueRequestSchema = z.discriminatedUnion('op', [
+  /** The queue in placement order: `owner`'s entries only, when it names one. */
+  z.object({
+    op: z.literal('list'),
+    owner: z.string().optional(),
+    limit: z.number().int().min(1).max(10_000),
+  }),
+  /** Where one job or session stands. */
+  z.object({ op: z.literal('explain'), id: z.string() }),
+]);
+export type QueueRequest = z.infer<typeof QueueRequestSchema>;
+
+export const QueueReplySchema = z.object({
+  /** The log sequence the scheduler's state held when it answered. */
+  seq: z.number().int(),
+  at: z.string(),
+  /** How many wait in all (every owner's). */
+  total: z.number().int(),
+  entries: z.array(QueueEntrySchema),
+  /** Who holds what; with a `list` for everyone only. */
+  holders: z.array(HolderSchema).optional(),
+});
+export type QueueReply = z.infer<typeof QueueReplySchema>;

@@ -1,0 +1,111 @@
+import {
+  describeNeed,
+  noWorkerCouldHold,
+  runsInContainer,
+  type WorkerShape,
+} from '@trainyard/domain';
+import {
+  QueueReplySchema,
+  Subjects,
+  type JobSpec,
+  type QueueReply,
+  type QueueRequest,
+} from '@trainyard/events';
+import { listWorkers } from '@trainyard/projections';
+import type { ApiDeps } from './deps.ts';
+import { ApiError } from './errors.ts';
+
+/** How long the leading scheduler has to answer a question about the queue. */
+const ASK_TIMEOUT_MS = 2_000;
+/** How long one read of the workers serves the check at submit. */
+const WORKERS_FRESH_MS = 2_000;
+
+/**
+ * Asks the leading scheduler about the queue; null when none answers (no leader yet, or one
+ * busy past the timeout), for a caller that can do without.
+ */
+export async function askScheduler(
+  deps: Pick<ApiDeps, 'bus' | 'log'>,
+  request: QueueRequest,
+  timeoutMs = ASK_TIMEOUT_MS,
+): Promise<QueueReply | null> {
+  try {
+    const msg = await deps.bus.nc.request(Subjects.queue, JSON.stringify(request), {
+      timeout: timeoutMs,
+    });
+    const reply = QueueReplySchema.safeParse(msg.json());
+    if (reply.success) return reply.data;
+    deps.log.warn({ issues: reply.error.issues }, 'the scheduler answered a queue request oddly');
+    return null;
+  } catch (err) {
+    deps.log.debug({ err }, 'no scheduler answered a queue request');
+    return null;
+  }
+}
+
+/** The same, for a route that has nothing to answer without it. */
+export async function queueOrUnavailable(
+  deps: Pick<ApiDeps, 'bus' | 'log'>,
+  request: QueueRequest,
+): Promise<QueueReply> {
+  const reply = await askScheduler(deps, request);
+  if (!reply) {
+    throw new ApiError(
+      'SCHEDULER_UNAVAILABLE',
+      'no scheduler answered: it may be starting or catching up; try again shortly',
+    );
+  }
+  return reply;
+}
+
+const shapes = new WeakMap<object, { atMs: number; workers: WorkerShape[] }>();
+
+/** Every registered worker as placement reads it, read again at most every 2 s. */
+async function registeredWorkers(deps: Pick<ApiDeps, 'db'>): Promise<WorkerShape[]> {
+  const cached = shapes.get(deps.db);
+  if (cached && Date.now() - cached.atMs < WORKERS_FRESH_MS) return cached.workers;
+  const workers = (await listWorkers(deps.db)).map((w) => ({
+    id: w.id,
+    cpuSlots: w.cpu_slots,
+    runtime: w.runtime,
+    gpus: w.gpus,
+    memoryBytes: w.capacity?.memoryBytes ?? null,
+    limitsMemory: w.capacity?.limitsMemory ?? w.runtime === 'docker',
+    dispatchVersion: w.capacity?.dispatchVersion ?? 1,
+  }));
+  shapes.set(deps.db, { atMs: Date.now(), workers });
+  return workers;
+}
+
+/**
+ * Refuses a job no registered worker could ever hold, even with nothing else on it. Where the
+ * workers cannot be read, or none has registered yet, the job is taken: nothing says it cannot
+ * run.
+ */
+export async function refuseUnsatisfiable(
+  deps: Pick<ApiDeps, 'db' | 'log'>,
+  spec: JobSpec,
+): Promise<void> {
+  const workers = await registeredWorkers(deps).catch((err: unknown) => {
+    deps.log.warn({ err }, 'could not read the workers to check a job fits one');
+    return [];
+  });
+  if (!noWorkerCouldHold(spec, workers)) return;
+  const listed = workers.slice(0, 5).map(describeWorker).join('; ');
+  throw new ApiError(
+    'UNSATISFIABLE',
+    `no registered worker could ever run this job: it needs ${describeNeed(spec.resources, runsInContainer(spec))}; the workers are ${listed}${workers.length > 5 ? '; …' : ''}`,
+  );
+}
+
+const GiB = 1024 ** 3;
+
+/** A worker in words: its runtime, GPUs and CPU slots. */
+function describeWorker(w: WorkerShape): string {
+  const largest = Math.max(0, ...w.gpus.map((g) => g.vramBytes));
+  const gpus =
+    w.gpus.length === 0
+      ? 'no GPUs'
+      : `${w.gpus.length} GPU${w.gpus.length === 1 ? '' : 's'} of up to ${Math.floor(largest / GiB)} GiB`;
+  return `${w.id} (${w.runtime}: ${gpus}, ${w.cpuSlots} CPU slots)`;
+}

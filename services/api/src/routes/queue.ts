@@ -1,0 +1,89 @@
+import { z } from 'zod';
+import { HolderSchema, QueueEntrySchema } from '@trainyard/events';
+import type { Api, ApiDeps } from '../deps.ts';
+import { ApiError } from '../errors.ts';
+import { queueOrUnavailable } from '../queue.ts';
+import { errorResponses, IdParamsSchema, isoTime, queryFlag } from '../schemas.ts';
+import { callerOf, jobIdParam, visibleJobRow } from './common.ts';
+
+const QueueQuery = z.object({
+  all: queryFlag("admins: every user's entries, and who holds what"),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+});
+
+const QueueSchema = z
+  .object({
+    seq: z.number().int().describe('the log sequence the scheduler’s state held when it answered'),
+    at: isoTime,
+    total: z.number().int().describe('how many entries wait, every user’s'),
+    entries: z.array(QueueEntrySchema.meta({ id: 'QueueEntry' })),
+    holders: z
+      .array(HolderSchema)
+      .optional()
+      .describe('with all=true: what each user’s running jobs and sessions hold'),
+  })
+  .meta({ id: 'Queue' });
+
+const ExplainSchema = z
+  .object({
+    id: z.string(),
+    status: z.string(),
+    entry: QueueEntrySchema.nullable().describe('where it stands in the queue, while it waits'),
+    message: z.string(),
+  })
+  .meta({ id: 'Explanation' });
+
+/** The queue as the leading scheduler sees it, and why a job waits. */
+export function queueRoutes(app: Api, deps: ApiDeps): void {
+  app.get(
+    '/v1/queue',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: 'The queue in placement order, with why each entry waits',
+        description:
+          'Your jobs and sessions that wait, in the order the scheduler places them (`position`), then those that wait for something other than room (retries, dependencies, builds). Admins see everyone’s with `all=true`, and what each user holds.',
+        querystring: QueueQuery,
+        response: { 200: QueueSchema, ...errorResponses(400, 401, 403, 503) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      if (req.query.all && caller.role !== 'admin') {
+        throw new ApiError('FORBIDDEN', 'only admins see everyone’s queue (all=true)');
+      }
+      return queueOrUnavailable(deps, {
+        op: 'list',
+        limit: req.query.limit,
+        ...(!req.query.all && { owner: caller.username }),
+      });
+    },
+  );
+
+  app.get(
+    '/v1/jobs/:id/explain',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: 'Why a job waits, from the scheduler',
+        params: IdParamsSchema,
+        response: { 200: ExplainSchema, ...errorResponses(401, 404, 503, 504) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const id = jobIdParam(req);
+      const job = await visibleJobRow(deps, caller, id);
+      const reply = await queueOrUnavailable(deps, { op: 'explain', id });
+      const entry = reply.entries[0] ?? null;
+      return {
+        id,
+        status: entry?.status ?? job.status,
+        entry,
+        message: entry
+          ? `${entry.position === null ? '' : `#${entry.position} of ${reply.total} in the queue: `}${entry.message}`
+          : `it does not wait: it is ${job.status}`,
+      };
+    },
+  );
+}

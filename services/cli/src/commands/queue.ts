@@ -1,0 +1,81 @@
+import type { Command } from 'commander';
+import type { Holder, QueueEntry, QueueReply } from '@trainyard/events';
+import { ApiClient, CliError } from '../client.ts';
+import { wholeNumber } from './jobs.ts';
+import { printJson, printTable } from './table.ts';
+
+/** What an entry asks for, short: `2 GPU x 20 GiB`, `1 GPU whole`, `cpu 2`. */
+function asks(e: QueueEntry): string {
+  const { gpus, vramGb, cpus } = e.resources;
+  if (gpus === 0) return `cpu ${cpus ?? 1}`;
+  return `${gpus} GPU ${vramGb === undefined ? 'whole' : `x ${vramGb} GiB`}`;
+}
+
+function printHolders(holders: Holder[]): void {
+  console.log('\nholding now:');
+  printTable(
+    ['USER', 'GPUS', 'CPUS', 'JOBS', 'SESSIONS'],
+    holders.map((h) => [
+      h.owner,
+      String(h.gpus),
+      String(h.cpus),
+      String(h.jobs),
+      String(h.sessions),
+    ]),
+  );
+}
+
+/** The queue in placement order, and why a job waits. */
+export function registerQueueCommands(program: Command): void {
+  program
+    .command('queue')
+    .description(
+      'what waits, in the order the scheduler places it, and why (yours; --all: everyone’s)',
+    )
+    .option('--all', 'admins: every user’s, and what each user holds now')
+    .option('--limit <n>', 'how many', '100')
+    .option('--json', 'print JSON')
+    .action(async (o: { all?: boolean; limit: string; json?: boolean }) => {
+      const limit = wholeNumber('--limit', o.limit) ?? 100;
+      if (limit < 1 || limit > 1000) throw new CliError('--limit wants a number from 1 to 1000');
+      const q = await ApiClient.fromEnv().json<QueueReply>(
+        `/v1/queue?limit=${limit}${o.all ? '&all=true' : ''}`,
+      );
+      if (o.json) return printJson(q);
+      if (q.entries.length === 0) console.log(o.all ? 'nothing waits' : 'nothing of yours waits');
+      else
+        printTable(
+          ['POS', 'ID', ...(o.all ? ['OWNER'] : []), 'STATUS', 'PRIO', 'ASKS', 'REASON'],
+          q.entries.map((e) => [
+            e.position === null ? '-' : String(e.position),
+            e.id,
+            ...(o.all ? [e.owner] : []),
+            e.status,
+            e.effectivePriority === e.priority
+              ? String(e.priority)
+              : `${e.effectivePriority} (${e.priority})`,
+            asks(e),
+            e.reason,
+          ]),
+        );
+      console.log(`${q.total} waiting in all`);
+      if (q.holders) printHolders(q.holders);
+    });
+
+  program
+    .command('why')
+    .description('why a job waits, as the scheduler sees it now')
+    .argument('<id>')
+    .option('--json', 'print JSON')
+    .action(async (id: string, o: { json?: boolean }) => {
+      const why = await ApiClient.fromEnv().json<{ message: string; entry: QueueEntry | null }>(
+        `/v1/jobs/${encodeURIComponent(id)}/explain`,
+      );
+      if (o.json) return printJson(why);
+      console.log(`${id}: ${why.message}`);
+      if (why.entry && why.entry.effectivePriority !== why.entry.priority)
+        console.log(
+          `priority ${why.entry.priority}, ${why.entry.effectivePriority} with its wait (since ${why.entry.since})`,
+        );
+    });
+}
