@@ -8,12 +8,13 @@ import { gatewayBench } from './gateway.ts';
 import { BenchCluster } from './cluster.ts';
 import { pidsMatching } from '@trainyard/testkit';
 import { CpuMeter } from './cpu.ts';
+import { policyBench } from './policy.ts';
 import { startupBench } from './startup.ts';
 import { summary } from './stats.ts';
 
 process.env.TRAINYARD_LOG_LEVEL ??= 'warn';
 const quick = process.argv.includes('--quick');
-const PARTS = ['small', 'ceiling', 'startup', 'containers', 'gateway'] as const;
+const PARTS = ['small', 'ceiling', 'startup', 'containers', 'gateway', 'policy'] as const;
 const onlyArg = process.argv.find((a) => a.startsWith('--only='))?.slice('--only='.length);
 const parts = new Set(onlyArg ? onlyArg.split(',') : PARTS);
 for (const part of parts)
@@ -175,18 +176,21 @@ async function ceiling(cluster: BenchCluster) {
   };
 }
 
-const cluster = await BenchCluster.start();
+const cluster = parts.has('small') || parts.has('ceiling') ? await BenchCluster.start() : null;
 try {
   const result = {
     at: new Date().toISOString(),
     machine: { cpus: (await import('node:os')).availableParallelism(), node: process.version },
     quick,
-    smallCluster: parts.has('small') ? await smallCluster(cluster) : null,
-    ceiling: parts.has('ceiling') ? await ceiling(cluster) : null,
+    smallCluster: cluster && parts.has('small') ? await smallCluster(cluster) : null,
+    ceiling: cluster && parts.has('ceiling') ? await ceiling(cluster) : null,
     schedulerStartup: parts.has('startup') ? await startupBench(quick ? 10_000 : 100_000) : null,
     containers: parts.has('containers') ? await containerBench(quick ? 5 : 20) : null,
     gateway: parts.has('gateway')
       ? await gatewayBench((quick ? 50 : 200) * 1024 ** 2, quick ? 50 : 200)
+      : null,
+    policy: parts.has('policy')
+      ? policyBench(quick ? [1_000, 10_000] : [1_000, 10_000, 100_000], quick ? 5 : 20)
       : null,
   };
   const dir = 'bench-results';
@@ -198,6 +202,7 @@ try {
   const u = result.schedulerStartup;
   const k = result.containers;
   const g = result.gateway;
+  const p = result.policy;
   const sections = [
     'Trainyard benchmark (simulated GPUs; jobs skip build and estimation)',
     s &&
@@ -237,9 +242,18 @@ try {
   direct sshd      up ${g.direct.uploadMBps} MB/s, down ${g.direct.downloadMBps} MB/s; echo p50 ${g.direct.echoMs.p50} ms  p99 ${g.direct.echoMs.p99} ms
   gateway          up ${g.gateway.uploadMBps} MB/s, down ${g.gateway.downloadMBps} MB/s; echo p50 ${g.gateway.echoMs.p50} ms  p99 ${g.gateway.echoMs.p99} ms (target p50 < 5 ms)
   ratio            up ${g.uploadRatio}, down ${g.downloadRatio} of direct (target >= 0.5)`),
+    p &&
+      `placement policy: one cycle of the pure policy over ${p[0]!.gpus} simulated GPUs (3 models, 8 a worker), mixed shapes, aging on
+${p
+  .map(
+    (row) =>
+      `  ${String(row.jobs).padStart(7)} jobs    first cycle ${row.firstCycle.ms} ms (placed ${row.firstCycle.placed}); steady p50 ${row.steadyCycleMs.p50} ms  p99 ${row.steadyCycleMs.p99} ms (placed ${row.placedPerSteadyCycle} a cycle); explain p50 ${row.explainMs.p50} ms`,
+  )
+  .join('\n')}
+  target           a cycle < 50 ms at 100k jobs; no quotas or gangs yet`,
     `written to ${file}`,
   ];
   console.log(`\n${sections.filter(Boolean).join('\n\n')}`);
 } finally {
-  await cluster.stop();
+  await cluster?.stop();
 }

@@ -64,8 +64,8 @@ export interface TrackedJob {
   head: AggregateHead;
   /** Stream sequence of the event that made the job placeable: orders jobs of equal priority. */
   queuedSeq: number;
-  /** When that event happened: its priority ages from then. */
-  queuedAt: string;
+  /** When that event happened (ms since the epoch): its priority ages from then. */
+  queuedAtMs: number;
   /** Stream sequence of the `JobAssigned` of the current attempt (0 before the first). */
   attemptSeq: number;
 }
@@ -75,8 +75,8 @@ export interface TrackedSession {
   head: AggregateHead;
   /** Stream sequence of the event that made the session placeable: its request, or a requeue. */
   queuedSeq: number;
-  /** When that event happened: its priority ages from then. */
-  queuedAt: string;
+  /** When that event happened (ms since the epoch): its priority ages from then. */
+  queuedAtMs: number;
   /** Stream sequence of the `SessionAssigned` of the current run (0 before the first). */
   runSeq: number;
 }
@@ -159,7 +159,9 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
     state: after,
     head: { seq: event.seq, hash: event.hash },
     queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
-    queuedAt: becameQueued ? event.occurredAt : (tracked?.queuedAt ?? event.occurredAt),
+    queuedAtMs: becameQueued
+      ? Date.parse(event.occurredAt)
+      : (tracked?.queuedAtMs ?? Date.parse(event.occurredAt)),
     attemptSeq: event.type === 'JobAssigned' ? event.seq : (tracked?.attemptSeq ?? 0),
   });
 }
@@ -181,7 +183,9 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
     state: after,
     head: { seq: event.seq, hash: event.hash },
     queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
-    queuedAt: becameQueued ? event.occurredAt : (tracked?.queuedAt ?? event.occurredAt),
+    queuedAtMs: becameQueued
+      ? Date.parse(event.occurredAt)
+      : (tracked?.queuedAtMs ?? Date.parse(event.occurredAt)),
     runSeq: event.type === 'SessionAssigned' ? event.seq : (tracked?.runSeq ?? 0),
   });
 }

@@ -36,14 +36,17 @@ export const DEFAULT_POLICY: PlacementPolicy = {
 
 const HOUR = 3_600_000;
 
-/** What a candidate is placed by: its priority, plus the whole points it gained waiting since `queuedAt`. */
+/**
+ * What a candidate is placed by: its priority, plus the whole points it gained waiting since
+ * `queuedAtMs`.
+ */
 export function effectivePriority(
   priority: number,
-  queuedAt: string,
+  queuedAtMs: number,
   now: Date,
   policy: Pick<PlacementPolicy, 'agingPerHour'>,
 ): number {
-  const waitedMs = now.getTime() - Date.parse(queuedAt);
+  const waitedMs = now.getTime() - queuedAtMs;
   if (!(waitedMs > 0)) return priority;
   // Whole points: between near-equals, the order of the log decides, not the writers' clocks.
   return priority + Math.floor((waitedMs / HOUR) * policy.agingPerHour);
@@ -83,46 +86,75 @@ export interface Candidate {
   /** Its next attempt is a probe. */
   probe: boolean;
   memoryBytes: number;
-  /** The object its resources came from, by which its shape is kept. */
-  source: object;
+  /** What it asks of a worker, as a key: see `shapeKey`. */
+  shape: string;
+  /** The job or session as the cluster state tracks it. */
+  tracked: TrackedJob | TrackedSession | null;
 }
+
+/**
+ * Candidates as made for each tracked job or session: the cluster fold replaces the tracked
+ * object whenever its job or session changes, so a candidate is made once per change, and only
+ * its aged priority is worked out again each round.
+ */
+const candidates = new WeakMap<TrackedJob | TrackedSession, Candidate>();
 
 function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
   const spec = job.state.spec;
   if (!spec) return null;
-  return {
-    kind: 'job',
-    id: job.state.id,
-    resources: spec.resources,
-    priority: aged(spec.priority, job.queuedAt),
-    queuedSeq: job.queuedSeq,
-    container: runsInContainer(spec),
-    estimate: job.state.estimate,
-    probe: probesNext(job.state),
-    memoryBytes: memoryNeed(job.state),
-    source: spec,
-  };
+  let c = candidates.get(job);
+  if (!c) {
+    const container = runsInContainer(spec);
+    const memoryBytes = memoryNeed(job.state);
+    const { estimate } = job.state;
+    const probe = probesNext(job.state);
+    c = {
+      kind: 'job',
+      id: job.state.id,
+      resources: spec.resources,
+      priority: 0,
+      queuedSeq: job.queuedSeq,
+      container,
+      estimate,
+      probe,
+      memoryBytes,
+      shape: shapeKey('job', container, spec.resources, estimate, memoryBytes, probe),
+      tracked: job,
+    };
+    candidates.set(job, c);
+  }
+  c.priority = aged(spec.priority, job.queuedAtMs);
+  return c;
 }
 
 function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null {
   const spec = session.state.spec;
   if (!spec) return null;
-  return {
-    kind: 'session',
-    id: session.state.id,
-    resources: spec.resources,
-    priority: aged(0, session.queuedAt),
-    queuedSeq: session.queuedSeq,
-    container: session.state.image !== null,
-    estimate: null,
-    probe: false,
-    memoryBytes: sessionMemoryNeed(session.state),
-    source: spec,
-  };
+  let c = candidates.get(session);
+  if (!c) {
+    const container = session.state.image !== null;
+    const memoryBytes = sessionMemoryNeed(session.state);
+    c = {
+      kind: 'session',
+      id: session.state.id,
+      resources: spec.resources,
+      priority: 0,
+      queuedSeq: session.queuedSeq,
+      container,
+      estimate: null,
+      probe: false,
+      memoryBytes,
+      shape: shapeKey('session', container, spec.resources, null, memoryBytes),
+      tracked: session,
+    };
+    candidates.set(session, c);
+  }
+  c.priority = aged(0, session.queuedAtMs);
+  return c;
 }
 
-/** A priority aged by the wait since `queuedAt`. */
-type Aged = (priority: number, queuedAt: string) => number;
+/** A priority aged by the wait since `queuedAtMs`. */
+type Aged = (priority: number, queuedAtMs: number) => number;
 
 /** Jobs and sessions that may be placed now (in no order), and when the next retry comes due. */
 export function placeable(
@@ -130,7 +162,7 @@ export function placeable(
   now: Date,
   policy: PlacementPolicy,
 ): { ready: Candidate[]; wakeAt: Date | null } {
-  const aged: Aged = (priority, queuedAt) => effectivePriority(priority, queuedAt, now, policy);
+  const aged: Aged = (priority, queuedAtMs) => effectivePriority(priority, queuedAtMs, now, policy);
   const ready: Candidate[] = [];
   let wakeAt: number | null = null;
   const add = (c: Candidate | null) => c && ready.push(c);
@@ -150,9 +182,26 @@ export function placeable(
   return { ready, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
 }
 
-/** Placement order: higher (aged) priority first, then the one queued longest. */
-export function byPlacementOrder(a: Candidate, b: Candidate): number {
-  return b.priority - a.priority || a.queuedSeq - b.queuedSeq;
+const byQueuedSeq = (a: Candidate, b: Candidate) => a.queuedSeq - b.queuedSeq;
+
+/**
+ * Candidates in placement order: higher (aged) priority first, then the one queued longest.
+ * Priorities take few values, so each is a
+ * bucket of its own; within one, candidates come mostly in the order they were queued, which the
+ * sort takes in a few passes: far fewer comparisons than sorting the whole queue.
+ */
+export function inPlacementOrder(candidates: Candidate[]): Candidate[] {
+  const buckets = new Map<number, Candidate[]>();
+  for (const c of candidates) {
+    const bucket = buckets.get(c.priority);
+    if (bucket) bucket.push(c);
+    else buckets.set(c.priority, [c]);
+  }
+  const ordered: Candidate[] = [];
+  for (const priority of [...buckets.keys()].sort((a, b) => b - a)) {
+    for (const c of buckets.get(priority)!.sort(byQueuedSeq)) ordered.push(c);
+  }
+  return ordered;
 }
 
 /**
@@ -177,8 +226,23 @@ function takesWholeGpus(job: Candidate): boolean {
 /** Whether a GPU is of the model the job asks for, if it asks for one. */
 function modelFits(job: Candidate, gpu: GpuUsage): boolean {
   const model = job.resources.gpuModel;
-  return model === undefined || gpu.name.toLowerCase().includes(model.toLowerCase());
+  if (model === undefined) return true;
+  let byName = modelMatches.get(model);
+  if (!byName) {
+    // Models come from users' specs: the memo is dropped before it grows without bound.
+    if (modelMatches.size >= 1024) modelMatches.clear();
+    modelMatches.set(model, (byName = new Map()));
+  }
+  let fits = byName.get(gpu.name);
+  if (fits === undefined) {
+    fits = gpu.name.toLowerCase().includes(model.toLowerCase());
+    byName.set(gpu.name, fits);
+  }
+  return fits;
 }
+
+/** Whether a GPU name holds a model, by model and name: a fleet has few of either. */
+const modelMatches = new Map<string, Map<string, boolean>>();
 
 function gpuFits(job: Candidate, gpu: GpuUsage, policy: PlacementPolicy): boolean {
   if (!modelFits(job, gpu)) return false;
@@ -233,6 +297,9 @@ function fitOnWorker(
     if (worker.cpuSlots - worker.cpusUsed < cpus) return null;
     return { kind, id, workerId: worker.id, gpus: [], vramBytes: 0, cpus };
   }
+  let fits = 0;
+  for (const gpu of worker.gpus) if (gpuFits(job, gpu, policy)) fits++;
+  if (fits < resources.gpus) return null;
   const probe = job.probe;
   // A probe gets the GPUs with the most memory, so that what it measures is not cut short; any
   // other job the tightest that fit, leaving room for larger ones.
@@ -243,7 +310,6 @@ function fitOnWorker(
         ? b.vramBytes - a.vramBytes || a.index - b.index
         : a.vramBytes - a.reservedBytes - (b.vramBytes - b.reservedBytes) || a.index - b.index,
     );
-  if (fitting.length < resources.gpus) return null;
   const chosen = fitting.slice(0, resources.gpus);
   const vramBytes = Math.max(...chosen.map((g) => vramNeed(job, g, policy)));
   return {
@@ -257,27 +323,30 @@ function fitOnWorker(
 }
 
 /**
- * What a job asks of a worker. Within one round capacity only shrinks, so once a job finds no
- * place, no later job that asks the same finds one either.
+ * What a job or session asks of a worker, as a key. Within one round capacity only shrinks, so
+ * once a job finds no place, no later job that asks the same finds one either.
  */
-export function shapeOf(job: Candidate): string {
-  let shape = shapes.get(job.source);
-  if (shape === undefined) {
-    const { gpus, vramGb, cpus, gpuModel } = job.resources;
-    const where = `${job.kind} ${job.container ? 'container' : 'host'}`;
-    shape =
-      gpus === 0
-        ? `${where} cpu ${cpus ?? 1}`
-        : `${where} gpu ${gpus} ${vramGb ?? 'whole'} ${gpuModel ?? 'any'}`;
-    shapes.set(job.source, shape);
-  }
-  const estimate = job.estimate;
-  const memory = job.memoryBytes;
-  const measured = estimate ? `${shape} measured ${estimate.vramBytes}` : shape;
-  return memory > 0 ? `${measured} ram ${memory}` : measured;
+export function shapeKey(
+  kind: Candidate['kind'],
+  container: boolean,
+  resources: Resources,
+  estimate: Estimate | null,
+  memoryBytes: number,
+  probe = false,
+): string {
+  const { gpus, vramGb, cpus, gpuModel, memoryGb } = resources;
+  const where = `${kind} ${container ? 'container' : 'host'}${memoryGb === undefined ? '' : ' limited'}`;
+  const shape =
+    gpus === 0
+      ? `${where} cpu ${cpus ?? 1}`
+      : `${where} gpu ${gpus} ${vramGb ?? 'whole'} ${gpuModel ?? 'any'}`;
+  const measured = estimate
+    ? `${shape} measured ${estimate.vramBytes}`
+    : probe
+      ? `${shape} probe`
+      : shape;
+  return memoryBytes > 0 ? `${measured} ram ${memoryBytes}` : measured;
 }
-
-const shapes = new WeakMap<object, string>();
 
 /** The smallest memory among an assignment's GPUs: a probe goes where it is largest. */
 function smallestGpu(worker: WorkerState, a: Assignment): number {
@@ -285,13 +354,21 @@ function smallestGpu(worker: WorkerState, a: Assignment): number {
 }
 
 /** Where a job goes: the first worker it fits on; a probe, the one with the largest GPUs. */
-function place(job: Candidate, workers: WorkerState[], policy: PlacementPolicy) {
-  let best: { worker: WorkerState; a: Assignment } | null = null;
-  for (const worker of workers) {
+/**
+ * Where a job goes: the first worker it fits on, from `from`; a probe, the one with the largest
+ * GPUs. `firstFit` is the first worker it fits on: none before it can take its shape again in
+ * this round.
+ */
+function place(job: Candidate, workers: WorkerState[], policy: PlacementPolicy, from: number) {
+  let best: { worker: WorkerState; a: Assignment; firstFit: number } | null = null;
+  for (let i = from; i < workers.length; i++) {
+    const worker = workers[i]!;
     const a = fitOnWorker(job, worker, policy);
     if (!a) continue;
-    if (!job.probe || a.gpus.length === 0) return { worker, a };
-    if (!best || smallestGpu(worker, a) > smallestGpu(best.worker, best.a)) best = { worker, a };
+    if (!job.probe || a.gpus.length === 0) return { worker, a, firstFit: i };
+    if (!best) best = { worker, a, firstFit: i };
+    else if (smallestGpu(worker, a) > smallestGpu(best.worker, best.a))
+      best = { worker, a, firstFit: best.firstFit };
   }
   return best;
 }
@@ -311,8 +388,9 @@ function hasRoom(w: WorkerState): boolean {
   return w.cpusUsed < w.cpuSlots || w.gpus.some((g) => g.reservedBytes < g.vramBytes);
 }
 
+/** A copy to book places on: its GPUs and counters are its own; what it runs is not copied. */
 function cloneWorker(w: WorkerState): WorkerState {
-  return { ...w, gpus: w.gpus.map((g) => ({ ...g })), attempts: new Set(w.attempts) };
+  return { ...w, gpus: w.gpus.map((g) => ({ ...g })) };
 }
 
 /** Online workers, by id, as copies a round may book places on. */
@@ -351,14 +429,17 @@ export function placeInOrder(
   const assignments: Assignment[] = [];
   if (!workers.some(hasRoom)) return assignments;
   const unplaceable = new Set<string>();
+  // Capacity only shrinks within a round: a worker a shape did not fit on stays so.
+  const startAt = new Map<string, number>();
   for (const job of ordered) {
-    const shape = shapeOf(job);
+    const shape = job.shape;
     if (unplaceable.has(shape)) continue;
-    const placed = place(job, workers, policy);
+    const placed = place(job, workers, policy, startAt.get(shape) ?? 0);
     if (!placed) {
       unplaceable.add(shape);
       continue;
     }
+    startAt.set(shape, placed.firstFit);
     apply(placed.worker, placed.a, job);
     assignments.push(placed.a);
     if (!hasRoom(placed.worker) && !workers.some(hasRoom)) break;
@@ -377,5 +458,5 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   const { ready, wakeAt } = placeable(cluster, now, policy);
   const workers = onlineWorkers(cluster);
   if (!workers.some(hasRoom)) return { assignments: [], wakeAt };
-  return { assignments: placeInOrder(ready.sort(byPlacementOrder), workers, policy), wakeAt };
+  return { assignments: placeInOrder(inPlacementOrder(ready), workers, policy), wakeAt };
 }

@@ -1,24 +1,55 @@
 import type { Holder, JobSpec, PendingReason, QueueEntry, Resources } from '@trainyard/events';
-import type { ClusterState, WorkerState } from './cluster.ts';
-import { awaitsDependencies, needsEstimate, runsInContainer, slotHolder } from './job/state.ts';
+import type { ClusterState, TrackedJob, WorkerState } from './cluster.ts';
 import {
-  byPlacementOrder,
+  awaitsDependencies,
+  awaitsPlacement,
+  needsEstimate,
+  runsInContainer,
+  slotHolder,
+} from './job/state.ts';
+import {
+  inPlacementOrder,
   couldEverHold,
   DEFAULT_POLICY,
   effectivePriority,
   onlineWorkers,
   placeable,
   placeInOrder,
-  shapeOf,
+  shapeKey,
   type Candidate,
   type PlacementPolicy,
 } from './placement.ts';
 import { runHolder } from './session/state.ts';
 
+/**
+ * One entry of the queue as worked out: where it stands and why. It is put in words
+ * (`describePending`) only for the entries a caller asks for.
+ */
+export interface Pending {
+  kind: Candidate['kind'];
+  id: string;
+  owner: string;
+  status: string;
+  /** Its place among what may be placed now, from 1; null for what waits for something else. */
+  position: number | null;
+  priority: number;
+  effectivePriority: number;
+  resources: Resources;
+  container: boolean;
+  reason: PendingReason;
+  /** Entries ahead of it that wait for the same room. */
+  ahead: number;
+  sinceMs: number;
+  retryAt: string | null;
+  dependsOn: readonly string[];
+}
+
 /** The queue in placement order, and who holds what. */
 export interface QueueView {
   /** What may be placed now, in placement order, then what waits for something else. */
-  entries: QueueEntry[];
+  entries: Pending[];
+  /** How many entries have a position: what may be placed now. */
+  positioned: number;
   holders: Holder[];
 }
 
@@ -36,80 +67,121 @@ export function describeNeed(resources: Resources, container: boolean): string {
   return `${parts.join(' and ')}${container ? ', in a container' : ''}`;
 }
 
-function why(reason: PendingReason, need: string, ahead: number): string {
-  switch (reason) {
+/** Why an entry waits, in words. */
+function why(p: Pending): string {
+  const need = () => describeNeed(p.resources, p.container);
+  switch (p.reason) {
     case 'placing':
       return 'it fits now: the scheduler places it in its next round';
     case 'resources':
-      return `waiting for room: it needs ${need}, which no online worker has free now`;
+      return `waiting for room: it needs ${need()}, which no online worker has free now`;
     case 'priority':
-      return `waiting for room behind ${plural(ahead, 'earlier entry', 'earlier entries')} of the queue that need the same (${need})`;
+      return `waiting for room behind ${plural(p.ahead, 'earlier entry', 'earlier entries')} of the queue that need the same (${need()})`;
     case 'unsatisfiable':
-      return `no online worker could ever hold it: it needs ${need}`;
+      return `no online worker could ever hold it: it needs ${need()}`;
     case 'noWorkers':
       return 'no worker is online';
-    default:
-      return reason;
+    case 'dependency':
+      return `waiting for ${p.dependsOn.join(', ')} to succeed`;
+    case 'retryBackoff':
+      return `retrying after a platform failure, at ${p.retryAt}`;
+    case 'building':
+      return p.status === 'building' ? 'its image is being built' : 'waiting for a builder';
   }
+}
+
+/** An entry as the API shows it. */
+export function describePending(p: Pending): QueueEntry {
+  return {
+    kind: p.kind,
+    id: p.id,
+    owner: p.owner,
+    status: p.status,
+    position: p.position,
+    priority: p.priority,
+    effectivePriority: p.effectivePriority,
+    resources: p.resources,
+    reason: p.reason,
+    message: why(p),
+    since: new Date(p.sinceMs).toISOString(),
+    retryAt: p.retryAt,
+  };
 }
 
 /**
  * Where everything that waits stands, and why: the placement order of the next round (what it
  * would place, `placing`), then, for the rest, whether any online worker could ever hold it
  * (`unsatisfiable`), and whether earlier entries wait for the same room (`priority`) or it is
- * first in line (`resources`). Jobs that wait for something other than room follow: retries in
- * their backoff, jobs waiting on dependencies, jobs being built. Pure.
+ * first in line (`resources`): with no reservations, work of another shape ahead of it does not
+ * hold it back. Jobs that wait for something other than room follow: retries in their backoff,
+ * jobs waiting on dependencies, jobs being built. Pure.
  */
 export function explainQueue(
   cluster: ClusterState,
   now: Date,
   policy: PlacementPolicy = DEFAULT_POLICY,
 ): QueueView {
-  const ready = placeable(cluster, now, policy).ready.sort(byPlacementOrder);
+  const ready = inPlacementOrder(placeable(cluster, now, policy).ready);
   const online = onlineWorkers(cluster);
   const placed = new Set(placeInOrder(ready, onlineWorkers(cluster), policy).map((a) => a.id));
+  const kinds = distinctWhenEmpty(online);
   const holdable = new Map<string, boolean>();
   const waitingByShape = new Map<string, number>();
-  const entries: QueueEntry[] = ready.map((c, i) => {
+  const entries: Pending[] = ready.map((c, i) => {
     let reason: PendingReason;
     let ahead = 0;
     if (placed.has(c.id)) reason = 'placing';
     else if (online.length === 0) reason = 'noWorkers';
     else {
-      const shape = shapeOf(c);
+      const shape = c.shape;
       let canHold = holdable.get(shape);
       if (canHold === undefined) {
-        canHold = online.some((w) => couldEverHold(c, w, policy));
+        canHold = kinds.some((w) => couldEverHold(c, w, policy));
         holdable.set(shape, canHold);
       }
       ahead = waitingByShape.get(shape) ?? 0;
       if (canHold) waitingByShape.set(shape, ahead + 1);
       reason = !canHold ? 'unsatisfiable' : ahead > 0 ? 'priority' : 'resources';
     }
-    return entryOf(
-      cluster,
-      c,
-      i + 1,
+    const tracked = c.tracked!;
+    const job = c.kind === 'job' ? (tracked as TrackedJob) : undefined;
+    return {
+      kind: c.kind,
+      id: c.id,
+      owner: tracked.state.owner,
+      status: tracked.state.status,
+      position: i + 1,
+      priority: job?.state.spec?.priority ?? 0,
+      effectivePriority: c.priority,
+      resources: c.resources,
+      container: c.container,
       reason,
-      why(reason, describeNeed(c.resources, c.container), ahead),
-    );
+      ahead,
+      sinceMs: tracked.queuedAtMs,
+      retryAt: job?.state.retryAt ?? null,
+      dependsOn: NONE,
+    };
   });
-  const listed = new Set(ready.map((c) => c.id));
+  const retriesListed = new Set(
+    ready.filter((c) => c.tracked?.state.status === 'retrying').map((c) => c.id),
+  );
+  const holding = new Holders();
   for (const job of cluster.jobs.values()) {
     const { state } = job;
-    if (listed.has(state.id) || !state.spec || slotHolder(state)) continue;
+    // What may be placed now is listed already: all that waits for a place but a retry not due.
+    if (awaitsPlacement(state) && (state.status !== 'retrying' || retriesListed.has(state.id)))
+      continue;
+    const attempt = slotHolder(state);
+    if (attempt) {
+      holding.add(state.owner, attempt, 'jobs');
+      continue;
+    }
+    if (!state.spec) continue;
     let reason: PendingReason;
-    let message: string;
-    if (awaitsDependencies(state)) {
-      reason = 'dependency';
-      message = `waiting for ${state.spec.dependsOn!.join(', ')} to succeed`;
-    } else if (state.status === 'retrying') {
-      reason = 'retryBackoff';
-      message = `retrying after a platform failure, at ${state.retryAt}`;
-    } else if (state.status === 'submitted' || state.status === 'building') {
-      reason = 'building';
-      message = state.status === 'building' ? 'its image is being built' : 'waiting for a builder';
-    } else continue;
+    if (awaitsDependencies(state)) reason = 'dependency';
+    else if (state.status === 'retrying') reason = 'retryBackoff';
+    else if (state.status === 'submitted' || state.status === 'building') reason = 'building';
+    else continue;
     entries.push({
       kind: 'job',
       id: state.id,
@@ -117,70 +189,60 @@ export function explainQueue(
       status: state.status,
       position: null,
       priority: state.spec.priority,
-      effectivePriority: effectivePriority(state.spec.priority, job.queuedAt, now, policy),
+      effectivePriority: effectivePriority(state.spec.priority, job.queuedAtMs, now, policy),
       resources: state.spec.resources,
+      container: runsInContainer(state.spec),
       reason,
-      message,
-      since: state.submittedAt ?? job.queuedAt,
+      ahead: 0,
+      sinceMs: state.submittedAt ? Date.parse(state.submittedAt) : job.queuedAtMs,
       retryAt: state.retryAt,
+      dependsOn: state.spec.dependsOn ?? NONE,
     });
-  }
-  return { entries, holders: holders(cluster) };
-}
-
-function entryOf(
-  cluster: ClusterState,
-  c: Candidate,
-  position: number,
-  reason: PendingReason,
-  message: string,
-): QueueEntry {
-  const job = c.kind === 'job' ? cluster.jobs.get(c.id) : undefined;
-  const session = c.kind === 'session' ? cluster.sessions.get(c.id) : undefined;
-  const state = job?.state ?? session!.state;
-  return {
-    kind: c.kind,
-    id: c.id,
-    owner: state.owner,
-    status: state.status,
-    position,
-    priority: job?.state.spec?.priority ?? 0,
-    effectivePriority: c.priority,
-    resources: c.resources,
-    reason,
-    message,
-    since: (job ?? session)!.queuedAt,
-    retryAt: job?.state.retryAt ?? null,
-  };
-}
-
-/** What each owner's running jobs and sessions hold, most GPUs first. */
-function holders(cluster: ClusterState): Holder[] {
-  const by = new Map<string, Holder>();
-  const holder = (owner: string) => {
-    let h = by.get(owner);
-    if (!h) by.set(owner, (h = { owner, gpus: 0, cpus: 0, jobs: 0, sessions: 0 }));
-    return h;
-  };
-  for (const { state } of cluster.jobs.values()) {
-    const attempt = slotHolder(state);
-    if (!attempt) continue;
-    const h = holder(state.owner);
-    h.gpus += attempt.gpus.length;
-    h.cpus += attempt.cpus;
-    h.jobs += 1;
   }
   for (const { state } of cluster.sessions.values()) {
     const run = runHolder(state);
-    if (!run) continue;
-    const h = holder(state.owner);
-    h.gpus += run.gpus.length;
-    h.cpus += run.cpus;
-    h.sessions += 1;
+    if (run) holding.add(state.owner, run, 'sessions');
   }
-  return [...by.values()].sort(
-    (a, b) => b.gpus - a.gpus || b.cpus - a.cpus || (a.owner < b.owner ? -1 : 1),
-  );
+  return { entries, positioned: ready.length, holders: holding.list() };
+}
+
+const NONE: readonly string[] = [];
+
+/** What each owner's running jobs and sessions hold. */
+class Holders {
+  readonly #by = new Map<string, Holder>();
+
+  add(owner: string, held: { gpus: number[]; cpus: number }, kind: 'jobs' | 'sessions'): void {
+    let h = this.#by.get(owner);
+    if (!h) this.#by.set(owner, (h = { owner, gpus: 0, cpus: 0, jobs: 0, sessions: 0 }));
+    h.gpus += held.gpus.length;
+    h.cpus += held.cpus;
+    h[kind] += 1;
+  }
+
+  /** Most GPUs first. */
+  list(): Holder[] {
+    return [...this.#by.values()].sort(
+      (a, b) => b.gpus - a.gpus || b.cpus - a.cpus || (a.owner < b.owner ? -1 : 1),
+    );
+  }
+}
+
+/** One worker of each kind there is, as placement reads them when empty: a fleet has few. */
+function distinctWhenEmpty(workers: WorkerState[]): WorkerState[] {
+  const kinds = new Map<string, WorkerState>();
+  for (const w of workers) {
+    const key = JSON.stringify([
+      w.runtime,
+      w.cpuSlots,
+      w.memoryBytes,
+      w.limitsMemory,
+      w.dispatchVersion,
+      w.gpus.map((g) => [g.name, g.vramBytes]),
+    ]);
+    if (!kinds.has(key)) kinds.set(key, w);
+  }
+  return [...kinds.values()];
 }
 
 /** What a worker is, as placement reads it, without what it runs now. */
@@ -200,18 +262,21 @@ export function noWorkerCouldHold(
   policy: PlacementPolicy = DEFAULT_POLICY,
 ): boolean {
   if (workers.length === 0) return false;
+  const container = runsInContainer(spec);
+  const memoryBytes =
+    spec.resources.memoryGb === undefined ? 0 : Math.ceil(spec.resources.memoryGb * 1024 ** 3);
   const candidate: Candidate = {
     kind: 'job',
     id: '',
     resources: spec.resources,
     priority: spec.priority,
     queuedSeq: 0,
-    container: runsInContainer(spec),
+    container,
     estimate: null,
     probe: needsEstimate(spec),
-    memoryBytes:
-      spec.resources.memoryGb === undefined ? 0 : Math.ceil(spec.resources.memoryGb * 1024 ** 3),
-    source: spec,
+    memoryBytes,
+    shape: shapeKey('job', container, spec.resources, null, memoryBytes, needsEstimate(spec)),
+    tracked: null,
   };
   return !workers.some((w) =>
     couldEverHold(

@@ -357,6 +357,28 @@ describe('job decider', () => {
       expect(lost).toMatchObject({ data: { failure: { reason: 'timeLimit' }, retry: null } });
     });
 
+    it('keeps the outcome of an attempt its worker timed within the limit, whenever its report came', () => {
+      const finish = (exit: { kind: 'exited'; exitCode: number }, durationMs: number) =>
+        when([...running, reached], {
+          type: 'FinishAttempt',
+          attemptId: 'a1',
+          exit,
+          durationMs,
+          now: at(200),
+          jitter: 0,
+        })[0];
+      expect(finish({ kind: 'exited', exitCode: 0 }, 89_000)).toEqual({
+        type: 'JobSucceeded',
+        data: { attemptId: 'a1', durationMs: 89_000 },
+      });
+      expect(finish({ kind: 'exited', exitCode: 2 }, 89_000)).toMatchObject({
+        data: { failure: { reason: 'nonZeroExit' } },
+      });
+      expect(finish({ kind: 'exited', exitCode: 0 }, 90_000)).toMatchObject({
+        data: { failure: { reason: 'timeLimit' } },
+      });
+    });
+
     it('limits nothing that is not running: no limit, a probe, a cancel, an attempt not started', () => {
       const late = { type: 'EnforceTimeLimit' as const, now: at(3600) };
       const cases: JobEvent[][] = [

@@ -205,7 +205,7 @@ describe('placement policy v1', () => {
     // Without aging, priority alone decides.
     const strict = { ...DEFAULT_POLICY, agingPerHour: 0 };
     expect(plan(c, at(11), strict).assignments.map((a) => a.id)).toEqual(['urgent-11h']);
-    expect(effectivePriority(-100, T0.toISOString(), at(11), DEFAULT_POLICY)).toBe(10);
+    expect(effectivePriority(-100, T0.getTime(), at(11), DEFAULT_POLICY)).toBe(10);
   });
 
   it('places by a priority changed while the job waits, keeping its place in the queue', () => {
@@ -219,16 +219,16 @@ describe('placement policy v1', () => {
     const lowered = { type: 'JobPriorityChanged', data: { priority: 0, previous: 3 } };
     evolveCluster(c, stored('job', 'second', lowered));
     expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['first']);
-    expect(c.jobs.get('second')!.queuedAt).toBe(T0.toISOString());
+    expect(c.jobs.get('second')!.queuedAtMs).toBe(T0.getTime());
   });
 
   it('ages a job from when it last became placeable, and keeps that through a snapshot', () => {
     const c = emptyCluster();
     worker(c, 'w1', [24]);
     submit(c, 'j1', { resources: { gpus: 1 } });
-    expect(c.jobs.get('j1')!.queuedAt).toBe(T0.toISOString());
+    expect(c.jobs.get('j1')!.queuedAtMs).toBe(T0.getTime());
     const restored = restoreCluster(JSON.parse(JSON.stringify(snapshotCluster(c))));
-    expect(restored.jobs.get('j1')!.queuedAt).toBe(T0.toISOString());
+    expect(restored.jobs.get('j1')!.queuedAtMs).toBe(T0.getTime());
   });
 
   it('takes a long queue in priority-then-age order, a few slots at a time', () => {

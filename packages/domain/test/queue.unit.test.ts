@@ -3,6 +3,7 @@ import type { JobSpec, PendingReason } from '@trainyard/events';
 import {
   emptyCluster,
   evolveCluster,
+  describePending,
   explainQueue,
   GiB,
   noWorkerCouldHold,
@@ -85,7 +86,7 @@ describe('why a job waits', () => {
       ['job_cpu', 5, 'unsatisfiable'],
     ]);
     const view = explainQueue(c, T0);
-    const byId = new Map(view.entries.map((e) => [e.id, e]));
+    const byId = new Map(view.entries.map((e) => [e.id, describePending(e)]));
     expect(byId.get('job_big2')?.message).toBe(
       'waiting for room behind 1 earlier entry of the queue that need the same (2 GPUs with 20 GiB free)',
     );
@@ -126,7 +127,9 @@ describe('why a job waits', () => {
       }),
     );
     const view = explainQueue(c, T0);
-    expect(view.entries.map((e) => [e.id, e.position, e.reason, e.message])).toEqual([
+    expect(
+      view.entries.map(describePending).map((e) => [e.id, e.position, e.reason, e.message]),
+    ).toEqual([
       ['job_first', 1, 'placing', 'it fits now: the scheduler places it in its next round'],
       ['job_after', null, 'dependency', 'waiting for job_first to succeed'],
       ['job_built', null, 'building', 'waiting for a builder'],

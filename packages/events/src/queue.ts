@@ -75,8 +75,9 @@ export const QueueReplySchema = z.object({
   /** The log sequence the scheduler's state held when it answered. */
   seq: z.number().int(),
   at: z.string(),
-  /** How many wait in all (every owner's). */
+  /** How many wait in all (every owner's), and how many of them may be placed now. */
   total: z.number().int(),
+  positioned: z.number().int(),
   entries: z.array(QueueEntrySchema),
   /** Who holds what; with a `list` for everyone only. */
   holders: z.array(HolderSchema).optional(),

@@ -8,6 +8,15 @@ export function findJob(db: Kysely<Database>, id: string): Promise<JobRow | unde
   return db.selectFrom('jobs').selectAll().where('id', '=', id).executeTakeFirst();
 }
 
+/** The owner and status of each of `ids` the projection holds. */
+export function jobOwnersAndStatuses(
+  db: Kysely<Database>,
+  ids: readonly string[],
+): Promise<{ id: string; owner: string; status: string }[]> {
+  if (ids.length === 0) return Promise.resolve([]);
+  return db.selectFrom('jobs').select(['id', 'owner', 'status']).where('id', 'in', ids).execute();
+}
+
 export interface JobListQuery {
   owner?: string;
   status?: string;

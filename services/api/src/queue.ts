@@ -11,7 +11,7 @@ import {
   type QueueReply,
   type QueueRequest,
 } from '@trainyard/events';
-import { listWorkers } from '@trainyard/projections';
+import { listWorkers, type WorkerRow } from '@trainyard/projections';
 import type { ApiDeps } from './deps.ts';
 import { ApiError } from './errors.ts';
 
@@ -64,17 +64,26 @@ const shapes = new WeakMap<object, { atMs: number; workers: WorkerShape[] }>();
 async function registeredWorkers(deps: Pick<ApiDeps, 'db'>): Promise<WorkerShape[]> {
   const cached = shapes.get(deps.db);
   if (cached && Date.now() - cached.atMs < WORKERS_FRESH_MS) return cached.workers;
-  const workers = (await listWorkers(deps.db)).map((w) => ({
+  const workers = (await listWorkers(deps.db)).map(workerShapeOf);
+  shapes.set(deps.db, { atMs: Date.now(), workers });
+  return workers;
+}
+
+/**
+ * A worker's row as placement reads it. A row projected before capacities were recorded says
+ * nothing of its memory, limits or dispatch version: it is taken to hold whatever those allow,
+ * so that nothing is refused on what the projection does not know.
+ */
+export function workerShapeOf(w: WorkerRow): WorkerShape {
+  return {
     id: w.id,
     cpuSlots: w.cpu_slots,
     runtime: w.runtime,
     gpus: w.gpus,
-    memoryBytes: w.capacity?.memoryBytes ?? null,
-    limitsMemory: w.capacity?.limitsMemory ?? w.runtime === 'docker',
-    dispatchVersion: w.capacity?.dispatchVersion ?? 1,
-  }));
-  shapes.set(deps.db, { atMs: Date.now(), workers });
-  return workers;
+    memoryBytes: w.capacity ? w.capacity.memoryBytes : null,
+    limitsMemory: w.capacity ? w.capacity.limitsMemory : true,
+    dispatchVersion: w.capacity ? w.capacity.dispatchVersion : Number.MAX_SAFE_INTEGER,
+  };
 }
 
 /**

@@ -9,6 +9,15 @@ import type { JobEvent, JobStatus, StoredEvent } from '@trainyard/events';
 import type { Logger } from '@trainyard/service-kit';
 import { pause, type Clock } from './clock.ts';
 
+/** How many recent ends are kept, so that the jobs waiting on one read none of them again. */
+const ENDS_KEPT = 10_000;
+
+/** How an event that ends a job ended it. */
+function outcomeOf(event: StoredEvent<JobEvent>): JobStatus {
+  if (event.type === 'JobSucceeded') return 'succeeded';
+  return event.type === 'JobCancelled' ? 'cancelled' : 'failed';
+}
+
 /** The first pause before a job's dependencies are looked at again after a failure; it doubles. */
 const AGAIN_MS = 1_000;
 const AGAIN_MAX_MS = 30_000;
@@ -38,6 +47,8 @@ export class Dependencies {
   readonly #waiters = new Map<string, Set<string>>();
   /** Each waiting job, and what it waits on. */
   readonly #waiting = new Map<string, readonly string[]>();
+  /** How the jobs that ended lately ended, the oldest first. */
+  readonly #ended = new Map<string, JobStatus>();
 
   constructor(private readonly deps: DependencyDeps) {}
 
@@ -55,9 +66,12 @@ export class Dependencies {
       const job = this.deps.state().jobs.get(id);
       if (job) this.#track(job.state);
     }
-    if (type === 'JobDependenciesMet' || endsJob(event as StoredEvent<JobEvent>)) this.#untrack(id);
-    if (endsJob(event as StoredEvent<JobEvent>)) {
-      for (const waiter of this.#waiters.get(id) ?? []) this.#look(waiter);
+    const ends = endsJob(event as StoredEvent<JobEvent>);
+    if (type === 'JobDependenciesMet' || ends) this.#untrack(id);
+    if (ends && this.#waiters.has(id)) {
+      this.#ended.set(id, outcomeOf(event as StoredEvent<JobEvent>));
+      if (this.#ended.size > ENDS_KEPT) this.#ended.delete(this.#ended.keys().next().value!);
+      for (const waiter of this.#waiters.get(id)!) this.#look(waiter);
     }
   }
 
@@ -104,8 +118,8 @@ export class Dependencies {
     const outcomes: Record<string, JobStatus | 'none'> = {};
     for (const dependency of this.#waiting.get(id) ?? []) {
       // A job the state holds has not ended; one it does not hold has, and the log says how.
-      const live = cluster.jobs.get(dependency)?.state.status;
-      outcomes[dependency] = live ?? (await this.deps.statusOf(dependency));
+      const known = cluster.jobs.get(dependency)?.state.status ?? this.#ended.get(dependency);
+      outcomes[dependency] = known ?? (await this.deps.statusOf(dependency));
     }
     if (Object.values(outcomes).some((status) => status === 'none' || isTerminal(status)))
       await this.deps.resolve(id, outcomes);

@@ -1,5 +1,6 @@
 import type { Msg, Subscription } from '@nats-io/nats-core';
 import {
+  describePending,
   explainQueue,
   type ClusterState,
   type PlacementPolicy,
@@ -8,34 +9,47 @@ import {
 import { QueueRequestSchema, Subjects, type QueueReply } from '@trainyard/events';
 import type { ServiceContext } from '@trainyard/service-kit';
 
-/** A view is worked out again once the state has moved on, or this long after. */
+/** A view is worked out again once the log has moved on, or it is this old (priorities age)... */
 const FRESH_MS = 1_000;
+/** ...but serves for this many times what working it out took: questions cost the leader little. */
+const COST_FACTOR = 10;
 
 export interface QueueService {
-  stop(): Promise<void>;
+  stop(): void;
+}
+
+interface View {
+  seq: number;
+  atMs: number;
+  /** Until when it serves, whatever happens. */
+  untilMs: number;
+  queue: QueueView;
 }
 
 /**
  * Answers the API's questions about the queue (`Subjects.queue`) from the leader's folded state:
- * the queue in placement order with why each entry waits, and who holds what. One view serves
- * every question until the state moves on or a second passes.
+ * the queue in placement order with why each entry waits, and who holds what. A view is worked
+ * out again when the log has moved on (or a second has passed), but serves at least ten times
+ * as long as it took to work out: however many questions come, answering them takes at most a
+ * tenth of the leader's time, and on a small cluster the answer is as fresh as the state.
  */
 export function serveQueue(
   ctx: ServiceContext,
   state: () => ClusterState,
   policy: PlacementPolicy,
 ): QueueService {
-  let cached: { seq: number; atMs: number; view: QueueView } | null = null;
-  const view = (): { seq: number; atMs: number; view: QueueView } => {
+  let view: View | null = null;
+  const current = (): View => {
+    const nowMs = Date.now();
     const cluster = state();
-    const now = Date.now();
-    if (!cached || cached.seq !== cluster.lastSeq || now - cached.atMs > FRESH_MS)
-      cached = {
-        seq: cluster.lastSeq,
-        atMs: now,
-        view: explainQueue(cluster, new Date(now), policy),
-      };
-    return cached;
+    const fresh =
+      view &&
+      (nowMs < view.untilMs || (view.seq === cluster.lastSeq && nowMs - view.atMs < FRESH_MS));
+    if (view && fresh) return view;
+    const queue = explainQueue(cluster, new Date(nowMs), policy);
+    const tookMs = Date.now() - nowMs;
+    view = { seq: cluster.lastSeq, atMs: nowMs, untilMs: nowMs + tookMs * COST_FACTOR, queue };
+    return view;
   };
   const answer = (msg: Msg): void => {
     const request = QueueRequestSchema.safeParse(safeJson(msg));
@@ -43,9 +57,9 @@ export function serveQueue(
       msg.respond(JSON.stringify({ error: 'not a queue request' }));
       return;
     }
-    const { seq, atMs, view: queue } = view();
+    const { seq, atMs, queue } = current();
     const q = request.data;
-    const entries =
+    const chosen =
       q.op === 'explain'
         ? queue.entries.filter((e) => e.id === q.id)
         : (q.owner === undefined
@@ -56,7 +70,8 @@ export function serveQueue(
       seq,
       at: new Date(atMs).toISOString(),
       total: queue.entries.length,
-      entries,
+      positioned: queue.positioned,
+      entries: chosen.map(describePending),
       ...(q.op === 'list' && q.owner === undefined && { holders: queue.holders }),
     };
     msg.respond(JSON.stringify(reply));
@@ -73,8 +88,12 @@ export function serveQueue(
     },
   });
   return {
-    stop: async () => {
-      if (!sub.isClosed()) await sub.drain().catch(() => sub.unsubscribe());
+    stop: () => {
+      try {
+        sub.unsubscribe();
+      } catch (err) {
+        ctx.log.debug({ err }, 'queue requests already stopped');
+      }
     },
   };
 }

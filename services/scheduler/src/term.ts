@@ -79,7 +79,7 @@ export class Term {
     } finally {
       this.#rounds.stop();
       this.#timeLimits.stop();
-      await this.#queue?.stop();
+      this.#queue?.stop();
     }
     await this.#folding.finish();
   }

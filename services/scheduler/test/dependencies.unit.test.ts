@@ -29,6 +29,7 @@ function harness(opts: { failReads?: number } = {}) {
   const stop = new AbortController();
   const warnings: string[] = [];
   let failReads = opts.failReads ?? 0;
+  let reads = 0;
   /** How a job stands in the log, folded from its events as a store read would. */
   const statusOf = (id: string): JobStatus | 'none' =>
     log.events
@@ -38,6 +39,7 @@ function harness(opts: { failReads?: number } = {}) {
   const dependencies: Dependencies = new Dependencies({
     state: () => log.state,
     statusOf: (id) => {
+      reads++;
       if (failReads-- > 0) return Promise.reject(new Error('the log is away'));
       return Promise.resolve(statusOf(id));
     },
@@ -66,7 +68,7 @@ function harness(opts: { failReads?: number } = {}) {
     append(id, { type: 'JobSucceeded', data: { attemptId: `a-${id}`, durationMs: 1 } });
   };
   stops.push(() => stop.abort());
-  return { log, clock, dependencies, append, succeed, statusOf, warnings };
+  return { log, clock, dependencies, append, succeed, statusOf, warnings, reads: () => reads };
 }
 
 const drain = async () => {
@@ -99,7 +101,7 @@ describe('dependencies in the scheduler', () => {
   });
 
   it('fails the jobs waiting on one that was cancelled, and only those', async () => {
-    const { log, dependencies, append } = harness();
+    const { log, dependencies, append, reads } = harness();
     log.append('job', 'job_a', submitted());
     log.append('job', 'job_b', submitted());
     log.deliver();
@@ -115,6 +117,8 @@ describe('dependencies in the scheduler', () => {
     expect(log.state.jobs.has('job_c')).toBe(false);
     expect(log.state.jobs.get('job_e')!.state.dependenciesMet).toBe(false);
     expect(dependencies.waiting).toBe(1);
+    // The end seen live serves every job waiting on it: none reads the log for it.
+    expect(reads()).toBe(0);
   });
 
   it('looks again, later, when the log cannot be read, and says so', async () => {
@@ -122,8 +126,9 @@ describe('dependencies in the scheduler', () => {
     log.append('job', 'job_a', submitted());
     log.deliver();
     dependencies.caughtUp();
-    append('job_b', submitted(['job_a']));
     append('job_a', { type: 'JobCancelled', data: {} });
+    // Submitted after its dependency ended: how it ended is read from the log.
+    append('job_b', submitted(['job_a']));
     await drain();
     expect(warnings).toEqual(['could not look at a job’s dependencies']);
     clock.advance(1_000);

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { TokenIssuer } from '@trainyard/api';
 import {
   addUser,
@@ -234,6 +234,9 @@ describe('changing a job’s priority', () => {
     const sleeper = (await (
       await submit(t, carol, cpuSpec({ command: 'exec sleep 600' }))
     ).json()) as { id: string };
+    onTestFinished(async () => {
+      await t.http(`/v1/jobs/${sleeper.id}/cancel`, { method: 'POST', token: carol });
+    });
     const res = await submit(t, carol, cpuSpec({ dependsOn: [sleeper.id] }));
     expect(res.status).toBe(202);
     const { id } = (await res.json()) as { id: string };
@@ -290,6 +293,5 @@ describe('changing a job’s priority', () => {
     );
     const late = await patch(admin, { priority: 1 });
     expect(late.status).toBe(409);
-    await t.http(`/v1/jobs/${sleeper.id}/cancel`, { method: 'POST', token: carol });
   });
 });

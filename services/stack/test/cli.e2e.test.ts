@@ -1,7 +1,7 @@
 import { execFile } from 'node:child_process';
 import { readFile, writeFile, mkdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { EMPTY_HEAD, EventSigner, EventStore, type EventSignature } from '@trainyard/events';
 import { tempDir, waitFor } from '@trainyard/testkit';
 import { ADMIN_PASSWORD, startTestStack, type TestStack } from './harness.ts';
@@ -166,10 +166,15 @@ describe('the trainyard CLI against a running stack', () => {
 
   it('shows the queue in order, says why a job waits, and what each user holds', async () => {
     const sleeper = (await cli(['submit', project(), '--command', 'exec sleep 600'])).stdout.trim();
+    onTestFinished(async () => void (await cli(['cancel', sleeper])));
     const after = (
       await cli(['submit', project(), '--command', 'true', '--depends-on', sleeper])
     ).stdout.trim();
-    const queue = await cli(['queue']);
+    // Built first: it is queued once its build is done.
+    const queue = await waitFor('it queued', async () => {
+      const r = await cli(['queue']);
+      return r.stdout.includes(`${after}  queued`) ? r : undefined;
+    });
     expect(queue.code).toBe(0);
     expect(queue.stdout).toMatch(
       new RegExp(
@@ -375,6 +380,9 @@ describe('the trainyard CLI against a running stack', () => {
         body: JSON.stringify({ name: 'sleeps', command: 'exec sleep 600', resources: { gpus: 0 } }),
       })
     ).json()) as { id: string };
+    onTestFinished(async () => {
+      await t.http(`/v1/jobs/${sleeper.id}/cancel`, { method: 'POST', token });
+    });
     // They wait for the sleeper: none runs.
     const waiting = {
       name: 'waits',
@@ -406,7 +414,6 @@ describe('the trainyard CLI against a running stack', () => {
     expect(new Set(all.map((j) => j.id)).size).toBe(all.length);
     const table = (await cli(['ls'])).stdout.trim().split('\n');
     expect(table).toHaveLength(51);
-    await t.http(`/v1/jobs/${sleeper.id}/cancel`, { method: 'POST', token });
   });
 
   it("names events appended without the stack's key, by a foreign key, or with a stolen signature", async () => {

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createHash } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it, onTestFinished } from 'vitest';
 import { ChainVerifier, SignatureVerifier, type StoredEvent } from '@trainyard/events';
 import { compareWithRebuild } from '@trainyard/projections';
 import { createTestDatabase, processAlive, waitFor } from '@trainyard/testkit';
@@ -288,12 +288,14 @@ describe('a training job end to end over HTTP', () => {
   it('cancels a queued job that never ran', async () => {
     const idOf = async (res: Response) => ((await res.json()) as { id: string }).id;
     const sleeper = await idOf(await submit(t, alice, cpuSpec({ command: 'exec sleep 600' })));
+    onTestFinished(async () => {
+      await t.http(`/v1/jobs/${sleeper}/cancel`, { method: 'POST', token: alice });
+    });
     const id = await idOf(await submit(t, alice, cpuSpec({ dependsOn: [sleeper] })));
     await t.waitForJob(id, alice, (j) => j.status === 'queued');
     await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token: alice });
     const job = await t.waitForJob(id, alice, (j) => j.status === 'cancelled');
     expect(job.attempts).toEqual([]);
-    await t.http(`/v1/jobs/${sleeper}/cancel`, { method: 'POST', token: alice });
   });
 
   it('refuses a job no registered worker could ever hold, and says why a job waits', async () => {
@@ -315,6 +317,9 @@ describe('a training job end to end over HTTP', () => {
 
     const idOf = async (r: Response) => ((await r.json()) as { id: string }).id;
     const sleeper = await idOf(await submit(t, alice, cpuSpec({ command: 'exec sleep 600' })));
+    onTestFinished(async () => {
+      await t.http(`/v1/jobs/${sleeper}/cancel`, { method: 'POST', token: alice });
+    });
     const after = await idOf(await submit(t, alice, cpuSpec({ dependsOn: [sleeper] })));
     type Waiting = Job & {
       pendingReason: string | null;

@@ -104,10 +104,11 @@ function endAttempt(
   now: Date,
   jitter: number,
   policy: BackoffPolicy,
+  endedInTime = false,
 ): JobEvent[] {
   const attempt = liveAttempt(state, attemptId);
   if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId } }];
-  if (state.timeLimitReached) {
+  if (state.timeLimitReached && !endedInTime) {
     const limit = failureOf(
       'timeLimit',
       `the attempt ran past the job's time limit of ${state.spec?.timeLimit}s`,
@@ -268,6 +269,9 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         command.now,
         command.jitter,
         command.backoff ?? DEFAULT_BACKOFF,
+        // Its worker timed it: one that ended within the limit ended as it did, however late
+        // its report came.
+        command.durationMs < (state.spec?.timeLimit ?? Infinity) * 1000,
       );
     case 'FailAttempt':
       return endAttempt(

@@ -4,7 +4,7 @@ import { EMPTY_HEAD, JobStatus, PrioritySchema, type JobSpec } from '@trainyard/
 import { runJobCommand } from '@trainyard/application';
 import { BlobKeys } from '@trainyard/blobs';
 import { newId } from '@trainyard/service-kit';
-import { findJob, listAttempts, listJobs } from '@trainyard/projections';
+import { findJob, jobOwnersAndStatuses, listAttempts, listJobs } from '@trainyard/projections';
 import type { Caller } from '../auth.ts';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
@@ -56,24 +56,36 @@ function withImagePolicy(spec: JobSpec, images: ApiDeps['images']): JobSpec {
 }
 
 /**
- * The jobs a spec depends on must be in the log and the caller's to see, and not already failed
- * or cancelled: a job after one of those would never run.
+ * The jobs a spec depends on must be the caller's to see, and not already failed or cancelled: a
+ * job after one of those would never run. They are read from the projection in one query; a job
+ * it does not hold yet (submitted a moment ago) is read from the log.
  */
 async function checkDependencies(deps: ApiDeps, caller: Caller, spec: JobSpec): Promise<void> {
-  await Promise.all(
-    (spec.dependsOn ?? []).map(async (id) => {
+  const ids = spec.dependsOn ?? [];
+  if (ids.length === 0) return;
+  const projected = await jobOwnersAndStatuses(deps.db, ids).catch(() => []);
+  const known = new Map(projected.map((j) => [j.id, j]));
+  const jobs = await Promise.all(
+    ids.map(async (id) => {
+      const row = known.get(id);
+      if (row) return row;
       const { state } = await visibleJob(deps, caller, id).catch((err: unknown) => {
-        if (!(err instanceof ApiError && err.code === 'NOT_FOUND')) throw err;
-        throw new ApiError('VALIDATION_FAILED', `spec.dependsOn: job ${id} not found`);
+        if (err instanceof ApiError && err.code === 'NOT_FOUND') return { state: null };
+        throw err;
       });
-      if (state.status === 'failed' || state.status === 'cancelled') {
-        throw new ApiError(
-          'VALIDATION_FAILED',
-          `spec.dependsOn: job ${id} ${state.status}; a job that depends on it would never run`,
-        );
-      }
+      return { id, owner: state?.owner ?? '', status: state?.status ?? 'none' };
     }),
   );
+  for (const { id, owner, status } of jobs) {
+    if (status === 'none' || (caller.role !== 'admin' && owner !== caller.username))
+      throw new ApiError('VALIDATION_FAILED', `spec.dependsOn: job ${id} not found`);
+    if (status === 'failed' || status === 'cancelled') {
+      throw new ApiError(
+        'VALIDATION_FAILED',
+        `spec.dependsOn: job ${id} ${status}; a job that depends on it would never run`,
+      );
+    }
+  }
 }
 
 /** The statuses of a job that waits to be placed, or to be queued. */

@@ -16,6 +16,10 @@ const QueueSchema = z
     seq: z.number().int().describe('the log sequence the scheduler’s state held when it answered'),
     at: isoTime,
     total: z.number().int().describe('how many entries wait, every user’s'),
+    positioned: z
+      .number()
+      .int()
+      .describe('how many of them may be placed now: the positions run from 1 to this'),
     entries: z.array(QueueEntrySchema.meta({ id: 'QueueEntry' })),
     holders: z
       .array(HolderSchema)
@@ -81,7 +85,7 @@ export function queueRoutes(app: Api, deps: ApiDeps): void {
         status: entry?.status ?? job.status,
         entry,
         message: entry
-          ? `${entry.position === null ? '' : `#${entry.position} of ${reply.total} in the queue: `}${entry.message}`
+          ? `${entry.position === null ? '' : `#${entry.position} of ${reply.positioned} in the queue: `}${entry.message}`
           : `it does not wait: it is ${job.status}`,
       };
     },
