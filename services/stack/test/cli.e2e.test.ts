@@ -197,6 +197,48 @@ describe('the trainyard CLI against a running stack', () => {
     expect((await cli(['queue'])).stdout).toContain('nothing of yours waits');
   });
 
+  it('submits the job a task file describes, with its directory, and names the line of a mistake', async () => {
+    const dir = join(work.path, 'tasked');
+    await mkdir(dir, { recursive: true });
+    await writeFile(join(dir, 'data.txt'), 'some data\n');
+    const file = join(dir, 'trainyard.yaml');
+    await writeFile(
+      file,
+      [
+        '# a task file',
+        'name: from-a-file',
+        'command: \'echo "epochs=$EPOCHS"; ls\'',
+        'resources:',
+        '  gpus: 0',
+        'timeLimit: 10m',
+        'env:',
+        '  EPOCHS: "3"',
+        '',
+      ].join('\n'),
+    );
+    const r = await cli(['submit', '-f', file, '--follow']);
+    expect(r.code, r.stderr).toBe(0);
+    const id = r.stdout.split('\n')[0]!.trim();
+    expect(r.stdout).toContain('epochs=3');
+    expect(r.stdout).toContain('data.txt\ntrainyard.yaml\n');
+    expect((await cli(['status', id])).stdout).toContain('from-a-file');
+    expect((await cli(['status', id])).stdout).toContain('time limit 10m an attempt');
+
+    await writeFile(file, 'command: echo hi\nresources:\n  gpus: 0\ndependsOn:\n  - job_gone\n');
+    const server = await cli(['submit', '-f', file]);
+    expect(server.code).not.toBe(0);
+    expect(server.stderr).toContain(`${file}:5: dependsOn.0: job job_gone not found`);
+    await writeFile(file, 'command: echo hi\nresources:\n  gpus: 0\n  gpu: 1\n');
+    const local = await cli(['submit', '-f', file]);
+    expect(local.stderr).toContain(`${file}:4: resources.gpu: Unrecognized key: "gpu"`);
+    const both = await cli(['submit', '-f', file, '--gpus', '1']);
+    expect(both.stderr).toContain(
+      `--gpus: the task file ${file} gives the job's spec; give it there`,
+    );
+    const neither = await cli(['submit', dir]);
+    expect(neither.stderr).toContain('submit needs --command, or -f TASK_FILE');
+  });
+
   it('takes env values from a file, so that secrets stay off the command line', async () => {
     const file = join(work.path, 'secrets.env');
     await writeFile(file, '# keys\nAPI_KEY=s3cr3t=with=equals\n\nOTHER=two\n');
@@ -209,7 +251,7 @@ describe('the trainyard CLI against a running stack', () => {
       file,
       '--env',
       'OTHER=three',
-      '-f',
+      '--follow',
     ]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toContain('s3cr3t=with=equals|three');
@@ -225,7 +267,7 @@ describe('the trainyard CLI against a running stack', () => {
       project(),
       '--command',
       'for i in 1 2 3 4 5 6; do echo line $i; done',
-      '-f',
+      '--follow',
     ]);
     const id = r.stdout.split('\n')[0]!.trim();
     expect((await cli(['logs', id, '--tail', '2'])).stdout).toBe('line 5\nline 6\n');

@@ -122,7 +122,7 @@ describe('the trainyard client installed alone', () => {
   it('names the package that brings the server commands', async () => {
     const help = await trainyard(['--help']);
     expect(help.code, help.stderr).toBe(0);
-    expect(help.stdout).toMatch(/submit \[options\] <dir>/);
+    expect(help.stdout).toMatch(/submit \[options\] \[dir\]/);
     expect(help.stdout).toMatch(
       /up \[args\.\.\.\]\s+run the whole stack on this machine \(needs\s+@trainyard\/stack\)/,
     );
@@ -155,7 +155,7 @@ describe('the trainyard client installed alone', () => {
     try {
       const help = await trainyard(['--help']);
       expect(help.code, help.stderr).toBe(0);
-      expect(help.stdout).toMatch(/submit \[options\] <dir>/);
+      expect(help.stdout).toMatch(/submit \[options\] \[dir\]/);
       const up = await trainyard(['up']);
       expect(up.code).toBe(1);
       expect(up.stderr).toContain('@trainyard/stack is installed but cannot be loaded');

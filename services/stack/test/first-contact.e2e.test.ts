@@ -114,7 +114,13 @@ describe('a newcomer in a private directory', () => {
         });
       const login = await cli(['login', '-u', 'admin', '-p', password!]);
       expect(login.code, login.stderr).toBe(0);
-      const job = await cli(['submit', 'examples/hello', '--command', 'python3 train.py', '-f']);
+      const job = await cli([
+        'submit',
+        'examples/hello',
+        '--command',
+        'python3 train.py',
+        '--follow',
+      ]);
       expect(job.code, `${job.stdout}\n${job.stderr}`).toBe(0);
       expect(job.stderr).toMatch(/job job_\w+ succeeded \(exit 0\)/);
       const jobId = /job (job_\w+) succeeded/.exec(job.stderr)![1]!;

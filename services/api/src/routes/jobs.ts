@@ -76,13 +76,13 @@ async function checkDependencies(deps: ApiDeps, caller: Caller, spec: JobSpec): 
       return { id, owner: state?.owner ?? '', status: state?.status ?? 'none' };
     }),
   );
-  for (const { id, owner, status } of jobs) {
+  for (const [i, { id, owner, status }] of jobs.entries()) {
     if (status === 'none' || (caller.role !== 'admin' && owner !== caller.username))
-      throw new ApiError('VALIDATION_FAILED', `spec.dependsOn: job ${id} not found`);
+      throw new ApiError('VALIDATION_FAILED', `spec.dependsOn.${i}: job ${id} not found`);
     if (status === 'failed' || status === 'cancelled') {
       throw new ApiError(
         'VALIDATION_FAILED',
-        `spec.dependsOn: job ${id} ${status}; a job that depends on it would never run`,
+        `spec.dependsOn.${i}: job ${id} ${status}; a job that depends on it would never run`,
       );
     }
   }

@@ -7,6 +7,7 @@ import { ApiClient, CliError } from '../client.ts';
 import { download } from '../download.ts';
 import { exitStatusOf, outcomeLine, printLog } from '../logs.ts';
 import { planPack, type PackPlan } from '../pack.ts';
+import { readTaskFile, type TaskFile } from '../task-file.ts';
 import { postWithCode } from '../upload.ts';
 import { cleanName } from '../output.ts';
 import { callerRole, type JobView } from '../views.ts';
@@ -140,14 +141,86 @@ export async function submitDirectory(
   dir: string,
   o: SubmitFlags,
 ): Promise<{ id: string; status: string; seq: number }> {
+  const root = await directory(dir);
+  return submitSpec(client, root, specFrom(root, o), inFlags);
+}
+
+/** A directory's absolute path; anything else is refused. */
+async function directory(dir: string): Promise<string> {
   const root = resolve(dir);
   const info = await stat(root).catch(() => null);
   if (!info?.isDirectory()) throw new CliError(`${dir} is not a directory`);
-  const spec = specFrom(root, o);
+  return root;
+}
+
+/**
+ * Has the API check a spec, then packs `root` and uploads it with the spec. `told` says the
+ * API's complaint about a field where the user gave it: a flag, or a line of a task file.
+ */
+async function submitSpec(
+  client: ApiClient,
+  root: string,
+  spec: object,
+  told: (err: CliError) => CliError,
+): Promise<{ id: string; status: string; seq: number }> {
   await client.post('/v1/jobs?dryRun=true', spec).catch((err: unknown) => {
-    throw err instanceof CliError && err.code === 'VALIDATION_FAILED' ? inFlags(err) : err;
+    throw err instanceof CliError && err.code === 'VALIDATION_FAILED' ? told(err) : err;
   });
   return postWithCode(client, '/v1/jobs', root, spec);
+}
+
+/** The API's complaint about a spec field, told at the line of the task file that gives it. */
+function inTaskFile(task: TaskFile): (err: CliError) => CliError {
+  return (err) => {
+    const field = /^(?:spec\.)?([\w.]+): /.exec(err.message)?.[1];
+    if (!field) return err;
+    const said = err.message
+      .slice(err.message.indexOf(': ') + 2)
+      .replace(/ \(VALIDATION_FAILED\)$/, '');
+    return new CliError(`${task.where(field)}: ${field}: ${said}`, err.code);
+  };
+}
+
+/** The flags that give a spec field, which a task file gives instead. */
+const SPEC_FLAGS = [
+  'command',
+  'name',
+  'gpus',
+  'vramGb',
+  'gpuModel',
+  'cpus',
+  'image',
+  'memoryGb',
+  'setup',
+  'priority',
+  'maxRetries',
+  'timeLimit',
+  'dependsOn',
+  'env',
+  'envFile',
+];
+
+/** `submit -f FILE [DIR]`: the spec from the task file, the code from DIR or the file's directory. */
+async function submitTask(dir: string | undefined, o: SubmitFlags, given: string[]): Promise<void> {
+  const clash = given.filter((f) => SPEC_FLAGS.includes(f));
+  if (clash.length > 0) {
+    const flag = `--${clash[0]!.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+    throw new CliError(
+      `${flag}: the task file ${String(o.file)} gives the job's spec; give it there`,
+    );
+  }
+  const task = readTaskFile(o.file as string);
+  const root = await directory(dir ?? task.dir);
+  if (o.dryRun) return printPlan(root, planPack(root));
+  const client = ApiClient.fromEnv();
+  await announce(client, await submitSpec(client, root, task.spec, inTaskFile(task)), o);
+}
+
+/** Prints a submitted job's id (or JSON), and follows its log with `--follow`. */
+async function announce(client: ApiClient, job: { id: string }, o: SubmitFlags): Promise<void> {
+  if (o.json) printJson(job);
+  else console.log(job.id);
+  if (o.follow) await followToEnd(client, job.id, Boolean(o.json));
 }
 
 /** Follows a job's log to its end; prints the outcome on stderr and sets the exit status. */
@@ -157,17 +230,17 @@ export async function followToEnd(client: ApiClient, id: string, json = false): 
   process.exitCode = exitStatusOf(end);
 }
 
-async function submit(dir: string, o: SubmitFlags): Promise<void> {
+async function submit(dir: string | undefined, o: SubmitFlags, given: string[]): Promise<void> {
+  if (o.file) return submitTask(dir, o, given);
+  if (dir === undefined) throw new CliError('submit needs the code directory, or -f TASK_FILE');
+  if (!o.command) throw new CliError('submit needs --command, or -f TASK_FILE');
   if (o.dryRun) {
     const root = resolve(dir);
     specFrom(root, o);
     return printPlan(root, planPack(root));
   }
   const client = ApiClient.fromEnv();
-  const job = await submitDirectory(client, dir, o);
-  if (o.json) printJson(job);
-  else console.log(job.id);
-  if (o.follow) await followToEnd(client, job.id, Boolean(o.json));
+  await announce(client, await submitDirectory(client, dir, o), o);
 }
 
 /** Pages through `GET /v1/jobs` until `want` jobs (or all of them) are in. */
@@ -196,11 +269,17 @@ async function listJobs(
 export function registerJobCommands(program: Command): void {
   program
     .command('submit')
-    .description('package DIR (minus what .gitignore and .trainyardignore leave out) and submit it')
-    .argument('<dir>', 'the code directory to upload')
-    .requiredOption('--command <cmd>', 'the command to run in the code directory')
+    .description(
+      'package DIR (minus what .gitignore and .trainyardignore leave out) and submit it; or submit the job a task file describes (-f)',
+    )
+    .argument('[dir]', 'the code directory to upload (with -f: the task file’s own, by default)')
+    .option(
+      '-f, --file <task-file>',
+      'the job as a YAML task file (trainyard.yaml): the fields of the API’s job spec',
+    )
+    .option('--command <cmd>', 'the command to run in the code directory')
     .option('--name <name>', 'job name (default: the directory name)')
-    .option('--gpus <n>', 'GPUs needed (0 = CPU only)', '0')
+    .option('--gpus <n>', 'GPUs needed (0 = CPU only; default 0)')
     .option('--vram-gb <gb>', 'VRAM per GPU, in GiB')
     .option('--gpu-model <model>', 'only GPUs whose name holds this, e.g. A100 (any case)')
     .option(
@@ -233,10 +312,16 @@ export function registerJobCommands(program: Command): void {
     )
     .option('--env <NAME=VALUE>', 'an environment variable (repeatable)', collect, [])
     .option('--env-file <file>', 'NAME=VALUE lines: secrets that stay off the command line')
-    .option('-f, --follow', "follow the log; exit with the job's outcome")
+    .option('--follow', "follow the log; exit with the job's outcome")
     .option('--dry-run', 'show what would be uploaded and what is left out, and send nothing')
     .option('--json', 'print JSON')
-    .action(async (dir: string, o: SubmitFlags) => submit(dir, o));
+    .action(async (dir: string | undefined, o: SubmitFlags, cmd: Command) =>
+      submit(
+        dir,
+        o,
+        Object.keys(o).filter((k) => cmd.getOptionValueSource(k) === 'cli'),
+      ),
+    );
 
   program
     .command('ls')

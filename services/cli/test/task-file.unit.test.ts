@@ -1,0 +1,80 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { readTaskFile } from '../src/task-file.ts';
+
+async function taskFile(text: string): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'trainyard-task-'));
+  const path = join(dir, 'trainyard.yaml');
+  await writeFile(path, text);
+  return path;
+}
+
+const mistake = async (text: string) => {
+  const path = await taskFile(text);
+  try {
+    readTaskFile(path);
+  } catch (err) {
+    return (err as Error).message.replace(path, 'FILE');
+  }
+  throw new Error('the task file was taken');
+};
+
+describe('a task file', () => {
+  it('gives a job spec, named after its directory unless it says, with durations and lists', async () => {
+    const path = await taskFile(`# resnet on one GPU
+command: python train.py --epochs 3
+resources:
+  gpus: 1
+  vramGb: 20
+timeLimit: 2h
+dependsOn: [job_prepare]
+env:
+  EPOCHS: "3"
+`);
+    const task = readTaskFile(path);
+    expect(task.spec).toEqual({
+      name: basename(task.dir),
+      command: 'python train.py --epochs 3',
+      resources: { gpus: 1, vramGb: 20 },
+      timeLimit: '2h',
+      dependsOn: ['job_prepare'],
+      env: { EPOCHS: '3' },
+    });
+    expect(task.where('resources.vramGb')).toBe(`${path}:5`);
+    expect(task.where('dependsOn.0')).toBe(`${path}:7`);
+    expect(task.where('env.MISSING')).toBe(`${path}:8`);
+  });
+
+  it('names the line of each mistake', async () => {
+    expect(await mistake('command: echo hi\nresources:\n  gpus: -1\n')).toBe(
+      'FILE:3: resources.gpus: Too small: expected number to be >=0',
+    );
+    expect(await mistake('command: echo hi\nresources: {gpus: 0}\nshards: 4\n')).toBe(
+      'FILE:3: shards: Unrecognized key: "shards"',
+    );
+    expect(await mistake('command: echo hi\nresources:\n  gpus: 1\n  vram: 8\n')).toBe(
+      'FILE:4: resources.vram: Unrecognized key: "vram"',
+    );
+    expect(await mistake('command: echo hi\nresources: {gpus: 0}\ntimeLimit: soon\n')).toBe(
+      'FILE:3: timeLimit: a duration such as 90s, 45m, 2h or 1h30m',
+    );
+    expect(await mistake('name: x\nresources: {gpus: 0}\n')).toMatch(/^FILE:1: command: /);
+    // YAML reads a bare true as a boolean, not as the command.
+    expect(await mistake('command: true\nresources: {gpus: 0}\n')).toBe(
+      'FILE:1: command: Invalid input: expected string, received boolean',
+    );
+    expect(await mistake('command: [unclosed\n')).toMatch(/^FILE:\d+: /);
+    expect(await mistake('command: a\ncommand: b\n')).toMatch(/^FILE:2: Map keys must be unique/);
+    expect(await mistake('- just\n- a list\n')).toBe(
+      "FILE:1: a task file is a mapping of a job's fields (name, command, resources, ...)",
+    );
+  });
+
+  it('says so when the file cannot be read', () => {
+    expect(() => readTaskFile('/nonexistent/trainyard.yaml')).toThrow(
+      /^-f \/nonexistent\/trainyard.yaml: ENOENT/,
+    );
+  });
+});
