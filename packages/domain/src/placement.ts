@@ -359,16 +359,24 @@ function smallestGpu(worker: WorkerState, a: Assignment): number {
  * GPUs. `firstFit` is the first worker it fits on: none before it can take its shape again in
  * this round.
  */
-function place(job: Candidate, workers: WorkerState[], policy: PlacementPolicy, from: number) {
-  let best: { worker: WorkerState; a: Assignment; firstFit: number } | null = null;
+function place(
+  job: Candidate,
+  workers: WorkerState[],
+  room: Room[],
+  policy: PlacementPolicy,
+  from: number,
+) {
+  let best: { worker: WorkerState; a: Assignment; firstFit: number; index: number } | null = null;
+  const least = leastRoom(job, policy);
   for (let i = from; i < workers.length; i++) {
     const worker = workers[i]!;
+    if (least && !roomFor(least, room[i]!)) continue;
     const a = fitOnWorker(job, worker, policy);
     if (!a) continue;
-    if (!job.probe || a.gpus.length === 0) return { worker, a, firstFit: i };
-    if (!best) best = { worker, a, firstFit: i };
+    if (!job.probe || a.gpus.length === 0) return { worker, a, firstFit: i, index: i };
+    if (!best) best = { worker, a, firstFit: i, index: i };
     else if (smallestGpu(worker, a) > smallestGpu(best.worker, best.a))
-      best = { worker, a, firstFit: best.firstFit };
+      best = { worker, a, firstFit: best.firstFit, index: i };
   }
   return best;
 }
@@ -417,6 +425,37 @@ export function couldEverHold(
   return fitOnWorker(job, empty, policy) !== null;
 }
 
+/** What a worker has left, at a glance: its GPUs with nothing on them, and the most memory free on one. */
+interface Room {
+  idleGpus: number;
+  mostFreeBytes: number;
+}
+
+function roomOf(worker: WorkerState): Room {
+  let idleGpus = 0;
+  let mostFreeBytes = 0;
+  for (const g of worker.gpus) {
+    if (g.attempts === 0) idleGpus++;
+    mostFreeBytes = Math.max(mostFreeBytes, g.vramBytes - g.reservedBytes);
+  }
+  return { idleGpus, mostFreeBytes };
+}
+
+/**
+ * The least room a job could fit in, where it can be said without looking at each GPU: whole
+ * GPUs with nothing on them, or its declared memory plus the headroom on one GPU. Null for what
+ * needs a closer look (a CPU job, a measured one).
+ */
+function leastRoom(job: Candidate, policy: PlacementPolicy): Room | null {
+  const { gpus, vramGb } = job.resources;
+  if (gpus === 0 || job.estimate) return null;
+  if (takesWholeGpus(job)) return { idleGpus: gpus, mostFreeBytes: 0 };
+  return { idleGpus: 0, mostFreeBytes: Math.ceil(vramGb! * GiB) + policy.headroomBytes };
+}
+
+const roomFor = (least: Room, room: Room) =>
+  room.idleGpus >= least.idleGpus && room.mostFreeBytes >= least.mostFreeBytes;
+
 /**
  * Places candidates, in the order given, on `workers` (copies: their bookings change): what one
  * round assigns. A candidate that fits nowhere does not hold back a later one that asks less.
@@ -431,16 +470,18 @@ export function placeInOrder(
   const unplaceable = new Set<string>();
   // Capacity only shrinks within a round: a worker a shape did not fit on stays so.
   const startAt = new Map<string, number>();
+  const room = workers.map(roomOf);
   for (const job of ordered) {
     const shape = job.shape;
     if (unplaceable.has(shape)) continue;
-    const placed = place(job, workers, policy, startAt.get(shape) ?? 0);
+    const placed = place(job, workers, room, policy, startAt.get(shape) ?? 0);
     if (!placed) {
       unplaceable.add(shape);
       continue;
     }
     startAt.set(shape, placed.firstFit);
     apply(placed.worker, placed.a, job);
+    room[placed.index] = roomOf(placed.worker);
     assignments.push(placed.a);
     if (!hasRoom(placed.worker) && !workers.some(hasRoom)) break;
   }
