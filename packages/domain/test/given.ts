@@ -2,8 +2,11 @@ import type { Aggregate, JobEvent, JobSpec, StoredEvent } from '@trainyard/event
 import { storedEvent } from '@trainyard/testkit';
 import {
   decideJob,
+  evolveCluster,
   evolveJob,
+  GiB,
   initialJobState,
+  type ClusterState,
   type JobCommand,
   type JobState,
 } from '../src/index.ts';
@@ -53,3 +56,36 @@ export const started = (attemptId = 'a1'): JobEvent => ({
   type: 'JobStarted',
   data: { attemptId },
 });
+
+/** A worker registering into `cluster` with one GPU per entry of `gpuGb`, of that many GiB. */
+export function worker(
+  cluster: ClusterState,
+  id: string,
+  gpuGb: number[],
+  cpuSlots = 0,
+  model = 'sim',
+  runtime = 'process',
+  limitsMemory?: boolean,
+) {
+  evolveCluster(
+    cluster,
+    stored('worker', id, {
+      type: 'WorkerRegistered',
+      data: {
+        name: id,
+        hostname: 'h',
+        cpuSlots,
+        runtime,
+        ...(limitsMemory !== undefined && { limitsMemory }),
+        version: 't',
+        gpus: gpuGb.map((gb, index) => ({
+          index,
+          name: model,
+          uuid: `${id}-${index}`,
+          vramBytes: gb * GiB,
+          simulated: true,
+        })),
+      },
+    }),
+  );
+}

@@ -13,39 +13,7 @@ import {
   type ClusterSnapshot,
   type ClusterState,
 } from '../src/index.ts';
-import { spec, stored, T0 } from './given.ts';
-
-function worker(
-  cluster: ClusterState,
-  id: string,
-  gpuGb: number[],
-  cpuSlots = 0,
-  model = 'sim',
-  runtime = 'process',
-  limitsMemory?: boolean,
-) {
-  evolveCluster(
-    cluster,
-    stored('worker', id, {
-      type: 'WorkerRegistered',
-      data: {
-        name: id,
-        hostname: 'h',
-        cpuSlots,
-        runtime,
-        ...(limitsMemory !== undefined && { limitsMemory }),
-        version: 't',
-        gpus: gpuGb.map((gb, index) => ({
-          index,
-          name: model,
-          uuid: `${id}-${index}`,
-          vramBytes: gb * GiB,
-          simulated: true,
-        })),
-      },
-    }),
-  );
-}
+import { spec, stored, T0, worker } from './given.ts';
 
 function submit(cluster: ClusterState, id: string, s: Partial<JobSpec>, at = T0) {
   evolveCluster(

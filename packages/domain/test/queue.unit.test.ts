@@ -10,30 +10,7 @@ import {
   plan,
   type ClusterState,
 } from '../src/index.ts';
-import { spec, stored, T0 } from './given.ts';
-
-function worker(cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0) {
-  evolveCluster(
-    cluster,
-    stored('worker', id, {
-      type: 'WorkerRegistered',
-      data: {
-        name: id,
-        hostname: 'h',
-        cpuSlots,
-        runtime: 'process',
-        version: 't',
-        gpus: gpuGb.map((gb, index) => ({
-          index,
-          name: 'sim',
-          uuid: `${id}-${index}`,
-          vramBytes: gb * GiB,
-          simulated: true,
-        })),
-      },
-    }),
-  );
-}
+import { spec, stored, T0, worker } from './given.ts';
 
 function submit(cluster: ClusterState, id: string, s: Partial<JobSpec>, owner = 'alice') {
   evolveCluster(
