@@ -61,6 +61,8 @@ export const AttemptReportSchema = z.discriminatedUnion('type', [
     attemptId: Id,
     exit: ProcessExitSchema,
     durationMs: z.number().min(0),
+    /** The worker stopped it when asked to (a cancel, a time limit): it did not end by itself. */
+    stopped: z.boolean().optional(),
   }),
   z.object({
     type: z.literal('FinishProbe'),

@@ -332,7 +332,7 @@ export function staleRuns(cluster: ClusterState, workerId?: string): HeldRun[] {
 }
 
 /** The shape of scheduler snapshots: one of another version is ignored, the log replayed. */
-export const CLUSTER_SNAPSHOT_VERSION = 8;
+export const CLUSTER_SNAPSHOT_VERSION = 9;
 
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {

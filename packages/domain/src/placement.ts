@@ -335,17 +335,18 @@ export function shapeKey(
   probe = false,
 ): string {
   const { gpus, vramGb, cpus, gpuModel, memoryGb } = resources;
-  const where = `${kind} ${container ? 'container' : 'host'}${memoryGb === undefined ? '' : ' limited'}`;
-  const shape =
-    gpus === 0
-      ? `${where} cpu ${cpus ?? 1}`
-      : `${where} gpu ${gpus} ${vramGb ?? 'whole'} ${gpuModel ?? 'any'}`;
-  const measured = estimate
-    ? `${shape} measured ${estimate.vramBytes}`
-    : probe
-      ? `${shape} probe`
-      : shape;
-  return memoryBytes > 0 ? `${measured} ram ${memoryBytes}` : measured;
+  return JSON.stringify([
+    kind,
+    container,
+    memoryGb !== undefined,
+    gpus,
+    gpus === 0 ? (cpus ?? 1) : null,
+    vramGb ?? null,
+    gpuModel ?? null,
+    estimate?.vramBytes ?? null,
+    probe,
+    memoryBytes,
+  ]);
 }
 
 /** The smallest memory among an assignment's GPUs: a probe goes where it is largest. */

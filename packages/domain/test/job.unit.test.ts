@@ -377,6 +377,17 @@ describe('job decider', () => {
       expect(finish({ kind: 'exited', exitCode: 0 }, 90_000)).toMatchObject({
         data: { failure: { reason: 'timeLimit' } },
       });
+      // Stopped by its worker: it did not end by itself, whatever the clocks say.
+      const stopped = when([...running, reached], {
+        type: 'FinishAttempt',
+        attemptId: 'a1',
+        exit: { kind: 'exited', exitCode: 0 },
+        durationMs: 89_990,
+        stopped: true,
+        now: at(200),
+        jitter: 0,
+      })[0];
+      expect(stopped).toMatchObject({ data: { failure: { reason: 'timeLimit' } } });
     });
 
     it('limits nothing that is not running: no limit, a probe, a cancel, an attempt not started', () => {

@@ -77,7 +77,8 @@ export const QueueReplySchema = z.object({
   at: z.string(),
   /** How many wait in all (every owner's), and how many of them may be placed now. */
   total: z.number().int(),
-  positioned: z.number().int(),
+  /** Absent from a scheduler from before it was. */
+  positioned: z.number().int().optional(),
   entries: z.array(QueueEntrySchema),
   /** Who holds what; with a `list` for everyone only. */
   holders: z.array(HolderSchema).optional(),

@@ -1,32 +1,33 @@
-import { readFileSync } from 'node:fs';
-import { basename, dirname, resolve } from 'node:path';
+import { readFileSync, statSync } from 'node:fs';
 import { isMap, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
 import { JobSpecSchema, ResourcesSchema, type JobSpecInput } from '@trainyard/events';
 import { CliError } from './errors.ts';
 
-/**
- * A task file's fields: a job spec as the API takes it (the same schema, unknown fields refused),
- * its name defaulting to its directory's.
- */
+/** A task file's fields: a job spec as the API takes it (the same schema, unknown fields refused). */
 const TaskSchema = JobSpecSchema.extend({ resources: ResourcesSchema.strict() }).strict();
 
 /** A task file, read and checked: the spec it gives, and where in it each field is. */
 export interface TaskFile {
   path: string;
-  /** The directory it sits in: the code submitted with it, unless another is named. */
-  dir: string;
   spec: JobSpecInput;
   /** `file:line` of a field (`resources.gpus`), or of the nearest field above it that is there. */
   where(field: string): string;
 }
 
+/** The largest task file read: a job's spec is a few lines. */
+const MAX_TASK_FILE_BYTES = 1024 * 1024;
+
 /**
- * Reads a task file (`trainyard.yaml`): YAML whose fields are a job spec. A mistake is told with
- * the file and line it is on, as `trainyard.yaml:7: resources.gpus: ...`.
+ * Reads a task file (`trainyard.yaml`): YAML whose fields are a job spec, named `defaultName`
+ * unless it says. A mistake is told with the file and line it is on, as
+ * `trainyard.yaml:7: resources.gpus: ...`.
  */
-export function readTaskFile(path: string): TaskFile {
+export function readTaskFile(path: string, defaultName: string): TaskFile {
   let text: string;
   try {
+    const info = statSync(path);
+    if (!info.isFile()) throw new Error('not a regular file');
+    if (info.size > MAX_TASK_FILE_BYTES) throw new Error(`over ${MAX_TASK_FILE_BYTES} bytes`);
     text = readFileSync(path, 'utf8');
   } catch (err) {
     throw new CliError(`-f ${path}: ${(err as Error).message}`);
@@ -41,10 +42,14 @@ export function readTaskFile(path: string): TaskFile {
       `${path}:1: a task file is a mapping of a job's fields (name, command, resources, ...)`,
     );
   }
-  const dir = dirname(resolve(path));
   const where = (field: string) => at(offsetOf(doc, field.split('.')));
-  const raw = doc.toJS() as Record<string, unknown>;
-  const spec = { name: basename(dir), ...raw };
+  let raw: Record<string, unknown>;
+  try {
+    raw = doc.toJS() as Record<string, unknown>;
+  } catch (err) {
+    throw new CliError(`${path}: ${(err as Error).message}`);
+  }
+  const spec = { name: defaultName, ...raw };
   const checked = TaskSchema.safeParse(spec);
   if (!checked.success) {
     const issue = checked.error.issues[0]!;
@@ -52,7 +57,7 @@ export function readTaskFile(path: string): TaskFile {
     const field = [...issue.path, ...keys.slice(0, 1)].map(String).join('.');
     throw new CliError(`${where(field)}: ${field || 'the file'}: ${issue.message}`);
   }
-  return { path, dir, spec: spec as JobSpecInput, where };
+  return { path, spec: spec as JobSpecInput, where };
 }
 
 /** Where a field is in the file, or the nearest enclosing field: the file's start at worst. */

@@ -1,6 +1,6 @@
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { basename, join } from 'node:path';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { readTaskFile } from '../src/task-file.ts';
 
@@ -14,7 +14,7 @@ async function taskFile(text: string): Promise<string> {
 const mistake = async (text: string) => {
   const path = await taskFile(text);
   try {
-    readTaskFile(path);
+    readTaskFile(path, 'job');
   } catch (err) {
     return (err as Error).message.replace(path, 'FILE');
   }
@@ -33,9 +33,9 @@ dependsOn: [job_prepare]
 env:
   EPOCHS: "3"
 `);
-    const task = readTaskFile(path);
+    const task = readTaskFile(path, 'resnet');
     expect(task.spec).toEqual({
-      name: basename(task.dir),
+      name: 'resnet',
       command: 'python train.py --epochs 3',
       resources: { gpus: 1, vramGb: 20 },
       timeLimit: '2h',
@@ -72,9 +72,21 @@ env:
     );
   });
 
-  it('says so when the file cannot be read', () => {
-    expect(() => readTaskFile('/nonexistent/trainyard.yaml')).toThrow(
+  it('says so when the file cannot be read, is not a file, is huge or expands without end', async () => {
+    expect(() => readTaskFile('/nonexistent/trainyard.yaml', 'job')).toThrow(
       /^-f \/nonexistent\/trainyard.yaml: ENOENT/,
     );
+    expect(() => readTaskFile('/dev/zero', 'job')).toThrow('-f /dev/zero: not a regular file');
+    const huge = await taskFile(`command: echo ${'x'.repeat(1024 * 1024)}\n`);
+    expect(() => readTaskFile(huge, 'job')).toThrow(`-f ${huge}: over 1048576 bytes`);
+    const bomb = ['a: &a [x, x, x, x, x, x, x, x, x, x]'];
+    for (let i = 0; i < 12; i++)
+      bomb.push(
+        `${'b'.repeat(i + 1)}: &${'b'.repeat(i + 1)} [${Array(10)
+          .fill(i === 0 ? '*a' : `*${'b'.repeat(i)}`)
+          .join(', ')}]`,
+      );
+    const aliases = await taskFile(`${bomb.join('\n')}\ncommand: echo hi\n`);
+    expect(() => readTaskFile(aliases, 'job')).toThrow(new RegExp(`^${aliases}: `));
   });
 });

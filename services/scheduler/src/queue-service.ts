@@ -20,8 +20,10 @@ export interface QueueService {
 
 interface View {
   seq: number;
+  /** When it was worked out, on the wall clock (for the answer) and the monotonic one. */
   atMs: number;
-  /** Until when it serves, whatever happens. */
+  madeMs: number;
+  /** Until when it serves, whatever happens, on the monotonic clock. */
   untilMs: number;
   queue: QueueView;
 }
@@ -40,15 +42,22 @@ export function serveQueue(
 ): QueueService {
   let view: View | null = null;
   const current = (): View => {
-    const nowMs = Date.now();
+    const nowMs = performance.now();
     const cluster = state();
     const fresh =
       view &&
-      (nowMs < view.untilMs || (view.seq === cluster.lastSeq && nowMs - view.atMs < FRESH_MS));
+      (nowMs < view.untilMs || (view.seq === cluster.lastSeq && nowMs - view.madeMs < FRESH_MS));
     if (view && fresh) return view;
-    const queue = explainQueue(cluster, new Date(nowMs), policy);
-    const tookMs = Date.now() - nowMs;
-    view = { seq: cluster.lastSeq, atMs: nowMs, untilMs: nowMs + tookMs * COST_FACTOR, queue };
+    const atMs = Date.now();
+    const queue = explainQueue(cluster, new Date(atMs), policy);
+    const tookMs = performance.now() - nowMs;
+    view = {
+      seq: cluster.lastSeq,
+      atMs,
+      madeMs: nowMs,
+      untilMs: nowMs + tookMs * COST_FACTOR,
+      queue,
+    };
     return view;
   };
   const answer = (msg: Msg): void => {

@@ -207,7 +207,7 @@ describe('the trainyard CLI against a running stack', () => {
       [
         '# a task file',
         'name: from-a-file',
-        'command: \'echo "epochs=$EPOCHS"; ls\'',
+        'command: \'echo "epochs=$EPOCHS token=$TOKEN"; ls\'',
         'resources:',
         '  gpus: 0',
         'timeLimit: 10m',
@@ -216,10 +216,12 @@ describe('the trainyard CLI against a running stack', () => {
         '',
       ].join('\n'),
     );
-    const r = await cli(['submit', '-f', file, '--follow']);
+    const r = await cli(['submit', '-f', file, '--env', 'TOKEN=abc', '--follow']);
     expect(r.code, r.stderr).toBe(0);
     const id = r.stdout.split('\n')[0]!.trim();
-    expect(r.stdout).toContain('epochs=3');
+    expect(r.stdout).toContain('epochs=3 token=abc');
+    const twice = await cli(['submit', '-f', file, '--env', 'EPOCHS=4']);
+    expect(twice.stderr).toContain(`--env EPOCHS: the task file ${file} sets it too`);
     expect(r.stdout).toContain('data.txt\ntrainyard.yaml\n');
     expect((await cli(['status', id])).stdout).toContain('from-a-file');
     expect((await cli(['status', id])).stdout).toContain('time limit 10m an attempt');
@@ -235,6 +237,8 @@ describe('the trainyard CLI against a running stack', () => {
     expect(both.stderr).toContain(
       `--gpus: the task file ${file} gives the job's spec; give it there`,
     );
+    const folder = await cli(['submit', '-f', dir]);
+    expect(folder.stderr).toContain(`-f ${dir} is a directory: -f names a task file`);
     const neither = await cli(['submit', dir]);
     expect(neither.stderr).toContain('submit needs --command, or -f TASK_FILE');
   });

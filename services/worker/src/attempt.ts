@@ -35,6 +35,8 @@ export class AttemptRun {
   /** The attempt's process, once it is being started. */
   #process: Promise<RunningAttempt> | null = null;
   #stoppedByWorker = false;
+  /** A stop came for it: whatever it exits with, it did not end by itself. */
+  #stopAsked = false;
   /** The probe ran out its time and was stopped. */
   #probeTimedOut = false;
   #startedAt = 0;
@@ -350,6 +352,7 @@ export class AttemptRun {
       attemptId: this.attemptId,
       exit,
       durationMs: Date.now() - this.#startedAt,
+      ...(this.#stopAsked && { stopped: true }),
     });
   }
 
@@ -379,8 +382,12 @@ export class AttemptRun {
     return channel;
   }
 
-  /** Stops the process for a cancel: its exit is reported and the decider records the cancel. */
+  /**
+   * Stops the process when asked to (a cancel, a time limit): its exit is reported as stopped,
+   * and the decider records why.
+   */
   async cancel(): Promise<void> {
+    this.#stopAsked = true;
     await (await this.#process)?.kill(this.opts.killGraceMs);
   }
 

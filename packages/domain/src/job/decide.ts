@@ -48,6 +48,8 @@ export type JobCommand =
       attemptId: string;
       exit: ProcessExit;
       durationMs: number;
+      /** Its worker stopped it when asked to: it did not end by itself. */
+      stopped?: boolean;
       now: Date;
       jitter: number;
       backoff?: BackoffPolicy;
@@ -269,9 +271,9 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         command.now,
         command.jitter,
         command.backoff ?? DEFAULT_BACKOFF,
-        // Its worker timed it: one that ended within the limit ended as it did, however late
-        // its report came.
-        command.durationMs < (state.spec?.timeLimit ?? Infinity) * 1000,
+        // One that ended by itself within the limit, as its worker timed it, ended as it did,
+        // however late its report came.
+        !command.stopped && command.durationMs < (state.spec?.timeLimit ?? Infinity) * 1000,
       );
     case 'FailAttempt':
       return endAttempt(

@@ -19,6 +19,7 @@ const QueueSchema = z
     positioned: z
       .number()
       .int()
+      .optional()
       .describe('how many of them may be placed now: the positions run from 1 to this'),
     entries: z.array(QueueEntrySchema.meta({ id: 'QueueEntry' })),
     holders: z
@@ -85,7 +86,7 @@ export function queueRoutes(app: Api, deps: ApiDeps): void {
         status: entry?.status ?? job.status,
         entry,
         message: entry
-          ? `${entry.position === null ? '' : `#${entry.position} of ${reply.positioned} in the queue: `}${entry.message}`
+          ? `${entry.position === null ? '' : `#${entry.position} of ${reply.positioned ?? reply.total} in the queue: `}${entry.message}`
           : `it does not wait: it is ${job.status}`,
       };
     },

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { stat } from 'node:fs/promises';
-import { resolve, sep } from 'node:path';
+import { basename, dirname, resolve, sep } from 'node:path';
 import type { Command } from 'commander';
 import { formatDuration } from '@trainyard/events';
 import { ApiClient, CliError } from '../client.ts';
@@ -196,24 +196,37 @@ const SPEC_FLAGS = [
   'maxRetries',
   'timeLimit',
   'dependsOn',
-  'env',
-  'envFile',
 ];
 
-/** `submit -f FILE [DIR]`: the spec from the task file, the code from DIR or the file's directory. */
+/**
+ * `submit -f FILE [DIR]`: the spec from the task file, the code from DIR or the file's
+ * directory. `--env` and `--env-file` add to its `env`, so that secrets stay out of the file
+ * (which is uploaded with the code, and often committed).
+ */
 async function submitTask(dir: string | undefined, o: SubmitFlags, given: string[]): Promise<void> {
+  const file = o.file as string;
+  if ((await stat(file).catch(() => null))?.isDirectory()) {
+    throw new CliError(
+      `-f ${file} is a directory: -f names a task file (trainyard.yaml); --follow has no short form`,
+    );
+  }
   const clash = given.filter((f) => SPEC_FLAGS.includes(f));
   if (clash.length > 0) {
     const flag = `--${clash[0]!.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
-    throw new CliError(
-      `${flag}: the task file ${String(o.file)} gives the job's spec; give it there`,
-    );
+    throw new CliError(`${flag}: the task file ${file} gives the job's spec; give it there`);
   }
-  const task = readTaskFile(o.file as string);
-  const root = await directory(dir ?? task.dir);
+  const root = await directory(dir ?? dirname(resolve(file)));
+  const task = readTaskFile(file, basename(root) || 'job');
+  const extra = {
+    ...(o.envFile ? envFile(o.envFile as string) : {}),
+    ...parseEnv((o.env as string[]) ?? []),
+  };
+  const twice = Object.keys(extra).find((name) => name in (task.spec.env ?? {}));
+  if (twice) throw new CliError(`--env ${twice}: the task file ${file} sets it too`);
+  const spec = { ...task.spec, env: { ...task.spec.env, ...extra } };
   if (o.dryRun) return printPlan(root, planPack(root));
   const client = ApiClient.fromEnv();
-  await announce(client, await submitSpec(client, root, task.spec, inTaskFile(task)), o);
+  await announce(client, await submitSpec(client, root, spec, inTaskFile(task)), o);
 }
 
 /** Prints a submitted job's id (or JSON), and follows its log with `--follow`. */
