@@ -12,6 +12,7 @@ import {
   evolveJob,
   initialJobState,
   isTerminal,
+  limitBytes,
   memoryNeed,
   slotHolder,
   type JobState,
@@ -113,8 +114,7 @@ function jobHolding(job: JobState): Holding | undefined {
 
 /** The host memory a session's run needs: the limit it asked for, else nothing counted. */
 export function sessionMemoryNeed(state: SessionState): number {
-  const gb = state.spec?.resources.memoryGb;
-  return gb === undefined ? 0 : Math.ceil(gb * 1024 ** 3);
+  return state.spec ? limitBytes(state.spec.resources) : 0;
 }
 
 function sessionHolding(session: SessionState): Holding | undefined {

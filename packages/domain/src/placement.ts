@@ -1,56 +1,6 @@
-import type { Estimate, Resources } from '@trainyard/events';
-import {
-  sessionMemoryNeed,
-  type ClusterState,
-  type GpuUsage,
-  type TrackedJob,
-  type TrackedSession,
-  type WorkerState,
-} from './cluster.ts';
-import { awaitsPlacement, memoryNeed, probesNext, runsInContainer } from './job/state.ts';
-import { sessionAwaitsPlacement } from './session/state.ts';
-
-export const GiB = 1024 ** 3;
-
-export interface PlacementPolicy {
-  /** Memory kept free on every GPU beyond what jobs declare. */
-  headroomBytes: number;
-  /**
-   * What a measured job takes on a GPU beyond what its probe measured: the CUDA context and
-   * what PyTorch allocates outside its caching allocator, which `max_memory_reserved` leaves out.
-   */
-  contextBytes: number;
-  /**
-   * Priority a waiting job or session gains per hour in the queue: what it is placed by is its
-   * priority plus its wait times this (whole points), so that newer work of a higher priority
-   * cannot pass it forever.
-   */
-  agingPerHour: number;
-}
-
-export const DEFAULT_POLICY: PlacementPolicy = {
-  headroomBytes: GiB,
-  contextBytes: GiB / 2,
-  agingPerHour: 10,
-};
-
-const HOUR = 3_600_000;
-
-/**
- * What a candidate is placed by: its priority, plus the whole points it gained waiting since
- * `queuedAtMs`.
- */
-export function effectivePriority(
-  priority: number,
-  queuedAtMs: number,
-  now: Date,
-  policy: Pick<PlacementPolicy, 'agingPerHour'>,
-): number {
-  const waitedMs = now.getTime() - queuedAtMs;
-  if (!(waitedMs > 0)) return priority;
-  // Whole points: between near-equals, the order of the log decides, not the writers' clocks.
-  return priority + Math.floor((waitedMs / HOUR) * policy.agingPerHour);
-}
+import type { ClusterState, GpuUsage, WorkerState } from './cluster.ts';
+import { inPlacementOrder, placeable, type Candidate } from './candidates.ts';
+import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
 
 export interface Assignment {
   /** What is placed: an attempt of a job, or a run of a session. */
@@ -67,141 +17,6 @@ export interface Plan {
   assignments: Assignment[];
   /** The earliest time a waiting retry becomes placeable, if any. */
   wakeAt: Date | null;
-}
-
-/**
- * What placement needs to know of a job or a session that waits for a place. A session is
- * placed like a job that declares its VRAM (or takes its GPUs whole), on the host.
- */
-export interface Candidate {
-  kind: Assignment['kind'];
-  id: string;
-  resources: Resources;
-  /** Its priority, aged: see `effectivePriority`. */
-  priority: number;
-  /** Orders candidates of equal priority: the one queued longest first. */
-  queuedSeq: number;
-  container: boolean;
-  estimate: Estimate | null;
-  /** Its next attempt is a probe. */
-  probe: boolean;
-  memoryBytes: number;
-  /** What it asks of a worker, as a key: see `shapeKey`. */
-  shape: string;
-  /** The job or session as the cluster state tracks it. */
-  tracked: TrackedJob | TrackedSession | null;
-}
-
-/**
- * Candidates as made for each tracked job or session: the cluster fold replaces the tracked
- * object whenever its job or session changes, so a candidate is made once per change, and only
- * its aged priority is worked out again each round.
- */
-const candidates = new WeakMap<TrackedJob | TrackedSession, Candidate>();
-
-function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
-  const spec = job.state.spec;
-  if (!spec) return null;
-  let c = candidates.get(job);
-  if (!c) {
-    const container = runsInContainer(spec);
-    const memoryBytes = memoryNeed(job.state);
-    const { estimate } = job.state;
-    const probe = probesNext(job.state);
-    c = {
-      kind: 'job',
-      id: job.state.id,
-      resources: spec.resources,
-      priority: 0,
-      queuedSeq: job.queuedSeq,
-      container,
-      estimate,
-      probe,
-      memoryBytes,
-      shape: shapeKey('job', container, spec.resources, estimate, memoryBytes, probe),
-      tracked: job,
-    };
-    candidates.set(job, c);
-  }
-  c.priority = aged(spec.priority, job.queuedAtMs);
-  return c;
-}
-
-function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null {
-  const spec = session.state.spec;
-  if (!spec) return null;
-  let c = candidates.get(session);
-  if (!c) {
-    const container = session.state.image !== null;
-    const memoryBytes = sessionMemoryNeed(session.state);
-    c = {
-      kind: 'session',
-      id: session.state.id,
-      resources: spec.resources,
-      priority: 0,
-      queuedSeq: session.queuedSeq,
-      container,
-      estimate: null,
-      probe: false,
-      memoryBytes,
-      shape: shapeKey('session', container, spec.resources, null, memoryBytes),
-      tracked: session,
-    };
-    candidates.set(session, c);
-  }
-  c.priority = aged(0, session.queuedAtMs);
-  return c;
-}
-
-/** A priority aged by the wait since `queuedAtMs`. */
-type Aged = (priority: number, queuedAtMs: number) => number;
-
-/** Jobs and sessions that may be placed now (in no order), and when the next retry comes due. */
-export function placeable(
-  cluster: ClusterState,
-  now: Date,
-  policy: PlacementPolicy,
-): { ready: Candidate[]; wakeAt: Date | null } {
-  const aged: Aged = (priority, queuedAtMs) => effectivePriority(priority, queuedAtMs, now, policy);
-  const ready: Candidate[] = [];
-  let wakeAt: number | null = null;
-  const add = (c: Candidate | null) => c && ready.push(c);
-  for (const job of cluster.jobs.values()) {
-    const { status, retryAt } = job.state;
-    if (!awaitsPlacement(job.state)) continue;
-    if (status !== 'retrying') add(jobCandidate(job, aged));
-    else if (retryAt) {
-      const at = Date.parse(retryAt);
-      if (at <= now.getTime()) add(jobCandidate(job, aged));
-      else wakeAt = wakeAt === null ? at : Math.min(wakeAt, at);
-    }
-  }
-  for (const session of cluster.sessions.values()) {
-    if (sessionAwaitsPlacement(session.state)) add(sessionCandidate(session, aged));
-  }
-  return { ready, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
-}
-
-const byQueuedSeq = (a: Candidate, b: Candidate) => a.queuedSeq - b.queuedSeq;
-
-/**
- * Candidates in placement order: higher (aged) priority first, then the one queued longest.
- * Priorities take few values, so each is a
- * bucket of its own; within one, candidates come mostly in the order they were queued, which the
- * sort takes in a few passes: far fewer comparisons than sorting the whole queue.
- */
-export function inPlacementOrder(candidates: Candidate[]): Candidate[] {
-  const buckets = new Map<number, Candidate[]>();
-  for (const c of candidates) {
-    const bucket = buckets.get(c.priority);
-    if (bucket) bucket.push(c);
-    else buckets.set(c.priority, [c]);
-  }
-  const ordered: Candidate[] = [];
-  for (const priority of [...buckets.keys()].sort((a, b) => b - a)) {
-    for (const c of buckets.get(priority)!.sort(byQueuedSeq)) ordered.push(c);
-  }
-  return ordered;
 }
 
 /**
@@ -322,33 +137,6 @@ function fitOnWorker(
   };
 }
 
-/**
- * What a job or session asks of a worker, as a key. Within one round capacity only shrinks, so
- * once a job finds no place, no later job that asks the same finds one either.
- */
-export function shapeKey(
-  kind: Candidate['kind'],
-  container: boolean,
-  resources: Resources,
-  estimate: Estimate | null,
-  memoryBytes: number,
-  probe = false,
-): string {
-  const { gpus, vramGb, cpus, gpuModel, memoryGb } = resources;
-  return JSON.stringify([
-    kind,
-    container,
-    memoryGb !== undefined,
-    gpus,
-    gpus === 0 ? (cpus ?? 1) : null,
-    vramGb ?? null,
-    gpuModel ?? null,
-    estimate?.vramBytes ?? null,
-    probe,
-    memoryBytes,
-  ]);
-}
-
 /** The smallest memory among an assignment's GPUs: a probe goes where it is largest. */
 function smallestGpu(worker: WorkerState, a: Assignment): number {
   return Math.min(...a.gpus.map((i) => worker.gpus.find((g) => g.index === i)!.vramBytes));
@@ -410,18 +198,32 @@ export function onlineWorkers(cluster: ClusterState): WorkerState[] {
     .map(cloneWorker);
 }
 
-/** Whether a worker with nothing on it could hold the candidate. */
+/** What a worker is, as placement reads it, without what it runs now. */
+export type WorkerShape = Pick<
+  WorkerState,
+  'id' | 'cpuSlots' | 'memoryBytes' | 'limitsMemory' | 'runtime' | 'dispatchVersion'
+> & { gpus: { index: number; name: string; vramBytes: number }[] };
+
+/** Whether a worker of this shape, with nothing on it, could hold the candidate. */
 export function couldEverHold(
   job: Candidate,
-  worker: WorkerState,
+  worker: WorkerShape,
   policy: PlacementPolicy,
 ): boolean {
   const empty: WorkerState = {
-    ...worker,
-    gpus: worker.gpus.map((g) => ({ ...g, reservedBytes: 0, attempts: 0 })),
+    id: worker.id,
+    lifecycle: { status: 'online' },
+    gpus: worker.gpus.map((g) => ({ ...g, reservedBytes: 0, attempts: 0, simulated: false })),
+    cpuSlots: worker.cpuSlots,
     cpusUsed: 0,
+    memoryBytes: worker.memoryBytes,
     memoryUsed: 0,
+    limitsMemory: worker.limitsMemory,
+    runtime: worker.runtime,
+    dispatchVersion: worker.dispatchVersion,
     attempts: new Set(),
+    registeredSeq: 0,
+    reportedRunning: new Set(),
   };
   return fitOnWorker(job, empty, policy) !== null;
 }

@@ -1,24 +1,9 @@
 import type { Holder, JobSpec, PendingReason, QueueEntry, Resources } from '@trainyard/events';
 import type { ClusterState, TrackedJob, WorkerState } from './cluster.ts';
-import {
-  awaitsDependencies,
-  awaitsPlacement,
-  needsEstimate,
-  runsInContainer,
-  slotHolder,
-} from './job/state.ts';
-import {
-  inPlacementOrder,
-  couldEverHold,
-  DEFAULT_POLICY,
-  effectivePriority,
-  onlineWorkers,
-  placeable,
-  placeInOrder,
-  shapeKey,
-  type Candidate,
-  type PlacementPolicy,
-} from './placement.ts';
+import { inPlacementOrder, placeable, specCandidate, type Candidate } from './candidates.ts';
+import { awaitsDependencies, awaitsPlacement, runsInContainer, slotHolder } from './job/state.ts';
+import { couldEverHold, onlineWorkers, placeInOrder, type WorkerShape } from './placement.ts';
+import { DEFAULT_POLICY, effectivePriority, type PlacementPolicy } from './policy.ts';
 import { runHolder } from './session/state.ts';
 
 /**
@@ -245,12 +230,6 @@ function distinctWhenEmpty(workers: WorkerState[]): WorkerState[] {
   return [...kinds.values()];
 }
 
-/** What a worker is, as placement reads it, without what it runs now. */
-export type WorkerShape = Pick<
-  WorkerState,
-  'id' | 'cpuSlots' | 'memoryBytes' | 'limitsMemory' | 'runtime' | 'dispatchVersion'
-> & { gpus: { index: number; name: string; vramBytes: number }[] };
-
 /**
  * Whether no worker of `workers` could ever hold a job of this spec, even with nothing else on
  * it; false when there are no workers to judge by. `spec` is as the cluster runs it (its image
@@ -262,36 +241,6 @@ export function noWorkerCouldHold(
   policy: PlacementPolicy = DEFAULT_POLICY,
 ): boolean {
   if (workers.length === 0) return false;
-  const container = runsInContainer(spec);
-  const memoryBytes =
-    spec.resources.memoryGb === undefined ? 0 : Math.ceil(spec.resources.memoryGb * 1024 ** 3);
-  const candidate: Candidate = {
-    kind: 'job',
-    id: '',
-    resources: spec.resources,
-    priority: spec.priority,
-    queuedSeq: 0,
-    container,
-    estimate: null,
-    probe: needsEstimate(spec),
-    memoryBytes,
-    shape: shapeKey('job', container, spec.resources, null, memoryBytes, needsEstimate(spec)),
-    tracked: null,
-  };
-  return !workers.some((w) =>
-    couldEverHold(
-      candidate,
-      {
-        ...w,
-        lifecycle: { status: 'online' },
-        gpus: w.gpus.map((g) => ({ ...g, reservedBytes: 0, attempts: 0, simulated: false })),
-        cpusUsed: 0,
-        memoryUsed: 0,
-        attempts: new Set(),
-        registeredSeq: 0,
-        reportedRunning: new Set(),
-      },
-      policy,
-    ),
-  );
+  const candidate = specCandidate(spec);
+  return !workers.some((w) => couldEverHold(candidate, w, policy));
 }

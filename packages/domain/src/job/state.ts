@@ -10,6 +10,7 @@ import type {
   JobStatus,
   JobSubmittedData,
   OutputFile,
+  Resources,
 } from '@trainyard/events';
 import { assertNever } from '../errors.ts';
 
@@ -114,9 +115,14 @@ export function probesNext(state: JobState): boolean {
  * measured, else nothing counted.
  */
 export function memoryNeed(state: JobState): number {
-  const gb = state.spec?.resources.memoryGb;
-  if (gb !== undefined) return Math.ceil(gb * 1024 ** 3);
+  if (state.spec?.resources.memoryGb !== undefined) return limitBytes(state.spec.resources);
   return state.estimate?.ramBytes ?? 0;
+}
+
+/** The memory limit resources ask for, in bytes; 0 without one. */
+export function limitBytes(resources: Resources): number {
+  const gb = resources.memoryGb;
+  return gb === undefined ? 0 : Math.ceil(gb * 1024 ** 3);
 }
 
 /** The status of a job that waits to be placed: `estimating` until its probe has measured it. */

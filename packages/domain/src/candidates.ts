@@ -1,0 +1,207 @@
+import type { Estimate, JobSpec, Resources } from '@trainyard/events';
+import {
+  sessionMemoryNeed,
+  type ClusterState,
+  type TrackedJob,
+  type TrackedSession,
+} from './cluster.ts';
+import {
+  awaitsPlacement,
+  limitBytes,
+  memoryNeed,
+  needsEstimate,
+  probesNext,
+  runsInContainer,
+} from './job/state.ts';
+import { effectivePriority, type PlacementPolicy } from './policy.ts';
+import { sessionAwaitsPlacement } from './session/state.ts';
+
+/**
+ * What placement needs to know of a job or a session that waits for a place. A session is
+ * placed like a job that declares its VRAM (or takes its GPUs whole), on the host.
+ */
+export interface Candidate {
+  kind: 'job' | 'session';
+  id: string;
+  resources: Resources;
+  /** Its priority, aged: see `effectivePriority`. */
+  priority: number;
+  /** Orders candidates of equal priority: the one queued longest first. */
+  queuedSeq: number;
+  container: boolean;
+  estimate: Estimate | null;
+  /** Its next attempt is a probe. */
+  probe: boolean;
+  memoryBytes: number;
+  /** What it asks of a worker, as a key: see `shapeKey`. */
+  shape: string;
+  /** The job or session as the cluster state tracks it. */
+  tracked: TrackedJob | TrackedSession | null;
+}
+
+/**
+ * Candidates as made for each tracked job or session: the cluster fold replaces the tracked
+ * object whenever its job or session changes, so a candidate is made once per change, and only
+ * its aged priority is worked out again each round.
+ */
+const candidates = new WeakMap<TrackedJob | TrackedSession, Candidate>();
+
+/** A candidate's fields, less its aged priority and its shape, which follow from them. */
+type CandidateFields = Omit<Candidate, 'priority' | 'shape'>;
+
+/** A candidate from its fields, built whole: every candidate has one layout, which rounds read fast. */
+function withShape(f: CandidateFields, priority: number): Candidate {
+  return {
+    kind: f.kind,
+    id: f.id,
+    resources: f.resources,
+    priority,
+    queuedSeq: f.queuedSeq,
+    container: f.container,
+    estimate: f.estimate,
+    probe: f.probe,
+    memoryBytes: f.memoryBytes,
+    shape: shapeKey(f),
+    tracked: f.tracked,
+  };
+}
+
+/** The candidate of a tracked job or session: made once per change of it, aged each round. */
+function cached(
+  tracked: TrackedJob | TrackedSession,
+  basePriority: number,
+  aged: Aged,
+  make: () => CandidateFields,
+): Candidate {
+  let c = candidates.get(tracked);
+  if (!c) {
+    c = withShape(make(), 0);
+    candidates.set(tracked, c);
+  }
+  c.priority = aged(basePriority, tracked.queuedAtMs);
+  return c;
+}
+
+function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
+  const { state } = job;
+  const spec = state.spec;
+  if (!spec) return null;
+  return cached(job, spec.priority, aged, () => ({
+    kind: 'job',
+    id: state.id,
+    resources: spec.resources,
+    queuedSeq: job.queuedSeq,
+    container: runsInContainer(spec),
+    estimate: state.estimate,
+    probe: probesNext(state),
+    memoryBytes: memoryNeed(state),
+    tracked: job,
+  }));
+}
+
+function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null {
+  const { state } = session;
+  const spec = state.spec;
+  if (!spec) return null;
+  return cached(session, 0, aged, () => ({
+    kind: 'session',
+    id: state.id,
+    resources: spec.resources,
+    queuedSeq: session.queuedSeq,
+    container: state.image !== null,
+    estimate: null,
+    probe: false,
+    memoryBytes: sessionMemoryNeed(state),
+    tracked: session,
+  }));
+}
+
+/**
+ * A job of this spec as it would wait to be placed, before any of it is known but its spec: for
+ * asking whether any worker could ever hold it.
+ */
+export function specCandidate(spec: JobSpec): Candidate {
+  const fields: CandidateFields = {
+    kind: 'job',
+    id: '',
+    resources: spec.resources,
+    queuedSeq: 0,
+    container: runsInContainer(spec),
+    estimate: null,
+    probe: needsEstimate(spec),
+    memoryBytes: limitBytes(spec.resources),
+    tracked: null,
+  };
+  return withShape(fields, spec.priority);
+}
+
+/** A priority aged by the wait since `queuedAtMs`. */
+type Aged = (priority: number, queuedAtMs: number) => number;
+
+/** Jobs and sessions that may be placed now (in no order), and when the next retry comes due. */
+export function placeable(
+  cluster: ClusterState,
+  now: Date,
+  policy: PlacementPolicy,
+): { ready: Candidate[]; wakeAt: Date | null } {
+  const aged: Aged = (priority, queuedAtMs) => effectivePriority(priority, queuedAtMs, now, policy);
+  const ready: Candidate[] = [];
+  let wakeAt: number | null = null;
+  const add = (c: Candidate | null) => c && ready.push(c);
+  for (const job of cluster.jobs.values()) {
+    const { status, retryAt } = job.state;
+    if (!awaitsPlacement(job.state)) continue;
+    if (status !== 'retrying') add(jobCandidate(job, aged));
+    else if (retryAt) {
+      const at = Date.parse(retryAt);
+      if (at <= now.getTime()) add(jobCandidate(job, aged));
+      else wakeAt = wakeAt === null ? at : Math.min(wakeAt, at);
+    }
+  }
+  for (const session of cluster.sessions.values()) {
+    if (sessionAwaitsPlacement(session.state)) add(sessionCandidate(session, aged));
+  }
+  return { ready, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
+}
+
+const byQueuedSeq = (a: Candidate, b: Candidate) => a.queuedSeq - b.queuedSeq;
+
+/**
+ * Candidates in placement order: higher (aged) priority first, then the one queued longest.
+ * Priorities take few values, so each is a
+ * bucket of its own; within one, candidates come mostly in the order they were queued, which the
+ * sort takes in a few passes: far fewer comparisons than sorting the whole queue.
+ */
+export function inPlacementOrder(candidates: Candidate[]): Candidate[] {
+  const buckets = new Map<number, Candidate[]>();
+  for (const c of candidates) {
+    const bucket = buckets.get(c.priority);
+    if (bucket) bucket.push(c);
+    else buckets.set(c.priority, [c]);
+  }
+  const ordered: Candidate[] = [];
+  for (const priority of [...buckets.keys()].sort((a, b) => b - a)) {
+    for (const c of buckets.get(priority)!.sort(byQueuedSeq)) ordered.push(c);
+  }
+  return ordered;
+}
+
+/**
+ * What a job or session asks of a worker, as a key. Within one round capacity only shrinks, so
+ * once a job finds no place, no later job that asks the same finds one either.
+ */
+export function shapeKey(c: CandidateFields): string {
+  const { gpus, vramGb, cpus, gpuModel, memoryGb } = c.resources;
+  return JSON.stringify([
+    c.kind,
+    c.container,
+    memoryGb !== undefined,
+    gpus,
+    gpus === 0 ? (cpus ?? 1) : null,
+    vramGb ?? null,
+    gpuModel ?? null,
+    c.estimate?.vramBytes ?? null,
+    c.probe,
+    c.memoryBytes,
+  ]);
+}
