@@ -11,6 +11,6 @@ export {
   writePrivate,
   type StackInfo,
 } from './config.ts';
-export { followToEnd, submitDirectory } from './commands/jobs.ts';
+export { followToEnd, submitDirectory } from './commands/submit.ts';
 export { printJson } from './commands/table.ts';
 export { buildProgram, main, type ServerCommands } from './main.ts';

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { Holder, QueueEntry, QueueReply } from '@trainyard/events';
 import { ApiClient, CliError } from '../client.ts';
-import { wholeNumber } from './jobs.ts';
+import { wholeNumber } from './flags.ts';
 import { printJson, printTable } from './table.ts';
 
 /** What an entry asks for, short: `2 GPU x 20 GiB`, `1 GPU whole`, `cpu 2`. */

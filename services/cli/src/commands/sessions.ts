@@ -7,7 +7,8 @@ import { printLog } from '../logs.ts';
 import { cleanName } from '../output.ts';
 import { postWithCode } from '../upload.ts';
 import { callerRole, type SessionView } from '../views.ts';
-import { inFlags, wholeNumber } from './jobs.ts';
+import { wholeNumber } from './flags.ts';
+import { inFlags } from './submit.ts';
 import { printJson, printTable } from './table.ts';
 
 /** The flag that sets each session spec field, to name in an error. */
