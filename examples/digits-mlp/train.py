@@ -1,7 +1,7 @@
 """A PyTorch MLP on scikit-learn's digits (8x8 images of handwritten digits, bundled with it).
 
 It writes a checkpoint after every epoch and one JSON line of metrics per epoch into
-$TRAINYARD_OUTPUT_DIR. Run again after a failure (TRAINYARD_RESUMED=1, the checkpoint restored),
+$TRAINYARD_OUTPUT_DIR, and reports the same line as training metrics ($TRAINYARD_METRICS_FILE). Run again after a failure (TRAINYARD_RESUMED=1, the checkpoint restored),
 it carries on from the epoch after the last one it saved instead of starting over.
 """
 import json
@@ -18,6 +18,7 @@ PAUSE = float(os.environ.get("EPOCH_PAUSE", "0"))
 OUT = os.environ.get("TRAINYARD_OUTPUT_DIR", "outputs")
 CHECKPOINT = os.path.join(OUT, "checkpoint.pt")
 METRICS = os.path.join(OUT, "metrics.jsonl")
+REPORTED = os.environ.get("TRAINYARD_METRICS_FILE")
 
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -53,8 +54,10 @@ for epoch in range(start, EPOCHS + 1):
     with torch.no_grad():
         accuracy = (model(test_x).argmax(1) == test_y).float().mean().item()
     print(f"epoch {epoch:3d}  loss {loss.item():.4f}  accuracy {accuracy:.3f}", flush=True)
-    with open(METRICS, "a") as f:
-        f.write(json.dumps({"epoch": epoch, "loss": loss.item(), "accuracy": accuracy}) + "\n")
+    line = json.dumps({"epoch": epoch, "loss": loss.item(), "accuracy": accuracy}) + "\n"
+    for path in [METRICS, REPORTED] if REPORTED else [METRICS]:
+        with open(path, "a") as f:
+            f.write(line)
     # Written whole, then moved into place: a checkpoint is never half written.
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, CHECKPOINT + ".tmp")
     os.replace(CHECKPOINT + ".tmp", CHECKPOINT)

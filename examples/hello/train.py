@@ -1,7 +1,9 @@
 """A tiny training run with nothing to install: logistic regression on synthetic data.
 
-It shows what a Trainyard job sees: it logs its progress, and writes its model and metrics to
-$TRAINYARD_OUTPUT_DIR, which the worker uploads while the job runs and once more at the end.
+It shows what a Trainyard job sees: it logs its progress, reports its loss and accuracy each
+epoch as training metrics (JSON lines in $TRAINYARD_METRICS_FILE: `trainyard metrics JOB_ID`),
+and writes its model and last metrics to $TRAINYARD_OUTPUT_DIR, which the worker uploads while
+the job runs and once more at the end.
 """
 import json
 import math
@@ -16,6 +18,7 @@ X = [[random.gauss(0, 1) for _ in range(D)] for _ in range(N)]
 y = [1.0 if sum(w * x for w, x in zip(true_w, row)) > 0 else 0.0 for row in X]
 
 out = os.environ.get("TRAINYARD_OUTPUT_DIR", "outputs")
+metrics_file = os.environ.get("TRAINYARD_METRICS_FILE", os.path.join(out, "metrics.jsonl"))
 os.makedirs(out, exist_ok=True)
 w = [0.0] * D
 print(f"job {os.environ.get('TRAINYARD_JOB_ID', '?')} training on {N} samples, {D} features", flush=True)
@@ -33,8 +36,11 @@ for epoch in range(1, EPOCHS + 1):
     w = [wi - LR * g / N for wi, g in zip(w, grad)]
     acc = correct / N
     print(f"epoch {epoch:3d}  loss {loss / N:.4f}  accuracy {acc:.3f}", flush=True)
+    metrics = {"epoch": epoch, "loss": loss / N, "accuracy": acc}
+    with open(metrics_file, "a") as f:
+        f.write(json.dumps(metrics) + "\n")
     with open(os.path.join(out, "metrics.json"), "w") as f:
-        json.dump({"epoch": epoch, "loss": loss / N, "accuracy": acc}, f)
+        json.dump(metrics, f)
     time.sleep(0.05)
 
 with open(os.path.join(out, "model.json"), "w") as f:

@@ -14,3 +14,4 @@ export * from './subjects.ts';
 export * from './user.ts';
 export * from './worker.ts';
 export * from './queue.ts';
+export * from './metrics.ts';

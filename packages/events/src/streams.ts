@@ -22,12 +22,14 @@ export interface StreamOptions {
   /** How long live logs stay in the stream (they are archived to the blob store at the end). */
   logMaxAgeMs: number;
   logMaxBytes: number;
+  metricsMaxBytes: number;
 }
 
 export const DEFAULT_STREAM_OPTIONS: StreamOptions = {
   replicas: 1,
   logMaxAgeMs: 7 * DAY_MS,
   logMaxBytes: 4 * 1024 ** 3,
+  metricsMaxBytes: 1024 ** 3,
 };
 
 /** The configuration of every Trainyard stream. */
@@ -74,6 +76,17 @@ export function streamConfigs(
       discard: DiscardPolicy.Old,
       max_age: ms(opts.logMaxAgeMs),
       max_bytes: opts.logMaxBytes,
+      num_replicas: opts.replicas,
+    },
+    {
+      // Training metrics wait here until the projector keeps them, as long as live logs stay.
+      name: Streams.metrics,
+      subjects: [Subjects.allMetrics],
+      storage: StorageType.File,
+      retention: RetentionPolicy.Limits,
+      discard: DiscardPolicy.Old,
+      max_age: ms(opts.logMaxAgeMs),
+      max_bytes: opts.metricsMaxBytes,
       num_replicas: opts.replicas,
     },
   ];

@@ -6,6 +6,7 @@ export const Streams = {
   heartbeats: 'TY_HEARTBEATS',
   dispatch: 'TY_DISPATCH',
   logs: 'TY_LOGS',
+  metrics: 'TY_METRICS',
 } as const;
 
 const SAFE_TOKEN = /^[A-Za-z0-9_-]{1,128}$/;
@@ -60,4 +61,12 @@ export const Subjects = {
     attempt === 0
       ? `ty.log.${assertSubjectToken(jobId, 'job')}.0`
       : `ty.log.${assertSubjectToken(jobId, 'job')}.${attempt}.${assertSubjectToken(workerId ?? '', 'worker')}`,
+  allMetrics: 'ty.metric.>',
+  /**
+   * One attempt's training metrics, `ty.metric.JOB.N.WORKER`: like its log, a worker may write
+   * only under its own name, and a reader takes an attempt's points only from the worker that
+   * held it.
+   */
+  attemptMetrics: (jobId: string, attempt: number, workerId: string) =>
+    `ty.metric.${assertSubjectToken(jobId, 'job')}.${attempt}.${assertSubjectToken(workerId, 'worker')}`,
 } as const;

@@ -1,6 +1,7 @@
 import type { AttemptsTable } from './tables/attempts.table.ts';
 import type { CheckpointsTable } from './tables/checkpoints.table.ts';
 import type { JobsTable } from './tables/jobs.table.ts';
+import type { JobMetricsTable } from './tables/job-metrics.table.ts';
 import type { SessionsTable } from './tables/sessions.table.ts';
 import type { SshKeysTable } from './tables/ssh-keys.table.ts';
 import type { UsersTable } from './tables/users.table.ts';
@@ -15,6 +16,8 @@ export interface Database {
   sessions: SessionsTable;
   ssh_keys: SshKeysTable;
   projection_checkpoints: CheckpointsTable;
+  /** Filled from the metrics stream, not the log: a rebuild leaves it be. */
+  job_metrics: JobMetricsTable;
 }
 
 /** The tables a rebuild empties and refills. */

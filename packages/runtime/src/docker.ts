@@ -1,6 +1,7 @@
 import { chownSync, closeSync, fstatSync, openSync, writeSync, writeFileSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { constants as osConstants } from 'node:os';
+import { basename, dirname, posix } from 'node:path';
 import Docker from 'dockerode';
 import type { ProcessExit } from '@trainyard/domain';
 import { attemptEnv } from './env.ts';
@@ -27,6 +28,8 @@ import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts
 export const CONTAINER_OUTPUT_DIR = '/trainyard/outputs';
 /** Where a probe's wrapper is mounted in its container. */
 export const CONTAINER_PROBE_DIR = '/trainyard/probe';
+/** Where an attempt's metrics directory is mounted in its container. */
+export const CONTAINER_METRICS_DIR = '/trainyard/metrics';
 /**
  * How a probe's command starts: with the wrapper's directory first on Python's path, ahead of
  * whatever the image puts there. The command is an argument of this constant script, never
@@ -59,6 +62,9 @@ function containerEnv(spec: RunSpec): Record<string, string> {
     ...spec,
     workDir: CONTAINER_WORK_DIR,
     outputDir: CONTAINER_OUTPUT_DIR,
+    ...(spec.metricsFile && {
+      metricsFile: posix.join(CONTAINER_METRICS_DIR, basename(spec.metricsFile)),
+    }),
     // Inside the container its GPUs are numbered from 0, in the order they were given.
     gpus: spec.gpus.map((_, i) => i),
   });
@@ -97,6 +103,7 @@ export function containerSpec(
       Binds: [
         `${spec.outputDir}:${CONTAINER_OUTPUT_DIR}:rw`,
         ...(spec.probe ? [`${spec.probe.dir}:${CONTAINER_PROBE_DIR}:rw`] : []),
+        ...(spec.metricsFile ? [`${dirname(spec.metricsFile)}:${CONTAINER_METRICS_DIR}:rw`] : []),
       ],
     },
   };
@@ -219,6 +226,7 @@ export class DockerRuntime implements Runtime {
       if (!spec.user) {
         chownSync(spec.outputDir, user.uid, user.gid);
         if (spec.probe) chownSync(spec.probe.dir, user.uid, user.gid);
+        if (spec.metricsFile) chownSync(dirname(spec.metricsFile), user.uid, user.gid);
       }
       container = await this.opts.docker.createContainer(containerSpec(spec, this.opts));
       await container.start();

@@ -26,7 +26,10 @@ export function hostEnv(host: NodeJS.ProcessEnv, path = SAFE_PATH): Record<strin
  * the GPUs used on a host with mixed models (CUDA's own order puts the fastest first).
  */
 export function attemptEnv(
-  spec: Pick<RunSpec, 'jobId' | 'attempt' | 'env' | 'workDir' | 'outputDir' | 'gpus' | 'resumed'>,
+  spec: Pick<
+    RunSpec,
+    'jobId' | 'attempt' | 'env' | 'workDir' | 'outputDir' | 'metricsFile' | 'gpus' | 'resumed'
+  >,
   host: NodeJS.ProcessEnv = process.env,
 ): Record<string, string> {
   return {
@@ -38,6 +41,7 @@ export function attemptEnv(
     TRAINYARD_JOB_ID: spec.jobId,
     TRAINYARD_ATTEMPT: String(spec.attempt),
     TRAINYARD_OUTPUT_DIR: spec.outputDir,
+    ...(spec.metricsFile && { TRAINYARD_METRICS_FILE: spec.metricsFile }),
     ...(spec.resumed && { TRAINYARD_RESUMED: '1' }),
   };
 }

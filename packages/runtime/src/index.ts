@@ -1,5 +1,6 @@
 export * from './gpu.ts';
 export * from './logship.ts';
+export * from './file-tail.ts';
 export * from './env.ts';
 export * from './process.ts';
 export * from './simulated.ts';

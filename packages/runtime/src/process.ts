@@ -1,13 +1,5 @@
 import { constants as osConstants } from 'node:os';
-import {
-  chownSync,
-  closeSync,
-  constants,
-  fstatSync,
-  openSync,
-  readSync,
-  writeFileSync,
-} from 'node:fs';
+import { chownSync, closeSync, readSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
 import { shellQuote } from './shell.ts';
@@ -17,6 +9,7 @@ import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import { openLocalChannel } from './session-channels.ts';
 import { attemptEnv, hostEnv, SAFE_PATH } from './env.ts';
+import { FileTail, openJobFile } from './file-tail.ts';
 import { MemoryCgroups } from './memory-cgroup.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
@@ -113,72 +106,7 @@ export function launchScript(spec: RunSpec, cgroupProcs = ''): string {
   }).join('');
 }
 
-const TAIL_MS = 50;
 const WATCH_MS = 250;
-/** Reads one pass of a tail makes at most, so that a flood of output cannot hold the loop. */
-const MAX_READS_PER_PASS = 64;
-
-/**
- * Reads what is appended to a file, from `offset` on, and hands it over in order. The file is
- * opened once it exists: the process it tails creates it. Reads are synchronous: the file is on
- * the sandbox's local disk, and a read there costs the event loop less than a round trip
- * through the thread pool.
- */
-class FileTail {
-  #offset: number;
-  #fd: number | null = null;
-  #timer: NodeJS.Timeout;
-  readonly #buffer = Buffer.alloc(64 * 1024);
-  constructor(
-    private readonly path: string,
-    offset: number,
-    private readonly onChunk: (chunk: Buffer) => void,
-  ) {
-    this.#offset = offset;
-    this.#timer = setInterval(() => this.#read(MAX_READS_PER_PASS), TAIL_MS);
-  }
-
-  /**
-   * Reads on from where it was, up to `maxReads` buffers or the end of the file. True when it
-   * stopped at `maxReads` with more perhaps left to read.
-   */
-  #read(maxReads: number): boolean {
-    if (this.#fd === null) {
-      try {
-        this.#fd = openSync(this.path, 'r');
-      } catch {
-        return false;
-      }
-    }
-    for (let reads = 0; reads < maxReads; reads++) {
-      let bytesRead: number;
-      try {
-        bytesRead = readSync(this.#fd, this.#buffer, 0, this.#buffer.length, this.#offset);
-      } catch {
-        return false;
-      }
-      if (bytesRead === 0) return false;
-      this.#offset += bytesRead;
-      this.onChunk(Buffer.from(this.#buffer.subarray(0, bytesRead)));
-    }
-    return true;
-  }
-
-  #closed: Promise<void> | null = null;
-
-  /**
-   * Reads what is left, pass by pass, stops and closes the file; once, however often it is
-   * called.
-   */
-  close(): Promise<void> {
-    this.#closed ??= (async () => {
-      clearInterval(this.#timer);
-      while (this.#read(MAX_READS_PER_PASS)) await new Promise((r) => setImmediate(r));
-      if (this.#fd !== null) closeSync(this.#fd);
-    })();
-    return this.#closed;
-  }
-}
 
 /** A number recorded in `file`, once its write is whole; null before. */
 async function recordedNumber(file: string): Promise<number | null> {
@@ -189,14 +117,9 @@ async function recordedNumber(file: string): Promise<number | null> {
 
 /** A short file the job may have written, read without following a link it put there. */
 function readJobFile(file: string): string | null {
-  let fd: number;
+  const fd = openJobFile(file);
+  if (fd === null) return null;
   try {
-    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  } catch {
-    return null;
-  }
-  try {
-    if (!fstatSync(fd).isFile()) return null;
     const buf = Buffer.alloc(64);
     return buf.subarray(0, readSync(fd, buf, 0, buf.length, 0)).toString('utf8');
   } catch {
@@ -344,7 +267,7 @@ export class ProcessRuntime implements Runtime {
       await this.cgroups?.finish(spec.attemptId, spec.pidFile);
       return notStarted((err as Error).message);
     }
-    const tail = new FileTail(spec.logFile, 0, (chunk) => onOutput('stdout', chunk));
+    const tail = new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk));
     const exited = launched.ended.then(async (status): Promise<ProcessExit> => {
       signalGroup(pid, 'SIGKILL');
       await tail.close();
@@ -371,7 +294,7 @@ export class ProcessRuntime implements Runtime {
   ): Promise<RunningAttempt | null> {
     if (pid <= 1) return null;
     if (!signalGroup(pid, 0) && !(await recordedExit(spec))) return null;
-    const tail = new FileTail(spec.logFile, offset, (chunk) => onOutput('stdout', chunk));
+    const tail = new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk), { offset });
     const exited = new Promise<ProcessExit>((resolve) => {
       const watch = async () => {
         const alive = signalGroup(pid, 0);

@@ -14,6 +14,11 @@ export interface RunSpec {
   workDir: string;
   outputDir: string;
   /**
+   * Where the job may append training metrics as JSON lines (`$TRAINYARD_METRICS_FILE`), in a
+   * directory of its own that it may write.
+   */
+  metricsFile?: string;
+  /**
    * Where the process's output goes and where its end is recorded, both written by the runtime
    * (never by the job), so that a worker that restarts can read them while the process runs on.
    */

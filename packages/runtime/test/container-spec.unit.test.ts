@@ -58,6 +58,20 @@ describe('container spec', () => {
     });
   });
 
+  it('mounts the attempt’s metrics directory and names its file as the container sees it', () => {
+    const c = containerSpec(base({ metricsFile: '/sandbox/a1/metrics/metrics.jsonl' }), {
+      workerName: 'w1',
+    });
+    expect(c.HostConfig?.Binds).toEqual([
+      '/sandbox/a1/out:/trainyard/outputs:rw',
+      '/sandbox/a1/metrics:/trainyard/metrics:rw',
+    ]);
+    expect(c.Env).toContain('TRAINYARD_METRICS_FILE=/trainyard/metrics/metrics.jsonl');
+    expect(containerSpec(base(), { workerName: 'w1' }).Env?.join('\n')).not.toContain(
+      'TRAINYARD_METRICS_FILE',
+    );
+  });
+
   it('reads a container’s end: out of memory, a signal, an exit code', () => {
     expect(exitOfContainer({ ExitCode: 137, OOMKilled: true })).toEqual({ kind: 'oom' });
     expect(exitOfContainer({ ExitCode: 137, OOMKilled: false })).toEqual({

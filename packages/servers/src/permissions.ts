@@ -33,6 +33,7 @@ const SECRET_BUCKETS = [
 /** The streams a worker reads from or writes to, and the object store bucket it shares. */
 const DISPATCH = 'TY_DISPATCH';
 const LOGS = 'TY_LOGS';
+const METRICS = 'TY_METRICS';
 const OBJECTS = 'OBJ_trainyard';
 
 /** The JetStream calls on `stream` that reading it takes: consumers of its own, and gets. */
@@ -82,7 +83,7 @@ const objectsUser = (bucket: string) => [
  * What a worker's own login may do: heartbeat and report as itself only, read only its own
  * dispatch consumers (which the control plane makes), read code and artifacts from the shared
  * object store, write only to its own bucket (which the control plane made for it), and ship
- * logs only under its own name.
+ * logs and training metrics only under its own name.
  */
 export function workerPermissions(workerId: string): NatsPermissions {
   const own = possibleDispatchSlots(workerId).flatMap(({ durable }) => [
@@ -103,6 +104,7 @@ export function workerPermissions(workerId: string): NatsPermissions {
         // Its own attempts' live logs, the newest chunk of each by subject: no other job's.
         `$JS.API.DIRECT.GET.${LOGS}.ty.log.*.*.${workerId}`,
         `ty.log.*.*.${workerId}`,
+        `ty.metric.*.*.${workerId}`,
         ...own,
         Subjects.heartbeat(workerId),
         Subjects.report(workerId),
@@ -183,7 +185,8 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     ...bucketUser('ty_positions'),
     ...bucketUser('ty_alive'),
   ],
-  projector: [...EVENT_READER],
+  // The log, and the training metrics that workers publish.
+  projector: [...EVENT_READER, ...lookupsIn(METRICS), ...readerOf(METRICS)],
   watchdog: [
     ...EVENT_READER,
     'ty.ev.job.*',
@@ -286,6 +289,7 @@ export const WORKER_IMPORTS: { subject: string; stream?: true }[] = [
   { subject: `$JS.ACK.${DISPATCH}.>` },
   { subject: '$O.>' },
   { subject: 'ty.log.>' },
+  { subject: Subjects.allMetrics },
   { subject: 'ty.hb.*' },
   { subject: 'ty.report.*' },
   { subject: 'ty.fetch.*' },

@@ -13,6 +13,7 @@ import { toErrorResponse } from './errors.ts';
 import { documentRoute, OPENAPI_INFO } from './openapi.ts';
 import { authRoutes } from './routes/auth.ts';
 import { jobDataRoutes } from './routes/job-data.ts';
+import { jobMetricsRoutes } from './routes/job-metrics.ts';
 import { jobShellRoutes } from './routes/job-shell.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { queueRoutes } from './routes/queue.ts';
@@ -79,6 +80,7 @@ export async function buildApp(
   queueRoutes(typed, deps);
   jobShellRoutes(typed, deps);
   jobDataRoutes(typed, deps);
+  jobMetricsRoutes(typed, deps);
   sessionRoutes(typed, deps);
   sshKeyRoutes(typed, deps);
   systemRoutes(typed, deps);

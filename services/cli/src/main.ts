@@ -3,6 +3,7 @@ import { registerAccountCommands } from './commands/account.ts';
 import { registerAdminCommands } from './commands/admin.ts';
 import { registerCompletionCommand } from './commands/completion.ts';
 import { registerJobCommands } from './commands/jobs.ts';
+import { registerMetricsCommand } from './commands/metrics.ts';
 import { registerQueueCommands } from './commands/queue.ts';
 import { registerSessionCommands } from './commands/sessions.ts';
 import { registerSshKeyCommands } from './commands/ssh-keys.ts';
@@ -35,6 +36,7 @@ export function buildProgram(server: ServerCommands): Command {
   registerAccountCommands(program);
   registerJobCommands(program);
   registerQueueCommands(program);
+  registerMetricsCommand(program);
   registerSessionCommands(program);
   registerSshCommands(program);
   registerSshKeyCommands(program);

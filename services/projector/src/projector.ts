@@ -2,6 +2,7 @@ import type { Kysely } from 'kysely';
 import { retry, type RetryPolicy, type StoredEvent } from '@trainyard/events';
 import { supervise, withDeadline, type ServiceContext } from '@trainyard/service-kit';
 import { applyBatch, migrate, readCheckpoint, type Database } from '@trainyard/projections';
+import { projectMetrics } from './metrics.ts';
 
 export interface ProjectorOptions {
   batchSize: number;
@@ -28,6 +29,7 @@ const BATCH_DEADLINE_MS = 10_000;
  * Keeps the read models in step with the log. Its position is the checkpoint row written in the
  * same transaction as the rows, so it resumes from the database, and a rebuilt or restored
  * database can never disagree with it. While Postgres is away it holds its batch and retries.
+ * Beside the log, it keeps the training metrics that workers publish (`projectMetrics`).
  */
 export async function startProjector(
   ctx: ServiceContext,
@@ -104,7 +106,10 @@ export async function startProjector(
     }
   }
 
-  const done = supervise('projector', run, abort.signal, log);
+  const done = Promise.all([
+    supervise('projector', run, abort.signal, log),
+    projectMetrics(ctx, db, abort.signal),
+  ]);
   log.info('projector started');
   return {
     stop: async () => {

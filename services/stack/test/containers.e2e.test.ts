@@ -44,6 +44,7 @@ const TRAIN = [
   'print(tygreet.GREETING, "uid", os.getuid(), flush=True)',
   'out = os.environ["TRAINYARD_OUTPUT_DIR"]',
   'open(os.path.join(out, "model.txt"), "w").write("weights")',
+  'open(os.environ["TRAINYARD_METRICS_FILE"], "a").write(\'{"step": 1, "loss": 0.25}\\n\')',
 ].join('\n');
 
 const spec = (over: object = {}) => ({
@@ -143,6 +144,13 @@ describe('jobs in containers', () => {
       path: string;
     }[];
     expect(files.map((f) => f.path)).toEqual(['model.txt']);
+    // It wrote its metrics file as the container's own user, and the worker read it.
+    await waitFor('its metrics', async () => {
+      const m = (await (await t.http(`/v1/jobs/${id}/metrics`, { token })).json()) as {
+        summary: { name: string; last: number }[];
+      };
+      return m.summary[0]?.name === 'loss' && m.summary[0].last === 0.25;
+    });
     const manifest = await fetch(
       `http://${docker.registry}/v2/trainyard/jobs/manifests/${job.imageDigest}`,
       { headers: { accept: 'application/vnd.docker.distribution.manifest.v2+json' } },

@@ -124,6 +124,11 @@ describe('a newcomer in a private directory', () => {
       expect(job.code, `${job.stdout}\n${job.stderr}`).toBe(0);
       expect(job.stderr).toMatch(/job job_\w+ succeeded \(exit 0\)/);
       const jobId = /job (job_\w+) succeeded/.exec(job.stderr)![1]!;
+      const metrics = await waitFor('the job’s training metrics', async () => {
+        const shown = await cli(['metrics', jobId]);
+        return shown.code === 0 && /accuracy/.test(shown.stdout) ? shown.stdout : undefined;
+      });
+      expect(metrics).toMatch(/loss\s+20\s/);
 
       const elsewhere = await cli(['events', 'verify'], root);
       expect(elsewhere.code, elsewhere.stderr).toBe(0);

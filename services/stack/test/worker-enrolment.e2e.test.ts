@@ -163,7 +163,9 @@ describe('worker enrolment', () => {
 
   it('runs a job on an enrolled worker, each service on its own login, with nothing refused', async () => {
     const code = await codeArchive({
-      'train.sh': 'echo on-w1; echo 42 > "$TRAINYARD_OUTPUT_DIR/result.txt"\n',
+      'train.sh':
+        'echo on-w1; echo 42 > "$TRAINYARD_OUTPUT_DIR/result.txt"\n' +
+        'echo \'TRAINYARD_METRIC {"step": 1, "loss": 0.5}\'\n',
     });
     const res = await submit(
       t,
@@ -181,6 +183,12 @@ describe('worker enrolment', () => {
       path: string;
     }[];
     expect(outputs.map((o) => o.path)).toEqual(['result.txt']);
+    // Its metrics travel on the worker's own login, to the projector on its own.
+    await waitFor('the job’s metrics', async () => {
+      const r = await t.http(`/v1/jobs/${id}/metrics`, { token: admin });
+      const m = (await r.json()) as { summary: { name: string; last: number }[] };
+      return m.summary.length === 1 && m.summary[0]!.last === 0.5;
+    });
     const file = join(dir.path, 'home', 'secrets', 'worker-w1.json');
     expect(readFileSync(file, 'utf8')).toContain(keyOfW1().publicKey);
     expect(statSync(file).mode & 0o777).toBe(0o600);
@@ -284,9 +292,24 @@ describe('worker enrolment', () => {
       // Another worker's name on a log, and a build's log.
       nc.publish(`ty.log.${ranOnW1}.1.w9`, 'FORGED-AS-W9');
       nc.publish(`ty.log.${ranOnW1}.0`, 'FORGED-BUILD');
+      const forgedPoint = (loss: number) =>
+        JSON.stringify({
+          points: [
+            {
+              source: 'output',
+              offset: 9999,
+              at: new Date().toISOString(),
+              step: 9,
+              epoch: null,
+              values: { loss },
+            },
+          ],
+        });
+      nc.publish(`ty.metric.${ranOnW1}.1.w9`, forgedPoint(666));
       // Under its own name, for an attempt it never held, and a build's subject it may not use.
       await js.publish(`ty.log.${ranOnW1}.2.w1`, 'FORGED-ATTEMPT', { msgID: 'forged-2' });
       await js.publish(`ty.log.${ranOnW1}.0.w1`, 'FORGED-ZERO', { msgID: 'forged-0' });
+      await js.publish(`ty.metric.${ranOnW1}.2.w1`, forgedPoint(667));
       await nc.flush();
       const key = keyOfW1().publicKey;
       await waitFor('the server to log each refusal', () => {
@@ -297,6 +320,7 @@ describe('worker enrolment', () => {
           '"$JS.API.STREAM.PURGE.OBJ_trainyard"',
           `"ty.log.${ranOnW1}.1.w9"`,
           `"ty.log.${ranOnW1}.0"`,
+          `"ty.metric.${ranOnW1}.1.w9"`,
         ].every((s) => log.includes(`Publish Violation - Nkey "${key}", Subject ${s}`));
       });
     } finally {
@@ -305,6 +329,8 @@ describe('worker enrolment', () => {
     const log = await (await t.http(`/v1/jobs/${ranOnW1}/logs`, { token: admin })).text();
     expect(log).toContain('on-w1');
     expect(log).not.toMatch(/FORGED/);
+    const metrics = await (await t.http(`/v1/jobs/${ranOnW1}/metrics`, { token: admin })).json();
+    expect(metrics).toMatchObject({ summary: [{ name: 'loss', count: 1, last: 0.5 }] });
     const code = await t.http(`/v1/jobs/${ranOnW1}/outputs/result.txt`, { token: admin });
     expect((await code.text()).trim()).toBe('42');
   });

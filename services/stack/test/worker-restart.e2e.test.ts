@@ -27,12 +27,12 @@ afterAll(async () => {
 });
 
 describe('a worker restarted within the heartbeat timeout', () => {
-  it('re-attaches to the attempt that still runs: one attempt, its whole log once, its outputs', async () => {
+  it('re-attaches to the attempt that still runs: one attempt, its whole log once, its outputs and metrics', async () => {
     const first = worker('w-restart');
     const res = await submit(t, token, {
       name: 'outlives-its-worker',
       command:
-        'echo "pid=$$"; for i in $(seq 1 30); do echo "line $i"; echo $i > "$TRAINYARD_OUTPUT_DIR/progress"; sleep 0.1; done',
+        'echo "pid=$$"; for i in $(seq 1 30); do echo "line $i"; echo "TRAINYARD_METRIC {\\"step\\": $i, \\"loss\\": $i}"; echo "{\\"step\\": $i, \\"acc\\": $i}" >> "$TRAINYARD_METRICS_FILE"; echo $i > "$TRAINYARD_OUTPUT_DIR/progress"; sleep 0.1; done',
       resources: { gpus: 0 },
     });
     const { id } = (await res.json()) as { id: string };
@@ -51,8 +51,19 @@ describe('a worker restarted within the heartbeat timeout', () => {
     const log = await (await t.http(`/v1/jobs/${id}/logs`, { token })).text();
     const lines = Array.from({ length: 30 }, (_, i) => `line ${i + 1}`);
     expect(log).toMatch(/^pid=\d+\n/);
-    expect(log.split('\n').slice(1, -1)).toEqual(lines);
+    expect(log.split('\n').filter((l) => l.startsWith('line '))).toEqual(lines);
     expect(await (await t.http(`/v1/jobs/${id}/outputs/progress`, { token })).text()).toBe('30\n');
+    // Every point once: those the worker before read but had not sent are read again.
+    const metrics = await waitFor('every point of the job', async () => {
+      const m = (await (await t.http(`/v1/jobs/${id}/metrics?limit=100`, { token })).json()) as {
+        summary: { name: string; count: number; min: number; max: number }[];
+      };
+      return m.summary.every((s) => s.count === 30) && m.summary.length === 2 ? m : undefined;
+    });
+    expect(metrics.summary).toMatchObject([
+      { name: 'acc', count: 30, min: 1, max: 30 },
+      { name: 'loss', count: 30, min: 1, max: 30 },
+    ]);
 
     const { events } = await t.stack.ctx.bus.store.load('worker', 'w-restart');
     const registrations = events.filter((e) => e.type === 'WorkerRegistered');

@@ -1,5 +1,5 @@
 import { failure, type ProcessExit } from '@trainyard/domain';
-import { retry, type Failure, type RunAttempt } from '@trainyard/events';
+import { retry, Subjects, type Failure, type RunAttempt } from '@trainyard/events';
 import {
   ProbeReportSchema,
   sendReport,
@@ -9,6 +9,7 @@ import {
 import { archiveLimits } from '@trainyard/blobs';
 import { LogShipper, readProbeReport, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
 import { type Channel, ChannelRefused, type ChannelRequest } from '@trainyard/tunnel';
+import { MetricsCollector } from './metrics.ts';
 import { OutputMirror } from './outputs.ts';
 import {
   markSandbox,
@@ -131,13 +132,17 @@ export class AttemptRun {
       this.ctx.written,
       this.#user?.uid,
     );
+    const metrics = this.#metricsOf(box, false);
     this.#startedAt = Date.now();
     markSandbox(box, this.msg, this.#startedAt, this.#user);
     this.#process = this.opts.runtime.start(
       runSpecIn(box, this.msg, this.#user, this.ctx.gpus),
-      (_stream, chunk) => shipper.write(chunk),
+      (_stream, chunk) => {
+        shipper.write(chunk);
+        metrics?.output(chunk);
+      },
     );
-    void this.#supervise(await this.#process, shipper, outputs);
+    void this.#supervise(await this.#process, shipper, outputs, metrics);
   }
 
   /**
@@ -162,13 +167,19 @@ export class AttemptRun {
       workerId: this.opts.name,
       attemptId: this.attemptId,
     });
-    const attached = await this.opts.runtime.attach?.(
-      runSpecIn(box, this.msg, user, this.ctx.gpus),
-      pid,
-      offset,
-      (_s, chunk) => shipper.write(chunk),
-    );
+    const metrics = this.#metricsOf(box, true);
+    await metrics?.rescan(box.logFile, offset);
+    const attached = await this.opts.runtime
+      .attach?.(runSpecIn(box, this.msg, user, this.ctx.gpus), pid, offset, (_s, chunk) => {
+        shipper.write(chunk);
+        metrics?.output(chunk);
+      })
+      .catch(async (err: unknown) => {
+        await metrics?.end();
+        throw err;
+      });
     if (!attached) {
+      await metrics?.end();
       await this.#fail(failure('processLost', 'the command was gone when its worker restarted'));
       await this.#release();
       this.#resolveDone();
@@ -185,14 +196,30 @@ export class AttemptRun {
         this.ctx.written,
         this.#user?.uid,
       ),
+      metrics,
     );
     return true;
+  }
+
+  /**
+   * What reads the attempt's training metrics (`resumed`: as far on as the worker before sent
+   * them); none for a probe, which keeps nothing (its metrics file included).
+   */
+  #metricsOf(box: Sandbox, resumed: boolean): MetricsCollector | null {
+    if (this.msg.probe) return null;
+    return new MetricsCollector(
+      this.ctx.bus.js,
+      Subjects.attemptMetrics(this.msg.jobId, this.msg.attempt, this.opts.name),
+      this.ctx.log,
+      { file: box.metricsFile, progressFile: box.metricsProgress, resumed, signal: this.stopping },
+    );
   }
 
   async #supervise(
     proc: RunningAttempt,
     shipper: LogShipper,
     outputs: OutputMirror,
+    metrics: MetricsCollector | null,
   ): Promise<void> {
     const sync = async () => {
       const files = await outputs.scan();
@@ -219,6 +246,7 @@ export class AttemptRun {
       clearInterval(timer);
       unwatch?.();
       await syncing;
+      await metrics?.end();
       const reported = await this.#untilDone('report the end of the attempt', async () => {
         if (!probe) await sync();
         await shipper.end();

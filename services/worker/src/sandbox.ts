@@ -12,6 +12,11 @@ export interface Sandbox {
   root: string;
   workDir: string;
   outputDir: string;
+  /** Where the job may write its metrics file: its own, so that it cannot be made a link. */
+  metricsDir: string;
+  metricsFile: string;
+  /** How far the attempt's metrics sent go (the worker's own). */
+  metricsProgress: string;
   /** The command's output, written by the process itself. */
   logFile: string;
   /** The command's exit code, once it has ended. */
@@ -34,6 +39,9 @@ function sandboxAt(dir: string): Sandbox {
     root: dir,
     workDir: join(dir, 'work'),
     outputDir: join(dir, 'outputs'),
+    metricsDir: join(dir, 'metrics'),
+    metricsFile: join(dir, 'metrics', 'metrics.jsonl'),
+    metricsProgress: join(dir, 'metrics.progress'),
     logFile: join(dir, 'attempt.log'),
     exitFile: join(dir, 'attempt.exit'),
     pidFile: join(dir, 'attempt.pid'),
@@ -92,6 +100,7 @@ export function runSpecIn(
     env: msg.env,
     workDir: box.workDir,
     outputDir: box.outputDir,
+    metricsFile: box.metricsFile,
     logFile: box.logFile,
     exitFile: box.exitFile,
     pidFile: box.pidFile,
@@ -136,7 +145,13 @@ export async function prepareSandbox(
   try {
     chmodSync(dir, 0o711);
     await fill(box, msg, blobs, limits);
-    const own = [box.workDir, box.outputDir, box.runDir, ...(msg.probe ? [box.probeDir] : [])];
+    const own = [
+      box.workDir,
+      box.outputDir,
+      box.metricsDir,
+      box.runDir,
+      ...(msg.probe ? [box.probeDir] : []),
+    ];
     if (user) for (const d of own) chownTree(d, user);
     return box;
   } catch (err) {
@@ -169,6 +184,7 @@ async function fill(
 ): Promise<void> {
   mkdirSync(box.workDir, { mode: 0o700 });
   mkdirSync(box.outputDir, { mode: 0o700 });
+  mkdirSync(box.metricsDir, { mode: 0o700 });
   mkdirSync(box.runDir, { mode: 0o700 });
   if (msg.probe) installProbe(box.probeDir);
   await restoreOutputs(box, msg, blobs);
@@ -217,13 +233,15 @@ export async function removeSandbox(box: Sandbox | null): Promise<void> {
     box.scriptFile,
     box.launchFile,
     box.logFile,
+    box.metricsFile,
+    box.metricsProgress,
     box.pidFile,
     box.exitFile,
     box.resultFile,
     markerOf(box),
   ])
     unlinkIfThere(file);
-  for (const dir of [box.workDir, box.outputDir, box.runDir, box.root]) {
+  for (const dir of [box.workDir, box.outputDir, box.metricsDir, box.runDir, box.root]) {
     try {
       rmdirSync(dir);
     } catch (err) {

@@ -1,5 +1,5 @@
 import { createWriteStream } from 'node:fs';
-import { access, mkdir, readdir, writeFile } from 'node:fs/promises';
+import { access, mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -93,8 +93,7 @@ describe('a sandbox', () => {
     markSandbox(first, msg, Date.now());
     const again = await prepareSandbox(root, msg, noBlobs, DEFAULT_ARCHIVE_LIMITS);
     expect(again.root).toBe(first.root);
-    expect(await readdir(again.root)).toEqual(expect.arrayContaining(['work', 'outputs']));
-    expect(await readdir(again.root)).toHaveLength(3);
+    expect((await readdir(again.root)).sort()).toEqual(['metrics', 'outputs', 'run', 'work']);
     expect(await readdir(again.workDir)).toEqual([]);
     await removeSandbox(again);
     expect(await exists(again.root)).toBe(false);
@@ -103,15 +102,23 @@ describe('a sandbox', () => {
   it('is removed whole once its attempt ended, with whatever the command left in it', async () => {
     const msg = {
       ...attempt('job_leaves'),
-      command: 'mkdir -p a/b && echo x > a/b/c && echo y > "$TRAINYARD_OUTPUT_DIR/out.txt"',
+      command:
+        'mkdir -p a/b && echo x > a/b/c && echo y > "$TRAINYARD_OUTPUT_DIR/out.txt" && ' +
+        'echo \'{"loss": 1}\' >> "$TRAINYARD_METRICS_FILE" && ' +
+        'ln -s "$TRAINYARD_OUTPUT_DIR" "$TRAINYARD_METRICS_FILE.link"',
     };
     const box = await prepareSandbox(dir.path, msg, noBlobs, DEFAULT_ARCHIVE_LIMITS);
     markSandbox(box, msg, Date.now());
     const proc = await run(box, msg);
     expect(await proc.exited).toEqual({ kind: 'exited', exitCode: 0 });
     await mkdir(join(box.outputDir, 'deep', 'er'), { recursive: true });
+    expect(await readFile(box.metricsFile, 'utf8')).toBe('{"loss": 1}\n');
+    const outside = join(dir.path, 'outside');
+    await writeFile(outside, 'kept');
+    await symlink(outside, join(box.metricsDir, 'to-outside'));
     await removeSandbox(box);
     expect(await exists(box.root)).toBe(false);
+    expect(await readFile(outside, 'utf8')).toBe('kept');
 
     const quiet = { ...attempt('job_quiet'), command: 'true' };
     const empty = await prepareSandbox(dir.path, quiet, noBlobs, DEFAULT_ARCHIVE_LIMITS);

@@ -1,0 +1,94 @@
+import type { Command } from 'commander';
+import type { MetricSummary } from '@trainyard/events';
+import { ApiClient, CliError } from '../client.ts';
+import { wholeNumber } from './flags.ts';
+import { printJson, printTable } from './table.ts';
+
+interface MetricPoint {
+  seq: string;
+  attempt: number;
+  source: 'output' | 'file';
+  at: string;
+  step: number | null;
+  epoch: number | null;
+  values: Record<string, number>;
+}
+
+interface JobMetrics {
+  jobId: string;
+  summary: MetricSummary[];
+  points: MetricPoint[];
+  next: string | null;
+}
+
+/** A value as people read it: six significant digits at most. */
+const shown = (n: number) => String(Number(n.toPrecision(6)));
+
+/** Every point of a job, page by page. */
+async function allPoints(
+  client: ApiClient,
+  base: string,
+  first: JobMetrics,
+): Promise<MetricPoint[]> {
+  const points = [...first.points];
+  for (let next = first.next; next !== null;) {
+    const page = await client.json<JobMetrics>(`${base}&after=${next}`);
+    points.push(...page.points);
+    next = page.next;
+  }
+  return points;
+}
+
+/** A job's training metrics. */
+export function registerMetricsCommand(program: Command): void {
+  program
+    .command('metrics')
+    .description(
+      'a job’s training metrics (TRAINYARD_METRIC lines, $TRAINYARD_METRICS_FILE): last, min, max and the final epoch’s mean; --points: each point',
+    )
+    .argument('<id>')
+    .option('--points', 'list every point, in the order they arrived')
+    .option('--attempt <n>', 'with --points: one attempt’s only')
+    .option('--json', 'print JSON')
+    .action(async (id: string, o: { points?: boolean; attempt?: string; json?: boolean }) => {
+      const attempt = wholeNumber('--attempt', o.attempt);
+      if (attempt !== undefined && !o.points) throw new CliError('--attempt goes with --points');
+      if (attempt !== undefined && (!Number.isInteger(attempt) || attempt < 1))
+        throw new CliError('--attempt wants an attempt number, 1 or more');
+      const client = ApiClient.fromEnv();
+      const base = `/v1/jobs/${encodeURIComponent(id)}/metrics?limit=${o.points ? 5000 : 0}${attempt === undefined ? '' : `&attempt=${attempt}`}`;
+      const first = await client.json<JobMetrics>(base);
+      const points = o.points ? await allPoints(client, base, first) : [];
+      if (o.json) return printJson({ ...first, points, next: null });
+      if (first.summary.length === 0) {
+        console.log(`${id} has reported no metrics`);
+        return;
+      }
+      if (o.points) {
+        printTable(
+          ['ATTEMPT', 'STEP', 'EPOCH', 'VALUES'],
+          points.map((p) => [
+            String(p.attempt),
+            p.step === null ? '-' : String(p.step),
+            p.epoch === null ? '-' : String(p.epoch),
+            Object.entries(p.values)
+              .map(([k, v]) => `${k}=${shown(v)}`)
+              .join(' '),
+          ]),
+        );
+        return;
+      }
+      printTable(
+        ['NAME', 'POINTS', 'LAST', 'MIN', 'MAX', 'FINAL EPOCH', 'FINAL MEAN'],
+        first.summary.map((s) => [
+          s.name,
+          String(s.count),
+          shown(s.last),
+          shown(s.min),
+          shown(s.max),
+          s.finalEpoch === null ? '-' : String(s.finalEpoch),
+          shown(s.finalEpochMean),
+        ]),
+      );
+    });
+}

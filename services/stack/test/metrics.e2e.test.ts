@@ -1,0 +1,165 @@
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MetricSummary } from '@trainyard/events';
+import { tempDir, waitFor } from '@trainyard/testkit';
+import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
+import { runCli } from './processes.ts';
+
+let t: TestStack;
+let alice: string;
+let bob: string;
+let work: Awaited<ReturnType<typeof tempDir>>;
+
+const PASSWORDS = { alice: 'metric-minded-41', bob: 'curious-onlooker-42' };
+
+/**
+ * Reports loss on its output for four steps over two epochs, accuracy in its metrics file, and
+ * a few lines that are not metrics; then says where its metrics file is.
+ */
+const TRAIN = `#!/bin/sh
+for i in 1 2 3 4; do
+  echo "TRAINYARD_METRIC {\\"step\\": $i, \\"epoch\\": $(( (i - 1) / 2 )), \\"loss\\": 0.$((5 - i))}"
+done
+echo 'TRAINYARD_METRIC {"loss": "not a number"}'
+echo 'TRAINYARD_METRIC not json at all'
+printf '{"step": 4, "accuracy": 0.9}\\n' >> "$TRAINYARD_METRICS_FILE"
+printf 'garbage\\n' >> "$TRAINYARD_METRICS_FILE"
+echo "metrics file: $TRAINYARD_METRICS_FILE"
+`;
+
+interface Metrics {
+  summary: MetricSummary[];
+  points: { seq: string; attempt: number; source: string; step: number | null }[];
+  next: string | null;
+}
+
+beforeAll(async () => {
+  t = await startTestStack();
+  work = await tempDir('trainyard-metrics-');
+  const admin = await t.token();
+  for (const name of ['alice', 'bob'] as const) {
+    const res = await t.http('/v1/users', {
+      method: 'POST',
+      token: admin,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: name, password: PASSWORDS[name], role: 'user' }),
+    });
+    expect(res.status).toBe(201);
+  }
+  alice = await t.token('alice', PASSWORDS.alice);
+  bob = await t.token('bob', PASSWORDS.bob);
+});
+
+afterAll(async () => {
+  await t?.stop();
+  await work?.remove();
+});
+
+describe('training metrics', () => {
+  let jobId = '';
+
+  it('keeps what a job reports on its output and in its metrics file, and adds it up', async () => {
+    const code = await codeArchive({ 'train.sh': TRAIN });
+    const res = await submit(
+      t,
+      alice,
+      { name: 'metrics', command: 'sh train.sh', resources: { gpus: 0 } },
+      code,
+    );
+    expect(res.status).toBe(202);
+    jobId = ((await res.json()) as { id: string }).id;
+    await t.waitForJob(jobId, alice, (j) => j.status === 'succeeded');
+
+    const metrics = await waitFor('its points in the projection', async () => {
+      const r = await t.http(`/v1/jobs/${jobId}/metrics`, { token: alice });
+      expect(r.status).toBe(200);
+      const m = (await r.json()) as Metrics;
+      return m.points.length === 5 ? m : undefined;
+    });
+    expect(metrics.summary).toEqual([
+      {
+        name: 'accuracy',
+        count: 1,
+        last: 0.9,
+        min: 0.9,
+        max: 0.9,
+        finalEpoch: null,
+        finalEpochMean: 0.9,
+      },
+      {
+        name: 'loss',
+        count: 4,
+        last: 0.1,
+        min: 0.1,
+        max: 0.4,
+        finalEpoch: 1,
+        finalEpochMean: expect.closeTo(0.15, 10) as number,
+      },
+    ]);
+    expect(metrics.points.map((p) => [p.attempt, p.source, p.step]).sort()).toEqual(
+      [
+        [1, 'file', 4],
+        [1, 'output', 1],
+        [1, 'output', 2],
+        [1, 'output', 3],
+        [1, 'output', 4],
+      ].sort(),
+    );
+
+    // Its metrics file is its own, beside its outputs and not among them.
+    const logs = await (await t.http(`/v1/jobs/${jobId}/logs`, { token: alice })).text();
+    const file = /metrics file: (\S+)/.exec(logs)?.[1];
+    expect(file).toMatch(/\/metrics\/metrics\.jsonl$/);
+    const outputs = await (await t.http(`/v1/jobs/${jobId}/outputs`, { token: alice })).json();
+    expect(JSON.stringify(outputs)).not.toContain('metrics.jsonl');
+  });
+
+  it('pages through the points, and refuses a bad cursor', async () => {
+    const first = (await (
+      await t.http(`/v1/jobs/${jobId}/metrics?limit=3`, { token: alice })
+    ).json()) as Metrics;
+    expect(first.points).toHaveLength(3);
+    expect(first.next).toBe(first.points[2]!.seq);
+    const rest = (await (
+      await t.http(`/v1/jobs/${jobId}/metrics?limit=3&after=${first.next}`, { token: alice })
+    ).json()) as Metrics;
+    expect(rest.points).toHaveLength(2);
+    expect(rest.next).toBeNull();
+    const bad = await t.http(`/v1/jobs/${jobId}/metrics?after=1;drop`, { token: alice });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { code: string } }).error.code).toBe(
+      'VALIDATION_FAILED',
+    );
+  });
+
+  it('shows a job’s metrics to its owner alone', async () => {
+    expect((await t.http(`/v1/jobs/${jobId}/metrics`, { token: bob })).status).toBe(404);
+    expect((await t.http(`/v1/jobs/${jobId}/metrics`)).status).toBe(401);
+    expect((await t.http(`/v1/jobs/j_nosuchjob/metrics`, { token: alice })).status).toBe(404);
+  });
+
+  it('prints them with trainyard metrics', async () => {
+    const env = {
+      ...process.env,
+      TRAINYARD_API_URL: t.url,
+      TRAINYARD_TOKEN: alice,
+      XDG_CONFIG_HOME: join(work.path, 'config'),
+      XDG_STATE_HOME: join(work.path, 'state'),
+    };
+    const summary = await runCli(['metrics', jobId], { env, timeoutMs: 30_000 });
+    expect(summary.code, summary.stderr).toBe(0);
+    expect(summary.stdout).toMatch(/NAME\s+POINTS\s+LAST\s+MIN\s+MAX\s+FINAL EPOCH\s+FINAL MEAN/);
+    expect(summary.stdout).toMatch(/loss\s+4\s+0\.1\s+0\.1\s+0\.4\s+1\s+0\.15/);
+    expect(summary.stdout).toMatch(/accuracy\s+1\s+0\.9\s+0\.9\s+0\.9\s+-\s+0\.9/);
+    const points = await runCli(['metrics', jobId, '--points'], { env, timeoutMs: 30_000 });
+    expect(points.code, points.stderr).toBe(0);
+    expect(points.stdout).toMatch(/1\s+4\s+1\s+loss=0\.1/);
+    expect(points.stdout).toMatch(/1\s+4\s+-\s+accuracy=0\.9/);
+    const other = await runCli(['metrics', jobId], {
+      env: { ...env, TRAINYARD_TOKEN: bob },
+      timeoutMs: 30_000,
+    });
+    expect(other.code).not.toBe(0);
+    expect(other.stderr).toContain(`job ${jobId} not found`);
+  });
+});
