@@ -15,6 +15,8 @@ import { summary } from './stats.ts';
 /** The fleet: 1,250 workers of 8 GPUs (10,000 GPUs), a third of each of three models. */
 const WORKERS = 1_250;
 const GPUS_PER_WORKER = 8;
+const USERS = 50;
+const QUOTA_GPUS = 300;
 const MODELS = [
   { name: 'NVIDIA A100-SXM4-80GB', gb: 80 },
   { name: 'NVIDIA A100-SXM4-40GB', gb: 40 },
@@ -50,11 +52,18 @@ class Fleet {
 
   constructor(readonly now: Date) {}
 
-  fold(aggregate: 'job' | 'worker', id: string, event: DomainEvent, at = this.now): void {
+  fold(aggregate: 'job' | 'worker' | 'user', id: string, event: DomainEvent, at = this.now): void {
     evolveCluster(this.cluster, storedEvent(aggregate, id, event, { seq: ++this.#seq, at }));
   }
 
+  /**
+   * The 50 users who submit, each with a quota of 300 GPUs: half again a fair share of the
+   * fleet's 10,000, so that the busiest users reach theirs.
+   */
   register(): void {
+    for (let u = 0; u < USERS; u++) {
+      this.fold('user', `user${u}`, { type: 'UserQuotaSet', data: { maxGpus: QUOTA_GPUS } });
+    }
     for (let w = 0; w < WORKERS; w++) {
       const model = MODELS[w % MODELS.length]!;
       this.fold('worker', `w${w}`, {
@@ -90,7 +99,7 @@ class Fleet {
         {
           type: 'JobSubmitted',
           data: {
-            owner: `user${i % 50}`,
+            owner: `user${i % USERS}`,
             spec: {
               name: 'bench',
               command: 'train',
@@ -152,7 +161,7 @@ const round = (ms: number) => Math.round(ms * 10) / 10;
 
 /**
  * One placement cycle (`plan`, the pure policy the scheduler runs each round) over 10,000
- * simulated GPUs with 1k to 100k queued jobs of mixed shapes, aging on: the first cycle, which
+ * simulated GPUs with 1k to 100k queued jobs of mixed shapes, aging and GPU quotas on: the first cycle, which
  * fills the idle fleet, then steady cycles after 50 jobs end each time; and the queue's
  * explanation (`explainQueue`, what `GET /v1/queue` costs the scheduler) on the full queue.
  */

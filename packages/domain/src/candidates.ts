@@ -23,6 +23,8 @@ import { sessionAwaitsPlacement } from './session/state.ts';
 export interface Candidate {
   kind: 'job' | 'session';
   id: string;
+  /** Whose it is: a quota holds back what its owner's work may take. */
+  owner: string;
   resources: Resources;
   /** Its priority, aged: see `effectivePriority`. */
   priority: number;
@@ -35,6 +37,8 @@ export interface Candidate {
   memoryBytes: number;
   /** What it asks of a worker, as a key: see `shapeKey`. */
   shape: string;
+  /** What a placement round has found of its shape: shared by the candidates of that shape. */
+  mark: ShapeMark;
   /** The job or session as the cluster state tracks it. */
   tracked: TrackedJob | TrackedSession | null;
 }
@@ -47,13 +51,43 @@ export interface Candidate {
 const candidates = new WeakMap<TrackedJob | TrackedSession, Candidate>();
 
 /** A candidate's fields, less its aged priority and its shape, which follow from them. */
-type CandidateFields = Omit<Candidate, 'priority' | 'shape'>;
+type CandidateFields = Omit<Candidate, 'priority' | 'shape' | 'mark'>;
+
+/**
+ * What one placement round has found of a shape: that nothing of it fits any more, or the first
+ * worker it may still fit on. A round reads it only if it wrote it (`round`), so it is read as a
+ * property, not looked up by its key, for every candidate a round walks.
+ */
+export interface ShapeMark {
+  round: number;
+  unplaceable: boolean;
+  startAt: number;
+}
+
+const marks = new Map<string, ShapeMark>();
+/**
+ * Shapes marked before the table is started afresh: a candidate made before keeps its mark, and
+ * a round then merely looks at its shape twice.
+ */
+const MAX_MARKS = 65_536;
+
+function markOf(shape: string): ShapeMark {
+  let mark = marks.get(shape);
+  if (!mark) {
+    if (marks.size >= MAX_MARKS) marks.clear();
+    mark = { round: 0, unplaceable: false, startAt: 0 };
+    marks.set(shape, mark);
+  }
+  return mark;
+}
 
 /** A candidate from its fields, built whole: every candidate has one layout, which rounds read fast. */
 function withShape(f: CandidateFields, priority: number): Candidate {
+  const shape = shapeKey(f);
   return {
     kind: f.kind,
     id: f.id,
+    owner: f.owner,
     resources: f.resources,
     priority,
     queuedSeq: f.queuedSeq,
@@ -61,7 +95,8 @@ function withShape(f: CandidateFields, priority: number): Candidate {
     estimate: f.estimate,
     probe: f.probe,
     memoryBytes: f.memoryBytes,
-    shape: shapeKey(f),
+    shape,
+    mark: markOf(shape),
     tracked: f.tracked,
   };
 }
@@ -89,6 +124,7 @@ function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
   return cached(job, spec.priority, aged, () => ({
     kind: 'job',
     id: state.id,
+    owner: state.owner,
     resources: spec.resources,
     queuedSeq: job.queuedSeq,
     container: runsInContainer(spec),
@@ -106,6 +142,7 @@ function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null
   return cached(session, 0, aged, () => ({
     kind: 'session',
     id: state.id,
+    owner: state.owner,
     resources: spec.resources,
     queuedSeq: session.queuedSeq,
     container: state.image !== null,
@@ -124,6 +161,7 @@ export function specCandidate(spec: JobSpec): Candidate {
   const fields: CandidateFields = {
     kind: 'job',
     id: '',
+    owner: '',
     resources: spec.resources,
     queuedSeq: 0,
     container: runsInContainer(spec),

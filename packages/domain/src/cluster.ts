@@ -3,6 +3,7 @@ import type {
   JobEvent,
   SessionEvent,
   StoredEvent,
+  UserEvent,
   WorkerEvent,
 } from '@trainyard/events';
 import { evolveWorker, initialWorker, type WorkerLifecycle } from './worker.ts';
@@ -87,6 +88,10 @@ export interface ClusterState {
   workers: Map<string, WorkerState>;
   jobs: Map<string, TrackedJob>;
   sessions: Map<string, TrackedSession>;
+  /** The most GPUs each user with a quota may hold at once (`UserQuotaSet`). */
+  quotas: Map<string, number>;
+  /** The GPUs each user's live attempts and session runs hold, kept as they are booked. */
+  gpusHeld: Map<string, number>;
   lastSeq: number;
 }
 
@@ -94,6 +99,8 @@ export const emptyCluster = (): ClusterState => ({
   workers: new Map(),
   jobs: new Map(),
   sessions: new Map(),
+  quotas: new Map(),
+  gpusHeld: new Map(),
   lastSeq: 0,
 });
 
@@ -122,6 +129,18 @@ function sessionHolding(session: SessionState): Holding | undefined {
   return run && { ...run, memoryBytes: sessionMemoryNeed(session) };
 }
 
+/** Books (or frees) what `owner`'s attempt or run holds: on its worker, and in their count. */
+function hold(
+  cluster: ClusterState,
+  owner: string,
+  holding: Holding | undefined,
+  sign: 1 | -1,
+): void {
+  if (!holding) return;
+  countHeld(cluster.gpusHeld, owner, sign * holding.gpus.length);
+  reserve(cluster, holding, sign);
+}
+
 function reserve(cluster: ClusterState, holding: Holding | undefined, sign: 1 | -1): void {
   if (!holding) return;
   const worker = cluster.workers.get(holding.workerId);
@@ -144,8 +163,8 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
   const after = evolveJob(before, event, event.occurredAt);
   const held = slotHolder(before);
   const holds = slotHolder(after);
-  if (held && held.id !== holds?.id) reserve(cluster, jobHolding(before), -1);
-  if (holds && holds.id !== held?.id) reserve(cluster, jobHolding(after), 1);
+  if (held && held.id !== holds?.id) hold(cluster, before.owner, jobHolding(before), -1);
+  if (holds && holds.id !== held?.id) hold(cluster, after.owner, jobHolding(after), 1);
   if (isTerminal(after.status)) {
     cluster.jobs.delete(event.aggregateId);
     return;
@@ -172,8 +191,8 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
   const after = evolveSession(before, event, event.occurredAt);
   const held = runHolder(before);
   const holds = runHolder(after);
-  if (held && held.id !== holds?.id) reserve(cluster, sessionHolding(before), -1);
-  if (holds && holds.id !== held?.id) reserve(cluster, sessionHolding(after), 1);
+  if (held && held.id !== holds?.id) hold(cluster, before.owner, sessionHolding(before), -1);
+  if (holds && holds.id !== held?.id) hold(cluster, after.owner, sessionHolding(after), 1);
   if (sessionEnded(after.status)) {
     cluster.sessions.delete(event.aggregateId);
     return;
@@ -269,10 +288,41 @@ export function evolveCluster(cluster: ClusterState, event: StoredEvent): void {
     case 'session':
       return evolveSessionInCluster(cluster, event as StoredEvent<SessionEvent>);
     case 'user':
-      return;
+      return evolveUserInCluster(cluster, event as StoredEvent<UserEvent>);
     default:
       return assertNever(event.aggregate);
   }
+}
+
+function evolveUserInCluster(cluster: ClusterState, event: StoredEvent<UserEvent>): void {
+  if (event.type !== 'UserQuotaSet') return;
+  const { maxGpus } = event.data;
+  if (maxGpus === null) cluster.quotas.delete(event.aggregateId);
+  else cluster.quotas.set(event.aggregateId, maxGpus);
+}
+
+function countHeld(held: Map<string, number>, owner: string, gpus: number): void {
+  if (gpus === 0) return;
+  const now = (held.get(owner) ?? 0) + gpus;
+  if (now > 0) held.set(owner, now);
+  else held.delete(owner);
+}
+
+/** The GPUs each user holds, between their jobs' live attempts and their sessions' runs. */
+function gpusHeldBy(
+  jobs: Iterable<TrackedJob>,
+  sessions: Iterable<TrackedSession>,
+): Map<string, number> {
+  const held = new Map<string, number>();
+  for (const { state } of jobs) {
+    const attempt = slotHolder(state);
+    if (attempt) countHeld(held, state.owner, attempt.gpus.length);
+  }
+  for (const { state } of sessions) {
+    const run = runHolder(state);
+    if (run) countHeld(held, state.owner, run.gpus.length);
+  }
+  return held;
 }
 
 /** A live attempt (assigned or running) held by a worker. */
@@ -332,7 +382,7 @@ export function staleRuns(cluster: ClusterState, workerId?: string): HeldRun[] {
 }
 
 /** The shape of scheduler snapshots: one of another version is ignored, the log replayed. */
-export const CLUSTER_SNAPSHOT_VERSION = 9;
+export const CLUSTER_SNAPSHOT_VERSION = 10;
 
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {
@@ -344,6 +394,7 @@ export interface ClusterSnapshot {
   })[];
   jobs: TrackedJob[];
   sessions: TrackedSession[];
+  quotas: [string, number][];
 }
 
 export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
@@ -358,6 +409,7 @@ export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
     })),
     jobs: [...cluster.jobs.values()],
     sessions: [...cluster.sessions.values()],
+    quotas: [...cluster.quotas],
   };
 }
 
@@ -378,5 +430,7 @@ export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
     ),
     jobs: new Map(snapshot.jobs.map((j) => [j.state.id, j])),
     sessions: new Map(snapshot.sessions.map((s) => [s.state.id, s])),
+    quotas: new Map(snapshot.quotas),
+    gpusHeld: gpusHeldBy(snapshot.jobs, snapshot.sessions),
   };
 }

@@ -259,30 +259,73 @@ function leastRoom(job: Candidate, policy: PlacementPolicy): Room | null {
 const roomFor = (least: Room, room: Room) =>
   room.idleGpus >= least.idleGpus && room.mostFreeBytes >= least.mostFreeBytes;
 
+/** The GPUs users with a quota may hold, and hold, as a round books more for them. */
+export interface QuotaBook {
+  limits: ReadonlyMap<string, number>;
+  held: Map<string, number>;
+}
+
+/** The quota book a round starts from; none when no user has a quota. */
+export function quotaBook(cluster: ClusterState): QuotaBook | undefined {
+  if (cluster.quotas.size === 0) return undefined;
+  return { limits: cluster.quotas, held: new Map(cluster.gpusHeld) };
+}
+
+/**
+ * Where its owner's quota holds a candidate back, as booked so far: what the owner holds and may
+ * hold. Null when it does not (or the owner has no quota, or it takes no GPU).
+ */
+export function overQuota(
+  job: Candidate,
+  quota: QuotaBook | undefined,
+): { held: number; limit: number } | null {
+  const gpus = job.resources.gpus;
+  const limit = quota?.limits.get(job.owner);
+  if (!quota || gpus === 0 || limit === undefined) return null;
+  const held = quota.held.get(job.owner) ?? 0;
+  return held + gpus > limit ? { held, limit } : null;
+}
+
+function bookQuota(job: Candidate, quota: QuotaBook | undefined): void {
+  if (!quota || job.resources.gpus === 0 || !quota.limits.has(job.owner)) return;
+  quota.held.set(job.owner, (quota.held.get(job.owner) ?? 0) + job.resources.gpus);
+}
+
+/** Numbers placement rounds, for the marks they leave on shapes. */
+let rounds = 0;
+
 /**
  * Places candidates, in the order given, on `workers` (copies: their bookings change): what one
- * round assigns. A candidate that fits nowhere does not hold back a later one that asks less.
+ * round assigns. A candidate that fits nowhere does not hold back a later one that asks less, and
+ * one its owner's quota holds back does not hold back others of its shape.
  */
 export function placeInOrder(
   ordered: Candidate[],
   workers: WorkerState[],
   policy: PlacementPolicy,
+  quota?: QuotaBook,
 ): Assignment[] {
   const assignments: Assignment[] = [];
   if (!workers.some(hasRoom)) return assignments;
-  const unplaceable = new Set<string>();
-  // Capacity only shrinks within a round: a worker a shape did not fit on stays so.
-  const startAt = new Map<string, number>();
+  const round = ++rounds;
   const room = workers.map(roomOf);
   for (const job of ordered) {
-    const shape = job.shape;
-    if (unplaceable.has(shape)) continue;
-    const placed = place(job, workers, room, policy, startAt.get(shape) ?? 0);
+    // Capacity only shrinks within a round: a worker a shape did not fit on stays so.
+    const mark = job.mark;
+    if (mark.round !== round) {
+      mark.round = round;
+      mark.unplaceable = false;
+      mark.startAt = 0;
+    }
+    if (mark.unplaceable) continue;
+    if (overQuota(job, quota)) continue;
+    const placed = place(job, workers, room, policy, mark.startAt);
     if (!placed) {
-      unplaceable.add(shape);
+      mark.unplaceable = true;
       continue;
     }
-    startAt.set(shape, placed.firstFit);
+    mark.startAt = placed.firstFit;
+    bookQuota(job, quota);
     apply(placed.worker, placed.a, job);
     room[placed.index] = roomOf(placed.worker);
     assignments.push(placed.a);
@@ -296,11 +339,15 @@ export function placeInOrder(
  * and puts each on the first online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
  * its free memory; a job without declared VRAM takes a GPU alone for its probe, then what the
  * probe measured (one from before probes takes its GPUs alone). A job that fits nowhere does
- * not hold back a later one that asks less. Pure: the cluster state is not changed.
+ * not hold back a later one that asks less. Work that would take its owner past their GPU quota
+ * waits. Pure: the cluster state is not changed.
  */
 export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
   const { ready, wakeAt } = placeable(cluster, now, policy);
   const workers = onlineWorkers(cluster);
   if (!workers.some(hasRoom)) return { assignments: [], wakeAt };
-  return { assignments: placeInOrder(inPlacementOrder(ready), workers, policy), wakeAt };
+  return {
+    assignments: placeInOrder(inPlacementOrder(ready), workers, policy, quotaBook(cluster)),
+    wakeAt,
+  };
 }

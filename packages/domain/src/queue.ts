@@ -2,7 +2,14 @@ import type { Holder, JobSpec, PendingReason, QueueEntry, Resources } from '@tra
 import type { ClusterState, TrackedJob, WorkerState } from './cluster.ts';
 import { inPlacementOrder, placeable, specCandidate, type Candidate } from './candidates.ts';
 import { awaitsDependencies, awaitsPlacement, runsInContainer, slotHolder } from './job/state.ts';
-import { couldEverHold, onlineWorkers, placeInOrder, type WorkerShape } from './placement.ts';
+import {
+  couldEverHold,
+  onlineWorkers,
+  overQuota,
+  placeInOrder,
+  quotaBook,
+  type WorkerShape,
+} from './placement.ts';
 import { DEFAULT_POLICY, effectivePriority, type PlacementPolicy } from './policy.ts';
 import { runHolder } from './session/state.ts';
 
@@ -27,6 +34,8 @@ export interface Pending {
   sinceMs: number;
   retryAt: string | null;
   dependsOn: readonly string[];
+  /** For `overQuota`: the GPUs its owner's work held, and their quota. */
+  quota: { held: number; limit: number } | null;
 }
 
 /** The queue in placement order, and who holds what. */
@@ -72,6 +81,8 @@ function why(p: Pending): string {
       return `retrying after a platform failure, at ${p.retryAt}`;
     case 'building':
       return p.status === 'building' ? 'its image is being built' : 'waiting for a builder';
+    case 'overQuota':
+      return `over ${p.owner}'s quota: their work holds ${plural(p.quota?.held ?? 0, 'GPU')} of the ${p.quota?.limit ?? 0} it may hold at once, and this needs ${p.resources.gpus} more`;
   }
 }
 
@@ -95,7 +106,8 @@ export function describePending(p: Pending): QueueEntry {
 
 /**
  * Where everything that waits stands, and why: the placement order of the next round (what it
- * would place, `placing`), then, for the rest, whether any online worker could ever hold it
+ * would place, `placing`), then, for the rest, whether its owner's GPU quota holds it back once
+ * the round has placed what it would (`overQuota`), whether any online worker could ever hold it
  * (`unsatisfiable`), and whether earlier entries wait for the same room (`priority`) or it is
  * first in line (`resources`): with no reservations, work of another shape ahead of it does not
  * hold it back. Jobs that wait for something other than room follow: retries in their backoff,
@@ -108,14 +120,19 @@ export function explainQueue(
 ): QueueView {
   const ready = inPlacementOrder(placeable(cluster, now, policy).ready);
   const online = onlineWorkers(cluster);
-  const placed = new Set(placeInOrder(ready, onlineWorkers(cluster), policy).map((a) => a.id));
+  const quota = quotaBook(cluster);
+  const placed = new Set(
+    placeInOrder(ready, onlineWorkers(cluster), policy, quota).map((a) => a.id),
+  );
   const kinds = distinctWhenEmpty(online);
   const holdable = new Map<string, boolean>();
   const waitingByShape = new Map<string, number>();
   const entries: Pending[] = ready.map((c, i) => {
     let reason: PendingReason;
     let ahead = 0;
+    const over = placed.has(c.id) ? null : overQuota(c, quota);
     if (placed.has(c.id)) reason = 'placing';
+    else if (over) reason = 'overQuota';
     else if (online.length === 0) reason = 'noWorkers';
     else {
       const shape = c.shape;
@@ -145,6 +162,7 @@ export function explainQueue(
       sinceMs: tracked.queuedAtMs,
       retryAt: job?.state.retryAt ?? null,
       dependsOn: NONE,
+      quota: over,
     };
   });
   const retriesListed = new Set(
@@ -182,6 +200,7 @@ export function explainQueue(
       sinceMs: state.submittedAt ? Date.parse(state.submittedAt) : job.queuedAtMs,
       retryAt: state.retryAt,
       dependsOn: state.spec.dependsOn ?? NONE,
+      quota: null,
     });
   }
   for (const { state } of cluster.sessions.values()) {

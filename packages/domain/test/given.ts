@@ -6,6 +6,7 @@ import {
   evolveJob,
   GiB,
   initialJobState,
+  plan,
   type ClusterState,
   type JobCommand,
   type JobState,
@@ -88,4 +89,32 @@ export function worker(
       },
     }),
   );
+}
+
+/** A job of `owner` submitted into `cluster`. */
+export function submit(cluster: ClusterState, id: string, s: Partial<JobSpec>, owner = 'alice') {
+  evolveCluster(
+    cluster,
+    stored('job', id, { type: 'JobSubmitted', data: { owner, spec: spec(s) } }),
+  );
+}
+
+/** Assigns what a round places, as the scheduler would. */
+export function commit(cluster: ClusterState) {
+  for (const a of plan(cluster, T0).assignments) {
+    evolveCluster(
+      cluster,
+      stored('job', a.id, {
+        type: 'JobAssigned',
+        data: {
+          attemptId: `att-${a.id}`,
+          attempt: 1,
+          workerId: a.workerId,
+          gpus: a.gpus,
+          vramBytes: a.vramBytes,
+          cpus: a.cpus,
+        },
+      }),
+    );
+  }
 }

@@ -7,37 +7,9 @@ import {
   explainQueue,
   GiB,
   noWorkerCouldHold,
-  plan,
   type ClusterState,
 } from '../src/index.ts';
-import { spec, stored, T0, worker } from './given.ts';
-
-function submit(cluster: ClusterState, id: string, s: Partial<JobSpec>, owner = 'alice') {
-  evolveCluster(
-    cluster,
-    stored('job', id, { type: 'JobSubmitted', data: { owner, spec: spec(s) } }),
-  );
-}
-
-/** Assigns what a round places, as the scheduler would. */
-function commit(cluster: ClusterState) {
-  for (const a of plan(cluster, T0).assignments) {
-    evolveCluster(
-      cluster,
-      stored('job', a.id, {
-        type: 'JobAssigned',
-        data: {
-          attemptId: `att-${a.id}`,
-          attempt: 1,
-          workerId: a.workerId,
-          gpus: a.gpus,
-          vramBytes: a.vramBytes,
-          cpus: a.cpus,
-        },
-      }),
-    );
-  }
-}
+import { commit, spec, stored, submit, T0, worker } from './given.ts';
 
 const reasons = (c: ClusterState) =>
   explainQueue(c, T0).entries.map(

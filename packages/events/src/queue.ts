@@ -15,7 +15,8 @@ import { ResourcesSchema } from './job.ts';
  * - `noWorkers`: the cluster has no online worker;
  * - `retryBackoff`: a retry after a platform failure, due at `retryAt`;
  * - `dependency`: jobs it depends on have not all succeeded;
- * - `building`: its image or artifact is being built, before it is queued.
+ * - `building`: its image or artifact is being built, before it is queued;
+ * - `overQuota`: its owner's work holds as many GPUs as the owner's quota allows.
  */
 export const PendingReason = z.enum([
   'placing',
@@ -26,6 +27,7 @@ export const PendingReason = z.enum([
   'retryBackoff',
   'dependency',
   'building',
+  'overQuota',
 ]);
 export type PendingReason = z.infer<typeof PendingReason>;
 

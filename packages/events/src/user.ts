@@ -49,11 +49,24 @@ export const UserSshKeyRemoved = z.object({
   data: z.object({ fingerprint: z.string().regex(SSH_FINGERPRINT) }),
 });
 
+/** The most GPUs a quota may name: more than any cluster holds. */
+export const MAX_QUOTA_GPUS = 100_000;
+
+/**
+ * An admin set what the user's jobs and sessions may hold at once: at most `maxGpus` GPUs
+ * between them (null: no limit). Work that would go over it waits, queued, until some ends.
+ */
+export const UserQuotaSet = z.object({
+  type: z.literal('UserQuotaSet'),
+  data: z.object({ maxGpus: z.number().int().min(0).max(MAX_QUOTA_GPUS).nullable() }),
+});
+
 export const UserEventSchema = z.discriminatedUnion('type', [
   UserCreated,
   UserPasswordChanged,
   UserDisabled,
   UserSshKeyAdded,
   UserSshKeyRemoved,
+  UserQuotaSet,
 ]);
 export type UserEvent = z.infer<typeof UserEventSchema>;

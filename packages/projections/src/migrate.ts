@@ -9,6 +9,7 @@ import * as m006 from './migrations/006_sessions.ts';
 import * as m007 from './migrations/007_session_image.ts';
 import * as m008 from './migrations/008_limits_and_dependencies.ts';
 import * as m009 from './migrations/009_metrics.ts';
+import * as m010 from './migrations/010_user_quota.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -21,6 +22,7 @@ const migrations: Record<string, Migration> = {
   '007_session_image': m007,
   '008_limits_and_dependencies': m008,
   '009_metrics': m009,
+  '010_user_quota': m010,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

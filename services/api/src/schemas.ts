@@ -257,6 +257,11 @@ export const UserViewSchema = z.object({
   role: z.enum(['admin', 'user']),
   createdAt: isoTime,
   disabled: z.boolean(),
+  maxGpus: z
+    .number()
+    .int()
+    .nullable()
+    .describe('the most GPUs their jobs and sessions may hold at once; null: no quota'),
 });
 
 export const LimitsSchema = z.object({

@@ -210,7 +210,11 @@ export class ApiClient {
     return this.send<T>('PATCH', path, body);
   }
 
-  private send<T>(method: 'POST' | 'PATCH', path: string, body: unknown): Promise<T> {
+  put<T>(path: string, body: unknown): Promise<T> {
+    return this.send<T>('PUT', path, body);
+  }
+
+  private send<T>(method: 'POST' | 'PATCH' | 'PUT', path: string, body: unknown): Promise<T> {
     return this.json<T>(path, {
       method,
       body: JSON.stringify(body ?? {}),

@@ -11,9 +11,12 @@ function step(row: UserRow | undefined, event: StoredEvent): UserRow | undefined
         role: event.data.role,
         created_at: new Date(event.occurredAt),
         disabled_at: null,
+        max_gpus: null,
       };
     case 'UserDisabled':
       return row && { ...row, disabled_at: new Date(event.occurredAt) };
+    case 'UserQuotaSet':
+      return row && { ...row, max_gpus: event.data.maxGpus };
     default:
       return row;
   }

@@ -5,6 +5,8 @@ export interface UsersTable {
   role: string;
   created_at: Date;
   disabled_at: Date | null;
+  /** The most GPUs the user's work may hold at once; null: no quota. */
+  max_gpus: number | null;
 }
 export type UserRow = Selectable<UsersTable>;
 export type NewUserRow = Insertable<UsersTable>;

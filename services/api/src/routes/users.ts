@@ -1,5 +1,11 @@
 import { z } from 'zod';
-import { ConcurrencyError, EMPTY_HEAD, USERNAME, type UserEvent } from '@trainyard/events';
+import {
+  ConcurrencyError,
+  EMPTY_HEAD,
+  MAX_QUOTA_GPUS,
+  USERNAME,
+  type UserEvent,
+} from '@trainyard/events';
 import { listUsers } from '@trainyard/projections';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
@@ -67,6 +73,15 @@ export async function appendUserEvent(
 
 const UsernameParams = z.object({ username: z.string() });
 const DisableBody = z.object({ reason: z.string().max(512).default('') });
+const QuotaBody = z.object({
+  maxGpus: z
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_QUOTA_GPUS)
+    .nullable()
+    .describe('the most GPUs their jobs and sessions may hold at once; null: no quota'),
+});
 
 /** User management, for admins. */
 export function userRoutes(app: Api, deps: ApiDeps): void {
@@ -108,6 +123,7 @@ export function userRoutes(app: Api, deps: ApiDeps): void {
         role: u.role === 'admin' ? ('admin' as const) : ('user' as const),
         createdAt: u.created_at.toISOString(),
         disabled: u.disabled_at !== null,
+        maxGpus: u.max_gpus,
       }));
     },
   );
@@ -143,6 +159,34 @@ export function userRoutes(app: Api, deps: ApiDeps): void {
         admin,
       );
       return { username, disabled: true as const };
+    },
+  );
+
+  app.put(
+    '/v1/users/:username/quota',
+    {
+      preValidation: adminsOnly,
+      schema: {
+        tags: ['users'],
+        summary: 'Set the most GPUs a user’s work may hold at once (admins)',
+        description:
+          'Jobs and sessions that would take the user past it wait, queued, with the reason `overQuota`, until some of their work ends. Work already running is not stopped. `null` lifts the quota.',
+        params: UsernameParams,
+        body: QuotaBody,
+        response: {
+          200: z.object({ username: z.string(), maxGpus: z.number().int().nullable() }),
+          ...errorResponses(400, 401, 403, 404, 503),
+        },
+      },
+    },
+    async (req) => {
+      const admin = requireAdmin(req);
+      const { username } = req.params;
+      if (!(await deps.credentials.exists(username)))
+        throw new ApiError('NOT_FOUND', `user ${username} not found`);
+      const { maxGpus } = req.body;
+      await appendUserEvent(deps, username, { type: 'UserQuotaSet', data: { maxGpus } }, admin);
+      return { username, maxGpus };
     },
   );
 }

@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
 import { profileName, readCredentials, removeCredentials, writeCredentials } from '../config.ts';
 import { printJson, printTable } from './table.ts';
+import { wholeNumber } from './flags.ts';
 
 /** One GPU's memory and utilisation at its worker's last heartbeat: `0: 12.3/80 GiB 35%`. */
 function gpuUse(g: {
@@ -159,13 +160,39 @@ export function registerAccountCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(async (o: { json?: boolean }) => {
       const list =
-        await ApiClient.fromEnv().json<{ username: string; role: string; createdAt: string }[]>(
-          '/v1/users',
-        );
+        await ApiClient.fromEnv().json<
+          { username: string; role: string; createdAt: string; maxGpus: number | null }[]
+        >('/v1/users');
       if (o.json) return printJson(list);
       printTable(
-        ['USER', 'ROLE', 'CREATED'],
-        list.map((u) => [u.username, u.role, u.createdAt]),
+        ['USER', 'ROLE', 'CREATED', 'MAX GPUS'],
+        list.map((u) => [
+          u.username,
+          u.role,
+          u.createdAt,
+          u.maxGpus === null ? '-' : String(u.maxGpus),
+        ]),
+      );
+    });
+  users
+    .command('quota')
+    .description('the most GPUs a user’s jobs and sessions may hold at once; more waits, queued')
+    .argument('<username>')
+    .requiredOption('--max-gpus <n>', 'a number of GPUs, or "none" to lift the quota')
+    .option('--json', 'print JSON')
+    .action(async (username: string, o: { maxGpus: string; json?: boolean }) => {
+      const maxGpus = o.maxGpus === 'none' ? null : wholeNumber('--max-gpus', o.maxGpus)!;
+      if (maxGpus !== null && (!Number.isInteger(maxGpus) || maxGpus < 0))
+        throw new CliError('--max-gpus wants a whole number of GPUs, or "none"');
+      const r = await ApiClient.fromEnv().put<{ username: string; maxGpus: number | null }>(
+        `/v1/users/${encodeURIComponent(username)}/quota`,
+        { maxGpus },
+      );
+      if (o.json) return printJson(r);
+      console.log(
+        r.maxGpus === null
+          ? `${r.username} has no GPU quota`
+          : `${r.username} may hold ${r.maxGpus} GPU${r.maxGpus === 1 ? '' : 's'} at once`,
       );
     });
 

@@ -1,0 +1,96 @@
+import { describe, expect, it } from 'vitest';
+import {
+  describePending,
+  emptyCluster,
+  evolveCluster,
+  explainQueue,
+  plan,
+  restoreCluster,
+  snapshotCluster,
+  type ClusterState,
+} from '../src/index.ts';
+import { commit, stored, submit, T0, worker } from './given.ts';
+
+const quota = (c: ClusterState, user: string, maxGpus: number | null) =>
+  evolveCluster(c, stored('user', user, { type: 'UserQuotaSet', data: { maxGpus } }));
+
+const placed = (c: ClusterState) =>
+  plan(c, T0)
+    .assignments.map((a) => a.id)
+    .sort();
+
+const oneGpu = { resources: { gpus: 1, vramGb: 20 } };
+
+describe('GPU quotas', () => {
+  it('holds back what would take a user past their quota, and nobody else’s work of its shape', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24, 24, 24]);
+    quota(c, 'alice', 2);
+    for (const id of ['job_a1', 'job_a2', 'job_a3']) submit(c, id, oneGpu, 'alice');
+    submit(c, 'job_b1', oneGpu, 'bob');
+    expect(placed(c)).toEqual(['job_a1', 'job_a2', 'job_b1']);
+    commit(c);
+    const [entry] = explainQueue(c, T0).entries;
+    expect(describePending(entry!)).toMatchObject({
+      id: 'job_a3',
+      reason: 'overQuota',
+      message:
+        "over alice's quota: their work holds 2 GPUs of the 2 it may hold at once, and this needs 1 more",
+    });
+    expect(placed(c)).toEqual([]);
+  });
+
+  it('lets the work that waited go once the user’s work ends, or the quota is lifted', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24, 24, 24]);
+    quota(c, 'alice', 1);
+    submit(c, 'job_a1', oneGpu, 'alice');
+    submit(c, 'job_a2', oneGpu, 'alice');
+    submit(c, 'job_a3', oneGpu, 'alice');
+    commit(c);
+    expect(explainQueue(c, T0).entries.map((e) => [e.id, e.reason])).toEqual([
+      ['job_a2', 'overQuota'],
+      ['job_a3', 'overQuota'],
+    ]);
+    evolveCluster(
+      c,
+      stored('job', 'job_a1', {
+        type: 'JobSucceeded',
+        data: { attemptId: 'att-job_a1', durationMs: 1 },
+      }),
+    );
+    expect(placed(c)).toEqual(['job_a2']);
+    commit(c);
+    quota(c, 'alice', null);
+    expect(placed(c)).toEqual(['job_a3']);
+  });
+
+  it('counts GPUs only: CPU jobs run whatever the quota, and a job larger than it waits', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24], 2);
+    quota(c, 'alice', 0);
+    submit(c, 'job_cpu', { resources: { gpus: 0 } }, 'alice');
+    submit(c, 'job_gpu', oneGpu, 'alice');
+    expect(placed(c)).toEqual(['job_cpu']);
+    quota(c, 'alice', 1);
+    submit(c, 'job_two', { resources: { gpus: 2, vramGb: 20 } }, 'alice');
+    expect(placed(c)).toEqual(['job_cpu', 'job_gpu']);
+  });
+
+  it('keeps quotas, and what each user holds, through a snapshot and a worker registering again', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24, 24]);
+    quota(c, 'alice', 3);
+    quota(c, 'bob', 1);
+    quota(c, 'bob', null);
+    submit(c, 'job_a1', oneGpu, 'alice');
+    submit(c, 'job_a2', { resources: { gpus: 2, vramGb: 20 } }, 'alice');
+    commit(c);
+    expect([...c.gpusHeld]).toEqual([['alice', 3]]);
+    worker(c, 'w1', [24, 24, 24]);
+    expect([...c.gpusHeld]).toEqual([['alice', 3]]);
+    const restored = restoreCluster(JSON.parse(JSON.stringify(snapshotCluster(c))));
+    expect([...restored.quotas]).toEqual([['alice', 3]]);
+    expect([...restored.gpusHeld]).toEqual([['alice', 3]]);
+  });
+});
