@@ -16,7 +16,9 @@ import { summary } from './stats.ts';
 const WORKERS = 1_250;
 const GPUS_PER_WORKER = 8;
 const USERS = 50;
-const QUOTA_GPUS = 300;
+/** Half the users have a quota of 150 GPUs, three quarters of a fair share: theirs binds. */
+const QUOTA_USERS = 25;
+const QUOTA_GPUS = 150;
 const MODELS = [
   { name: 'NVIDIA A100-SXM4-80GB', gb: 80 },
   { name: 'NVIDIA A100-SXM4-40GB', gb: 40 },
@@ -56,12 +58,9 @@ class Fleet {
     evolveCluster(this.cluster, storedEvent(aggregate, id, event, { seq: ++this.#seq, at }));
   }
 
-  /**
-   * The 50 users who submit, each with a quota of 300 GPUs: half again a fair share of the
-   * fleet's 10,000, so that the busiest users reach theirs.
-   */
+  /** The quotas of the users who have one, then the workers. */
   register(): void {
-    for (let u = 0; u < USERS; u++) {
+    for (let u = 0; u < QUOTA_USERS; u++) {
       this.fold('user', `user${u}`, { type: 'UserQuotaSet', data: { maxGpus: QUOTA_GPUS } });
     }
     for (let w = 0; w < WORKERS; w++) {

@@ -59,7 +59,7 @@ type CandidateFields = Omit<Candidate, 'priority' | 'shape' | 'mark'>;
  * property, not looked up by its key, for every candidate a round walks.
  */
 export interface ShapeMark {
-  round: number;
+  round: object | null;
   unplaceable: boolean;
   startAt: number;
 }
@@ -75,7 +75,7 @@ function markOf(shape: string): ShapeMark {
   let mark = marks.get(shape);
   if (!mark) {
     if (marks.size >= MAX_MARKS) marks.clear();
-    mark = { round: 0, unplaceable: false, startAt: 0 };
+    mark = { round: null, unplaceable: false, startAt: 0 };
     marks.set(shape, mark);
   }
   return mark;

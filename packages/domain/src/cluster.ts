@@ -301,28 +301,12 @@ function evolveUserInCluster(cluster: ClusterState, event: StoredEvent<UserEvent
   else cluster.quotas.set(event.aggregateId, maxGpus);
 }
 
-function countHeld(held: Map<string, number>, owner: string, gpus: number): void {
+/** Adds `gpus` (fewer, when negative) to what `owner` holds. */
+export function countHeld(held: Map<string, number>, owner: string, gpus: number): void {
   if (gpus === 0) return;
   const now = (held.get(owner) ?? 0) + gpus;
   if (now > 0) held.set(owner, now);
   else held.delete(owner);
-}
-
-/** The GPUs each user holds, between their jobs' live attempts and their sessions' runs. */
-function gpusHeldBy(
-  jobs: Iterable<TrackedJob>,
-  sessions: Iterable<TrackedSession>,
-): Map<string, number> {
-  const held = new Map<string, number>();
-  for (const { state } of jobs) {
-    const attempt = slotHolder(state);
-    if (attempt) countHeld(held, state.owner, attempt.gpus.length);
-  }
-  for (const { state } of sessions) {
-    const run = runHolder(state);
-    if (run) countHeld(held, state.owner, run.gpus.length);
-  }
-  return held;
 }
 
 /** A live attempt (assigned or running) held by a worker. */
@@ -379,58 +363,4 @@ export function staleRuns(cluster: ClusterState, workerId?: string): HeldRun[] {
     if (gone) stale.push({ sessionId: session.state.id, runId: run.id, workerId: run.workerId });
   }
   return stale;
-}
-
-/** The shape of scheduler snapshots: one of another version is ignored, the log replayed. */
-export const CLUSTER_SNAPSHOT_VERSION = 10;
-
-/** The cluster state in plain JSON, for scheduler snapshots. */
-export interface ClusterSnapshot {
-  version: typeof CLUSTER_SNAPSHOT_VERSION;
-  lastSeq: number;
-  workers: (Omit<WorkerState, 'attempts' | 'reportedRunning'> & {
-    attempts: string[];
-    reportedRunning: string[];
-  })[];
-  jobs: TrackedJob[];
-  sessions: TrackedSession[];
-  quotas: [string, number][];
-}
-
-export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
-  return {
-    version: CLUSTER_SNAPSHOT_VERSION,
-    lastSeq: cluster.lastSeq,
-    workers: [...cluster.workers.values()].map((w) => ({
-      ...w,
-      gpus: w.gpus.map((g) => ({ ...g })),
-      attempts: [...w.attempts],
-      reportedRunning: [...w.reportedRunning],
-    })),
-    jobs: [...cluster.jobs.values()],
-    sessions: [...cluster.sessions.values()],
-    quotas: [...cluster.quotas],
-  };
-}
-
-/** The cluster state a snapshot describes; fold the events after `lastSeq` onto it. */
-export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
-  return {
-    lastSeq: snapshot.lastSeq,
-    workers: new Map(
-      snapshot.workers.map((w) => [
-        w.id,
-        {
-          ...w,
-          gpus: w.gpus.map((g) => ({ ...g })),
-          attempts: new Set(w.attempts),
-          reportedRunning: new Set(w.reportedRunning),
-        },
-      ]),
-    ),
-    jobs: new Map(snapshot.jobs.map((j) => [j.state.id, j])),
-    sessions: new Map(snapshot.sessions.map((s) => [s.state.id, s])),
-    quotas: new Map(snapshot.quotas),
-    gpusHeld: gpusHeldBy(snapshot.jobs, snapshot.sessions),
-  };
 }

@@ -291,9 +291,6 @@ function bookQuota(job: Candidate, quota: QuotaBook | undefined): void {
   quota.held.set(job.owner, (quota.held.get(job.owner) ?? 0) + job.resources.gpus);
 }
 
-/** Numbers placement rounds, for the marks they leave on shapes. */
-let rounds = 0;
-
 /**
  * Places candidates, in the order given, on `workers` (copies: their bookings change): what one
  * round assigns. A candidate that fits nowhere does not hold back a later one that asks less, and
@@ -307,7 +304,8 @@ export function placeInOrder(
 ): Assignment[] {
   const assignments: Assignment[] = [];
   if (!workers.some(hasRoom)) return assignments;
-  const round = ++rounds;
+  // What this round's marks on shapes are known by: no other round's.
+  const round = {};
   const room = workers.map(roomOf);
   for (const job of ordered) {
     // Capacity only shrinks within a round: a worker a shape did not fit on stays so.

@@ -81,8 +81,12 @@ function why(p: Pending): string {
       return `retrying after a platform failure, at ${p.retryAt}`;
     case 'building':
       return p.status === 'building' ? 'its image is being built' : 'waiting for a builder';
-    case 'overQuota':
-      return `over ${p.owner}'s quota: their work holds ${plural(p.quota?.held ?? 0, 'GPU')} of the ${p.quota?.limit ?? 0} it may hold at once, and this needs ${p.resources.gpus} more`;
+    case 'overQuota': {
+      const { held, limit } = p.quota!;
+      return p.resources.gpus > limit
+        ? `it asks for ${plural(p.resources.gpus, 'GPU')}, more than ${p.owner}'s quota of ${limit} at once: it runs only if an admin raises the quota`
+        : `over ${p.owner}'s quota: their work holds ${plural(held, 'GPU')} of the ${limit} it may hold at once (with what the next round places), and this needs ${p.resources.gpus} more`;
+    }
   }
 }
 
@@ -130,9 +134,8 @@ export function explainQueue(
   const entries: Pending[] = ready.map((c, i) => {
     let reason: PendingReason;
     let ahead = 0;
-    const over = placed.has(c.id) ? null : overQuota(c, quota);
+    let over: Pending['quota'] = null;
     if (placed.has(c.id)) reason = 'placing';
-    else if (over) reason = 'overQuota';
     else if (online.length === 0) reason = 'noWorkers';
     else {
       const shape = c.shape;
@@ -141,9 +144,12 @@ export function explainQueue(
         canHold = kinds.some((w) => couldEverHold(c, w, policy));
         holdable.set(shape, canHold);
       }
+      over = canHold ? overQuota(c, quota) : null;
       ahead = waitingByShape.get(shape) ?? 0;
-      if (canHold) waitingByShape.set(shape, ahead + 1);
-      reason = !canHold ? 'unsatisfiable' : ahead > 0 ? 'priority' : 'resources';
+      if (canHold && !over) waitingByShape.set(shape, ahead + 1);
+      if (!canHold) reason = 'unsatisfiable';
+      else if (over) reason = 'overQuota';
+      else reason = ahead > 0 ? 'priority' : 'resources';
     }
     const tracked = c.tracked!;
     const job = c.kind === 'job' ? (tracked as TrackedJob) : undefined;

@@ -35,7 +35,7 @@ describe('GPU quotas', () => {
       id: 'job_a3',
       reason: 'overQuota',
       message:
-        "over alice's quota: their work holds 2 GPUs of the 2 it may hold at once, and this needs 1 more",
+        "over alice's quota: their work holds 2 GPUs of the 2 it may hold at once (with what the next round places), and this needs 1 more",
     });
     expect(placed(c)).toEqual([]);
   });
@@ -63,6 +63,30 @@ describe('GPU quotas', () => {
     commit(c);
     quota(c, 'alice', null);
     expect(placed(c)).toEqual(['job_a3']);
+  });
+
+  it('says when a job asks for more than its owner’s quota, and when no worker could hold it anyway', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24]);
+    quota(c, 'alice', 1);
+    submit(c, 'job_two', { resources: { gpus: 2, vramGb: 20 } }, 'alice');
+    submit(c, 'job_huge', { resources: { gpus: 4, vramGb: 20 } }, 'alice');
+    expect(
+      explainQueue(c, T0)
+        .entries.map(describePending)
+        .map((e) => [e.id, e.reason, e.message]),
+    ).toEqual([
+      [
+        'job_two',
+        'overQuota',
+        "it asks for 2 GPUs, more than alice's quota of 1 at once: it runs only if an admin raises the quota",
+      ],
+      [
+        'job_huge',
+        'unsatisfiable',
+        'no online worker could ever hold it: it needs 4 GPUs with 20 GiB free',
+      ],
+    ]);
   });
 
   it('counts GPUs only: CPU jobs run whatever the quota, and a job larger than it waits', () => {

@@ -16,7 +16,7 @@ import { ResourcesSchema } from './job.ts';
  * - `retryBackoff`: a retry after a platform failure, due at `retryAt`;
  * - `dependency`: jobs it depends on have not all succeeded;
  * - `building`: its image or artifact is being built, before it is queued;
- * - `overQuota`: its owner's work holds as many GPUs as the owner's quota allows.
+ * - `overQuota`: it would take its owner's work past the GPUs their quota allows at once.
  */
 export const PendingReason = z.enum([
   'placing',

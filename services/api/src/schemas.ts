@@ -95,7 +95,7 @@ export const JobViewSchema = z
     pendingReason: PendingReason.nullable()
       .optional()
       .describe(
-        'only on GET /v1/jobs/{id}, while it waits: why (placing, resources, priority, unsatisfiable, noWorkers, retryBackoff, dependency, building); see GET /v1/jobs/{id}/explain',
+        'only on GET /v1/jobs/{id}, while it waits: why (placing, resources, priority, unsatisfiable, overQuota, noWorkers, retryBackoff, dependency, building); see GET /v1/jobs/{id}/explain',
       ),
     pendingMessage: z
       .string()

@@ -1,9 +1,8 @@
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MetricSummary } from '@trainyard/events';
 import { tempDir, waitFor } from '@trainyard/testkit';
-import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
-import { runCli } from './processes.ts';
+import { addUser, codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
+import { cliEnv, runCli } from './processes.ts';
 
 let t: TestStack;
 let alice: string;
@@ -37,17 +36,8 @@ beforeAll(async () => {
   t = await startTestStack();
   work = await tempDir('trainyard-metrics-');
   const admin = await t.token();
-  for (const name of ['alice', 'bob'] as const) {
-    const res = await t.http('/v1/users', {
-      method: 'POST',
-      token: admin,
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ username: name, password: PASSWORDS[name], role: 'user' }),
-    });
-    expect(res.status).toBe(201);
-  }
-  alice = await t.token('alice', PASSWORDS.alice);
-  bob = await t.token('bob', PASSWORDS.bob);
+  alice = await addUser(t, admin, 'alice', PASSWORDS.alice);
+  bob = await addUser(t, admin, 'bob', PASSWORDS.bob);
 });
 
 afterAll(async () => {
@@ -139,13 +129,7 @@ describe('training metrics', () => {
   });
 
   it('prints them with trainyard metrics', async () => {
-    const env = {
-      ...process.env,
-      TRAINYARD_API_URL: t.url,
-      TRAINYARD_TOKEN: alice,
-      XDG_CONFIG_HOME: join(work.path, 'config'),
-      XDG_STATE_HOME: join(work.path, 'state'),
-    };
+    const env = cliEnv(t.url, alice, work.path);
     const summary = await runCli(['metrics', jobId], { env, timeoutMs: 30_000 });
     expect(summary.code, summary.stderr).toBe(0);
     expect(summary.stdout).toMatch(/NAME\s+POINTS\s+LAST\s+MIN\s+MAX\s+FINAL EPOCH\s+FINAL MEAN/);

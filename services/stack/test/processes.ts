@@ -28,6 +28,20 @@ export function runProgram(
   });
 }
 
+/**
+ * What the CLI runs with for a user of the API at `apiUrl` with `token`: its config and state
+ * under `dir`, nothing of this machine's user.
+ */
+export function cliEnv(apiUrl: string, token: string, dir: string): NodeJS.ProcessEnv {
+  return {
+    ...process.env,
+    TRAINYARD_API_URL: apiUrl,
+    TRAINYARD_TOKEN: token,
+    XDG_CONFIG_HOME: join(dir, 'config'),
+    XDG_STATE_HOME: join(dir, 'state'),
+  };
+}
+
 /** Runs the `trainyard` CLI as a user would, with the environment given (and nothing else). */
 export function runCli(
   args: string[],

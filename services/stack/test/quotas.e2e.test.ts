@@ -1,9 +1,8 @@
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SimulatedInventory } from '@trainyard/runtime';
 import { tempDir, waitFor } from '@trainyard/testkit';
-import { startTestStack, submit, type Job, type TestStack } from './harness.ts';
-import { runCli } from './processes.ts';
+import { addUser, startTestStack, submit, type Job, type TestStack } from './harness.ts';
+import { cliEnv, runCli } from './processes.ts';
 
 let t: TestStack;
 let admin: string;
@@ -26,14 +25,7 @@ beforeAll(async () => {
   t = await startTestStack({ inventory: SimulatedInventory.parse('2x24GiB') });
   work = await tempDir('trainyard-quotas-');
   admin = await t.token();
-  const res = await t.http('/v1/users', {
-    method: 'POST',
-    token: admin,
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ username: 'alice', password: PASSWORD, role: 'user' }),
-  });
-  expect(res.status).toBe(201);
-  alice = await t.token('alice', PASSWORD);
+  alice = await addUser(t, admin, 'alice', PASSWORD);
 });
 
 afterAll(async () => {
@@ -50,6 +42,7 @@ describe('GPU quotas through the stack', () => {
     }
     const unknown = await setQuota('nobody', { maxGpus: 1 });
     expect(unknown.status).toBe(404);
+    expect((await setQuota('not%20a%20name', { maxGpus: 1 })).status).toBe(400);
     const ok = await setQuota('alice', { maxGpus: 1 });
     expect(ok.status).toBe(200);
     expect(await ok.json()).toEqual({ username: 'alice', maxGpus: 1 });
@@ -84,20 +77,16 @@ describe('GPU quotas through the stack', () => {
   });
 
   it('sets and lifts a quota with trainyard users quota', async () => {
-    const env = {
-      ...process.env,
-      TRAINYARD_API_URL: t.url,
-      TRAINYARD_TOKEN: admin,
-      XDG_CONFIG_HOME: join(work.path, 'config'),
-      XDG_STATE_HOME: join(work.path, 'state'),
-    };
+    const env = cliEnv(t.url, admin, work.path);
     const set = await runCli(['users', 'quota', 'alice', '--max-gpus', '2'], { env });
     expect(set.code, set.stderr).toBe(0);
     expect(set.stdout).toContain('alice may hold 2 GPUs at once');
     const lifted = await runCli(['users', 'quota', 'alice', '--max-gpus', 'none'], { env });
     expect(lifted.stdout).toContain('alice has no GPU quota');
-    const bad = await runCli(['users', 'quota', 'alice', '--max-gpus', '-3'], { env });
-    expect(bad.code).not.toBe(0);
-    expect(bad.stderr).toContain('--max-gpus wants a whole number of GPUs, or "none"');
+    for (const given of ['-3', '', '1e3', '0x10']) {
+      const bad = await runCli(['users', 'quota', 'alice', '--max-gpus', given], { env });
+      expect(bad.code, given).not.toBe(0);
+      expect(bad.stderr).toContain('--max-gpus wants a whole number of GPUs, or "none"');
+    }
   });
 });

@@ -1,15 +1,11 @@
 import { failure, type ProcessExit } from '@trainyard/domain';
 import { retry, Subjects, type Failure, type RunAttempt } from '@trainyard/events';
-import {
-  ProbeReportSchema,
-  sendReport,
-  type AttemptReport,
-  type ReportedJob,
-} from '@trainyard/application';
+import { sendReport, type AttemptReport, type ReportedJob } from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
-import { LogShipper, readProbeReport, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
+import { LogShipper, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
 import { type Channel, ChannelRefused, type ChannelRequest } from '@trainyard/tunnel';
 import { MetricsCollector } from './metrics.ts';
+import { probeReportIn, watchProbe } from './probe-watch.ts';
 import { OutputMirror } from './outputs.ts';
 import {
   markSandbox,
@@ -23,9 +19,6 @@ import { SandboxError } from './code.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
 import { Shells } from './shells.ts';
 import type { JobUser } from './users.ts';
-
-/** How often a probe's report is read while it runs, to stop its command once it is done. */
-const PROBE_WATCH_MS = 250;
 
 /**
  * One attempt on this worker, from dispatch to its last report. It appends nothing itself: it
@@ -238,7 +231,16 @@ export class AttemptRun {
             );
           });
         }, this.opts.outputSyncMs);
-    const unwatch = probe ? this.#watchProbe(proc, probe.timeoutMs) : undefined;
+    const unwatch = probe
+      ? watchProbe(proc, {
+          probeDir: this.#box!.probeDir,
+          deadlineMs: this.#startedAt + probe.timeoutMs,
+          killGraceMs: this.opts.killGraceMs,
+          onTimedOut: () => (this.#probeTimedOut = true),
+          onStopFailed: (err, why) =>
+            this.ctx.log.error({ err, jobId: this.msg.jobId }, `could not stop the probe ${why}`),
+        })
+      : undefined;
     try {
       const exit = await proc.exited;
       this.#exited = true;
@@ -321,44 +323,6 @@ export class AttemptRun {
     }
   }
 
-  /**
-   * Stops a probe's command once its wrapper says it has measured enough (what else the
-   * command would run after the Python it stopped does not run), or once it runs past its time,
-   * counted from the attempt's start. Returns what ends the watch.
-   */
-  #watchProbe(proc: RunningAttempt, timeoutMs: number): () => void {
-    let stopping = false;
-    const stop = (why: string) => {
-      if (stopping) return;
-      stopping = true;
-      proc
-        .kill(this.opts.killGraceMs)
-        .catch((err: unknown) =>
-          this.ctx.log.error({ err, jobId: this.msg.jobId }, `could not stop the probe ${why}`),
-        );
-    };
-    const measured = setInterval(() => {
-      if (this.#probeReport()?.done) stop('once it had measured');
-    }, PROBE_WATCH_MS);
-    const limit = setTimeout(
-      () => {
-        this.#probeTimedOut = true;
-        stop('at its time limit');
-      },
-      Math.max(0, this.#startedAt + timeoutMs - Date.now()),
-    );
-    return () => {
-      clearInterval(measured);
-      clearTimeout(limit);
-    };
-  }
-
-  /** What the probe wrote, if it wrote a report that reads as one. */
-  #probeReport() {
-    const report = ProbeReportSchema.safeParse(readProbeReport(this.#box!.probeDir));
-    return report.success ? report.data : null;
-  }
-
   async #finish(exit: ProcessExit): Promise<void> {
     if (this.#stoppedByWorker) {
       await this.#fail(failure('workerStopped', 'the worker stopped while the attempt ran'));
@@ -369,7 +333,7 @@ export class AttemptRun {
         type: 'FinishProbe',
         attemptId: this.attemptId,
         exit,
-        report: this.#probeReport(),
+        report: probeReportIn(this.#box.probeDir),
         timedOut: this.#probeTimedOut,
         durationMs: Date.now() - this.#startedAt,
       });

@@ -3,6 +3,7 @@ import {
   ConcurrencyError,
   EMPTY_HEAD,
   MAX_QUOTA_GPUS,
+  retry,
   USERNAME,
   type UserEvent,
 } from '@trainyard/events';
@@ -71,7 +72,7 @@ export async function appendUserEvent(
   });
 }
 
-const UsernameParams = z.object({ username: z.string() });
+const UsernameParams = z.object({ username: z.string().regex(USERNAME, 'not a username') });
 const DisableBody = z.object({ reason: z.string().max(512).default('') });
 const QuotaBody = z.object({
   maxGpus: z
@@ -175,7 +176,7 @@ export function userRoutes(app: Api, deps: ApiDeps): void {
         body: QuotaBody,
         response: {
           200: z.object({ username: z.string(), maxGpus: z.number().int().nullable() }),
-          ...errorResponses(400, 401, 403, 404, 503),
+          ...errorResponses(400, 401, 403, 404, 409, 503),
         },
       },
     },
@@ -185,7 +186,12 @@ export function userRoutes(app: Api, deps: ApiDeps): void {
       if (!(await deps.credentials.exists(username)))
         throw new ApiError('NOT_FOUND', `user ${username} not found`);
       const { maxGpus } = req.body;
-      await appendUserEvent(deps, username, { type: 'UserQuotaSet', data: { maxGpus } }, admin);
+      // It depends on nothing the user's events say: another admin's change meanwhile is no
+      // reason to refuse it.
+      await retry(
+        () => appendUserEvent(deps, username, { type: 'UserQuotaSet', data: { maxGpus } }, admin),
+        { attempts: 3, baseMs: 20, retryable: (err) => err instanceof ConcurrencyError },
+      );
       return { username, maxGpus };
     },
   );

@@ -3,7 +3,6 @@ import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
 import { profileName, readCredentials, removeCredentials, writeCredentials } from '../config.ts';
 import { printJson, printTable } from './table.ts';
-import { wholeNumber } from './flags.ts';
 
 /** One GPU's memory and utilisation at its worker's last heartbeat: `0: 12.3/80 GiB 35%`. */
 function gpuUse(g: {
@@ -170,7 +169,7 @@ export function registerAccountCommands(program: Command): void {
           u.username,
           u.role,
           u.createdAt,
-          u.maxGpus === null ? '-' : String(u.maxGpus),
+          u.maxGpus == null ? '-' : String(u.maxGpus),
         ]),
       );
     });
@@ -181,9 +180,10 @@ export function registerAccountCommands(program: Command): void {
     .requiredOption('--max-gpus <n>', 'a number of GPUs, or "none" to lift the quota')
     .option('--json', 'print JSON')
     .action(async (username: string, o: { maxGpus: string; json?: boolean }) => {
-      const maxGpus = o.maxGpus === 'none' ? null : wholeNumber('--max-gpus', o.maxGpus)!;
-      if (maxGpus !== null && (!Number.isInteger(maxGpus) || maxGpus < 0))
+      const given = o.maxGpus.trim();
+      if (!/^(\d{1,6}|none)$/i.test(given))
         throw new CliError('--max-gpus wants a whole number of GPUs, or "none"');
+      const maxGpus = /^none$/i.test(given) ? null : Number(given);
       const r = await ApiClient.fromEnv().put<{ username: string; maxGpus: number | null }>(
         `/v1/users/${encodeURIComponent(username)}/quota`,
         { maxGpus },

@@ -1,0 +1,48 @@
+import { ProbeReportSchema } from '@trainyard/application';
+import { readProbeReport, type RunningAttempt } from '@trainyard/runtime';
+
+/** How often a probe's report is read while it runs, to stop its command once it is done. */
+const PROBE_WATCH_MS = 250;
+
+/** What the probe wrote in `probeDir`, if it wrote a report that reads as one. */
+export function probeReportIn(probeDir: string) {
+  const report = ProbeReportSchema.safeParse(readProbeReport(probeDir));
+  return report.success ? report.data : null;
+}
+
+/**
+ * Stops a probe's command once its wrapper says it has measured enough (what else the command
+ * would run after the Python it stopped does not run), or once it runs past `deadlineMs` (a
+ * time since the epoch). Returns what ends the watch.
+ */
+export function watchProbe(
+  proc: RunningAttempt,
+  opts: {
+    probeDir: string;
+    deadlineMs: number;
+    killGraceMs: number;
+    onTimedOut: () => void;
+    onStopFailed: (err: unknown, why: string) => void;
+  },
+): () => void {
+  let stopping = false;
+  const stop = (why: string) => {
+    if (stopping) return;
+    stopping = true;
+    proc.kill(opts.killGraceMs).catch((err: unknown) => opts.onStopFailed(err, why));
+  };
+  const measured = setInterval(() => {
+    if (probeReportIn(opts.probeDir)?.done) stop('once it had measured');
+  }, PROBE_WATCH_MS);
+  const limit = setTimeout(
+    () => {
+      opts.onTimedOut();
+      stop('at its time limit');
+    },
+    Math.max(0, opts.deadlineMs - Date.now()),
+  );
+  return () => {
+    clearInterval(measured);
+    clearTimeout(limit);
+  };
+}
