@@ -135,6 +135,7 @@ export async function listMetricPoints(
   jobId: string,
   q: { after?: string; limit: number; attempt?: number },
 ): Promise<MetricPointView[]> {
+  if (q.limit === 0) return [];
   let query = countedPoints(db, jobId).select([
     sql<string>`m.seq::text`.as('seq'),
     'm.attempt',
