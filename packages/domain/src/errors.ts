@@ -13,6 +13,7 @@ export const DomainErrorCode = {
   jobExists: 'JOB_EXISTS',
   jobNotFound: 'JOB_NOT_FOUND',
   jobFinished: 'JOB_FINISHED',
+  heldByAdmin: 'HELD_BY_ADMIN',
   invalidTransition: 'INVALID_TRANSITION',
   staleAttempt: 'STALE_ATTEMPT',
   sessionExists: 'SESSION_EXISTS',

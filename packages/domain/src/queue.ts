@@ -1,7 +1,14 @@
 import type { Holder, JobSpec, PendingReason, QueueEntry, Resources } from '@trainyard/events';
 import type { ClusterState, TrackedJob, WorkerState } from './cluster.ts';
 import { inPlacementOrder, placeable, specCandidate, type Candidate } from './candidates.ts';
-import { awaitsDependencies, awaitsPlacement, runsInContainer, slotHolder } from './job/state.ts';
+import {
+  awaitsDependencies,
+  awaitsPlacement,
+  isTerminal,
+  runsInContainer,
+  slotHolder,
+  type JobState,
+} from './job/state.ts';
 import {
   couldEverHold,
   onlineWorkers,
@@ -36,6 +43,8 @@ export interface Pending {
   dependsOn: readonly string[];
   /** For `overQuota`: the GPUs its owner's work held, and their quota. */
   quota: { held: number; limit: number } | null;
+  /** For `held`: who holds it, and why. */
+  held: JobState['held'];
 }
 
 /** The queue in placement order, and who holds what. */
@@ -81,6 +90,10 @@ function why(p: Pending): string {
       return `retrying after a platform failure, at ${p.retryAt}`;
     case 'building':
       return p.status === 'building' ? 'its image is being built' : 'waiting for a builder';
+    case 'held':
+      return p.held!.by === 'admin'
+        ? `held by an admin${p.held!.reason ? ` (${p.held!.reason})` : ''}: only an admin may release it`
+        : `held by ${p.owner}${p.held!.reason ? ` (${p.held!.reason})` : ''}: \`trainyard release ${p.id}\` lets it queue`;
     case 'overQuota': {
       const { held, limit } = p.quota!;
       return p.resources.gpus > limit
@@ -114,8 +127,8 @@ export function describePending(p: Pending): QueueEntry {
  * the round has placed what it would (`overQuota`), whether any online worker could ever hold it
  * (`unsatisfiable`), and whether earlier entries wait for the same room (`priority`) or it is
  * first in line (`resources`): with no reservations, work of another shape ahead of it does not
- * hold it back. Jobs that wait for something other than room follow: retries in their backoff,
- * jobs waiting on dependencies, jobs being built. Pure.
+ * hold it back. Jobs that wait for something other than room follow: held jobs, retries in their
+ * backoff, jobs waiting on dependencies, jobs being built. Pure.
  */
 export function explainQueue(
   cluster: ClusterState,
@@ -169,6 +182,7 @@ export function explainQueue(
       retryAt: job?.state.retryAt ?? null,
       dependsOn: NONE,
       quota: over,
+      held: null,
     };
   });
   const retriesListed = new Set(
@@ -187,7 +201,8 @@ export function explainQueue(
     }
     if (!state.spec) continue;
     let reason: PendingReason;
-    if (awaitsDependencies(state)) reason = 'dependency';
+    if (state.held && !isTerminal(state.status)) reason = 'held';
+    else if (awaitsDependencies(state)) reason = 'dependency';
     else if (state.status === 'retrying') reason = 'retryBackoff';
     else if (state.status === 'submitted' || state.status === 'building') reason = 'building';
     else continue;
@@ -207,6 +222,7 @@ export function explainQueue(
       retryAt: state.retryAt,
       dependsOn: state.spec.dependsOn ?? NONE,
       quota: null,
+      held: state.held,
     });
   }
   for (const { state } of cluster.sessions.values()) {

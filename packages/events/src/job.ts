@@ -317,6 +317,25 @@ export const JobDependencyFailed = z.object({
   }),
 });
 
+/** Who put a hold on a job: a hold an admin put on it only an admin lifts. */
+export const HoldBy = z.enum(['owner', 'admin']);
+export type HoldBy = z.infer<typeof HoldBy>;
+
+/**
+ * The job is held: while it waits, it is not placed until released (like Slurm's `hold`). It
+ * may still be built and measured; a running attempt is not touched.
+ */
+export const JobHeld = z.object({
+  type: z.literal('JobHeld'),
+  data: z.object({ by: HoldBy, reason: z.string().max(512).default('') }),
+});
+
+/** The hold is lifted: the job queues again, behind what queued while it was held. */
+export const JobReleased = z.object({
+  type: z.literal('JobReleased'),
+  data: z.object({}),
+});
+
 /** A login through the SSH gateway to a shell beside the job's running attempt. */
 export const JobLogin = z.object({
   type: z.literal('JobLogin'),
@@ -341,6 +360,8 @@ export const JobEventSchema = z.discriminatedUnion('type', [
   JobTimeLimitReached,
   JobDependenciesMet,
   JobDependencyFailed,
+  JobHeld,
+  JobReleased,
 ]);
 export type JobEvent = z.infer<typeof JobEventSchema>;
 export type JobEventType = JobEvent['type'];

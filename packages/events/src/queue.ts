@@ -16,7 +16,8 @@ import { ResourcesSchema } from './job.ts';
  * - `retryBackoff`: a retry after a platform failure, due at `retryAt`;
  * - `dependency`: jobs it depends on have not all succeeded;
  * - `building`: its image or artifact is being built, before it is queued;
- * - `overQuota`: it would take its owner's work past the GPUs their quota allows at once.
+ * - `overQuota`: it would take its owner's work past the GPUs their quota allows at once;
+ * - `held`: its owner or an admin holds it; it is placed only once released.
  */
 export const PendingReason = z.enum([
   'placing',
@@ -28,6 +29,7 @@ export const PendingReason = z.enum([
   'dependency',
   'building',
   'overQuota',
+  'held',
 ]);
 export type PendingReason = z.infer<typeof PendingReason>;
 

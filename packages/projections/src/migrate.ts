@@ -10,6 +10,7 @@ import * as m007 from './migrations/007_session_image.ts';
 import * as m008 from './migrations/008_limits_and_dependencies.ts';
 import * as m009 from './migrations/009_metrics.ts';
 import * as m010 from './migrations/010_user_quota.ts';
+import * as m011 from './migrations/011_job_hold.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -23,6 +24,7 @@ const migrations: Record<string, Migration> = {
   '008_limits_and_dependencies': m008,
   '009_metrics': m009,
   '010_user_quota': m010,
+  '011_job_hold': m011,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

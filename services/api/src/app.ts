@@ -14,6 +14,7 @@ import { documentRoute, OPENAPI_INFO } from './openapi.ts';
 import { authRoutes } from './routes/auth.ts';
 import { jobDataRoutes } from './routes/job-data.ts';
 import { jobMetricsRoutes } from './routes/job-metrics.ts';
+import { jobHoldRoutes } from './routes/job-holds.ts';
 import { jobShellRoutes } from './routes/job-shell.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { queueRoutes } from './routes/queue.ts';
@@ -81,6 +82,7 @@ export async function buildApp(
   jobShellRoutes(typed, deps);
   jobDataRoutes(typed, deps);
   jobMetricsRoutes(typed, deps);
+  jobHoldRoutes(typed, deps);
   sessionRoutes(typed, deps);
   sshKeyRoutes(typed, deps);
   systemRoutes(typed, deps);

@@ -5,6 +5,7 @@ import {
   EstimateSchema,
   FailureSchema,
   GpuSchema,
+  HoldBy,
   JobSpecSchema,
   JobStatus,
   PendingReason,
@@ -74,6 +75,10 @@ export const JobViewSchema = z
     dependenciesMet: z
       .boolean()
       .describe('every job in dependsOn has succeeded (true without any): until then it waits'),
+    held: z
+      .object({ by: HoldBy, reason: z.string() })
+      .nullable()
+      .describe('who holds it (its owner or an admin) and why; a held job is not placed'),
     envNames: z.array(z.string()),
     createdAt: isoTime,
     startedAt: isoTime.nullable(),
@@ -95,7 +100,7 @@ export const JobViewSchema = z
     pendingReason: PendingReason.nullable()
       .optional()
       .describe(
-        'only on GET /v1/jobs/{id}, while it waits: why (placing, resources, priority, unsatisfiable, overQuota, noWorkers, retryBackoff, dependency, building); see GET /v1/jobs/{id}/explain',
+        'only on GET /v1/jobs/{id}, while it waits: why (placing, resources, priority, unsatisfiable, overQuota, held, noWorkers, retryBackoff, dependency, building); see GET /v1/jobs/{id}/explain',
       ),
     pendingMessage: z
       .string()
@@ -133,10 +138,6 @@ export const WorkerViewSchema = z
   })
   .meta({ id: 'Worker' });
 
-/**
- * A job spec as the API takes it: unknown fields are refused rather than dropped, and the fields
- * that nothing honours yet are refused with a message that says so.
- */
 /** Control, format and bidirectional-override characters: they can hide or reorder text. */
 export const HIDDEN_CHARACTERS = /[\p{Cc}\p{Cf}\u2028\u2029]/u;
 
@@ -144,6 +145,10 @@ export const HIDDEN_CHARACTERS = /[\p{Cc}\p{Cf}\u2028\u2029]/u;
 export const MAX_ENV_VARS = 256;
 export const MAX_ENV_BYTES = 64 * 1024;
 
+/**
+ * A job spec as the API takes it: unknown fields are refused rather than dropped, and the fields
+ * that nothing honours yet are refused with a message that says so.
+ */
 export const SubmitSpecSchema = JobSpecSchema.extend({
   name: JobSpecSchema.shape.name.refine((n) => !HIDDEN_CHARACTERS.test(n), {
     message: 'control and bidirectional characters are not allowed in a name',

@@ -1,4 +1,10 @@
-import type { AttemptStatus, JobStatus, SessionStatus, SessionStopReason } from '@trainyard/events';
+import type {
+  AttemptStatus,
+  HoldBy,
+  JobStatus,
+  SessionStatus,
+  SessionStopReason,
+} from '@trainyard/events';
 import type { AttemptRow, JobRow, SessionRow, SshKeyRow, WorkerRow } from '@trainyard/projections';
 import type { LastBeat } from './heartbeats.ts';
 
@@ -28,6 +34,8 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     timeLimit: job.time_limit,
     dependsOn: job.depends_on,
     dependenciesMet: job.dependencies_met,
+    held:
+      job.held_by === null ? null : { by: job.held_by as HoldBy, reason: job.hold_reason ?? '' },
     envNames: job.env_names,
     createdAt: job.created_at.toISOString(),
     startedAt: iso(job.started_at),

@@ -14,7 +14,7 @@ import { ProgressBar } from './progress.ts';
 /**
  * Packs the directory `root` (what its `.trainyardignore` leaves in) into an archive on local
  * disk, refuses it if it is over the server's upload limit, and posts it to `path` with `spec`,
- * as multipart. Returns the API's answer.
+ * as multipart. A directory with nothing to pack sends the spec alone. Returns the API's answer.
  */
 export async function postWithCode<T>(
   client: ApiClient,
@@ -23,6 +23,10 @@ export async function postWithCode<T>(
   spec: unknown,
 ): Promise<T> {
   const plan = planPack(root);
+  if (plan.files.length === 0) {
+    console.error(`${root} holds no files to upload: sending the spec without code`);
+    return client.post<T>(path, spec);
+  }
   const limits = await client.json<{ maxUploadBytes: number }>('/v1/limits');
   const scratch = await mkdtemp(join(tmpdir(), 'trainyard-code-'));
   const archive = join(scratch, 'code.tar.gz');

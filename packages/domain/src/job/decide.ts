@@ -3,6 +3,7 @@ import type {
   BuiltImage,
   CodeArchive,
   Failure,
+  HoldBy,
   JobEvent,
   JobSpec,
   JobStatus,
@@ -27,7 +28,14 @@ import {
 
 /** Commands on a job. Time and randomness arrive inside them; `decide` has neither. */
 export type JobCommand =
-  | { type: 'SubmitJob'; owner: string; spec: JobSpec; code?: CodeArchive }
+  | {
+      type: 'SubmitJob';
+      owner: string;
+      spec: JobSpec;
+      code?: CodeArchive;
+      /** Submits it held, by its owner or an admin: it is not placed until released. */
+      hold?: HoldBy;
+    }
   | { type: 'StartBuild'; builderId: string }
   /** Takes over a build whose builder is gone. */
   | { type: 'ReclaimBuild'; builderId: string; goneBuilderId: string }
@@ -77,6 +85,10 @@ export type JobCommand =
   | { type: 'EnforceTimeLimit'; now: Date }
   /** Sets the job's priority; who may raise it is the API's to say. */
   | { type: 'ChangePriority'; priority: number }
+  /** Keeps a waiting job from being placed until released. */
+  | { type: 'HoldJob'; by: HoldBy; reason: string }
+  /** Lifts the job's hold: one an admin put on it needs an admin. */
+  | { type: 'ReleaseJob'; by: HoldBy }
   /** A login through the SSH gateway to a shell beside the job, as the gateway saw it. */
   | ({ type: 'RecordLogin' } & SshLogin);
 
@@ -148,6 +160,9 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
             estimate: needsEstimate(command.spec),
           },
         },
+        ...(command.hold
+          ? [{ type: 'JobHeld' as const, data: { by: command.hold, reason: '' } }]
+          : []),
       ];
     case 'StartBuild':
       if (state.status !== 'submitted') {
@@ -352,6 +367,35 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       const previous = state.spec?.priority ?? 0;
       if (command.priority === previous) return [];
       return [{ type: 'JobPriorityChanged', data: { priority: command.priority, previous } }];
+    }
+    case 'HoldJob': {
+      if (isTerminal(state.status)) {
+        return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
+      }
+      const attempt = slotHolder(state);
+      if (attempt && !attempt.probe) {
+        return reject(
+          'INVALID_TRANSITION',
+          `job ${state.id} is ${state.status}: a hold keeps a waiting job from starting; cancel one that runs`,
+        );
+      }
+      // A hold already there stands, unless an admin puts theirs over its owner's.
+      if (state.held && (state.held.by === 'admin' || command.by === 'owner')) return [];
+      return [{ type: 'JobHeld', data: { by: command.by, reason: command.reason } }];
+    }
+    case 'ReleaseJob': {
+      if (isTerminal(state.status)) {
+        return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
+      }
+      if (!state.held) return [];
+      if (state.held.by === 'admin' && command.by !== 'admin') {
+        const why = state.held.reason ? ` (${state.held.reason})` : '';
+        return reject(
+          'HELD_BY_ADMIN',
+          `an admin holds job ${state.id}${why}: only an admin may release it`,
+        );
+      }
+      return [{ type: 'JobReleased', data: {} }];
     }
     case 'RecordLogin': {
       const { type: _type, reason, ...data } = command;

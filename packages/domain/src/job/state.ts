@@ -5,6 +5,7 @@ import type {
   CodeArchive,
   Estimate,
   Failure,
+  HoldBy,
   JobEvent,
   JobSpec,
   JobStatus,
@@ -52,6 +53,8 @@ export interface JobState {
   dependenciesMet: boolean;
   /** The running attempt reached the job's time limit: however it ends, the job fails. */
   timeLimitReached: boolean;
+  /** Its hold, while it is held: it is not placed until released. */
+  held: { by: HoldBy; reason: string } | null;
   retryAt: string | null;
   failure: Failure | null;
   submittedAt: string | null;
@@ -77,6 +80,7 @@ export const initialJobState = (id: string): JobState => ({
   cancelRequested: false,
   dependenciesMet: true,
   timeLimitReached: false,
+  held: null,
   retryAt: null,
   failure: null,
   submittedAt: null,
@@ -165,11 +169,12 @@ export function timeLimitDeadline(state: JobState): number | null {
 
 /**
  * Whether a job waits for a place: queued, a retry, or a probe yet to run, with every job it
- * depends on succeeded.
+ * depends on succeeded, and not held.
  */
 export function awaitsPlacement(state: JobState): boolean {
   return (
     state.dependenciesMet &&
+    !state.held &&
     (state.status === 'queued' ||
       state.status === 'retrying' ||
       (state.status === 'estimating' && slotHolder(state) === undefined))
@@ -325,6 +330,10 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
       return { ...state, status: 'failed', failure: event.data.failure };
     case 'JobLogin':
       return state;
+    case 'JobHeld':
+      return { ...state, held: { by: event.data.by, reason: event.data.reason } };
+    case 'JobReleased':
+      return { ...state, held: null };
     case 'JobPriorityChanged':
       return state.spec
         ? { ...state, spec: { ...state.spec, priority: event.data.priority } }

@@ -24,6 +24,8 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       time_limit: spec.timeLimit ?? null,
       depends_on: spec.dependsOn ?? [],
       dependencies_met: !spec.dependsOn,
+      held_by: null,
+      hold_reason: null,
       env_names: Object.keys(spec.env).sort(),
       created_at: at,
       started_at: null,
@@ -84,6 +86,10 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       return { ...next, status: 'failed', failure: event.data.failure, finished_at: at };
     case 'JobPriorityChanged':
       return { ...next, priority: event.data.priority };
+    case 'JobHeld':
+      return { ...next, held_by: event.data.by, hold_reason: event.data.reason };
+    case 'JobReleased':
+      return { ...next, held_by: null, hold_reason: null };
     case 'JobCancelled':
       return { ...next, status: 'cancelled', finished_at: at };
     default: {

@@ -23,6 +23,9 @@ export interface JobsTable {
   depends_on: string[];
   /** Every one of them has succeeded (true for a job without any). */
   dependencies_met: boolean;
+  /** Who holds it while it is held (`owner` or `admin`), and why. */
+  held_by: string | null;
+  hold_reason: string | null;
   env_names: string[];
   created_at: Date;
   started_at: Date | null;

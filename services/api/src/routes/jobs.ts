@@ -99,6 +99,7 @@ async function standing(deps: ApiDeps, id: string) {
 
 const SubmitQuery = z.object({
   dryRun: queryFlag('check a JSON spec and answer 200 without submitting anything'),
+  hold: queryFlag('submit it held: it is not placed until released (POST /v1/jobs/{id}/release)'),
 });
 
 const ListQuery = z.object({
@@ -182,7 +183,13 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       const result = await runJobCommand(
         deps.bus.store,
         jobId,
-        { type: 'SubmitJob', owner: caller.username, spec, ...(code && { code }) },
+        {
+          type: 'SubmitJob',
+          owner: caller.username,
+          spec,
+          ...(code && { code }),
+          ...(req.query.hold && { hold: caller.role === 'admin' ? 'admin' : 'owner' }),
+        },
         { actor: actorOf(caller), now: new Date(), correlationId: req.id },
         { snapshot: { state: initialJobState(jobId), head: EMPTY_HEAD } },
       );

@@ -41,8 +41,7 @@ async function listJobs(
   return jobs;
 }
 
-/** Submit, list, inspect, follow and cancel jobs. */
-/** Submit, list, inspect, follow and cancel jobs. */
+/** Submit, list, inspect, follow, hold and cancel jobs. */
 export function registerJobCommands(program: Command): void {
   registerSubmitCommand(program);
 
@@ -74,7 +73,7 @@ export function registerJobCommands(program: Command): void {
             j.id,
             ...(admin ? [j.owner] : []),
             j.name,
-            j.status,
+            j.held ? `${j.status} (held)` : j.status,
             String(j.resources.gpus),
             j.createdAt,
             j.exitCode === null ? '' : String(j.exitCode),
@@ -106,7 +105,7 @@ export function registerJobCommands(program: Command): void {
       if (job.estimate) console.log(estimateLine(job.estimate));
       if (job.pendingMessage)
         console.log(
-          `waiting${job.queuePosition ? ` (#${job.queuePosition} in the queue)` : ''}: ${job.pendingMessage}`,
+          `waiting${job.queuePosition ? ` (#${job.queuePosition} in the queue)` : ''}: ${cleanName(job.pendingMessage)}`,
         );
       if (job.failure)
         console.log(
@@ -216,4 +215,41 @@ export function registerJobCommands(program: Command): void {
       if (o.json) return printJson(r);
       console.log(`${r.id} ${r.status === 'cancelled' ? 'cancelled' : 'cancelling'}`);
     });
+
+  program
+    .command('hold')
+    .description('keep a waiting job from starting until it is released')
+    .argument('<id>')
+    .option('--reason <text>', 'why, shown with the job')
+    .option('--json', 'print JSON')
+    .action(async (id: string, o: { reason?: string; json?: boolean }) => {
+      const r = await ApiClient.fromEnv().post<HoldAnswer>(
+        `/v1/jobs/${encodeURIComponent(id)}/hold`,
+        o.reason === undefined ? {} : { reason: o.reason },
+      );
+      if (o.json) return printJson(r);
+      console.log(
+        `${r.id} held by ${r.held?.by === 'admin' ? 'an admin' : 'its owner'} (${r.status})`,
+      );
+    });
+
+  program
+    .command('release')
+    .description('let a held job queue again')
+    .argument('<id>')
+    .option('--json', 'print JSON')
+    .action(async (id: string, o: { json?: boolean }) => {
+      const r = await ApiClient.fromEnv().post<HoldAnswer>(
+        `/v1/jobs/${encodeURIComponent(id)}/release`,
+        {},
+      );
+      if (o.json) return printJson(r);
+      console.log(`${r.id} released (${r.status})`);
+    });
+}
+
+interface HoldAnswer {
+  id: string;
+  status: string;
+  held: JobView['held'];
 }

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import type { Holder, QueueEntry, QueueReply } from '@trainyard/events';
 import { ApiClient, CliError } from '../client.ts';
+import { cleanName } from '../output.ts';
 import { wholeNumber } from './flags.ts';
 import { printJson, printTable } from './table.ts';
 
@@ -72,7 +73,7 @@ export function registerQueueCommands(program: Command): void {
         `/v1/jobs/${encodeURIComponent(id)}/explain`,
       );
       if (o.json) return printJson(why);
-      console.log(`${id}: ${why.message}`);
+      console.log(`${id}: ${cleanName(why.message)}`);
       if (why.entry && why.entry.effectivePriority !== why.entry.priority)
         console.log(
           `priority ${why.entry.priority}, ${why.entry.effectivePriority} with its wait (since ${why.entry.since})`,

@@ -122,7 +122,7 @@ export async function submitDirectory(
   o: SubmitFlags,
 ): Promise<{ id: string; status: string; seq: number }> {
   const root = await directory(dir);
-  return submitSpec(client, root, specFrom(root, o), inFlags);
+  return submitSpec(client, root, specFrom(root, o), inFlags, Boolean(o.hold));
 }
 
 /** A directory's absolute path; anything else is refused. */
@@ -142,11 +142,12 @@ async function submitSpec(
   root: string,
   spec: object,
   told: (err: CliError) => CliError,
+  hold: boolean,
 ): Promise<{ id: string; status: string; seq: number }> {
   await client.post('/v1/jobs?dryRun=true', spec).catch((err: unknown) => {
     throw err instanceof CliError && err.code === 'VALIDATION_FAILED' ? told(err) : err;
   });
-  return postWithCode(client, '/v1/jobs', root, spec);
+  return postWithCode(client, hold ? '/v1/jobs?hold=true' : '/v1/jobs', root, spec);
 }
 
 /** The API's complaint about a spec field, told at the line of the task file that gives it. */
@@ -206,7 +207,11 @@ async function submitTask(dir: string | undefined, o: SubmitFlags, given: string
   const spec = { ...task.spec, env: { ...task.spec.env, ...extra } };
   if (o.dryRun) return printPlan(root, planPack(root));
   const client = ApiClient.fromEnv();
-  await announce(client, await submitSpec(client, root, spec, inTaskFile(task)), o);
+  await announce(
+    client,
+    await submitSpec(client, root, spec, inTaskFile(task), Boolean(o.hold)),
+    o,
+  );
 }
 
 /** Prints a submitted job's id (or JSON), and follows its log with `--follow`. */
@@ -283,6 +288,7 @@ export function registerSubmitCommand(program: Command): void {
     )
     .option('--env <NAME=VALUE>', 'an environment variable (repeatable)', collect, [])
     .option('--env-file <file>', 'NAME=VALUE lines: secrets that stay off the command line')
+    .option('--hold', 'submit it held: it does not start until `trainyard release ID`')
     .option('--follow', "follow the log; exit with the job's outcome")
     .option('--dry-run', 'show what would be uploaded and what is left out, and send nothing')
     .option('--json', 'print JSON')

@@ -1,0 +1,95 @@
+import { z } from 'zod';
+import { runJobCommand } from '@trainyard/application';
+import { HoldBy, type JobStatus } from '@trainyard/events';
+import type { Caller } from '../auth.ts';
+import type { Api, ApiDeps } from '../deps.ts';
+import { errorResponses, HIDDEN_CHARACTERS, IdParamsSchema, SubmittedSchema } from '../schemas.ts';
+import { actorOf, callerOf, jobIdParam, visibleJob } from './common.ts';
+
+const HoldBody = z
+  .object({
+    reason: z
+      .string()
+      .max(512)
+      .refine((r) => !HIDDEN_CHARACTERS.test(r), {
+        message: 'control and bidirectional characters are not allowed in a reason',
+      })
+      .default('')
+      .describe('why, shown with the job'),
+  })
+  .strict();
+
+const HoldSchema = SubmittedSchema.extend({
+  held: z.object({ by: HoldBy, reason: z.string() }).nullable(),
+});
+
+/** An admin's hold stands over its owner's: only an admin lifts it. */
+const holderOf = (caller: Caller): HoldBy => (caller.role === 'admin' ? 'admin' : 'owner');
+
+/** Hold a waiting job back from placement, and release it (like Slurm's `hold` and `release`). */
+export function jobHoldRoutes(app: Api, deps: ApiDeps): void {
+  const answer = (
+    id: string,
+    result: Awaited<ReturnType<typeof runJobCommand>>,
+  ): z.infer<typeof HoldSchema> => ({
+    id,
+    status: result.state.status as JobStatus,
+    held: result.state.held,
+    seq: result.head.seq,
+  });
+
+  app.post(
+    '/v1/jobs/:id/hold',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: 'Hold a waiting job: it is not placed until released',
+        description:
+          'A job that waits (submitted, building, estimating, queued or retrying) may be held by its owner or an admin; it may still be built and measured. One that runs answers 409: cancel it instead. A hold an admin puts on a job only an admin releases.',
+        params: IdParamsSchema,
+        body: HoldBody.optional(),
+        response: { 200: HoldSchema, ...errorResponses(400, 401, 404, 409, 503) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const id = jobIdParam(req);
+      const snapshot = await visibleJob(deps, caller, id);
+      const result = await runJobCommand(
+        deps.bus.store,
+        id,
+        { type: 'HoldJob', by: holderOf(caller), reason: req.body?.reason ?? '' },
+        { actor: actorOf(caller), now: new Date(), correlationId: req.id },
+        { snapshot },
+      );
+      return answer(id, result);
+    },
+  );
+
+  app.post(
+    '/v1/jobs/:id/release',
+    {
+      schema: {
+        tags: ['jobs'],
+        summary: 'Release a held job: it queues again, behind what queued meanwhile',
+        description:
+          'Its owner releases their own hold; a hold an admin put on the job answers 403 (`HELD_BY_ADMIN`) unless an admin releases it. Releasing a job that is not held changes nothing.',
+        params: IdParamsSchema,
+        response: { 200: HoldSchema, ...errorResponses(401, 403, 404, 409, 503) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const id = jobIdParam(req);
+      const snapshot = await visibleJob(deps, caller, id);
+      const result = await runJobCommand(
+        deps.bus.store,
+        id,
+        { type: 'ReleaseJob', by: holderOf(caller) },
+        { actor: actorOf(caller), now: new Date(), correlationId: req.id },
+        { snapshot },
+      );
+      return answer(id, result);
+    },
+  );
+}

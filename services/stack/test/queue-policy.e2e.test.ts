@@ -1,0 +1,207 @@
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SimulatedInventory } from '@trainyard/runtime';
+import { tempDir, waitFor } from '@trainyard/testkit';
+import { addUser, startTestStack, submit, type Job, type TestStack } from './harness.ts';
+import { cliEnv, runCli } from './processes.ts';
+
+let t: TestStack;
+let admin: string;
+let alice: string;
+let bob: string;
+let work: Awaited<ReturnType<typeof tempDir>>;
+
+const PASSWORD = 'quota-keeper-1066';
+
+type Waiting = Job & { pendingReason: string | null; pendingMessage: string | null };
+
+const setQuota = (user: string, body: unknown, token = admin) =>
+  t.http(`/v1/users/${user}/quota`, {
+    method: 'PUT',
+    token,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+
+beforeAll(async () => {
+  t = await startTestStack({ inventory: SimulatedInventory.parse('2x24GiB') });
+  work = await tempDir('trainyard-quotas-');
+  admin = await t.token();
+  alice = await addUser(t, admin, 'alice', PASSWORD);
+  bob = await addUser(t, admin, 'bob', PASSWORD);
+});
+
+afterAll(async () => {
+  await t?.stop();
+  await work?.remove();
+});
+
+describe('GPU quotas through the stack', () => {
+  it('lets admins alone set a quota, refusing bad ones and unknown users', async () => {
+    expect((await setQuota('alice', { maxGpus: 1 }, alice)).status).toBe(403);
+    for (const bad of [{ maxGpus: -1 }, { maxGpus: 1.5 }, { maxGpus: 'many' }, {}]) {
+      const r = await setQuota('alice', bad);
+      expect(r.status, JSON.stringify(bad)).toBe(400);
+    }
+    const unknown = await setQuota('nobody', { maxGpus: 1 });
+    expect(unknown.status).toBe(404);
+    expect((await setQuota('not%20a%20name', { maxGpus: 1 })).status).toBe(400);
+    const ok = await setQuota('alice', { maxGpus: 1 });
+    expect(ok.status).toBe(200);
+    expect(await ok.json()).toEqual({ username: 'alice', maxGpus: 1 });
+    await waitFor('the users list to show it', async () => {
+      const users = (await (await t.http('/v1/users', { token: admin })).json()) as {
+        username: string;
+        maxGpus: number | null;
+      }[];
+      return users.find((u) => u.username === 'alice')?.maxGpus === 1;
+    });
+  });
+
+  it('keeps a job queued over its owner’s quota, saying so, and runs it once the first ends', async () => {
+    const gpuJob = (command: string) => ({
+      name: 'quota',
+      command,
+      resources: { gpus: 1, vramGb: 4 },
+    });
+    const first = ((await (await submit(t, alice, gpuJob('sleep 4'))).json()) as { id: string }).id;
+    await t.waitForJob(first, alice, (j) => j.status === 'running', 30_000);
+    const second = ((await (await submit(t, alice, gpuJob('true'))).json()) as { id: string }).id;
+    const waiting = (await t.waitForJob(
+      second,
+      alice,
+      (j) => (j as Waiting).pendingReason === 'overQuota',
+    )) as Waiting;
+    expect(waiting.status).toBe('queued');
+    expect(waiting.pendingMessage).toContain("over alice's quota: their work holds 1 GPU of the 1");
+    const done = await t.waitForJob(second, alice, (j) => j.status === 'succeeded', 30_000);
+    const before = await t.waitForJob(first, alice, (j) => j.status === 'succeeded');
+    expect(Date.parse(done.startedAt!)).toBeGreaterThanOrEqual(Date.parse(before.finishedAt!));
+  });
+
+  it('sets and lifts a quota with trainyard users quota', async () => {
+    const env = cliEnv(t.url, admin, work.path);
+    const set = await runCli(['users', 'quota', 'alice', '--max-gpus', '2'], { env });
+    expect(set.code, set.stderr).toBe(0);
+    expect(set.stdout).toContain('alice may hold 2 GPUs at once');
+    const lifted = await runCli(['users', 'quota', 'alice', '--max-gpus', 'none'], { env });
+    expect(lifted.stdout).toContain('alice has no GPU quota');
+    for (const given of ['-3', '', '1e3', '0x10']) {
+      const bad = await runCli(['users', 'quota', 'alice', '--max-gpus', given], { env });
+      expect(bad.code, given).not.toBe(0);
+      expect(bad.stderr).toContain('--max-gpus wants a whole number of GPUs, or "none"');
+    }
+  });
+});
+
+const current = (id: string, token: string) => t.waitForJob(id, token, () => true);
+
+const post = (path: string, token: string, body: unknown = {}) =>
+  t.http(path, {
+    method: 'POST',
+    token,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+
+describe('holding jobs through the stack', () => {
+  it('keeps a held job queued while others run, an admin’s hold over its owner’s, until released', async () => {
+    const gpuJob = (command: string) => ({
+      name: 'held',
+      command,
+      resources: { gpus: 1, vramGb: 4 },
+    });
+    expect((await setQuota('alice', { maxGpus: 0 })).status).toBe(200);
+    const id = ((await (await submit(t, alice, gpuJob('true'))).json()) as { id: string }).id;
+    await t.waitForJob(id, alice, (j) => (j as Waiting).pendingReason === 'overQuota');
+
+    expect((await post(`/v1/jobs/${id}/hold`, bob)).status).toBe(404);
+    expect((await post(`/v1/jobs/${id}/hold`, alice, { reason: 'x'.repeat(513) })).status).toBe(
+      400,
+    );
+    expect((await post(`/v1/jobs/${id}/hold`, alice, { reason: 'data', extra: 1 })).status).toBe(
+      400,
+    );
+    expect((await post(`/v1/jobs/${id}/hold`, alice, { reason: 'a\u001b[2Jb' })).status).toBe(400);
+    expect((await post('/v1/jobs/job_nope/hold', alice)).status).toBe(404);
+    expect((await t.http(`/v1/jobs/${id}/hold`, { method: 'POST' })).status).toBe(401);
+    const held = await post(`/v1/jobs/${id}/hold`, alice, { reason: 'data not ready' });
+    expect(held.status).toBe(200);
+    expect(await held.json()).toMatchObject({ id, status: 'queued', held: { by: 'owner' } });
+    const waiting = (await t.waitForJob(
+      id,
+      alice,
+      (j) => (j as Waiting).pendingReason === 'held' && j.held !== null,
+    )) as Waiting & { held: unknown };
+    expect(waiting.held).toEqual({ by: 'owner', reason: 'data not ready' });
+    expect(waiting.pendingMessage).toBe(
+      `held by alice (data not ready): \`trainyard release ${id}\` lets it queue`,
+    );
+
+    // With the quota lifted, a job submitted after it runs while the held one, ahead of it, waits.
+    expect((await setQuota('alice', { maxGpus: null })).status).toBe(200);
+    const later = ((await (await submit(t, alice, gpuJob('true'))).json()) as { id: string }).id;
+    await t.waitForJob(later, alice, (j) => j.status === 'succeeded', 30_000);
+    expect((await current(id, alice)).status).toBe('queued');
+
+    expect((await post(`/v1/jobs/${id}/hold`, admin, { reason: 'maintenance' })).status).toBe(200);
+    const refused = await post(`/v1/jobs/${id}/release`, alice);
+    expect(refused.status).toBe(403);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe(
+      'HELD_BY_ADMIN',
+    );
+    const env = cliEnv(t.url, admin, work.path);
+    const ls = await runCli(['ls', '--status', 'queued'], { env });
+    expect(ls.stdout).toMatch(new RegExp(`${id}.*queued \\(held\\)`));
+    const released = await runCli(['release', id], { env });
+    expect(released.code, released.stderr).toBe(0);
+    expect(released.stdout).toContain(`${id} released`);
+    const done = await t.waitForJob(id, alice, (j) => j.status === 'succeeded', 30_000);
+    expect(done.held).toBeNull();
+    const events = (await (await t.http(`/v1/jobs/${id}/events`, { token: alice })).json()) as {
+      type: string;
+      data: unknown;
+      actor: { id: string };
+    }[];
+    const holds = events.filter((e) => e.type === 'JobHeld' || e.type === 'JobReleased');
+    expect(holds.map(({ type, data, actor }) => ({ type, data, by: actor.id }))).toEqual([
+      { type: 'JobHeld', data: { by: 'owner', reason: 'data not ready' }, by: 'alice' },
+      { type: 'JobHeld', data: { by: 'admin', reason: 'maintenance' }, by: 'admin' },
+      { type: 'JobReleased', data: {}, by: 'admin' },
+    ]);
+  });
+
+  it('refuses to hold a job that runs; submits one held with trainyard submit --hold', async () => {
+    const id = (
+      (await (
+        await submit(t, alice, { name: 'run', command: 'sleep 30', resources: { gpus: 0 } })
+      ).json()) as {
+        id: string;
+      }
+    ).id;
+    await t.waitForJob(id, alice, (j) => j.status === 'running', 30_000);
+    const env = cliEnv(t.url, alice, work.path);
+    const hold = await runCli(['hold', id, '--reason', 'too late'], { env });
+    expect(hold.code).not.toBe(0);
+    expect(hold.stderr).toContain('a hold keeps a waiting job from starting');
+    expect((await current(id, alice)).held).toBeNull();
+    expect((await post(`/v1/jobs/${id}/cancel`, alice)).status).toBe(202);
+
+    const code = join(work.path, 'held-code');
+    await mkdir(code);
+    const submitted = await runCli(
+      ['submit', code, '--command', 'true', '--gpus', '1', '--vram-gb', '4', '--hold'],
+      { env },
+    );
+    expect(submitted.code, submitted.stderr).toBe(0);
+    expect(submitted.stderr).toContain('holds no files to upload: sending the spec without code');
+    const heldId = submitted.stdout.trim();
+    const status = await runCli(['status', heldId], { env });
+    expect(status.stdout).toContain(`held by alice: \`trainyard release ${heldId}\``);
+    expect((await current(heldId, alice)).held).toEqual({ by: 'owner', reason: '' });
+    const released = await runCli(['release', heldId], { env });
+    expect(released.code, released.stderr).toBe(0);
+    await t.waitForJob(heldId, alice, (j) => j.status === 'succeeded', 30_000);
+  });
+});
