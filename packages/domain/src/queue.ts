@@ -53,7 +53,24 @@ export interface QueueView {
   entries: Pending[];
   /** How many entries have a position: what may be placed now. */
   positioned: number;
+  /** What each user's running work holds, most GPUs first, with their quota. */
   holders: Holder[];
+  /** The GPU quotas, as they stood. */
+  quotas: ReadonlyMap<string, number>;
+}
+
+/** What one user's running work holds, and their quota: nothing held when they hold nothing. */
+export function holderOf(view: QueueView, owner: string): Holder {
+  return (
+    view.holders.find((h) => h.owner === owner) ?? {
+      owner,
+      gpus: 0,
+      cpus: 0,
+      jobs: 0,
+      sessions: 0,
+      maxGpus: view.quotas.get(owner) ?? null,
+    }
+  );
 }
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
@@ -229,7 +246,8 @@ export function explainQueue(
     const run = runHolder(state);
     if (run) holding.add(state.owner, run, 'sessions');
   }
-  return { entries, positioned: ready.length, holders: holding.list() };
+  const quotas = new Map(cluster.quotas);
+  return { entries, positioned: ready.length, holders: holding.list(quotas), quotas };
 }
 
 const NONE: readonly string[] = [];
@@ -246,8 +264,9 @@ class Holders {
     h[kind] += 1;
   }
 
-  /** Most GPUs first. */
-  list(): Holder[] {
+  /** Most GPUs first, each with its quota. */
+  list(quotas: ReadonlyMap<string, number>): Holder[] {
+    for (const h of this.#by.values()) h.maxGpus = quotas.get(h.owner) ?? null;
     return [...this.#by.values()].sort(
       (a, b) => b.gpus - a.gpus || b.cpus - a.cpus || (a.owner < b.owner ? -1 : 1),
     );

@@ -63,9 +63,9 @@ describe('holding a job', () => {
     expect(awaitsPlacement(given([submitted(), ...hold, ...release]))).toBe(true);
   });
 
-  it('submits a job held, in the same append', () => {
+  it('submits a job held, in its one JobSubmitted: it is never placeable in between', () => {
     const events = when([], { type: 'SubmitJob', owner: 'alice', spec: spec(), hold: 'owner' });
-    expect(events.map((e) => e.type)).toEqual(['JobSubmitted', 'JobHeld']);
+    expect(events).toMatchObject([{ type: 'JobSubmitted', data: { hold: 'owner' } }]);
     const state = given(events);
     expect([state.status, state.held, awaitsPlacement(state)]).toEqual([
       'queued',

@@ -4,6 +4,7 @@ import {
   emptyCluster,
   evolveCluster,
   explainQueue,
+  holderOf,
   plan,
   restoreCluster,
   snapshotCluster,
@@ -116,5 +117,29 @@ describe('GPU quotas', () => {
     const restored = restoreCluster(JSON.parse(JSON.stringify(snapshotCluster(c))));
     expect([...restored.quotas]).toEqual([['alice', 3]]);
     expect([...restored.gpusHeld]).toEqual([['alice', 3]]);
+  });
+
+  it('tells each user what they hold against their quota, nothing held included', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24, 24]);
+    quota(c, 'alice', 2);
+    quota(c, 'carol', 4);
+    submit(c, 'job_a1', oneGpu, 'alice');
+    submit(c, 'job_b1', oneGpu, 'bob');
+    commit(c);
+    const view = explainQueue(c, T0);
+    expect(view.holders).toEqual([
+      { owner: 'alice', gpus: 1, cpus: 0, jobs: 1, sessions: 0, maxGpus: 2 },
+      { owner: 'bob', gpus: 1, cpus: 0, jobs: 1, sessions: 0, maxGpus: null },
+    ]);
+    expect(holderOf(view, 'carol')).toEqual({
+      owner: 'carol',
+      gpus: 0,
+      cpus: 0,
+      jobs: 0,
+      sessions: 0,
+      maxGpus: 4,
+    });
+    expect(holderOf(view, 'dave').maxGpus).toBeNull();
   });
 });

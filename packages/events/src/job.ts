@@ -151,6 +151,10 @@ export const OutputFileSchema = z.object({
 });
 export type OutputFile = z.infer<typeof OutputFileSchema>;
 
+/** Who put a hold on a job: a hold an admin put on it only an admin lifts. */
+export const HoldBy = z.enum(['owner', 'admin']);
+export type HoldBy = z.infer<typeof HoldBy>;
+
 export const JobSubmitted = z.object({
   type: z.literal('JobSubmitted'),
   data: z.object({
@@ -168,6 +172,8 @@ export const JobSubmitted = z.object({
      * was: such a job takes each of its GPUs whole.
      */
     estimate: z.boolean().optional(),
+    /** Submitted held, by its owner or an admin: it is not placed until `JobReleased`. */
+    hold: HoldBy.optional(),
   }),
 });
 export type JobSubmittedData = z.infer<typeof JobSubmitted>['data'];
@@ -316,10 +322,6 @@ export const JobDependencyFailed = z.object({
     failure: FailureSchema,
   }),
 });
-
-/** Who put a hold on a job: a hold an admin put on it only an admin lifts. */
-export const HoldBy = z.enum(['owner', 'admin']);
-export type HoldBy = z.infer<typeof HoldBy>;
 
 /**
  * The job is held: while it waits, it is not placed until released (like Slurm's `hold`). It

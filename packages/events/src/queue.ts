@@ -60,6 +60,8 @@ export const HolderSchema = z.object({
   cpus: z.number().int(),
   jobs: z.number().int(),
   sessions: z.number().int(),
+  /** The most GPUs their work may hold at once; null: no quota. Absent from older schedulers. */
+  maxGpus: z.number().int().nullable().optional(),
 });
 export type Holder = z.infer<typeof HolderSchema>;
 
@@ -84,7 +86,7 @@ export const QueueReplySchema = z.object({
   /** Absent from a scheduler from before it was. */
   positioned: z.number().int().optional(),
   entries: z.array(QueueEntrySchema),
-  /** Who holds what; with a `list` for everyone only. */
+  /** Who holds what: everyone, with a `list` for everyone; the owner alone, with theirs. */
   holders: z.array(HolderSchema).optional(),
 });
 export type QueueReply = z.infer<typeof QueueReplySchema>;

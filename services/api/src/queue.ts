@@ -43,6 +43,25 @@ export async function askScheduler(
   }
 }
 
+/**
+ * Where a job or session stands in the scheduler's queue, while it `waits`: its position and why
+ * it waits; nulls when it does not wait or no scheduler answers in time.
+ */
+export async function pendingFields(
+  deps: Pick<ApiDeps, 'bus' | 'log'>,
+  id: string,
+  waits: boolean,
+) {
+  const entry = waits
+    ? ((await askScheduler(deps, { op: 'explain', id }, 1_000))?.entries[0] ?? null)
+    : null;
+  return {
+    queuePosition: entry?.position ?? null,
+    pendingReason: entry?.reason ?? null,
+    pendingMessage: entry?.message ?? null,
+  };
+}
+
 /** The same, for a route that has nothing to answer without it. */
 export async function queueOrUnavailable(
   deps: Pick<ApiDeps, 'bus' | 'log'>,

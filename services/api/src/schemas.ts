@@ -45,6 +45,24 @@ export const AttemptViewSchema = z
   })
   .meta({ id: 'Attempt' });
 
+/** Where one waiting job or session stands in the queue, on a GET of it, from the scheduler. */
+export const PendingFields = {
+  queuePosition: z
+    .number()
+    .int()
+    .nullable()
+    .optional()
+    .describe(
+      'its place in the placement order, from 1, while it may be placed; null otherwise or when no scheduler answers',
+    ),
+  pendingReason: PendingReason.nullable()
+    .optional()
+    .describe(
+      'while it waits: why (placing, resources, priority, unsatisfiable, overQuota, held, noWorkers, retryBackoff, dependency, building); see GET /v1/jobs/{id}/explain',
+    ),
+  pendingMessage: z.string().nullable().optional().describe('the pending reason in words'),
+};
+
 export const JobViewSchema = z
   .object({
     id: z.string(),
@@ -89,24 +107,7 @@ export const JobViewSchema = z
     attemptCount: z.number().int(),
     seq: z.number().int().describe('the stream sequence of the last event the view holds'),
     attempts: z.array(AttemptViewSchema).optional().describe('only on GET /v1/jobs/{id}'),
-    queuePosition: z
-      .number()
-      .int()
-      .nullable()
-      .optional()
-      .describe(
-        'only on GET /v1/jobs/{id}: its place in the placement order, from 1, while it may be placed; null otherwise or when no scheduler answers',
-      ),
-    pendingReason: PendingReason.nullable()
-      .optional()
-      .describe(
-        'only on GET /v1/jobs/{id}, while it waits: why (placing, resources, priority, unsatisfiable, overQuota, held, noWorkers, retryBackoff, dependency, building); see GET /v1/jobs/{id}/explain',
-      ),
-    pendingMessage: z
-      .string()
-      .nullable()
-      .optional()
-      .describe('only on GET /v1/jobs/{id}: the pending reason in words'),
+    ...PendingFields,
     gpuHours: z
       .number()
       .optional()

@@ -7,7 +7,7 @@ import {
   SessionStatus,
   SessionTimersSchema,
 } from '@trainyard/events';
-import { HIDDEN_CHARACTERS, isoTime } from './schemas.ts';
+import { HIDDEN_CHARACTERS, isoTime, PendingFields } from './schemas.ts';
 
 /** The shapes of the session and SSH key routes; see `schemas.ts` for the rest. */
 
@@ -102,6 +102,7 @@ export const SessionViewSchema = z
     endedAt: isoTime.nullable(),
     stopsAt: isoTime.nullable().describe('when a timer stops it, as things stand (running only)'),
     seq: z.number().int().describe('the stream sequence of the last event the view holds'),
+    ...PendingFields,
   })
   .meta({ id: 'Session' });
 

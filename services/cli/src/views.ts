@@ -59,6 +59,9 @@ export interface JobView {
 
 export interface SessionView {
   id: string;
+  /** Why it waits, while it waits for a place. */
+  pendingReason?: string | null;
+  pendingMessage?: string | null;
   name: string | null;
   owner: string;
   status: string;

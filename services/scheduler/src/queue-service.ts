@@ -2,6 +2,7 @@ import type { Msg, Subscription } from '@nats-io/nats-core';
 import {
   describePending,
   explainQueue,
+  holderOf,
   type ClusterState,
   type PlacementPolicy,
   type QueueView,
@@ -81,7 +82,9 @@ export function serveQueue(
       total: queue.entries.length,
       positioned: queue.positioned,
       entries: chosen.map(describePending),
-      ...(q.op === 'list' && q.owner === undefined && { holders: queue.holders }),
+      ...(q.op === 'list' && {
+        holders: q.owner === undefined ? queue.holders : [holderOf(queue, q.owner)],
+      }),
     };
     msg.respond(JSON.stringify(reply));
   };

@@ -205,3 +205,44 @@ describe('holding jobs through the stack', () => {
     await t.waitForJob(heldId, alice, (j) => j.status === 'succeeded', 30_000);
   });
 });
+
+describe('a user’s own quota', () => {
+  it('shows users what they hold against their quota, and why a session over it waits', async () => {
+    expect((await setQuota('bob', { maxGpus: 1 })).status).toBe(200);
+    const running = (await (
+      await submit(t, bob, {
+        name: 'hold-1',
+        command: 'sleep 30',
+        resources: { gpus: 1, vramGb: 4 },
+      })
+    ).json()) as { id: string };
+    await t.waitForJob(running.id, bob, (j) => j.status === 'running', 30_000);
+
+    const made = await post('/v1/sessions', bob, { resources: { gpus: 1, vramGb: 4 } });
+    expect(made.status).toBe(202);
+    const session = (await made.json()) as { id: string };
+    const waiting = await waitFor('the session to wait over the quota', async () => {
+      const s = (await (await t.http(`/v1/sessions/${session.id}`, { token: bob })).json()) as {
+        status: string;
+        pendingReason: string | null;
+        pendingMessage: string | null;
+      };
+      return s.pendingReason === 'overQuota' ? s : undefined;
+    });
+    expect(waiting.status).toBe('queued');
+    expect(waiting.pendingMessage).toContain("over bob's quota: their work holds 1 GPU of the 1");
+
+    const mine = await runCli(['queue'], { env: cliEnv(t.url, bob, work.path) });
+    expect(mine.code, mine.stderr).toBe(0);
+    expect(mine.stdout).toMatch(new RegExp(`${session.id}.*overQuota`));
+    expect(mine.stdout).toContain(
+      'you hold 1 GPU (of your quota of 1 at once) in 1 job and 0 sessions',
+    );
+    const everyone = await runCli(['queue', '--all'], { env: cliEnv(t.url, admin, work.path) });
+    expect(everyone.stdout).toMatch(/USER\s+GPUS\s+QUOTA/);
+    expect(everyone.stdout).toMatch(/\nbob\s+1\s+1\s+/);
+
+    expect((await post(`/v1/sessions/${session.id}/stop`, bob)).status).toBe(202);
+    expect((await post(`/v1/jobs/${running.id}/cancel`, bob)).status).toBe(202);
+  });
+});

@@ -158,11 +158,9 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
             ...(command.code && { code: command.code }),
             build: needsBuild(command.spec, command.code),
             estimate: needsEstimate(command.spec),
+            ...(command.hold && { hold: command.hold }),
           },
         },
-        ...(command.hold
-          ? [{ type: 'JobHeld' as const, data: { by: command.hold, reason: '' } }]
-          : []),
       ];
     case 'StartBuild':
       if (state.status !== 'submitted') {

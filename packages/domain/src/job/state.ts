@@ -226,6 +226,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         code: event.data.code ?? null,
         estimates: event.data.estimate ?? false,
         dependenciesMet: !event.data.spec.dependsOn,
+        held: event.data.hold ? { by: event.data.hold, reason: '' } : null,
         submittedAt: at,
       };
       return { ...next, status: buildsFirst(event.data) ? 'submitted' : waiting(next) };

@@ -20,7 +20,7 @@ import {
   SubmitSpecSchema,
   SubmittedSchema,
 } from '../schemas.ts';
-import { askScheduler, refuseUnsatisfiable } from '../queue.ts';
+import { pendingFields, refuseUnsatisfiable } from '../queue.ts';
 import { keepUpload, readSubmission } from '../upload.ts';
 import { jobView } from '../views.ts';
 import {
@@ -90,12 +90,6 @@ async function checkDependencies(deps: ApiDeps, caller: Caller, spec: JobSpec): 
 
 /** The statuses of a job that waits to be placed, or to be queued. */
 const WAITING = new Set<string>(['submitted', 'building', 'estimating', 'queued', 'retrying']);
-
-/** Where a waiting job stands in the scheduler's queue; null when no scheduler answers in time. */
-async function standing(deps: ApiDeps, id: string) {
-  const reply = await askScheduler(deps, { op: 'explain', id }, 1_000);
-  return reply?.entries[0] ?? null;
-}
 
 const SubmitQuery = z.object({
   dryRun: queryFlag('check a JSON spec and answer 200 without submitting anything'),
@@ -255,12 +249,9 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
         throw new ApiError('NOT_FOUND', `job ${id} not found`);
       }
       const attempts = await readModel(() => listAttempts(deps.db, id));
-      const waiting = await (WAITING.has(job.status) ? standing(deps, id) : null);
       return {
         ...jobView(job, attempts),
-        queuePosition: waiting?.position ?? null,
-        pendingReason: waiting?.reason ?? null,
-        pendingMessage: waiting?.message ?? null,
+        ...(await pendingFields(deps, id, WAITING.has(job.status))),
       };
     },
   );

@@ -25,7 +25,9 @@ const QueueSchema = z
     holders: z
       .array(HolderSchema)
       .optional()
-      .describe('with all=true: what each user’s running jobs and sessions hold'),
+      .describe(
+        'what running jobs and sessions hold, with the quota (maxGpus): each user’s with all=true, else yours',
+      ),
   })
   .meta({ id: 'Queue' });
 
@@ -47,7 +49,7 @@ export function queueRoutes(app: Api, deps: ApiDeps): void {
         tags: ['jobs'],
         summary: 'The queue in placement order, with why each entry waits',
         description:
-          'Your jobs and sessions that wait, in the order the scheduler places them (`position`), then those that wait for something other than room (retries, dependencies, builds). Admins see everyone’s with `all=true`, and what each user holds.',
+          'Your jobs and sessions that wait, in the order the scheduler places them (`position`), then those that wait for something other than room (held jobs, retries, dependencies, builds), and what your running work holds against your GPU quota. Admins see everyone’s with `all=true`, and what each user holds.',
         querystring: QueueQuery,
         response: { 200: QueueSchema, ...errorResponses(400, 401, 403, 503) },
       },

@@ -20,6 +20,7 @@ import type { Caller } from '../auth.ts';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { sessionBuildLog } from '../logs.ts';
+import { pendingFields } from '../queue.ts';
 import { AfterQuerySchema, errorResponses, queryFlag } from '../schemas.ts';
 import { timersInForce } from '../session-config.ts';
 import {
@@ -47,6 +48,9 @@ import { LOG_EVENTS, LOG_RESPONSE, LogQuery, sendLog } from './send-log.ts';
 export const MAX_SESSION_LIST = 500;
 
 const SESSION_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+/** The statuses of a session that waits for a place. */
+const SESSION_WAITING = new Set<string>(['requested', 'building', 'queued']);
 
 const notFound = (id: string) => new ApiError('SESSION_NOT_FOUND', `session ${id} not found`);
 
@@ -286,7 +290,14 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
         response: { 200: SessionViewSchema, ...errorResponses(401, 404, 503, 504) },
       },
     },
-    async (req) => sessionView(await visibleSessionRow(deps, callerOf(req), sessionIdParam(req))),
+    async (req) => {
+      const id = sessionIdParam(req);
+      const row = await visibleSessionRow(deps, callerOf(req), id);
+      return {
+        ...sessionView(row),
+        ...(await pendingFields(deps, id, SESSION_WAITING.has(row.status))),
+      };
+    },
   );
 
   app.post(

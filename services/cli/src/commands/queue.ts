@@ -12,18 +12,29 @@ function asks(e: QueueEntry): string {
   return `${gpus} GPU ${vramGb === undefined ? 'whole' : `x ${vramGb} GiB`}`;
 }
 
+const quotaOf = (h: Holder) => (h.maxGpus == null ? '-' : String(h.maxGpus));
+
 function printHolders(holders: Holder[]): void {
   console.log('\nholding now:');
   printTable(
-    ['USER', 'GPUS', 'CPUS', 'JOBS', 'SESSIONS'],
+    ['USER', 'GPUS', 'QUOTA', 'CPUS', 'JOBS', 'SESSIONS'],
     holders.map((h) => [
       h.owner,
       String(h.gpus),
+      quotaOf(h),
       String(h.cpus),
       String(h.jobs),
       String(h.sessions),
     ]),
   );
+}
+
+/** What the caller's running work holds, against their quota, in a line. */
+function holdingLine(h: Holder): string {
+  const gpus = `${h.gpus} GPU${h.gpus === 1 ? '' : 's'}`;
+  const work = `${h.jobs} job${h.jobs === 1 ? '' : 's'} and ${h.sessions} session${h.sessions === 1 ? '' : 's'}`;
+  const quota = h.maxGpus == null ? 'no GPU quota' : `of your quota of ${h.maxGpus} at once`;
+  return `you hold ${gpus} (${quota}) in ${work}`;
 }
 
 /** The queue in placement order, and why a job waits. */
@@ -60,7 +71,8 @@ export function registerQueueCommands(program: Command): void {
           ]),
         );
       console.log(`${q.total} waiting in all`);
-      if (q.holders) printHolders(q.holders);
+      if (q.holders && o.all) printHolders(q.holders);
+      else if (q.holders?.length === 1) console.log(holdingLine(q.holders[0]!));
     });
 
   program

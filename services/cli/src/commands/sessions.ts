@@ -89,8 +89,11 @@ async function untilRunning(client: ApiClient, id: string, seq: number): Promise
     );
     after = s.seq;
     const line = `${id} ${s.status}${s.requeuedBecause ? ` (placed again: ${cleanName(s.requeuedBecause)})` : ''}`;
-    if (line !== said) console.error(line);
-    said = line;
+    // Told again when the reason it waits changes, not its counts.
+    const now = `${line} ${s.pendingReason ?? ''}`;
+    if (now !== said)
+      console.error(s.pendingMessage ? `${line}: ${cleanName(s.pendingMessage)}` : line);
+    said = now;
     if (s.status === 'building' && !buildShown) {
       buildShown = true;
       const write = (text: string) => void process.stderr.write(text);
@@ -131,6 +134,7 @@ function printSession(s: SessionView): void {
     `timers: connect ${t.connectMin} min, idle ${t.idleMin} min, max ${t.maxMin} min${s.stopsAt ? `; stops at ${s.stopsAt} unless used` : ''}`,
   );
   if (s.requeuedBecause) console.log(`placed again: ${cleanName(s.requeuedBecause)}`);
+  if (s.pendingMessage) console.log(`waiting: ${cleanName(s.pendingMessage)}`);
   if (ENDED.has(s.status) || s.status === 'stopping') console.log(endLine(s));
 }
 
