@@ -5,3 +5,4 @@ export * from './reports.ts';
 export * from './service-buckets.ts';
 export * from './sessions.ts';
 export * from './worker-keys.ts';
+export * from './teams.ts';

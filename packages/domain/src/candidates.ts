@@ -25,6 +25,8 @@ export interface Candidate {
   id: string;
   /** Whose it is: a quota holds back what its owner's work may take. */
   owner: string;
+  /** The team it is charged to, if any: its quota holds back what its members' work may take. */
+  team: string | null;
   resources: Resources;
   /** Its priority, aged: see `effectivePriority`. */
   priority: number;
@@ -88,6 +90,7 @@ function withShape(f: CandidateFields, priority: number): Candidate {
     kind: f.kind,
     id: f.id,
     owner: f.owner,
+    team: f.team,
     resources: f.resources,
     priority,
     queuedSeq: f.queuedSeq,
@@ -125,6 +128,7 @@ function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
     kind: 'job',
     id: state.id,
     owner: state.owner,
+    team: state.team,
     resources: spec.resources,
     queuedSeq: job.queuedSeq,
     container: runsInContainer(spec),
@@ -143,6 +147,7 @@ function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null
     kind: 'session',
     id: state.id,
     owner: state.owner,
+    team: state.team,
     resources: spec.resources,
     queuedSeq: session.queuedSeq,
     container: state.image !== null,
@@ -162,6 +167,7 @@ export function specCandidate(spec: JobSpec): Candidate {
     kind: 'job',
     id: '',
     owner: '',
+    team: null,
     resources: spec.resources,
     queuedSeq: 0,
     container: runsInContainer(spec),

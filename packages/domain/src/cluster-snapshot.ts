@@ -2,6 +2,7 @@ import { slotHolder } from './job/state.ts';
 import { runHolder } from './session/state.ts';
 import {
   countHeld,
+  teamAccount,
   type ClusterState,
   type TrackedJob,
   type TrackedSession,
@@ -62,7 +63,7 @@ export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
   };
 }
 
-/** The GPUs each user holds, between their jobs' live attempts and their sessions' runs. */
+/** The GPUs each user and team holds, between the live attempts of jobs and the runs of sessions. */
 function gpusHeldBy(
   jobs: Iterable<TrackedJob>,
   sessions: Iterable<TrackedSession>,
@@ -70,11 +71,20 @@ function gpusHeldBy(
   const held = new Map<string, number>();
   for (const { state } of jobs) {
     const attempt = slotHolder(state);
-    if (attempt) countHeld(held, state.owner, attempt.gpus.length);
+    if (attempt) countFor(held, state, attempt.gpus.length);
   }
   for (const { state } of sessions) {
     const run = runHolder(state);
-    if (run) countHeld(held, state.owner, run.gpus.length);
+    if (run) countFor(held, state, run.gpus.length);
   }
   return held;
+}
+
+function countFor(
+  held: Map<string, number>,
+  of: { owner: string; team: string | null },
+  gpus: number,
+): void {
+  countHeld(held, of.owner, gpus);
+  if (of.team !== null) countHeld(held, teamAccount(of.team), gpus);
 }

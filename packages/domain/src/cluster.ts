@@ -88,9 +88,15 @@ export interface ClusterState {
   workers: Map<string, WorkerState>;
   jobs: Map<string, TrackedJob>;
   sessions: Map<string, TrackedSession>;
-  /** The most GPUs each user with a quota may hold at once (`UserQuotaSet`). */
+  /**
+   * The most GPUs each user with a quota may hold at once (`UserQuotaSet`), and each team with
+   * one (`TeamQuotaSet`, under `teamAccount`).
+   */
   quotas: Map<string, number>;
-  /** The GPUs each user's live attempts and session runs hold, kept as they are booked. */
+  /**
+   * The GPUs each user's live attempts and session runs hold, and each team's (under
+   * `teamAccount`), kept as they are booked.
+   */
   gpusHeld: Map<string, number>;
   lastSeq: number;
 }
@@ -129,15 +135,26 @@ function sessionHolding(session: SessionState): Holding | undefined {
   return run && { ...run, memoryBytes: sessionMemoryNeed(session) };
 }
 
-/** Books (or frees) what `owner`'s attempt or run holds: on its worker, and in their count. */
+/**
+ * The key a team's quota and what its work holds are kept under, beside users' (a username
+ * has no colon).
+ */
+export const teamAccount = (team: string): string => `team:${team}`;
+
+/**
+ * Books (or frees) what an attempt or run of `of` holds: on its worker, and in its owner's count
+ * and its team's.
+ */
 function hold(
   cluster: ClusterState,
-  owner: string,
+  of: { owner: string; team: string | null },
   holding: Holding | undefined,
   sign: 1 | -1,
 ): void {
   if (!holding) return;
-  countHeld(cluster.gpusHeld, owner, sign * holding.gpus.length);
+  countHeld(cluster.gpusHeld, of.owner, sign * holding.gpus.length);
+  if (of.team !== null)
+    countHeld(cluster.gpusHeld, teamAccount(of.team), sign * holding.gpus.length);
   reserve(cluster, holding, sign);
 }
 
@@ -163,8 +180,8 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
   const after = evolveJob(before, event, event.occurredAt);
   const held = slotHolder(before);
   const holds = slotHolder(after);
-  if (held && held.id !== holds?.id) hold(cluster, before.owner, jobHolding(before), -1);
-  if (holds && holds.id !== held?.id) hold(cluster, after.owner, jobHolding(after), 1);
+  if (held && held.id !== holds?.id) hold(cluster, before, jobHolding(before), -1);
+  if (holds && holds.id !== held?.id) hold(cluster, after, jobHolding(after), 1);
   if (isTerminal(after.status)) {
     cluster.jobs.delete(event.aggregateId);
     return;
@@ -191,8 +208,8 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
   const after = evolveSession(before, event, event.occurredAt);
   const held = runHolder(before);
   const holds = runHolder(after);
-  if (held && held.id !== holds?.id) hold(cluster, before.owner, sessionHolding(before), -1);
-  if (holds && holds.id !== held?.id) hold(cluster, after.owner, sessionHolding(after), 1);
+  if (held && held.id !== holds?.id) hold(cluster, before, sessionHolding(before), -1);
+  if (holds && holds.id !== held?.id) hold(cluster, after, sessionHolding(after), 1);
   if (sessionEnded(after.status)) {
     cluster.sessions.delete(event.aggregateId);
     return;
@@ -289,6 +306,9 @@ export function evolveCluster(cluster: ClusterState, event: StoredEvent): void {
       return evolveSessionInCluster(cluster, event as StoredEvent<SessionEvent>);
     case 'user':
       return evolveUserInCluster(cluster, event as StoredEvent<UserEvent>);
+    case 'team':
+      if (event.type !== 'TeamQuotaSet') return;
+      return setQuota(cluster, teamAccount(event.aggregateId), event.data.maxGpus);
     default:
       return assertNever(event.aggregate);
   }
@@ -296,9 +316,12 @@ export function evolveCluster(cluster: ClusterState, event: StoredEvent): void {
 
 function evolveUserInCluster(cluster: ClusterState, event: StoredEvent<UserEvent>): void {
   if (event.type !== 'UserQuotaSet') return;
-  const { maxGpus } = event.data;
-  if (maxGpus === null) cluster.quotas.delete(event.aggregateId);
-  else cluster.quotas.set(event.aggregateId, maxGpus);
+  setQuota(cluster, event.aggregateId, event.data.maxGpus);
+}
+
+function setQuota(cluster: ClusterState, account: string, maxGpus: number | null): void {
+  if (maxGpus === null) cluster.quotas.delete(account);
+  else cluster.quotas.set(account, maxGpus);
 }
 
 /** Adds `gpus` (fewer, when negative) to what `owner` holds. */

@@ -20,6 +20,8 @@ export const DomainErrorCode = {
   sessionNotFound: 'SESSION_NOT_FOUND',
   sessionEnded: 'SESSION_ENDED',
   staleRun: 'STALE_RUN',
+  teamExists: 'TEAM_EXISTS',
+  teamNotFound: 'TEAM_NOT_FOUND',
 } as const;
 export type DomainErrorCode = (typeof DomainErrorCode)[keyof typeof DomainErrorCode];
 

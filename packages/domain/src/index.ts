@@ -14,3 +14,4 @@ export * from './job/probe.ts';
 export * from './session/decide.ts';
 export * from './session/state.ts';
 export * from './queue.ts';
+export * from './team.ts';

@@ -1,4 +1,4 @@
-import type { ClusterState, GpuUsage, WorkerState } from './cluster.ts';
+import { teamAccount, type ClusterState, type GpuUsage, type WorkerState } from './cluster.ts';
 import { inPlacementOrder, placeable, type Candidate } from './candidates.ts';
 import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
 
@@ -259,36 +259,57 @@ function leastRoom(job: Candidate, policy: PlacementPolicy): Room | null {
 const roomFor = (least: Room, room: Room) =>
   room.idleGpus >= least.idleGpus && room.mostFreeBytes >= least.mostFreeBytes;
 
-/** The GPUs users with a quota may hold, and hold, as a round books more for them. */
+/**
+ * The GPUs users and teams with a quota may hold, and hold, as a round books more for them
+ * (teams under `teamAccount`).
+ */
 export interface QuotaBook {
   limits: ReadonlyMap<string, number>;
   held: Map<string, number>;
 }
 
-/** The quota book a round starts from; none when no user has a quota. */
+/** The quota book a round starts from; none when no user or team has a quota. */
 export function quotaBook(cluster: ClusterState): QuotaBook | undefined {
   if (cluster.quotas.size === 0) return undefined;
   return { limits: cluster.quotas, held: new Map(cluster.gpusHeld) };
 }
 
+/** A quota that holds a candidate back: what its user (or team, when `team`) holds and may. */
+export interface OverQuota {
+  held: number;
+  limit: number;
+  /** The team whose quota it is; null for its owner's own. */
+  team: string | null;
+}
+
 /**
- * Where its owner's quota holds a candidate back, as booked so far: what the owner holds and may
- * hold. Null when it does not (or the owner has no quota, or it takes no GPU).
+ * Where its owner's quota, or else its team's, holds a candidate back, as booked so far. Null
+ * when neither does (or neither has a quota, or it takes no GPU).
  */
-export function overQuota(
-  job: Candidate,
-  quota: QuotaBook | undefined,
-): { held: number; limit: number } | null {
+export function overQuota(job: Candidate, quota: QuotaBook | undefined): OverQuota | null {
   const gpus = job.resources.gpus;
-  const limit = quota?.limits.get(job.owner);
-  if (!quota || gpus === 0 || limit === undefined) return null;
-  const held = quota.held.get(job.owner) ?? 0;
-  return held + gpus > limit ? { held, limit } : null;
+  if (!quota || gpus === 0) return null;
+  const over = (account: string) => {
+    const limit = quota.limits.get(account);
+    if (limit === undefined) return null;
+    const held = quota.held.get(account) ?? 0;
+    return held + gpus > limit ? { held, limit } : null;
+  };
+  const owners = over(job.owner);
+  if (owners) return { ...owners, team: null };
+  if (job.team === null) return null;
+  const teams = over(teamAccount(job.team));
+  return teams && { ...teams, team: job.team };
 }
 
 function bookQuota(job: Candidate, quota: QuotaBook | undefined): void {
-  if (!quota || job.resources.gpus === 0 || !quota.limits.has(job.owner)) return;
-  quota.held.set(job.owner, (quota.held.get(job.owner) ?? 0) + job.resources.gpus);
+  const gpus = job.resources.gpus;
+  if (!quota || gpus === 0) return;
+  const book = (account: string) => {
+    if (quota.limits.has(account)) quota.held.set(account, (quota.held.get(account) ?? 0) + gpus);
+  };
+  book(job.owner);
+  if (job.team !== null) book(teamAccount(job.team));
 }
 
 /**

@@ -14,6 +14,7 @@ import {
   onlineWorkers,
   overQuota,
   placeInOrder,
+  type OverQuota,
   quotaBook,
   type WorkerShape,
 } from './placement.ts';
@@ -41,10 +42,10 @@ export interface Pending {
   sinceMs: number;
   retryAt: string | null;
   dependsOn: readonly string[];
-  /** For `overQuota`: the GPUs its owner's work held, and their quota. */
-  quota: { held: number; limit: number } | null;
+  /** For `overQuota`: the GPUs its owner's (or team's) work held, and the quota. */
+  quota: OverQuota | null;
   /** For `held`: who holds it, and why. */
-  held: JobState['held'];
+  hold: JobState['held'];
 }
 
 /** The queue in placement order, and who holds what. */
@@ -107,15 +108,20 @@ function why(p: Pending): string {
       return `retrying after a platform failure, at ${p.retryAt}`;
     case 'building':
       return p.status === 'building' ? 'its image is being built' : 'waiting for a builder';
-    case 'held':
-      return p.held!.by === 'admin'
-        ? `held by an admin${p.held!.reason ? ` (${p.held!.reason})` : ''}: only an admin may release it`
-        : `held by ${p.owner}${p.held!.reason ? ` (${p.held!.reason})` : ''}: \`trainyard release ${p.id}\` lets it queue`;
+    case 'held': {
+      const { by, reason } = p.hold!;
+      const why = reason ? ` (${reason})` : '';
+      return by === 'admin'
+        ? `held by an admin${why}: only an admin may release it`
+        : `held by ${p.owner}${why}: \`trainyard release ${p.id}\` lets it queue`;
+    }
     case 'overQuota': {
-      const { held, limit } = p.quota!;
+      const { held, limit, team } = p.quota!;
+      const whose = team === null ? `${p.owner}'s quota` : `team ${team}'s quota`;
+      const work = team === null ? 'their work' : 'its members’ work';
       return p.resources.gpus > limit
-        ? `it asks for ${plural(p.resources.gpus, 'GPU')}, more than ${p.owner}'s quota of ${limit} at once: it runs only if an admin raises the quota`
-        : `over ${p.owner}'s quota: their work holds ${plural(held, 'GPU')} of the ${limit} it may hold at once (with what the next round places), and this needs ${p.resources.gpus} more`;
+        ? `it asks for ${plural(p.resources.gpus, 'GPU')}, more than ${whose} of ${limit} at once: it runs only if an admin raises the quota`
+        : `over ${whose}: ${work} holds ${plural(held, 'GPU')} of the ${limit} it may hold at once (with what the next round places), and this needs ${p.resources.gpus} more`;
     }
   }
 }
@@ -199,7 +205,7 @@ export function explainQueue(
       retryAt: job?.state.retryAt ?? null,
       dependsOn: NONE,
       quota: over,
-      held: null,
+      hold: null,
     };
   });
   const retriesListed = new Set(
@@ -239,7 +245,7 @@ export function explainQueue(
       retryAt: state.retryAt,
       dependsOn: state.spec.dependsOn ?? NONE,
       quota: null,
-      held: state.held,
+      hold: state.held,
     });
   }
   for (const { state } of cluster.sessions.values()) {

@@ -48,7 +48,9 @@ describe('why a job waits', () => {
       owner: 'alice',
       status: 'queued',
     });
-    expect(view.holders).toEqual([{ owner: 'alice', gpus: 2, cpus: 0, jobs: 1, sessions: 0 }]);
+    expect(view.holders).toEqual([
+      { owner: 'alice', gpus: 2, cpus: 0, jobs: 1, sessions: 0, maxGpus: null },
+    ]);
   });
 
   it('says what a round would place, and flags what no worker online holds when workers go', () => {

@@ -1,6 +1,7 @@
 import { type z } from 'zod';
 import { JobEventSchema, type JobEvent } from './job.ts';
 import { SessionEventSchema, type SessionEvent } from './session.ts';
+import { TeamEventSchema, type TeamEvent } from './team.ts';
 import { UserEventSchema, type UserEvent } from './user.ts';
 import { WorkerEventSchema, type WorkerEvent } from './worker.ts';
 
@@ -10,10 +11,11 @@ export const Aggregate = {
   session: 'session',
   worker: 'worker',
   user: 'user',
+  team: 'team',
 } as const;
 export type Aggregate = (typeof Aggregate)[keyof typeof Aggregate];
 
-export type DomainEvent = JobEvent | SessionEvent | WorkerEvent | UserEvent;
+export type DomainEvent = JobEvent | SessionEvent | WorkerEvent | UserEvent | TeamEvent;
 export type DomainEventType = DomainEvent['type'];
 
 /** The events each aggregate may hold. */
@@ -22,6 +24,7 @@ export interface AggregateEvents {
   session: SessionEvent;
   worker: WorkerEvent;
   user: UserEvent;
+  team: TeamEvent;
 }
 
 const schemas = {
@@ -29,6 +32,7 @@ const schemas = {
   session: SessionEventSchema,
   worker: WorkerEventSchema,
   user: UserEventSchema,
+  team: TeamEventSchema,
 } as const satisfies Record<Aggregate, z.ZodType>;
 
 /** Validates an event for an aggregate; throws a ZodError naming the bad field. */

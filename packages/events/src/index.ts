@@ -11,6 +11,7 @@ export * from './signing.ts';
 export * from './store.ts';
 export * from './streams.ts';
 export * from './subjects.ts';
+export * from './team.ts';
 export * from './user.ts';
 export * from './worker.ts';
 export * from './queue.ts';

@@ -11,6 +11,7 @@
  */
 import { z } from 'zod';
 import { BlobRefSchema, FailureSchema, SshLoginSchema } from './common.ts';
+import { TEAM_NAME } from './team.ts';
 
 /** A job's id, as Trainyard makes them; an SSH username of this shape names a job. */
 export const JOB_ID_PATTERN = /^job_[A-Za-z0-9_-]{1,124}$/;
@@ -121,6 +122,8 @@ export const JobSpecSchema = z.object({
   setup: z.string().min(1).max(8192).optional(),
   resources: ResourcesSchema,
   priority: PrioritySchema.default(0),
+  /** The team of the user's to charge its GPUs to; by default, the first team they joined. */
+  team: z.string().regex(TEAM_NAME, 'a team name').optional(),
   maxRetries: z.number().int().min(0).max(20).default(3),
   /**
    * Jobs that must succeed before this one is placed: if one fails or is cancelled, this one
@@ -174,6 +177,8 @@ export const JobSubmitted = z.object({
     estimate: z.boolean().optional(),
     /** Submitted held, by its owner or an admin: it is not placed until `JobReleased`. */
     hold: HoldBy.optional(),
+    /** The team its GPUs are charged to, decided once at submission from its owner's teams. */
+    team: z.string().regex(TEAM_NAME).optional(),
   }),
 });
 export type JobSubmittedData = z.infer<typeof JobSubmitted>['data'];

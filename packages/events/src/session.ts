@@ -13,6 +13,7 @@
  */
 import { z } from 'zod';
 import { FailureSchema, SshLoginSchema } from './common.ts';
+import { TEAM_NAME } from './team.ts';
 import {
   BaseImageSchema,
   BuiltImageSchema,
@@ -41,6 +42,8 @@ export type SessionTimers = z.infer<typeof SessionTimersSchema>;
 export const SessionSpecSchema = z.object({
   name: z.string().trim().min(1).max(SESSION_NAME_MAX).optional(),
   resources: ResourcesSchema,
+  /** The team of the user's to charge its GPUs to; by default, the first team they joined. */
+  team: z.string().regex(TEAM_NAME, 'a team name').optional(),
   /** Timers the user asked for; each is capped by the operator's maximum. */
   timers: SessionTimersSchema.partial().default({}),
   /**
@@ -71,6 +74,8 @@ export const SessionRequested = z.object({
     image: BuiltImageSchema.optional(),
     /** Its image is to be built first (its spec names a base image): it starts `building`. */
     build: z.boolean().optional(),
+    /** The team its GPUs are charged to, decided once at request from its owner's teams. */
+    team: z.string().regex(TEAM_NAME).optional(),
   }),
 });
 

@@ -13,6 +13,7 @@ export type * from './tables/jobs.table.ts';
 export type * from './tables/job-metrics.table.ts';
 export type * from './tables/sessions.table.ts';
 export type * from './tables/ssh-keys.table.ts';
+export type * from './tables/teams.table.ts';
 export type * from './tables/users.table.ts';
 export type * from './tables/workers.table.ts';
 export * from './usage.ts';

@@ -11,6 +11,7 @@ import * as m008 from './migrations/008_limits_and_dependencies.ts';
 import * as m009 from './migrations/009_metrics.ts';
 import * as m010 from './migrations/010_user_quota.ts';
 import * as m011 from './migrations/011_job_hold.ts';
+import * as m012 from './migrations/012_teams.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -25,6 +26,7 @@ const migrations: Record<string, Migration> = {
   '009_metrics': m009,
   '010_user_quota': m010,
   '011_job_hold': m011,
+  '012_teams': m012,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

@@ -1,4 +1,4 @@
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import type { Database } from './database.ts';
 import type { AttemptRow } from './tables/attempts.table.ts';
 import type { JobRow } from './tables/jobs.table.ts';
@@ -58,6 +58,18 @@ export function listWorkers(db: Kysely<Database>) {
 
 export function listUsers(db: Kysely<Database>) {
   return db.selectFrom('users').selectAll().orderBy('username').execute();
+}
+
+/** Every team, by name; or only those `member` is in. */
+export function listTeams(db: Kysely<Database>, member?: string) {
+  let q = db.selectFrom('teams').selectAll().orderBy('name');
+  if (member !== undefined)
+    q = q.where(sql<boolean>`members @> ${JSON.stringify([{ username: member }])}::text::jsonb`);
+  return q.execute();
+}
+
+export function findTeam(db: Kysely<Database>, name: string) {
+  return db.selectFrom('teams').selectAll().where('name', '=', name).executeTakeFirst();
 }
 
 /** Counts of jobs by status, for metrics. */

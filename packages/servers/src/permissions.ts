@@ -137,6 +137,7 @@ const SERVICE_ALLOWS: Record<ControlService, string[]> = {
     ...EVENT_READER,
     'ty.ev.job.*',
     'ty.ev.session.*',
+    'ty.ev.team.*',
     'ty.ev.user.*',
     'ty.ev.worker.*',
     ...lookupsIn(HEARTBEATS),

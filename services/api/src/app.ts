@@ -15,6 +15,7 @@ import { authRoutes } from './routes/auth.ts';
 import { jobDataRoutes } from './routes/job-data.ts';
 import { jobMetricsRoutes } from './routes/job-metrics.ts';
 import { jobHoldRoutes } from './routes/job-holds.ts';
+import { teamRoutes } from './routes/teams.ts';
 import { jobShellRoutes } from './routes/job-shell.ts';
 import { jobRoutes } from './routes/jobs.ts';
 import { queueRoutes } from './routes/queue.ts';
@@ -77,6 +78,7 @@ export async function buildApp(
   const typed: Api = app.withTypeProvider<ZodTypeProvider>();
   authRoutes(typed, deps);
   userRoutes(typed, deps);
+  teamRoutes(typed, deps);
   jobRoutes(typed, deps);
   queueRoutes(typed, deps);
   jobShellRoutes(typed, deps);

@@ -53,14 +53,18 @@ export const PendingFields = {
     .nullable()
     .optional()
     .describe(
-      'its place in the placement order, from 1, while it may be placed; null otherwise or when no scheduler answers',
+      'only on a GET of one: its place in the placement order, from 1, while it may be placed; null otherwise or when no scheduler answers',
     ),
   pendingReason: PendingReason.nullable()
     .optional()
     .describe(
-      'while it waits: why (placing, resources, priority, unsatisfiable, overQuota, held, noWorkers, retryBackoff, dependency, building); see GET /v1/jobs/{id}/explain',
+      'only on a GET of one, while it waits: why (placing, resources, priority, unsatisfiable, overQuota, held, noWorkers, retryBackoff, dependency, building); GET /v1/queue lists them all',
     ),
-  pendingMessage: z.string().nullable().optional().describe('the pending reason in words'),
+  pendingMessage: z
+    .string()
+    .nullable()
+    .optional()
+    .describe('only on a GET of one: the pending reason in words'),
 };
 
 export const JobViewSchema = z
@@ -68,6 +72,7 @@ export const JobViewSchema = z
     id: z.string(),
     name: z.string(),
     owner: z.string(),
+    team: z.string().nullable().describe('the team its GPUs are charged to'),
     status: z.enum(Object.values(JobStatus)),
     priority: z.number().int(),
     command: z.string(),

@@ -79,6 +79,7 @@ export const SessionViewSchema = z
     id: z.string().describe('also the username of its SSH logins'),
     name: z.string().nullable(),
     owner: z.string(),
+    team: z.string().nullable().describe('the team its GPUs are charged to'),
     status: SessionStatusSchema,
     resources: ResourcesSchema,
     timers: SessionTimersSchema.describe('the timers in force'),

@@ -10,6 +10,8 @@ import type { LastBeat } from './heartbeats.ts';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
+const ENDED = new Set<string>(['succeeded', 'failed', 'cancelled']);
+
 /** Hours from seconds, to the hundredth of a second. */
 export const gpuHours = (seconds: number) => Math.round(seconds / 0.0036) / 1e6;
 
@@ -23,6 +25,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     id: job.id,
     name: job.name,
     owner: job.owner,
+    team: job.team,
     status: job.status as JobStatus,
     priority: job.priority,
     command: job.command,
@@ -34,8 +37,11 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     timeLimit: job.time_limit,
     dependsOn: job.depends_on,
     dependenciesMet: job.dependencies_met,
+    // A job that ended is held no more, whatever hold it had.
     held:
-      job.held_by === null ? null : { by: job.held_by as HoldBy, reason: job.hold_reason ?? '' },
+      job.held_by === null || ENDED.has(job.status)
+        ? null
+        : { by: job.held_by as HoldBy, reason: job.hold_reason ?? '' },
     envNames: job.env_names,
     createdAt: job.created_at.toISOString(),
     startedAt: iso(job.started_at),
@@ -109,6 +115,7 @@ export function sessionView(s: SessionRow) {
     id: s.id,
     name: s.name,
     owner: s.owner,
+    team: s.team,
     status: s.status as SessionStatus,
     resources: s.resources,
     timers: s.timers,

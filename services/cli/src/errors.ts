@@ -1,3 +1,5 @@
+import { cleanLog } from './output.ts';
+
 /** A failure to show a person as one line: what went wrong and what to do about it. */
 export class CliError extends Error {
   override name = 'CliError';
@@ -75,7 +77,7 @@ export const verbose = (argv = process.argv, env = process.env) =>
  * message; anything else is named as unexpected, with the way to see more.
  */
 export function describeError(err: unknown): string {
-  if (err instanceof CliError) return err.message;
+  if (err instanceof CliError) return cleanLog(err.message);
   const e = err as { name?: string; code?: unknown; message?: string };
   if (e?.name === 'ServerError' || e?.name === 'ConfigError') return e.message ?? String(err);
   if (e?.code === 'EADDRINUSE') {

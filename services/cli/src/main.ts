@@ -3,6 +3,7 @@ import { registerAccountCommands } from './commands/account.ts';
 import { registerAdminCommands } from './commands/admin.ts';
 import { registerCompletionCommand } from './commands/completion.ts';
 import { registerJobCommands } from './commands/jobs.ts';
+import { registerTeamCommands } from './commands/teams.ts';
 import { registerMetricsCommand } from './commands/metrics.ts';
 import { registerQueueCommands } from './commands/queue.ts';
 import { registerSessionCommands } from './commands/sessions.ts';
@@ -34,6 +35,7 @@ export function buildProgram(server: ServerCommands): Command {
     });
   server.registerServiceCommands(program);
   registerAccountCommands(program);
+  registerTeamCommands(program);
   registerJobCommands(program);
   registerQueueCommands(program);
   registerMetricsCommand(program);

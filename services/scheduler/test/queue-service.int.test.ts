@@ -77,14 +77,20 @@ const ask = async (request: QueueRequest | object) =>
   ).json<unknown>();
 
 describe('the scheduler’s answers about the queue', () => {
-  it('lists one owner’s entries with their places in the whole queue, without who holds what', async () => {
+  it('lists one owner’s entries with their places in the whole queue, and what they alone hold', async () => {
     const reply = QueueReplySchema.parse(await ask({ op: 'list', owner: 'alice', limit: 2 }));
     expect(reply.entries.map((e) => [e.id, e.position, e.reason])).toEqual([
       ['job_a1', 1, 'resources'],
       ['job_a2', 3, 'priority'],
     ]);
     expect(reply).toMatchObject({ total: 5, positioned: 5, seq });
-    expect(reply.holders).toBeUndefined();
+    expect(reply.holders).toEqual([
+      { owner: 'alice', gpus: 1, cpus: 0, jobs: 1, sessions: 0, maxGpus: null },
+    ]);
+    const bobs = QueueReplySchema.parse(await ask({ op: 'list', owner: 'bob', limit: 2 }));
+    expect(bobs.holders).toEqual([
+      { owner: 'bob', gpus: 0, cpus: 0, jobs: 0, sessions: 0, maxGpus: null },
+    ]);
   });
 
   it('lists everyone’s with who holds what, and explains one entry', async () => {
@@ -96,7 +102,9 @@ describe('the scheduler’s answers about the queue', () => {
       'job_a3',
       'job_huge',
     ]);
-    expect(all.holders).toEqual([{ owner: 'alice', gpus: 1, cpus: 0, jobs: 1, sessions: 0 }]);
+    expect(all.holders).toEqual([
+      { owner: 'alice', gpus: 1, cpus: 0, jobs: 1, sessions: 0, maxGpus: null },
+    ]);
     const one = QueueReplySchema.parse(await ask({ op: 'explain', id: 'job_huge' }));
     expect(one.entries).toMatchObject([{ id: 'job_huge', reason: 'unsatisfiable', owner: 'bob' }]);
     const none = QueueReplySchema.parse(await ask({ op: 'explain', id: 'job_running' }));

@@ -358,11 +358,11 @@ describe('a training job end to end over HTTP', () => {
 
     const queue = (await (await t.http('/v1/queue', { token: alice })).json()) as {
       entries: { id: string; owner: string }[];
-      holders?: unknown;
+      holders: { owner: string }[];
     };
     expect(queue.entries.map((e) => e.id)).toContain(after);
     expect(queue.entries.every((e) => e.owner === 'alice')).toBe(true);
-    expect(queue.holders).toBeUndefined();
+    expect(queue.holders.map((h) => h.owner)).toEqual(['alice']);
     expect(
       (await (await t.http('/v1/queue', { token: bob })).json()) as { entries: unknown[] },
     ).toMatchObject({ entries: [] });

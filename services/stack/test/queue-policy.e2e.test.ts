@@ -246,3 +246,81 @@ describe('a user’s own quota', () => {
     expect((await post(`/v1/jobs/${running.id}/cancel`, bob)).status).toBe(202);
   });
 });
+
+describe('teams through the stack', () => {
+  const put = (path: string, token: string, body: unknown = {}) =>
+    t.http(path, {
+      method: 'PUT',
+      token,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+  const gpuJob = (command: string, extra: object = {}) => ({
+    name: 'team',
+    command,
+    resources: { gpus: 1, vramGb: 4 },
+    ...extra,
+  });
+  const submitted = async (token: string, spec: object) => {
+    const res = await submit(t, token, spec);
+    expect(res.status, await res.clone().text()).toBe(202);
+    return ((await res.json()) as { id: string }).id;
+  };
+
+  it('charges members’ work to their team and holds it to the team’s quota', async () => {
+    const carol = await addUser(t, admin, 'carol', PASSWORD);
+    expect((await setQuota('bob', { maxGpus: null })).status).toBe(200);
+    expect((await post('/v1/teams', alice, { name: 'vision' })).status).toBe(403);
+    expect((await post('/v1/teams', admin, { name: 'Vision!' })).status).toBe(400);
+    expect((await post('/v1/teams', admin, { name: 'vision' })).status).toBe(201);
+    expect((await post('/v1/teams', admin, { name: 'vision' })).status).toBe(409);
+
+    expect((await put('/v1/teams/vision/members/alice', alice)).status).toBe(404);
+    expect((await put('/v1/teams/vision/members/alice', admin, { role: 'lead' })).status).toBe(200);
+    expect((await put('/v1/teams/vision/members/nobody', alice)).status).toBe(404);
+    const added = await put('/v1/teams/vision/members/bob', alice);
+    expect(await added.json()).toEqual({ team: 'vision', username: 'bob', role: 'member' });
+    expect((await put('/v1/teams/vision/members/carol', bob)).status).toBe(403);
+    expect((await put('/v1/teams/vision/members/carol', carol)).status).toBe(404);
+    expect((await put('/v1/teams/nowhere/members/carol', admin)).status).toBe(404);
+    const teamsOfCarol = (await (await t.http('/v1/teams', { token: carol })).json()) as unknown[];
+    expect(teamsOfCarol).toEqual([]);
+
+    const env = cliEnv(t.url, admin, work.path);
+    const quota = await runCli(['teams', 'quota', 'vision', '--max-gpus', '1'], { env });
+    expect(quota.code, quota.stderr).toBe(0);
+    expect(quota.stdout).toContain('vision may hold 1 GPU at once');
+    const ls = await runCli(['teams', 'ls'], { env: cliEnv(t.url, bob, work.path) });
+    expect(ls.stdout).toMatch(/vision\s+1\s+alice \(lead\), bob/);
+
+    const invalid = await submit(t, bob, gpuJob('true', { team: 'other' }));
+    expect(invalid.status).toBe(400);
+    expect(await invalid.text()).toContain('team: you are not in a team named other');
+
+    const first = await submitted(alice, gpuJob('sleep 30'));
+    const running = await t.waitForJob(first, alice, (j) => j.status === 'running', 30_000);
+    expect(running.team).toBe('vision');
+    const second = await submitted(bob, gpuJob('true', { team: 'vision' }));
+    const waiting = (await t.waitForJob(
+      second,
+      bob,
+      (j) => (j as Waiting).pendingReason === 'overQuota',
+    )) as Waiting;
+    expect(waiting.pendingMessage).toContain(
+      "over team vision's quota: its members’ work holds 1 GPU of the 1",
+    );
+    const outside = await submitted(carol, gpuJob('true'));
+    await t.waitForJob(outside, carol, (j) => j.status === 'succeeded', 30_000);
+
+    expect((await post(`/v1/jobs/${first}/cancel`, alice)).status).toBe(202);
+    await t.waitForJob(second, bob, (j) => j.status === 'succeeded', 30_000);
+
+    const removed = await t.http('/v1/teams/vision/members/bob', {
+      method: 'DELETE',
+      token: alice,
+    });
+    expect(removed.status).toBe(200);
+    const after = await submitted(bob, gpuJob('true'));
+    expect((await current(after, bob)).team).toBeNull();
+  });
+});

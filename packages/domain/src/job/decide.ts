@@ -35,6 +35,8 @@ export type JobCommand =
       code?: CodeArchive;
       /** Submits it held, by its owner or an admin: it is not placed until released. */
       hold?: HoldBy;
+      /** The team its GPUs are charged to, as the API decided from its owner's teams. */
+      team?: string;
     }
   | { type: 'StartBuild'; builderId: string }
   /** Takes over a build whose builder is gone. */
@@ -159,6 +161,7 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
             build: needsBuild(command.spec, command.code),
             estimate: needsEstimate(command.spec),
             ...(command.hold && { hold: command.hold }),
+            ...(command.team !== undefined && { team: command.team }),
           },
         },
       ];

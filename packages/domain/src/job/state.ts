@@ -36,6 +36,8 @@ export interface JobState {
   id: string;
   status: JobStatus | 'none';
   owner: string;
+  /** The team its GPUs are charged to, if any. */
+  team: string | null;
   spec: JobSpec | null;
   code: CodeArchive | null;
   artifact: BlobRef | null;
@@ -69,6 +71,7 @@ export const initialJobState = (id: string): JobState => ({
   id,
   status: 'none',
   owner: '',
+  team: null,
   spec: null,
   code: null,
   artifact: null,
@@ -222,6 +225,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
       const next: JobState = {
         ...state,
         owner: event.data.owner,
+        team: event.data.team ?? null,
         spec: event.data.spec,
         code: event.data.code ?? null,
         estimates: event.data.estimate ?? false,

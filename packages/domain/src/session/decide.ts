@@ -20,6 +20,8 @@ export type SessionCommand =
       timers: SessionTimers;
       code?: CodeArchive;
       image?: BuiltImage;
+      /** The team its GPUs are charged to, as the API decided from its owner's teams. */
+      team?: string;
     }
   | {
       type: 'AssignSession';
@@ -151,6 +153,7 @@ export function decideSession(command: SessionCommand, state: SessionState): Ses
             timers: command.timers,
             ...(command.code && { code: command.code }),
             ...(command.image && { image: command.image }),
+            ...(command.team !== undefined && { team: command.team }),
             ...(command.spec.image !== undefined && !command.image && { build: true }),
           },
         },

@@ -27,6 +27,8 @@ export interface SessionState {
   id: string;
   status: SessionStatus | 'none';
   owner: string;
+  /** The team its GPUs are charged to, if any. */
+  team: string | null;
   spec: SessionSpec | null;
   timers: SessionTimers | null;
   /** The code unpacked in its home on each run, if the user sent some. */
@@ -58,6 +60,7 @@ export const initialSessionState = (id: string): SessionState => ({
   id,
   status: 'none',
   owner: '',
+  team: null,
   spec: null,
   timers: null,
   code: null,
@@ -115,6 +118,7 @@ export function evolveSession(state: SessionState, event: SessionEvent, at: stri
         ...state,
         status: event.data.build ? 'building' : 'queued',
         owner: event.data.owner,
+        team: event.data.team ?? null,
         spec: event.data.spec,
         timers: event.data.timers,
         code: event.data.code ?? null,

@@ -3,6 +3,7 @@ import { attemptsProjector } from './attempts.ts';
 import { jobsProjector } from './jobs.ts';
 import { sessionsProjector } from './sessions.ts';
 import { sshKeysProjector } from './ssh-keys.ts';
+import { teamsProjector } from './teams.ts';
 import type { TableProjector } from './types.ts';
 import { usersProjector } from './users.ts';
 import { workersProjector } from './workers.ts';
@@ -17,6 +18,7 @@ export const PROJECTORS: readonly TableProjector<ProjectedTable>[] = [
   usersProjector,
   sessionsProjector,
   sshKeysProjector,
+  teamsProjector,
 ] as unknown as readonly TableProjector<ProjectedTable>[];
 
 export {
@@ -24,6 +26,7 @@ export {
   jobsProjector,
   sessionsProjector,
   sshKeysProjector,
+  teamsProjector,
   usersProjector,
   workersProjector,
 };

@@ -12,6 +12,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       id: event.aggregateId,
       name: spec.name,
       owner,
+      team: event.data.team ?? null,
       status: buildsFirst(event.data) ? 'submitted' : event.data.estimate ? 'estimating' : 'queued',
       priority: spec.priority,
       command: spec.command,

@@ -22,6 +22,7 @@ function step(row: SessionRow | undefined, event: StoredEvent): SessionRow | und
     return {
       id: event.aggregateId,
       owner,
+      team: event.data.team ?? null,
       name: spec.name ?? null,
       status: build ? 'building' : 'queued',
       resources: spec.resources,

@@ -5,6 +5,8 @@ export interface JobsTable {
   id: string;
   name: string;
   owner: string;
+  /** The team its GPUs are charged to, if any. */
+  team: string | null;
   status: string;
   priority: number;
   command: string;

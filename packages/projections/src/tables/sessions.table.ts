@@ -4,6 +4,8 @@ import type { Failure, Resources, SessionTimers } from '@trainyard/events';
 export interface SessionsTable {
   id: string;
   owner: string;
+  /** The team its GPUs are charged to, if any. */
+  team: string | null;
   name: string | null;
   status: string;
   resources: Resources;

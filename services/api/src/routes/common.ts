@@ -1,5 +1,5 @@
 import type { FastifyRequest } from 'fastify';
-import type { Actor } from '@trainyard/events';
+import type { Actor, HoldBy } from '@trainyard/events';
 import { loadJobHistory, type JobSnapshot } from '@trainyard/application';
 import { sleep } from '@trainyard/service-kit';
 import { findJob, readCheckpoint, type JobRow } from '@trainyard/projections';
@@ -20,6 +20,9 @@ export function callerOf(req: FastifyRequest): Caller {
 }
 
 export const actorOf = (caller: Caller): Actor => ({ kind: 'user', id: caller.username });
+
+/** Whose hold a caller puts on a job: an admin's stands over its owner's. */
+export const holdOf = (caller: Caller): HoldBy => (caller.role === 'admin' ? 'admin' : 'owner');
 
 /**
  * A route hook that refuses non-admins before the body is validated: a user learns nothing

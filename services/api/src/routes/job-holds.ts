@@ -1,10 +1,9 @@
 import { z } from 'zod';
 import { runJobCommand } from '@trainyard/application';
 import { HoldBy, type JobStatus } from '@trainyard/events';
-import type { Caller } from '../auth.ts';
 import type { Api, ApiDeps } from '../deps.ts';
 import { errorResponses, HIDDEN_CHARACTERS, IdParamsSchema, SubmittedSchema } from '../schemas.ts';
-import { actorOf, callerOf, jobIdParam, visibleJob } from './common.ts';
+import { actorOf, callerOf, holdOf, jobIdParam, visibleJob } from './common.ts';
 
 const HoldBody = z
   .object({
@@ -22,9 +21,6 @@ const HoldBody = z
 const HoldSchema = SubmittedSchema.extend({
   held: z.object({ by: HoldBy, reason: z.string() }).nullable(),
 });
-
-/** An admin's hold stands over its owner's: only an admin lifts it. */
-const holderOf = (caller: Caller): HoldBy => (caller.role === 'admin' ? 'admin' : 'owner');
 
 /** Hold a waiting job back from placement, and release it (like Slurm's `hold` and `release`). */
 export function jobHoldRoutes(app: Api, deps: ApiDeps): void {
@@ -45,7 +41,7 @@ export function jobHoldRoutes(app: Api, deps: ApiDeps): void {
         tags: ['jobs'],
         summary: 'Hold a waiting job: it is not placed until released',
         description:
-          'A job that waits (submitted, building, estimating, queued or retrying) may be held by its owner or an admin; it may still be built and measured. One that runs answers 409: cancel it instead. A hold an admin puts on a job only an admin releases.',
+          'A job that waits (submitted, building, estimating, queued or retrying) may be held by its owner or an admin; it may still be built, and a probe already running finishes. One that runs answers 409: cancel it instead. A hold an admin puts on a job only an admin releases.',
         params: IdParamsSchema,
         body: HoldBody.optional(),
         response: { 200: HoldSchema, ...errorResponses(400, 401, 404, 409, 503) },
@@ -58,7 +54,7 @@ export function jobHoldRoutes(app: Api, deps: ApiDeps): void {
       const result = await runJobCommand(
         deps.bus.store,
         id,
-        { type: 'HoldJob', by: holderOf(caller), reason: req.body?.reason ?? '' },
+        { type: 'HoldJob', by: holdOf(caller), reason: req.body?.reason ?? '' },
         { actor: actorOf(caller), now: new Date(), correlationId: req.id },
         { snapshot },
       );
@@ -85,7 +81,7 @@ export function jobHoldRoutes(app: Api, deps: ApiDeps): void {
       const result = await runJobCommand(
         deps.bus.store,
         id,
-        { type: 'ReleaseJob', by: holderOf(caller) },
+        { type: 'ReleaseJob', by: holdOf(caller) },
         { actor: actorOf(caller), now: new Date(), correlationId: req.id },
         { snapshot },
       );

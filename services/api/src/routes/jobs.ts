@@ -21,11 +21,13 @@ import {
   SubmittedSchema,
 } from '../schemas.ts';
 import { pendingFields, refuseUnsatisfiable } from '../queue.ts';
+import { teamToCharge } from '../charge.ts';
 import { keepUpload, readSubmission } from '../upload.ts';
 import { jobView } from '../views.ts';
 import {
   actorOf,
   callerOf,
+  holdOf,
   jobIdParam,
   readModel,
   refuseTinyMemory,
@@ -159,11 +161,13 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       const submitted = await readSubmission(req, deps.archiveLimits, SubmitSpecSchema);
       const { staged } = submitted;
       let spec: JobSpec;
+      let team: string | undefined;
       try {
         spec = withImagePolicy(submitted.spec, deps.images);
         if (spec.priority > 0 && caller.role !== 'admin') throw priorityForbidden();
         await checkDependencies(deps, caller, spec);
         await refuseUnsatisfiable(deps, spec);
+        team = await teamToCharge(deps, caller.username, spec.team);
       } catch (err) {
         await staged?.discard();
         throw err;
@@ -182,7 +186,8 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
           owner: caller.username,
           spec,
           ...(code && { code }),
-          ...(req.query.hold && { hold: caller.role === 'admin' ? 'admin' : 'owner' }),
+          ...(req.query.hold && { hold: holdOf(caller) }),
+          ...(team !== undefined && { team }),
         },
         { actor: actorOf(caller), now: new Date(), correlationId: req.id },
         { snapshot: { state: initialJobState(jobId), head: EMPTY_HEAD } },

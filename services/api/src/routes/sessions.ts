@@ -21,6 +21,7 @@ import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { sessionBuildLog } from '../logs.ts';
 import { pendingFields } from '../queue.ts';
+import { teamToCharge } from '../charge.ts';
 import { AfterQuerySchema, errorResponses, queryFlag } from '../schemas.ts';
 import { timersInForce } from '../session-config.ts';
 import {
@@ -215,10 +216,12 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
       let spec: SessionSpec;
       let timers: SessionTimers;
       let image: BuiltImage | undefined;
+      let team: string | undefined;
       try {
         spec = withImagePolicy(submitted.spec, deps.images);
         timers = timersInForce(spec.timers, deps.sessionTimers);
         image = await imageFromJob(deps, caller, spec, staged);
+        team = await teamToCharge(deps, caller.username, spec.team);
       } catch (err) {
         await staged?.discard();
         throw err;
@@ -241,6 +244,7 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
           timers,
           ...(code && { code }),
           ...(image && { image }),
+          ...(team !== undefined && { team }),
         },
         { actor: actorOf(caller), now: new Date(), correlationId: req.id },
         { snapshot: { state: initialSessionState(id), head: EMPTY_HEAD } },

@@ -2,6 +2,7 @@ import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
 import { profileName, readCredentials, removeCredentials, writeCredentials } from '../config.ts';
+import { maxGpusFlag, quotaWords } from './flags.ts';
 import { printJson, printTable } from './table.ts';
 
 /** One GPU's memory and utilisation at its worker's last heartbeat: `0: 12.3/80 GiB 35%`. */
@@ -180,10 +181,7 @@ export function registerAccountCommands(program: Command): void {
     .requiredOption('--max-gpus <n>', 'a number of GPUs, or "none" to lift the quota')
     .option('--json', 'print JSON')
     .action(async (username: string, o: { maxGpus: string; json?: boolean }) => {
-      const given = o.maxGpus.trim();
-      if (!/^(\d{1,6}|none)$/i.test(given))
-        throw new CliError('--max-gpus wants a whole number of GPUs, or "none"');
-      const maxGpus = /^none$/i.test(given) ? null : Number(given);
+      const maxGpus = maxGpusFlag(o.maxGpus);
       const r = await ApiClient.fromEnv().put<{ username: string; maxGpus: number | null }>(
         `/v1/users/${encodeURIComponent(username)}/quota`,
         { maxGpus },
@@ -192,7 +190,7 @@ export function registerAccountCommands(program: Command): void {
       console.log(
         r.maxGpus === null
           ? `${r.username} has no GPU quota`
-          : `${r.username} may hold ${r.maxGpus} GPU${r.maxGpus === 1 ? '' : 's'} at once`,
+          : `${r.username} may hold ${quotaWords(r.maxGpus)}`,
       );
     });
 

@@ -103,6 +103,10 @@ export function registerJobCommands(program: Command): void {
           `after ${job.dependsOn.join(', ')}${job.dependenciesMet ? '' : ' (waiting for them)'}`,
         );
       if (job.estimate) console.log(estimateLine(job.estimate));
+      if (job.held)
+        console.log(
+          `held by ${job.held.by === 'admin' ? 'an admin' : 'its owner'}${job.held.reason ? ` (${cleanName(job.held.reason)})` : ''}: \`trainyard release ${job.id}\` lets it queue`,
+        );
       if (job.pendingMessage)
         console.log(
           `waiting${job.queuePosition ? ` (#${job.queuePosition} in the queue)` : ''}: ${cleanName(job.pendingMessage)}`,

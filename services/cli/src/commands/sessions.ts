@@ -14,6 +14,7 @@ import { printJson, printTable } from './table.ts';
 /** The flag that sets each session spec field, to name in an error. */
 const FLAGS: Record<string, string> = {
   name: '--name',
+  team: '--team',
   fromJob: '--from-job',
   image: '--image',
   'resources.gpus': '--gpus',
@@ -38,6 +39,7 @@ function specFrom(o: CreateFlags) {
   };
   return {
     ...(o.name !== undefined && { name: o.name as string }),
+    ...(o.team !== undefined && { team: o.team as string }),
     ...(o.fromJob !== undefined && { fromJob: o.fromJob as string }),
     ...(o.image !== undefined && { image: o.image as string }),
     resources: {
@@ -149,6 +151,7 @@ export function registerSessionCommands(program: Command): void {
     .description('ask for a session; prints its id')
     .argument('[dir]', "a code directory to unpack in the session's home (as submit packs it)")
     .option('--name <name>', 'a name to know it by (an ssh-config host alias)')
+    .option('--team <name>', 'the team of yours to charge it to (default: the first you joined)')
     .option(
       '--image <ref>',
       'build its image on this base (e.g. python), with the code and its requirements.txt',

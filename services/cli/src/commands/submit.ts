@@ -63,6 +63,7 @@ function specFrom(root: string, o: SubmitFlags) {
       ...(o.memoryGb !== undefined && { memoryGb: num('--memory-gb', 'memoryGb') }),
     },
     ...(o.priority !== undefined && { priority: num('--priority', 'priority') }),
+    ...(o.team !== undefined && { team: o.team as string }),
     ...(o.maxRetries !== undefined && { maxRetries: num('--max-retries', 'maxRetries') }),
     ...(o.timeLimit !== undefined && { timeLimit: durationFlag(o.timeLimit as string) }),
     ...((o.dependsOn as string[] | undefined)?.length && { dependsOn: o.dependsOn as string[] }),
@@ -85,6 +86,7 @@ const FLAGS: Record<string, string> = {
   'resources.memoryGb': '--memory-gb',
   image: '--image',
   priority: '--priority',
+  team: '--team',
   maxRetries: '--max-retries',
   timeLimit: '--time-limit',
   dependsOn: '--depends-on',
@@ -174,6 +176,7 @@ const SPEC_FLAGS = [
   'memoryGb',
   'setup',
   'priority',
+  'team',
   'maxRetries',
   'timeLimit',
   'dependsOn',
@@ -218,6 +221,7 @@ async function submitTask(dir: string | undefined, o: SubmitFlags, given: string
 async function announce(client: ApiClient, job: { id: string }, o: SubmitFlags): Promise<void> {
   if (o.json) printJson(job);
   else console.log(job.id);
+  if (o.hold) console.error(`${job.id} is held: \`trainyard release ${job.id}\` lets it queue`);
   if (o.follow) await followToEnd(client, job.id, Boolean(o.json));
 }
 
@@ -275,6 +279,7 @@ export function registerSubmitCommand(program: Command): void {
       'a setup command: run on the worker before the command, or once in the image build',
     )
     .option('--priority <n>', 'higher runs first')
+    .option('--team <name>', 'the team of yours to charge it to (default: the first you joined)')
     .option('--max-retries <n>', 'retries after platform failures')
     .option(
       '--time-limit <duration>',

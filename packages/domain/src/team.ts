@@ -1,0 +1,69 @@
+/**
+ * The team aggregate: a group of users that shares a GPU quota. Admins make teams and set their
+ * quotas; admins and the team's leads add and remove its members. Which team a job or a session
+ * is charged to is decided when it is submitted, from the teams its owner is in then.
+ */
+import type { TeamEvent, TeamRole } from '@trainyard/events';
+import { assertNever, DomainError } from './errors.ts';
+
+export interface TeamState {
+  name: string;
+  exists: boolean;
+  /** Each member's role, by username. */
+  members: Record<string, TeamRole>;
+  maxGpus: number | null;
+}
+
+export const initialTeam = (name: string): TeamState => ({
+  name,
+  exists: false,
+  members: {},
+  maxGpus: null,
+});
+
+export type TeamCommand =
+  | { type: 'CreateTeam' }
+  | { type: 'AddTeamMember'; username: string; role: TeamRole }
+  | { type: 'RemoveTeamMember'; username: string }
+  | { type: 'SetTeamQuota'; maxGpus: number | null };
+
+export function evolveTeam(state: TeamState, event: TeamEvent): TeamState {
+  switch (event.type) {
+    case 'TeamCreated':
+      return { ...state, exists: true };
+    case 'TeamMemberAdded':
+      return { ...state, members: { ...state.members, [event.data.username]: event.data.role } };
+    case 'TeamMemberRemoved': {
+      const { [event.data.username]: _gone, ...members } = state.members;
+      return { ...state, members };
+    }
+    case 'TeamQuotaSet':
+      return { ...state, maxGpus: event.data.maxGpus };
+    default:
+      return assertNever(event);
+  }
+}
+
+/** Decides what a command on a team means; throws `DomainError` when it may not be. */
+export function decideTeam(command: TeamCommand, state: TeamState): TeamEvent[] {
+  if (command.type === 'CreateTeam') {
+    if (state.exists) throw new DomainError('TEAM_EXISTS', `team ${state.name} already exists`);
+    return [{ type: 'TeamCreated', data: { name: state.name } }];
+  }
+  if (!state.exists) throw new DomainError('TEAM_NOT_FOUND', `team ${state.name} not found`);
+  switch (command.type) {
+    case 'AddTeamMember':
+      if (state.members[command.username] === command.role) return [];
+      return [
+        { type: 'TeamMemberAdded', data: { username: command.username, role: command.role } },
+      ];
+    case 'RemoveTeamMember':
+      if (!(command.username in state.members)) return [];
+      return [{ type: 'TeamMemberRemoved', data: { username: command.username } }];
+    case 'SetTeamQuota':
+      if (state.maxGpus === command.maxGpus) return [];
+      return [{ type: 'TeamQuotaSet', data: { maxGpus: command.maxGpus } }];
+    default:
+      return assertNever(command);
+  }
+}

@@ -1,0 +1,206 @@
+import { z } from 'zod';
+import { runTeamCommand } from '@trainyard/application';
+import { evolveTeam, initialTeam, type TeamState } from '@trainyard/domain';
+import { MAX_QUOTA_GPUS, TEAM_NAME, TeamRole, USERNAME } from '@trainyard/events';
+import type { Caller } from '../auth.ts';
+import { currentTeams } from '../charge.ts';
+import type { Api, ApiDeps } from '../deps.ts';
+import { ApiError } from '../errors.ts';
+import { errorResponses, isoTime } from '../schemas.ts';
+import { actorOf, adminsOnly, callerOf, requireAdmin } from './common.ts';
+
+const TeamNameSchema = z
+  .string()
+  .regex(TEAM_NAME, 'lowercase letters, digits, _ or -, 2 to 32 long, starting with a letter');
+const TeamParams = z.object({ team: TeamNameSchema });
+const MemberParams = z.object({
+  team: TeamNameSchema,
+  username: z.string().regex(USERNAME, 'not a username'),
+});
+
+const TeamViewSchema = z
+  .object({
+    name: z.string(),
+    createdAt: isoTime,
+    maxGpus: z
+      .number()
+      .int()
+      .nullable()
+      .describe('the most GPUs its members’ work charged to it may hold at once; null: no quota'),
+    members: z
+      .array(z.object({ username: z.string(), role: TeamRole, since: isoTime }))
+      .describe('in the order they joined'),
+  })
+  .meta({ id: 'Team' });
+
+const MemberSchema = z.object({
+  team: z.string(),
+  username: z.string(),
+  role: TeamRole.nullable(),
+});
+
+const notFound = (team: string) => new ApiError('TEAM_NOT_FOUND', `team ${team} not found`);
+
+/**
+ * The team as the log has it, for a caller who may manage its members: an admin, or one of its
+ * leads. Anyone else is told it does not exist, unless they are in it.
+ */
+async function managedTeam(deps: ApiDeps, caller: Caller, name: string): Promise<TeamState> {
+  const { events } = await deps.bus.store.load('team', name);
+  const team = events.reduce((s, e) => evolveTeam(s, e), initialTeam(name));
+  if (!team.exists) throw notFound(name);
+  if (caller.role === 'admin') return team;
+  const role = team.members[caller.username];
+  if (role === undefined) throw notFound(name);
+  if (role !== 'lead')
+    throw new ApiError('FORBIDDEN', `only admins and leads of ${name} manage its members`);
+  return team;
+}
+
+/**
+ * Teams: groups of users that share a GPU quota. Admins make them and set their quotas; admins
+ * and a team's leads add and remove its members.
+ */
+export function teamRoutes(app: Api, deps: ApiDeps): void {
+  const meta = (caller: Caller, req: { id: string }) => ({
+    actor: actorOf(caller),
+    now: new Date(),
+    correlationId: req.id,
+  });
+
+  app.post(
+    '/v1/teams',
+    {
+      preValidation: adminsOnly,
+      schema: {
+        tags: ['users'],
+        summary: 'Create a team (admins)',
+        body: z.object({ name: TeamNameSchema }).strict(),
+        response: {
+          201: z.object({ name: z.string() }),
+          ...errorResponses(400, 401, 403, 409, 503),
+        },
+      },
+    },
+    async (req, reply) => {
+      const admin = requireAdmin(req);
+      const { name } = req.body;
+      await runTeamCommand(deps.bus.store, name, { type: 'CreateTeam' }, meta(admin, req));
+      return reply.code(201).send({ name });
+    },
+  );
+
+  app.get(
+    '/v1/teams',
+    {
+      schema: {
+        tags: ['users'],
+        summary: 'The teams you are in (admins: every team)',
+        response: { 200: z.array(TeamViewSchema), ...errorResponses(401, 503) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const rows = await currentTeams(deps, caller.role === 'admin' ? undefined : caller.username);
+      return rows.map((t) => ({
+        name: t.name,
+        createdAt: t.created_at.toISOString(),
+        maxGpus: t.max_gpus,
+        members: t.members.map(
+          (m) => ({ ...m, role: m.role === 'lead' ? 'lead' : 'member' }) as const,
+        ),
+      }));
+    },
+  );
+
+  app.put(
+    '/v1/teams/:team/members/:username',
+    {
+      schema: {
+        tags: ['users'],
+        summary: 'Add a member to a team, or change their role (admins and the team’s leads)',
+        description:
+          'Jobs and sessions a member submits from then on are charged to the team they name (`team` in the spec), or else to the first team they joined.',
+        params: MemberParams,
+        body: z
+          .object({ role: TeamRole.default('member') })
+          .strict()
+          .optional(),
+        response: { 200: MemberSchema, ...errorResponses(400, 401, 403, 404, 503) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const { team, username } = req.params;
+      await managedTeam(deps, caller, team);
+      if (!(await deps.credentials.exists(username)))
+        throw new ApiError('NOT_FOUND', `user ${username} not found`);
+      const role = req.body?.role ?? 'member';
+      await runTeamCommand(
+        deps.bus.store,
+        team,
+        { type: 'AddTeamMember', username, role },
+        meta(caller, req),
+      );
+      return { team, username, role };
+    },
+  );
+
+  app.delete(
+    '/v1/teams/:team/members/:username',
+    {
+      schema: {
+        tags: ['users'],
+        summary: 'Remove a member from a team (admins and the team’s leads)',
+        description: 'What they submitted before stays charged to the team until it ends.',
+        params: MemberParams,
+        response: { 200: MemberSchema, ...errorResponses(400, 401, 403, 404, 503) },
+      },
+    },
+    async (req) => {
+      const caller = callerOf(req);
+      const { team, username } = req.params;
+      await managedTeam(deps, caller, team);
+      await runTeamCommand(
+        deps.bus.store,
+        team,
+        { type: 'RemoveTeamMember', username },
+        meta(caller, req),
+      );
+      return { team, username, role: null };
+    },
+  );
+
+  app.put(
+    '/v1/teams/:team/quota',
+    {
+      preValidation: adminsOnly,
+      schema: {
+        tags: ['users'],
+        summary: 'Set the most GPUs a team’s work may hold at once (admins)',
+        description:
+          'Jobs and sessions charged to the team that would take it past the quota wait, queued, with the reason `overQuota`; each member’s own quota holds as well. `null` lifts it.',
+        params: TeamParams,
+        body: z.object({
+          maxGpus: z.number().int().min(0).max(MAX_QUOTA_GPUS).nullable(),
+        }),
+        response: {
+          200: z.object({ name: z.string(), maxGpus: z.number().int().nullable() }),
+          ...errorResponses(400, 401, 403, 404, 503),
+        },
+      },
+    },
+    async (req) => {
+      const admin = requireAdmin(req);
+      const { team } = req.params;
+      const { maxGpus } = req.body;
+      await runTeamCommand(
+        deps.bus.store,
+        team,
+        { type: 'SetTeamQuota', maxGpus },
+        meta(admin, req),
+      );
+      return { name: team, maxGpus };
+    },
+  );
+}

@@ -1,0 +1,97 @@
+import type { Command } from 'commander';
+import { ApiClient } from '../client.ts';
+import { maxGpusFlag, quotaWords } from './flags.ts';
+import { printJson, printTable } from './table.ts';
+
+interface TeamView {
+  name: string;
+  createdAt: string;
+  maxGpus: number | null;
+  members: { username: string; role: string; since: string }[];
+}
+
+const path = (team: string, username?: string) =>
+  `/v1/teams/${encodeURIComponent(team)}${username === undefined ? '' : `/members/${encodeURIComponent(username)}`}`;
+
+/** `trainyard teams`: groups of users that share a GPU quota. */
+export function registerTeamCommands(program: Command): void {
+  const teams = program
+    .command('teams')
+    .description('teams: users that share a GPU quota (admins make them; leads add members)');
+  teams
+    .command('create')
+    .description('make a team (admins)')
+    .argument('<name>')
+    .option('--json', 'print JSON')
+    .action(async (name: string, o: { json?: boolean }) => {
+      const r = await ApiClient.fromEnv().post<{ name: string }>('/v1/teams', { name });
+      if (o.json) return printJson(r);
+      console.log(`created team ${r.name}`);
+    });
+  teams
+    .command('ls')
+    .description('the teams you are in, with their members (admins: every team)')
+    .option('--json', 'print JSON')
+    .action(async (o: { json?: boolean }) => {
+      const list = await ApiClient.fromEnv().json<TeamView[]>('/v1/teams');
+      if (o.json) return printJson(list);
+      printTable(
+        ['TEAM', 'MAX GPUS', 'MEMBERS'],
+        list.map((t) => [
+          t.name,
+          t.maxGpus === null ? '-' : String(t.maxGpus),
+          t.members
+            .map((m) => (m.role === 'lead' ? `${m.username} (lead)` : m.username))
+            .join(', '),
+        ]),
+      );
+    });
+  teams
+    .command('add')
+    .description('add a user to a team, or change their role (admins, the team’s leads)')
+    .argument('<team>')
+    .argument('<username>')
+    .option('--lead', 'they may add and remove the team’s members too')
+    .option('--json', 'print JSON')
+    .action(async (team: string, username: string, o: { lead?: boolean; json?: boolean }) => {
+      const r = await ApiClient.fromEnv().put<{ team: string; username: string; role: string }>(
+        path(team, username),
+        { role: o.lead ? 'lead' : 'member' },
+      );
+      if (o.json) return printJson(r);
+      console.log(`${r.username} is a ${r.role} of ${r.team}`);
+    });
+  teams
+    .command('remove')
+    .description('take a user out of a team (admins, the team’s leads)')
+    .argument('<team>')
+    .argument('<username>')
+    .option('--json', 'print JSON')
+    .action(async (team: string, username: string, o: { json?: boolean }) => {
+      const r = await ApiClient.fromEnv().json<{ team: string; username: string }>(
+        path(team, username),
+        { method: 'DELETE' },
+      );
+      if (o.json) return printJson(r);
+      console.log(`${r.username} is not in ${r.team}`);
+    });
+  teams
+    .command('quota')
+    .description('the most GPUs the team’s work may hold at once (admins); more waits, queued')
+    .argument('<team>')
+    .requiredOption('--max-gpus <n>', 'a number of GPUs, or "none" to lift the quota')
+    .option('--json', 'print JSON')
+    .action(async (team: string, o: { maxGpus: string; json?: boolean }) => {
+      const maxGpus = maxGpusFlag(o.maxGpus);
+      const r = await ApiClient.fromEnv().put<{ name: string; maxGpus: number | null }>(
+        `${path(team)}/quota`,
+        { maxGpus },
+      );
+      if (o.json) return printJson(r);
+      console.log(
+        r.maxGpus === null
+          ? `${r.name} has no GPU quota`
+          : `${r.name} may hold ${quotaWords(r.maxGpus)}`,
+      );
+    });
+}
