@@ -158,25 +158,39 @@ function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null
   }));
 }
 
+/** What a job or session asks of any worker, known before it is submitted. */
+export interface Need {
+  kind: Candidate['kind'];
+  resources: Resources;
+  container: boolean;
+  /** Its first placement is a probe's (a job with GPUs and no VRAM declared). */
+  probe: boolean;
+}
+
+/** What a job of this spec asks of any worker (its spec as the cluster runs it). */
+export const jobNeed = (spec: JobSpec): Need => ({
+  kind: 'job',
+  resources: spec.resources,
+  container: runsInContainer(spec),
+  probe: needsEstimate(spec),
+});
+
 /**
- * A job of this spec as it would wait to be placed, before any of it is known but its spec: for
- * asking whether any worker could ever hold it.
+ * A job or session of this need as it would wait to be placed, before anything else of it is
+ * known: for asking whether any worker could ever hold it.
  */
-export function specCandidate(spec: JobSpec): Candidate {
+export function needCandidate(need: Need): Candidate {
   const fields: CandidateFields = {
-    kind: 'job',
+    ...need,
     id: '',
     owner: '',
     team: null,
-    resources: spec.resources,
     queuedSeq: 0,
-    container: runsInContainer(spec),
     estimate: null,
-    probe: needsEstimate(spec),
-    memoryBytes: limitBytes(spec.resources),
+    memoryBytes: limitBytes(need.resources),
     tracked: null,
   };
-  return withShape(fields, spec.priority);
+  return withShape(fields, 0);
 }
 
 /** A priority aged by the wait since `queuedAtMs`. */

@@ -139,7 +139,8 @@ function sessionHolding(session: SessionState): Holding | undefined {
  * The key a team's quota and what its work holds are kept under, beside users' (a username
  * has no colon).
  */
-export const teamAccount = (team: string): string => `team:${team}`;
+export const TEAM_PREFIX = 'team:';
+export const teamAccount = (team: string): string => `${TEAM_PREFIX}${team}`;
 
 /**
  * Books (or frees) what an attempt or run of `of` holds: on its worker, and in its owner's count

@@ -1,6 +1,18 @@
-import type { Holder, JobSpec, PendingReason, QueueEntry, Resources } from '@trainyard/events';
-import type { ClusterState, TrackedJob, WorkerState } from './cluster.ts';
-import { inPlacementOrder, placeable, specCandidate, type Candidate } from './candidates.ts';
+import type { Holder, PendingReason, QueueEntry, Resources, TeamHolding } from '@trainyard/events';
+import {
+  TEAM_PREFIX,
+  teamAccount,
+  type ClusterState,
+  type TrackedJob,
+  type WorkerState,
+} from './cluster.ts';
+import {
+  inPlacementOrder,
+  needCandidate,
+  placeable,
+  type Candidate,
+  type Need,
+} from './candidates.ts';
 import {
   awaitsDependencies,
   awaitsPlacement,
@@ -29,6 +41,7 @@ export interface Pending {
   kind: Candidate['kind'];
   id: string;
   owner: string;
+  team: string | null;
   status: string;
   /** Its place among what may be placed now, from 1; null for what waits for something else. */
   position: number | null;
@@ -58,6 +71,8 @@ export interface QueueView {
   holders: Holder[];
   /** The GPU quotas, as they stood. */
   quotas: ReadonlyMap<string, number>;
+  /** What each team with a quota, or holding some, holds. */
+  teams: TeamHolding[];
 }
 
 /** What one user's running work holds, and their quota: nothing held when they hold nothing. */
@@ -132,6 +147,7 @@ export function describePending(p: Pending): QueueEntry {
     kind: p.kind,
     id: p.id,
     owner: p.owner,
+    team: p.team,
     status: p.status,
     position: p.position,
     priority: p.priority,
@@ -193,6 +209,7 @@ export function explainQueue(
       kind: c.kind,
       id: c.id,
       owner: tracked.state.owner,
+      team: tracked.state.team,
       status: tracked.state.status,
       position: i + 1,
       priority: job?.state.spec?.priority ?? 0,
@@ -233,6 +250,7 @@ export function explainQueue(
       kind: 'job',
       id: state.id,
       owner: state.owner,
+      team: state.team,
       status: state.status,
       position: null,
       priority: state.spec.priority,
@@ -253,7 +271,25 @@ export function explainQueue(
     if (run) holding.add(state.owner, run, 'sessions');
   }
   const quotas = new Map(cluster.quotas);
-  return { entries, positioned: ready.length, holders: holding.list(quotas), quotas };
+  return {
+    entries,
+    positioned: ready.length,
+    holders: holding.list(quotas),
+    quotas,
+    teams: teamHoldings(cluster),
+  };
+}
+
+/** What each team with a quota, or holding some, holds, by name. */
+function teamHoldings(cluster: ClusterState): TeamHolding[] {
+  const teams = new Set<string>();
+  for (const account of [...cluster.quotas.keys(), ...cluster.gpusHeld.keys()])
+    if (account.startsWith(TEAM_PREFIX)) teams.add(account.slice(TEAM_PREFIX.length));
+  return [...teams].sort().map((team) => ({
+    team,
+    gpus: cluster.gpusHeld.get(teamAccount(team)) ?? 0,
+    maxGpus: cluster.quotas.get(teamAccount(team)) ?? null,
+  }));
 }
 
 const NONE: readonly string[] = [];
@@ -297,16 +333,15 @@ function distinctWhenEmpty(workers: WorkerState[]): WorkerState[] {
 }
 
 /**
- * Whether no worker of `workers` could ever hold a job of this spec, even with nothing else on
- * it; false when there are no workers to judge by. `spec` is as the cluster runs it (its image
- * policy applied).
+ * Whether no worker of `workers` could ever hold a job or session of this need, even with
+ * nothing else on it; false when there are no workers to judge by.
  */
 export function noWorkerCouldHold(
-  spec: JobSpec,
+  need: Need,
   workers: WorkerShape[],
   policy: PlacementPolicy = DEFAULT_POLICY,
 ): boolean {
   if (workers.length === 0) return false;
-  const candidate = specCandidate(spec);
+  const candidate = needCandidate(need);
   return !workers.some((w) => couldEverHold(candidate, w, policy));
 }

@@ -1,6 +1,6 @@
 /**
- * The team aggregate: a group of users that shares a GPU quota. Admins make teams and set their
- * quotas; admins and the team's leads add and remove its members. Which team a job or a session
+ * The team aggregate: a group of users that shares a GPU quota. Admins make teams, staff them and
+ * set their quotas; a lead sees what is charged to the team. Which team a job or a session
  * is charged to is decided when it is submitted, from the teams its owner is in then.
  */
 import type { TeamEvent, TeamRole } from '@trainyard/events';
@@ -23,7 +23,8 @@ export const initialTeam = (name: string): TeamState => ({
 
 export type TeamCommand =
   | { type: 'CreateTeam' }
-  | { type: 'AddTeamMember'; username: string; role: TeamRole }
+  /** Adds a member, or sets their role; without one, a member keeps theirs (a new one: `member`). */
+  | { type: 'AddTeamMember'; username: string; role?: TeamRole }
   | { type: 'RemoveTeamMember'; username: string }
   | { type: 'SetTeamQuota'; maxGpus: number | null };
 
@@ -52,11 +53,12 @@ export function decideTeam(command: TeamCommand, state: TeamState): TeamEvent[] 
   }
   if (!state.exists) throw new DomainError('TEAM_NOT_FOUND', `team ${state.name} not found`);
   switch (command.type) {
-    case 'AddTeamMember':
-      if (state.members[command.username] === command.role) return [];
-      return [
-        { type: 'TeamMemberAdded', data: { username: command.username, role: command.role } },
-      ];
+    case 'AddTeamMember': {
+      const now = state.members[command.username];
+      const role = command.role ?? now ?? 'member';
+      if (now === role) return [];
+      return [{ type: 'TeamMemberAdded', data: { username: command.username, role } }];
+    }
     case 'RemoveTeamMember':
       if (!(command.username in state.members)) return [];
       return [{ type: 'TeamMemberRemoved', data: { username: command.username } }];

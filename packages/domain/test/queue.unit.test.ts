@@ -6,6 +6,7 @@ import {
   describePending,
   explainQueue,
   GiB,
+  jobNeed,
   noWorkerCouldHold,
   type ClusterState,
 } from '../src/index.ts';
@@ -97,7 +98,8 @@ describe('why a job waits', () => {
       dispatchVersion: 4,
       gpus: [0, 1].map((index) => ({ index, name: 'NVIDIA A100-SXM4-80GB', vramBytes: 80 * GiB })),
     };
-    const holds = (s: Partial<JobSpec>, workers = [w]) => !noWorkerCouldHold(spec(s), workers);
+    const holds = (s: Partial<JobSpec>, workers = [w]) =>
+      !noWorkerCouldHold(jobNeed(spec(s)), workers);
     expect(holds({ resources: { gpus: 2, vramGb: 70 } })).toBe(true);
     expect(holds({ resources: { gpus: 3, vramGb: 1 } })).toBe(false);
     expect(holds({ resources: { gpus: 1, vramGb: 80 } })).toBe(false);

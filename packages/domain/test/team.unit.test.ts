@@ -40,6 +40,12 @@ describe('the team decider', () => {
     );
     const promoted = decide(events, { type: 'AddTeamMember', username: 'alice', role: 'lead' });
     expect(team([...events, ...promoted]).members).toEqual({ alice: 'lead' });
+    expect(decide([...events, ...promoted], { type: 'AddTeamMember', username: 'alice' })).toEqual(
+      [],
+    );
+    expect(decide([created], { type: 'AddTeamMember', username: 'bob' })).toEqual([
+      { type: 'TeamMemberAdded', data: { username: 'bob', role: 'member' } },
+    ]);
     const removed = decide(events, { type: 'RemoveTeamMember', username: 'alice' });
     expect(team([...events, ...removed]).members).toEqual({});
     expect(decide(events, { type: 'RemoveTeamMember', username: 'bob' })).toEqual([]);

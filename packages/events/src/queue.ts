@@ -16,7 +16,8 @@ import { ResourcesSchema } from './job.ts';
  * - `retryBackoff`: a retry after a platform failure, due at `retryAt`;
  * - `dependency`: jobs it depends on have not all succeeded;
  * - `building`: its image or artifact is being built, before it is queued;
- * - `overQuota`: it would take its owner's work past the GPUs their quota allows at once;
+ * - `overQuota`: it would take its owner's work (or its team's) past the GPUs their quota allows
+ *   at once;
  * - `held`: its owner or an admin holds it; it is placed only once released.
  */
 export const PendingReason = z.enum([
@@ -37,6 +38,8 @@ export const QueueEntrySchema = z.object({
   kind: z.enum(['job', 'session']),
   id: z.string(),
   owner: z.string(),
+  /** The team it is charged to. Absent from older schedulers. */
+  team: z.string().nullable().optional(),
   status: z.string(),
   /** Its place in the placement order among what may be placed now, from 1; null otherwise. */
   position: z.number().int().min(1).nullable(),
@@ -65,11 +68,20 @@ export const HolderSchema = z.object({
 });
 export type Holder = z.infer<typeof HolderSchema>;
 
+/** What the work charged to a team holds now, against the team's quota. */
+export const TeamHoldingSchema = z.object({
+  team: z.string(),
+  gpus: z.number().int(),
+  maxGpus: z.number().int().nullable(),
+});
+export type TeamHolding = z.infer<typeof TeamHoldingSchema>;
+
 export const QueueRequestSchema = z.discriminatedUnion('op', [
-  /** The queue in placement order: `owner`'s entries only, when it names one. */
+  /** The queue in placement order: `owner`'s (or `team`'s) entries only, when it names one. */
   z.object({
     op: z.literal('list'),
     owner: z.string().optional(),
+    team: z.string().optional(),
     limit: z.number().int().min(1).max(10_000),
   }),
   /** Where one job or session stands. */
@@ -88,5 +100,7 @@ export const QueueReplySchema = z.object({
   entries: z.array(QueueEntrySchema),
   /** Who holds what: everyone, with a `list` for everyone; the owner alone, with theirs. */
   holders: z.array(HolderSchema).optional(),
+  /** What teams hold: every team with a quota or holding some, or the one listed. */
+  teams: z.array(TeamHoldingSchema).optional(),
 });
 export type QueueReply = z.infer<typeof QueueReplySchema>;

@@ -173,7 +173,15 @@ export class EventStore {
 
   /** Whether the log holds an event after `seq` (matching `filter`, default every event). */
   async hasAfter(seq: number, filter: string = Subjects.allEvents): Promise<boolean> {
-    return (await this.#get('read the event log', { seq: seq + 1, next_by_subj: filter })) !== null;
+    return (await this.nextAfter(seq, filter)) !== null;
+  }
+
+  /**
+   * The first event after `seq` that matches `filter` (one direct read), or null: for walking a
+   * few events of a kind that is rare in the log.
+   */
+  nextAfter(seq: number, filter: string = Subjects.allEvents): Promise<StoredEvent | null> {
+    return this.#get('read the event log', { seq: seq + 1, next_by_subj: filter });
   }
 
   /** The sequence of the newest event in the log (0 when it is empty). */

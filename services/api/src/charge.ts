@@ -1,40 +1,105 @@
-import { Subjects } from '@trainyard/events';
-import { listTeams, readCheckpoint } from '@trainyard/projections';
+import {
+  Subjects,
+  type EventStore,
+  type StoredEvent,
+  type TeamEvent,
+  type TeamRole,
+} from '@trainyard/events';
+import { listTeams } from '@trainyard/projections';
 import type { ApiDeps } from './deps.ts';
 import { ApiError } from './errors.ts';
 import { readModel, waitForSeq } from './routes/common.ts';
 
-/**
- * The teams (`member`'s, or all), from their projection once it holds every team event in the
- * log: a change to a team is seen by the next read, and a member just added is charged.
- */
-export async function currentTeams(deps: ApiDeps, member?: string) {
-  const checkpoint = await readModel(() => readCheckpoint(deps.db));
-  if (await deps.bus.store.hasAfter(checkpoint, Subjects.aggregateEvents('team')))
-    await waitForSeq(deps, await deps.bus.store.lastSeq());
-  return readModel(() => listTeams(deps.db, member));
+const TEAM_EVENTS = Subjects.aggregateEvents('team');
+
+/** A user's place in a team: their role, and the sequence of the event that added them. */
+interface Membership {
+  role: TeamRole;
+  seq: number;
 }
 
 /**
- * The team a user's new job or session is charged to, decided once at submission: the one its
- * spec names (one of theirs), else the first team they joined, else none.
+ * Who is in which team, folded from the team events of the log, read on demand: one look at the
+ * log when nothing changed, the new events when something did. Commands need not wait for the
+ * read models, nor for PostgreSQL.
+ */
+class TeamIndex {
+  lastSeq = 0;
+  /** Each user's teams, with their role and the sequence of the event that added them. */
+  readonly #joined = new Map<string, Map<string, Membership>>();
+
+  constructor(private readonly store: EventStore) {}
+
+  async current(): Promise<this> {
+    for (;;) {
+      const event = await this.store.nextAfter(this.lastSeq, TEAM_EVENTS);
+      if (!event) return this;
+      this.#apply(event as StoredEvent<TeamEvent>);
+    }
+  }
+
+  /** A user's teams, each with their role and when they joined it. */
+  teamsOf(username: string): ReadonlyMap<string, Membership> {
+    return this.#joined.get(username) ?? new Map();
+  }
+
+  #apply(event: StoredEvent<TeamEvent>): void {
+    // Two readers catching up at once each fold every event once.
+    if (event.seq <= this.lastSeq) return;
+    this.lastSeq = event.seq;
+    if (event.type === 'TeamMemberAdded') {
+      const { username, role } = event.data;
+      const teams = this.#joined.get(username) ?? new Map<string, Membership>();
+      teams.set(event.aggregateId, { role, seq: teams.get(event.aggregateId)?.seq ?? event.seq });
+      this.#joined.set(username, teams);
+    } else if (event.type === 'TeamMemberRemoved') {
+      this.#joined.get(event.data.username)?.delete(event.aggregateId);
+    }
+  }
+}
+
+const indexes = new WeakMap<EventStore, TeamIndex>();
+
+function teamIndex(store: EventStore): Promise<TeamIndex> {
+  let index = indexes.get(store);
+  if (!index) indexes.set(store, (index = new TeamIndex(store)));
+  return index.current();
+}
+
+/**
+ * The team a user's new job or session is charged to, decided once at submission from the log:
+ * the one its spec names (one of theirs), else the first team they joined, else none.
  */
 export async function teamToCharge(
-  deps: ApiDeps,
+  deps: Pick<ApiDeps, 'bus'>,
   username: string,
   named: string | undefined,
 ): Promise<string | undefined> {
-  const teams = await currentTeams(deps, username);
+  const teams = (await teamIndex(deps.bus.store)).teamsOf(username);
   if (named !== undefined) {
-    if (!teams.some((t) => t.name === named))
+    if (!teams.has(named))
       throw new ApiError('VALIDATION_FAILED', `team: you are not in a team named ${named}`);
     return named;
   }
-  let first: { team: string; since: string } | undefined;
-  for (const t of teams) {
-    const since = t.members.find((m) => m.username === username)?.since;
-    if (since !== undefined && (first === undefined || since < first.since))
-      first = { team: t.name, since };
-  }
-  return first?.team;
+  let first: [string, Membership] | undefined;
+  for (const entry of teams) if (first === undefined || entry[1].seq < first[1].seq) first = entry;
+  return first?.[0];
+}
+
+/** A user's role in a team, as the log has it now; null when they are not in it. */
+export async function teamRole(
+  deps: Pick<ApiDeps, 'bus'>,
+  username: string,
+  team: string,
+): Promise<TeamRole | null> {
+  return (await teamIndex(deps.bus.store)).teamsOf(username).get(team)?.role ?? null;
+}
+
+/**
+ * The teams (`member`'s, or all) from their projection, once it has applied every team event in
+ * the log: a change to a team is seen by the next read.
+ */
+export async function currentTeams(deps: ApiDeps, member?: string) {
+  await waitForSeq(deps, (await teamIndex(deps.bus.store)).lastSeq);
+  return readModel(() => listTeams(deps.db, member));
 }

@@ -98,7 +98,7 @@ export function toErrorResponse(err: unknown): { status: number; body: ErrorBody
     );
   } else if (err instanceof DomainError) e = new ApiError(err.code, err.message);
   else if (err instanceof ConcurrencyError)
-    e = new ApiError('CONCURRENCY_CONFLICT', 'the job changed; try again');
+    e = new ApiError('CONCURRENCY_CONFLICT', 'it changed meanwhile; try again');
   else if (err instanceof ArchiveError) e = new ApiError('BAD_ARCHIVE', err.message);
   else if (err instanceof EventStoreError && err.code === 'EVENT_LOG_UNAVAILABLE') {
     e = new ApiError('EVENT_LOG_UNAVAILABLE', 'the event log is unavailable; try again shortly');

@@ -1,16 +1,5 @@
-import {
-  describeNeed,
-  noWorkerCouldHold,
-  runsInContainer,
-  type WorkerShape,
-} from '@trainyard/domain';
-import {
-  QueueReplySchema,
-  Subjects,
-  type JobSpec,
-  type QueueReply,
-  type QueueRequest,
-} from '@trainyard/events';
+import { describeNeed, noWorkerCouldHold, type Need, type WorkerShape } from '@trainyard/domain';
+import { QueueReplySchema, Subjects, type QueueReply, type QueueRequest } from '@trainyard/events';
 import { listWorkers, type WorkerRow } from '@trainyard/projections';
 import type { ApiDeps } from './deps.ts';
 import { ApiError } from './errors.ts';
@@ -106,23 +95,23 @@ export function workerShapeOf(w: WorkerRow): WorkerShape {
 }
 
 /**
- * Refuses a job no registered worker could ever hold, even with nothing else on it. Where the
- * workers cannot be read, or none has registered yet, the job is taken: nothing says it cannot
- * run.
+ * Refuses a job or session no registered worker could ever hold, even with nothing else on it.
+ * Where the workers cannot be read, or none has registered yet, it is taken: nothing says it
+ * cannot run.
  */
 export async function refuseUnsatisfiable(
   deps: Pick<ApiDeps, 'db' | 'log'>,
-  spec: JobSpec,
+  need: Need,
 ): Promise<void> {
   const workers = await registeredWorkers(deps).catch((err: unknown) => {
-    deps.log.warn({ err }, 'could not read the workers to check a job fits one');
+    deps.log.warn({ err }, `could not read the workers to check a ${need.kind} fits one`);
     return [];
   });
-  if (!noWorkerCouldHold(spec, workers)) return;
+  if (!noWorkerCouldHold(need, workers)) return;
   const listed = workers.slice(0, 5).map(describeWorker).join('; ');
   throw new ApiError(
     'UNSATISFIABLE',
-    `no registered worker could ever run this job: it needs ${describeNeed(spec.resources, runsInContainer(spec))}; the workers are ${listed}${workers.length > 5 ? '; …' : ''}`,
+    `no registered worker could ever run this ${need.kind}: it needs ${describeNeed(need.resources, need.container)}; the workers are ${listed}${workers.length > 5 ? '; …' : ''}`,
   );
 }
 

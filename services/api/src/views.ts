@@ -5,12 +5,11 @@ import type {
   SessionStatus,
   SessionStopReason,
 } from '@trainyard/events';
+import { isTerminal } from '@trainyard/domain';
 import type { AttemptRow, JobRow, SessionRow, SshKeyRow, WorkerRow } from '@trainyard/projections';
 import type { LastBeat } from './heartbeats.ts';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
-
-const ENDED = new Set<string>(['succeeded', 'failed', 'cancelled']);
 
 /** Hours from seconds, to the hundredth of a second. */
 export const gpuHours = (seconds: number) => Math.round(seconds / 0.0036) / 1e6;
@@ -39,7 +38,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     dependenciesMet: job.dependencies_met,
     // A job that ended is held no more, whatever hold it had.
     held:
-      job.held_by === null || ENDED.has(job.status)
+      job.held_by === null || isTerminal(job.status as JobStatus)
         ? null
         : { by: job.held_by as HoldBy, reason: job.hold_reason ?? '' },
     envNames: job.env_names,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { noWorkerCouldHold } from '@trainyard/domain';
+import { jobNeed, noWorkerCouldHold } from '@trainyard/domain';
 import type { JobSpec } from '@trainyard/events';
 import type { WorkerRow } from '@trainyard/projections';
 import { workerShapeOf } from '../src/queue.ts';
@@ -32,19 +32,19 @@ describe('the check at submit, on the workers’ projection', () => {
   it('refuses nothing on what a row projected before capacities does not say', () => {
     const old = [workerShapeOf(row(null))];
     // A probe needs dispatch version 2, a memory limit a worker that holds one: unknown here.
-    expect(noWorkerCouldHold(spec({ gpus: 1 }), old)).toBe(false);
-    expect(noWorkerCouldHold(spec({ gpus: 0, memoryGb: 1 }), old)).toBe(false);
+    expect(noWorkerCouldHold(jobNeed(spec({ gpus: 1 })), old)).toBe(false);
+    expect(noWorkerCouldHold(jobNeed(spec({ gpus: 0, memoryGb: 1 })), old)).toBe(false);
     // What the row does say still counts.
-    expect(noWorkerCouldHold(spec({ gpus: 2, vramGb: 1 }), old)).toBe(true);
-    expect(noWorkerCouldHold(spec({ gpus: 1, vramGb: 30 }), old)).toBe(true);
+    expect(noWorkerCouldHold(jobNeed(spec({ gpus: 2, vramGb: 1 })), old)).toBe(true);
+    expect(noWorkerCouldHold(jobNeed(spec({ gpus: 1, vramGb: 30 })), old)).toBe(true);
   });
 
   it('reads what a row with its capacity says', () => {
     const known = [
       workerShapeOf(row({ memoryBytes: 8 * GiB, limitsMemory: false, dispatchVersion: 1 })),
     ];
-    expect(noWorkerCouldHold(spec({ gpus: 1 }), known)).toBe(true);
-    expect(noWorkerCouldHold(spec({ gpus: 0, memoryGb: 1 }), known)).toBe(true);
-    expect(noWorkerCouldHold(spec({ gpus: 1, vramGb: 8 }), known)).toBe(false);
+    expect(noWorkerCouldHold(jobNeed(spec({ gpus: 1 })), known)).toBe(true);
+    expect(noWorkerCouldHold(jobNeed(spec({ gpus: 0, memoryGb: 1 })), known)).toBe(true);
+    expect(noWorkerCouldHold(jobNeed(spec({ gpus: 1, vramGb: 8 })), known)).toBe(false);
   });
 });

@@ -45,6 +45,8 @@ export interface JobView {
   /** Jobs that must succeed first, and whether they all have. */
   dependsOn?: string[];
   dependenciesMet?: boolean;
+  /** The team its GPUs are charged to. */
+  team?: string | null;
   /** Who holds it, and why, while it is held. */
   held?: { by: 'owner' | 'admin'; reason: string } | null;
   createdAt: string;

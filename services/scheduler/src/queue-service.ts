@@ -72,9 +72,11 @@ export function serveQueue(
     const chosen =
       q.op === 'explain'
         ? queue.entries.filter((e) => e.id === q.id)
-        : (q.owner === undefined
-            ? queue.entries
-            : queue.entries.filter((e) => e.owner === q.owner)
+        : (q.owner !== undefined
+            ? queue.entries.filter((e) => e.owner === q.owner)
+            : q.team !== undefined
+              ? queue.entries.filter((e) => e.team === q.team)
+              : queue.entries
           ).slice(0, q.limit);
     const reply: QueueReply = {
       seq,
@@ -82,9 +84,20 @@ export function serveQueue(
       total: queue.entries.length,
       positioned: queue.positioned,
       entries: chosen.map(describePending),
-      ...(q.op === 'list' && {
-        holders: q.owner === undefined ? queue.holders : [holderOf(queue, q.owner)],
-      }),
+      ...(q.op === 'list' && q.owner !== undefined && { holders: [holderOf(queue, q.owner)] }),
+      ...(q.op === 'list' &&
+        q.team !== undefined && {
+          teams: [
+            queue.teams.find((t) => t.team === q.team) ?? {
+              team: q.team,
+              gpus: 0,
+              maxGpus: null,
+            },
+          ],
+        }),
+      ...(q.op === 'list' &&
+        q.owner === undefined &&
+        q.team === undefined && { holders: queue.holders, teams: queue.teams }),
     };
     msg.respond(JSON.stringify(reply));
   };

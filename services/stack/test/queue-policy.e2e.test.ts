@@ -218,6 +218,16 @@ describe('a user’s own quota', () => {
     ).json()) as { id: string };
     await t.waitForJob(running.id, bob, (j) => j.status === 'running', 30_000);
 
+    for (const resources of [{ gpus: 3 }, { gpus: 1, vramGb: 30 }]) {
+      const never = await post('/v1/sessions', bob, { resources });
+      expect(never.status, JSON.stringify(resources)).toBe(400);
+      expect(await never.json()).toMatchObject({
+        error: {
+          code: 'UNSATISFIABLE',
+          message: expect.stringContaining('no registered worker could ever run this session'),
+        },
+      });
+    }
     const made = await post('/v1/sessions', bob, { resources: { gpus: 1, vramGb: 4 } });
     expect(made.status).toBe(202);
     const session = (await made.json()) as { id: string };
@@ -275,13 +285,15 @@ describe('teams through the stack', () => {
     expect((await post('/v1/teams', admin, { name: 'vision' })).status).toBe(201);
     expect((await post('/v1/teams', admin, { name: 'vision' })).status).toBe(409);
 
-    expect((await put('/v1/teams/vision/members/alice', alice)).status).toBe(404);
+    expect((await put('/v1/teams/vision/members/alice', alice)).status).toBe(403);
     expect((await put('/v1/teams/vision/members/alice', admin, { role: 'lead' })).status).toBe(200);
-    expect((await put('/v1/teams/vision/members/nobody', alice)).status).toBe(404);
-    const added = await put('/v1/teams/vision/members/bob', alice);
+    expect((await put('/v1/teams/vision/members/nobody', admin)).status).toBe(404);
+    expect((await put('/v1/teams/vision/members/bob', alice)).status).toBe(403);
+    const added = await put('/v1/teams/vision/members/bob', admin);
     expect(await added.json()).toEqual({ team: 'vision', username: 'bob', role: 'member' });
-    expect((await put('/v1/teams/vision/members/carol', bob)).status).toBe(403);
-    expect((await put('/v1/teams/vision/members/carol', carol)).status).toBe(404);
+    const again = await put('/v1/teams/vision/members/alice', admin);
+    expect(await again.json()).toEqual({ team: 'vision', username: 'alice', role: 'lead' });
+    expect((await put('/v1/teams/vision/members/bob', admin, { role: 'boss' })).status).toBe(400);
     expect((await put('/v1/teams/nowhere/members/carol', admin)).status).toBe(404);
     const teamsOfCarol = (await (await t.http('/v1/teams', { token: carol })).json()) as unknown[];
     expect(teamsOfCarol).toEqual([]);
@@ -309,15 +321,28 @@ describe('teams through the stack', () => {
     expect(waiting.pendingMessage).toContain(
       "over team vision's quota: its members’ work holds 1 GPU of the 1",
     );
+    const teamQueue = await runCli(['queue', '--team', 'vision'], {
+      env: cliEnv(t.url, alice, work.path),
+    });
+    expect(teamQueue.code, teamQueue.stderr).toBe(0);
+    expect(teamQueue.stdout).toMatch(new RegExp(`${second}\\s+bob\\s+.*overQuota`));
+    expect(teamQueue.stdout).toMatch(/teams holding now:\s+TEAM\s+GPUS\s+QUOTA\s+vision\s+1\s+1/);
+    expect((await t.http('/v1/queue?team=vision', { token: bob })).status).toBe(403);
+    expect((await t.http('/v1/queue?team=nowhere', { token: carol })).status).toBe(403);
+    const everyone = await runCli(['queue', '--all'], { env });
+    expect(everyone.stdout).toMatch(/vision\s+1\s+1/);
     const outside = await submitted(carol, gpuJob('true'));
     await t.waitForJob(outside, carol, (j) => j.status === 'succeeded', 30_000);
 
     expect((await post(`/v1/jobs/${first}/cancel`, alice)).status).toBe(202);
     await t.waitForJob(second, bob, (j) => j.status === 'succeeded', 30_000);
 
+    expect(
+      (await t.http('/v1/teams/vision/members/bob', { method: 'DELETE', token: alice })).status,
+    ).toBe(403);
     const removed = await t.http('/v1/teams/vision/members/bob', {
       method: 'DELETE',
-      token: alice,
+      token: admin,
     });
     expect(removed.status).toBe(200);
     const after = await submitted(bob, gpuJob('true'));

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { initialJobState, refusedBase } from '@trainyard/domain';
+import { initialJobState, jobNeed, refusedBase } from '@trainyard/domain';
 import { EMPTY_HEAD, JobStatus, PrioritySchema, type JobSpec } from '@trainyard/events';
 import { runJobCommand } from '@trainyard/application';
 import { BlobKeys } from '@trainyard/blobs';
@@ -166,7 +166,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
         spec = withImagePolicy(submitted.spec, deps.images);
         if (spec.priority > 0 && caller.role !== 'admin') throw priorityForbidden();
         await checkDependencies(deps, caller, spec);
-        await refuseUnsatisfiable(deps, spec);
+        await refuseUnsatisfiable(deps, jobNeed(spec));
         team = await teamToCharge(deps, caller.username, spec.team);
       } catch (err) {
         await staged?.discard();

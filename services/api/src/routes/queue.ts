@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { HolderSchema, QueueEntrySchema } from '@trainyard/events';
+import { HolderSchema, QueueEntrySchema, TEAM_NAME, TeamHoldingSchema } from '@trainyard/events';
+import { teamRole } from '../charge.ts';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { queueOrUnavailable } from '../queue.ts';
@@ -8,6 +9,11 @@ import { callerOf, jobIdParam, visibleJobRow } from './common.ts';
 
 const QueueQuery = z.object({
   all: queryFlag("admins: every user's entries, and who holds what"),
+  team: z
+    .string()
+    .regex(TEAM_NAME, 'a team name')
+    .optional()
+    .describe('admins and the team’s leads: the entries charged to this team, and what it holds'),
   limit: z.coerce.number().int().min(1).max(1000).default(100),
 });
 
@@ -22,6 +28,10 @@ const QueueSchema = z
       .optional()
       .describe('how many of them may be placed now: the positions run from 1 to this'),
     entries: z.array(QueueEntrySchema.meta({ id: 'QueueEntry' })),
+    teams: z
+      .array(TeamHoldingSchema)
+      .optional()
+      .describe('what teams hold, against their quotas: every team with all=true, or the team'),
     holders: z
       .array(HolderSchema)
       .optional()
@@ -56,13 +66,23 @@ export function queueRoutes(app: Api, deps: ApiDeps): void {
     },
     async (req) => {
       const caller = callerOf(req);
-      if (req.query.all && caller.role !== 'admin') {
+      const { all, team, limit } = req.query;
+      if (all && caller.role !== 'admin') {
         throw new ApiError('FORBIDDEN', 'only admins see everyone’s queue (all=true)');
+      }
+      if (all && team !== undefined)
+        throw new ApiError('VALIDATION_FAILED', 'all and team: ask for one or the other');
+      if (
+        team !== undefined &&
+        caller.role !== 'admin' &&
+        (await teamRole(deps, caller.username, team)) !== 'lead'
+      ) {
+        throw new ApiError('FORBIDDEN', 'only admins and a team’s leads see its queue');
       }
       return queueOrUnavailable(deps, {
         op: 'list',
-        limit: req.query.limit,
-        ...(!req.query.all && { owner: caller.username }),
+        limit,
+        ...(team !== undefined ? { team } : !all && { owner: caller.username }),
       });
     },
   );

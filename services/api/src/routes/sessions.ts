@@ -20,7 +20,7 @@ import type { Caller } from '../auth.ts';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { sessionBuildLog } from '../logs.ts';
-import { pendingFields } from '../queue.ts';
+import { pendingFields, refuseUnsatisfiable } from '../queue.ts';
 import { teamToCharge } from '../charge.ts';
 import { AfterQuerySchema, errorResponses, queryFlag } from '../schemas.ts';
 import { timersInForce } from '../session-config.ts';
@@ -221,6 +221,12 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
         spec = withImagePolicy(submitted.spec, deps.images);
         timers = timersInForce(spec.timers, deps.sessionTimers);
         image = await imageFromJob(deps, caller, spec, staged);
+        await refuseUnsatisfiable(deps, {
+          kind: 'session',
+          resources: spec.resources,
+          container: spec.image !== undefined || image !== undefined,
+          probe: false,
+        });
         team = await teamToCharge(deps, caller.username, spec.team);
       } catch (err) {
         await staged?.discard();

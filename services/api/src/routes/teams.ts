@@ -1,6 +1,5 @@
 import { z } from 'zod';
 import { runTeamCommand } from '@trainyard/application';
-import { evolveTeam, initialTeam, type TeamState } from '@trainyard/domain';
 import { MAX_QUOTA_GPUS, TEAM_NAME, TeamRole, USERNAME } from '@trainyard/events';
 import type { Caller } from '../auth.ts';
 import { currentTeams } from '../charge.ts';
@@ -39,27 +38,13 @@ const MemberSchema = z.object({
   role: TeamRole.nullable(),
 });
 
-const notFound = (team: string) => new ApiError('TEAM_NOT_FOUND', `team ${team} not found`);
+const QuotaBody = z
+  .object({ maxGpus: z.number().int().min(0).max(MAX_QUOTA_GPUS).nullable() })
+  .strict();
 
 /**
- * The team as the log has it, for a caller who may manage its members: an admin, or one of its
- * leads. Anyone else is told it does not exist, unless they are in it.
- */
-async function managedTeam(deps: ApiDeps, caller: Caller, name: string): Promise<TeamState> {
-  const { events } = await deps.bus.store.load('team', name);
-  const team = events.reduce((s, e) => evolveTeam(s, e), initialTeam(name));
-  if (!team.exists) throw notFound(name);
-  if (caller.role === 'admin') return team;
-  const role = team.members[caller.username];
-  if (role === undefined) throw notFound(name);
-  if (role !== 'lead')
-    throw new ApiError('FORBIDDEN', `only admins and leads of ${name} manage its members`);
-  return team;
-}
-
-/**
- * Teams: groups of users that share a GPU quota. Admins make them and set their quotas; admins
- * and a team's leads add and remove its members.
+ * Teams: groups of users that share a GPU quota. Admins make them, staff them and set their
+ * quotas; a lead sees the team's queue.
  */
 export function teamRoutes(app: Api, deps: ApiDeps): void {
   const meta = (caller: Caller, req: { id: string }) => ({
@@ -73,7 +58,7 @@ export function teamRoutes(app: Api, deps: ApiDeps): void {
     {
       preValidation: adminsOnly,
       schema: {
-        tags: ['users'],
+        tags: ['teams'],
         summary: 'Create a team (admins)',
         body: z.object({ name: TeamNameSchema }).strict(),
         response: {
@@ -94,9 +79,9 @@ export function teamRoutes(app: Api, deps: ApiDeps): void {
     '/v1/teams',
     {
       schema: {
-        tags: ['users'],
+        tags: ['teams'],
         summary: 'The teams you are in (admins: every team)',
-        response: { 200: z.array(TeamViewSchema), ...errorResponses(401, 503) },
+        response: { 200: z.array(TeamViewSchema), ...errorResponses(401, 503, 504) },
       },
     },
     async (req) => {
@@ -116,51 +101,55 @@ export function teamRoutes(app: Api, deps: ApiDeps): void {
   app.put(
     '/v1/teams/:team/members/:username',
     {
+      preValidation: adminsOnly,
       schema: {
-        tags: ['users'],
-        summary: 'Add a member to a team, or change their role (admins and the team’s leads)',
+        tags: ['teams'],
+        summary: 'Add a member to a team, or change their role (admins)',
         description:
           'Jobs and sessions a member submits from then on are charged to the team they name (`team` in the spec), or else to the first team they joined.',
         params: MemberParams,
         body: z
-          .object({ role: TeamRole.default('member') })
+          .object({
+            role: TeamRole.optional().describe(
+              'member or lead (sees the team’s queue); left out: a member keeps theirs, a new one is a member',
+            ),
+          })
           .strict()
           .optional(),
-        response: { 200: MemberSchema, ...errorResponses(400, 401, 403, 404, 503) },
+        response: { 200: MemberSchema, ...errorResponses(400, 401, 403, 404, 409, 503) },
       },
     },
     async (req) => {
-      const caller = callerOf(req);
+      const caller = requireAdmin(req);
       const { team, username } = req.params;
-      await managedTeam(deps, caller, team);
       if (!(await deps.credentials.exists(username)))
         throw new ApiError('NOT_FOUND', `user ${username} not found`);
-      const role = req.body?.role ?? 'member';
-      await runTeamCommand(
+      const role = req.body?.role;
+      const state = await runTeamCommand(
         deps.bus.store,
         team,
-        { type: 'AddTeamMember', username, role },
+        { type: 'AddTeamMember', username, ...(role && { role }) },
         meta(caller, req),
       );
-      return { team, username, role };
+      return { team, username, role: state.members[username] ?? null };
     },
   );
 
   app.delete(
     '/v1/teams/:team/members/:username',
     {
+      preValidation: adminsOnly,
       schema: {
-        tags: ['users'],
-        summary: 'Remove a member from a team (admins and the team’s leads)',
+        tags: ['teams'],
+        summary: 'Remove a member from a team (admins)',
         description: 'What they submitted before stays charged to the team until it ends.',
         params: MemberParams,
-        response: { 200: MemberSchema, ...errorResponses(400, 401, 403, 404, 503) },
+        response: { 200: MemberSchema, ...errorResponses(400, 401, 403, 404, 409, 503) },
       },
     },
     async (req) => {
-      const caller = callerOf(req);
+      const caller = requireAdmin(req);
       const { team, username } = req.params;
-      await managedTeam(deps, caller, team);
       await runTeamCommand(
         deps.bus.store,
         team,
@@ -176,17 +165,15 @@ export function teamRoutes(app: Api, deps: ApiDeps): void {
     {
       preValidation: adminsOnly,
       schema: {
-        tags: ['users'],
+        tags: ['teams'],
         summary: 'Set the most GPUs a team’s work may hold at once (admins)',
         description:
           'Jobs and sessions charged to the team that would take it past the quota wait, queued, with the reason `overQuota`; each member’s own quota holds as well. `null` lifts it.',
         params: TeamParams,
-        body: z.object({
-          maxGpus: z.number().int().min(0).max(MAX_QUOTA_GPUS).nullable(),
-        }),
+        body: QuotaBody,
         response: {
           200: z.object({ name: z.string(), maxGpus: z.number().int().nullable() }),
-          ...errorResponses(400, 401, 403, 404, 503),
+          ...errorResponses(400, 401, 403, 404, 409, 503),
         },
       },
     },

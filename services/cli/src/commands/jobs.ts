@@ -103,10 +103,15 @@ export function registerJobCommands(program: Command): void {
           `after ${job.dependsOn.join(', ')}${job.dependenciesMet ? '' : ' (waiting for them)'}`,
         );
       if (job.estimate) console.log(estimateLine(job.estimate));
-      if (job.held)
+      if (job.team) console.log(`charged to team ${job.team}`);
+      if (job.held && !job.pendingMessage) {
+        const why = job.held.reason ? ` (${cleanName(job.held.reason)})` : '';
         console.log(
-          `held by ${job.held.by === 'admin' ? 'an admin' : 'its owner'}${job.held.reason ? ` (${cleanName(job.held.reason)})` : ''}: \`trainyard release ${job.id}\` lets it queue`,
+          job.held.by === 'admin'
+            ? `held by an admin${why}: only an admin may release it`
+            : `held by its owner${why}: \`trainyard release ${job.id}\` lets it queue`,
         );
+      }
       if (job.pendingMessage)
         console.log(
           `waiting${job.queuePosition ? ` (#${job.queuePosition} in the queue)` : ''}: ${cleanName(job.pendingMessage)}`,

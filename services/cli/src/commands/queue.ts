@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import type { Holder, QueueEntry, QueueReply } from '@trainyard/events';
+import type { Holder, QueueEntry, QueueReply, TeamHolding } from '@trainyard/events';
 import { ApiClient, CliError } from '../client.ts';
 import { cleanName } from '../output.ts';
 import { wholeNumber } from './flags.ts';
@@ -29,6 +29,14 @@ function printHolders(holders: Holder[]): void {
   );
 }
 
+function printTeams(teams: TeamHolding[]): void {
+  console.log('\nteams holding now:');
+  printTable(
+    ['TEAM', 'GPUS', 'QUOTA'],
+    teams.map((t) => [t.team, String(t.gpus), t.maxGpus === null ? '-' : String(t.maxGpus)]),
+  );
+}
+
 /** What the caller's running work holds, against their quota, in a line. */
 function holdingLine(h: Holder): string {
   const gpus = `${h.gpus} GPU${h.gpus === 1 ? '' : 's'}`;
@@ -44,24 +52,25 @@ export function registerQueueCommands(program: Command): void {
     .description(
       'what waits, in the order the scheduler places it, and why (yours; --all: everyone’s)',
     )
-    .option('--all', 'admins: every user’s, and what each user holds now')
+    .option('--all', 'admins: every user’s, and what each user and team holds now')
+    .option('--team <name>', 'admins and the team’s leads: what is charged to the team')
     .option('--limit <n>', 'how many', '100')
     .option('--json', 'print JSON')
-    .action(async (o: { all?: boolean; limit: string; json?: boolean }) => {
+    .action(async (o: { all?: boolean; team?: string; limit: string; json?: boolean }) => {
       const limit = wholeNumber('--limit', o.limit) ?? 100;
       if (limit < 1 || limit > 1000) throw new CliError('--limit wants a number from 1 to 1000');
-      const q = await ApiClient.fromEnv().json<QueueReply>(
-        `/v1/queue?limit=${limit}${o.all ? '&all=true' : ''}`,
-      );
+      const scope = o.all ? '&all=true' : o.team ? `&team=${encodeURIComponent(o.team)}` : '';
+      const q = await ApiClient.fromEnv().json<QueueReply>(`/v1/queue?limit=${limit}${scope}`);
+      const others = Boolean(o.all || o.team);
       if (o.json) return printJson(q);
       if (q.entries.length === 0) console.log(o.all ? 'nothing waits' : 'nothing of yours waits');
       else
         printTable(
-          ['POS', 'ID', ...(o.all ? ['OWNER'] : []), 'STATUS', 'PRIO', 'ASKS', 'REASON'],
+          ['POS', 'ID', ...(others ? ['OWNER'] : []), 'STATUS', 'PRIO', 'ASKS', 'REASON'],
           q.entries.map((e) => [
             e.position === null ? '-' : String(e.position),
             e.id,
-            ...(o.all ? [e.owner] : []),
+            ...(others ? [e.owner] : []),
             e.status,
             e.effectivePriority === e.priority
               ? String(e.priority)
@@ -73,6 +82,7 @@ export function registerQueueCommands(program: Command): void {
       console.log(`${q.total} waiting in all`);
       if (q.holders && o.all) printHolders(q.holders);
       else if (q.holders?.length === 1) console.log(holdingLine(q.holders[0]!));
+      if (q.teams?.length && others) printTeams(q.teams);
     });
 
   program

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { ApiClient } from '../client.ts';
+import { ApiClient, CliError } from '../client.ts';
 import { maxGpusFlag, quotaWords } from './flags.ts';
 import { printJson, printTable } from './table.ts';
 
@@ -17,7 +17,9 @@ const path = (team: string, username?: string) =>
 export function registerTeamCommands(program: Command): void {
   const teams = program
     .command('teams')
-    .description('teams: users that share a GPU quota (admins make them; leads add members)');
+    .description(
+      'teams: users that share a GPU quota (admins make and staff them; leads see their queue)',
+    );
   teams
     .command('create')
     .description('make a team (admins)')
@@ -48,22 +50,30 @@ export function registerTeamCommands(program: Command): void {
     });
   teams
     .command('add')
-    .description('add a user to a team, or change their role (admins, the team’s leads)')
+    .description('add a user to a team, or change their role (admins)')
     .argument('<team>')
     .argument('<username>')
-    .option('--lead', 'they may add and remove the team’s members too')
+    .option('--lead', 'make them a lead: they see what is charged to the team (queue --team)')
+    .option('--member', 'make a lead a plain member again')
     .option('--json', 'print JSON')
-    .action(async (team: string, username: string, o: { lead?: boolean; json?: boolean }) => {
-      const r = await ApiClient.fromEnv().put<{ team: string; username: string; role: string }>(
-        path(team, username),
-        { role: o.lead ? 'lead' : 'member' },
-      );
-      if (o.json) return printJson(r);
-      console.log(`${r.username} is a ${r.role} of ${r.team}`);
-    });
+    .action(
+      async (
+        team: string,
+        username: string,
+        o: { lead?: boolean; member?: boolean; json?: boolean },
+      ) => {
+        if (o.lead && o.member) throw new CliError('--lead or --member: one, not both');
+        const r = await ApiClient.fromEnv().put<{ team: string; username: string; role: string }>(
+          path(team, username),
+          o.lead ? { role: 'lead' } : o.member ? { role: 'member' } : {},
+        );
+        if (o.json) return printJson(r);
+        console.log(`${r.username} is a ${r.role} of ${r.team}`);
+      },
+    );
   teams
     .command('remove')
-    .description('take a user out of a team (admins, the team’s leads)')
+    .description('take a user out of a team (admins)')
     .argument('<team>')
     .argument('<username>')
     .option('--json', 'print JSON')
