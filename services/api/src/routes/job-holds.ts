@@ -1,5 +1,7 @@
+import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { runJobCommand } from '@trainyard/application';
+import type { JobCommand } from '@trainyard/domain';
 import { HoldBy, type JobStatus } from '@trainyard/events';
 import type { Api, ApiDeps } from '../deps.ts';
 import { errorResponses, HIDDEN_CHARACTERS, IdParamsSchema, SubmittedSchema } from '../schemas.ts';
@@ -24,15 +26,28 @@ const HoldSchema = SubmittedSchema.extend({
 
 /** Hold a waiting job back from placement, and release it (like Slurm's `hold` and `release`). */
 export function jobHoldRoutes(app: Api, deps: ApiDeps): void {
-  const answer = (
-    id: string,
-    result: Awaited<ReturnType<typeof runJobCommand>>,
-  ): z.infer<typeof HoldSchema> => ({
-    id,
-    status: result.state.status as JobStatus,
-    held: result.state.held,
-    seq: result.head.seq,
-  });
+  /** Runs a hold or a release, as the caller's, on a job they may see; the job's hold after. */
+  const holdCommand = async (
+    req: FastifyRequest,
+    command: (by: HoldBy) => JobCommand,
+  ): Promise<z.infer<typeof HoldSchema>> => {
+    const caller = callerOf(req);
+    const id = jobIdParam(req);
+    const snapshot = await visibleJob(deps, caller, id);
+    const result = await runJobCommand(
+      deps.bus.store,
+      id,
+      command(holdOf(caller)),
+      { actor: actorOf(caller), now: new Date(), correlationId: req.id },
+      { snapshot },
+    );
+    return {
+      id,
+      status: result.state.status as JobStatus,
+      held: result.state.held,
+      seq: result.head.seq,
+    };
+  };
 
   app.post(
     '/v1/jobs/:id/hold',
@@ -47,19 +62,7 @@ export function jobHoldRoutes(app: Api, deps: ApiDeps): void {
         response: { 200: HoldSchema, ...errorResponses(400, 401, 404, 409, 503) },
       },
     },
-    async (req) => {
-      const caller = callerOf(req);
-      const id = jobIdParam(req);
-      const snapshot = await visibleJob(deps, caller, id);
-      const result = await runJobCommand(
-        deps.bus.store,
-        id,
-        { type: 'HoldJob', by: holdOf(caller), reason: req.body?.reason ?? '' },
-        { actor: actorOf(caller), now: new Date(), correlationId: req.id },
-        { snapshot },
-      );
-      return answer(id, result);
-    },
+    (req) => holdCommand(req, (by) => ({ type: 'HoldJob', by, reason: req.body?.reason ?? '' })),
   );
 
   app.post(
@@ -74,18 +77,6 @@ export function jobHoldRoutes(app: Api, deps: ApiDeps): void {
         response: { 200: HoldSchema, ...errorResponses(401, 403, 404, 409, 503) },
       },
     },
-    async (req) => {
-      const caller = callerOf(req);
-      const id = jobIdParam(req);
-      const snapshot = await visibleJob(deps, caller, id);
-      const result = await runJobCommand(
-        deps.bus.store,
-        id,
-        { type: 'ReleaseJob', by: holdOf(caller) },
-        { actor: actorOf(caller), now: new Date(), correlationId: req.id },
-        { snapshot },
-      );
-      return answer(id, result);
-    },
+    (req) => holdCommand(req, (by) => ({ type: 'ReleaseJob', by })),
   );
 }
