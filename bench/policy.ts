@@ -19,6 +19,8 @@ const USERS = 50;
 /** Half the users have a quota of 150 GPUs, three quarters of a fair share: theirs binds. */
 const QUOTA_USERS = 25;
 const QUOTA_GPUS = 150;
+/** The other half have a quota of GPU-hours a month, large enough not to bind: it is asked. */
+const HOURS_QUOTA = 1_000_000;
 const MODELS = [
   { name: 'NVIDIA A100-SXM4-80GB', gb: 80 },
   { name: 'NVIDIA A100-SXM4-40GB', gb: 40 },
@@ -62,6 +64,12 @@ class Fleet {
   register(): void {
     for (let u = 0; u < QUOTA_USERS; u++) {
       this.fold('user', `user${u}`, { type: 'UserQuotaSet', data: { maxGpus: QUOTA_GPUS } });
+    }
+    for (let u = QUOTA_USERS; u < USERS; u++) {
+      this.fold('user', `user${u}`, {
+        type: 'UserGpuHoursQuotaSet',
+        data: { maxGpuHours: HOURS_QUOTA },
+      });
     }
     for (let w = 0; w < WORKERS; w++) {
       const model = MODELS[w % MODELS.length]!;

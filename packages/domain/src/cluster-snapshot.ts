@@ -1,4 +1,5 @@
 import { slotHolder } from './job/state.ts';
+import type { MonthUsage } from './usage.ts';
 import { runHolder } from './session/state.ts';
 import {
   countHeld,
@@ -23,6 +24,9 @@ export interface ClusterSnapshot {
   jobs: TrackedJob[];
   sessions: TrackedSession[];
   quotas: [string, number][];
+  hourQuotas: [string, number][];
+  /** GPU time this month by account: it cannot be worked out from what is still running. */
+  usage: [string, MonthUsage][];
 }
 
 export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
@@ -38,6 +42,8 @@ export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
     jobs: [...cluster.jobs.values()],
     sessions: [...cluster.sessions.values()],
     quotas: [...cluster.quotas],
+    hourQuotas: [...cluster.hourQuotas],
+    usage: [...cluster.usage].map(([k, u]) => [k, { ...u }]),
   };
 }
 
@@ -60,6 +66,8 @@ export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
     sessions: new Map(snapshot.sessions.map((s) => [s.state.id, s])),
     quotas: new Map(snapshot.quotas),
     gpusHeld: gpusHeldBy(snapshot.jobs, snapshot.sessions),
+    hourQuotas: new Map(snapshot.hourQuotas),
+    usage: new Map(snapshot.usage.map(([k, u]) => [k, { ...u }])),
   };
 }
 

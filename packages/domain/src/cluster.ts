@@ -7,6 +7,7 @@ import type {
   WorkerEvent,
 } from '@trainyard/events';
 import { evolveWorker, initialWorker, type WorkerLifecycle } from './worker.ts';
+import { advanced, gpuHoursOf, type MonthUsage } from './usage.ts';
 import { assertNever } from './errors.ts';
 import {
   awaitsPlacement,
@@ -98,6 +99,10 @@ export interface ClusterState {
    * `teamAccount`), kept as they are booked.
    */
   gpusHeld: Map<string, number>;
+  /** The GPU-hours each user and team (under `teamAccount`) may take a calendar month. */
+  hourQuotas: Map<string, number>;
+  /** The GPU time each user's and team's work took this month, as of its last change. */
+  usage: Map<string, MonthUsage>;
   lastSeq: number;
 }
 
@@ -107,6 +112,8 @@ export const emptyCluster = (): ClusterState => ({
   sessions: new Map(),
   quotas: new Map(),
   gpusHeld: new Map(),
+  hourQuotas: new Map(),
+  usage: new Map(),
   lastSeq: 0,
 });
 
@@ -118,6 +125,7 @@ interface Holding {
   vramBytes: number;
   cpus: number;
   memoryBytes: number;
+  assignedAt: string;
 }
 
 function jobHolding(job: JobState): Holding | undefined {
@@ -151,12 +159,28 @@ function hold(
   of: { owner: string; team: string | null },
   holding: Holding | undefined,
   sign: 1 | -1,
+  atMs: number,
 ): void {
   if (!holding) return;
-  countHeld(cluster.gpusHeld, of.owner, sign * holding.gpus.length);
-  if (of.team !== null)
-    countHeld(cluster.gpusHeld, teamAccount(of.team), sign * holding.gpus.length);
+  const gpus = sign * holding.gpus.length;
+  account(cluster, of.owner, gpus, atMs);
+  if (of.team !== null) account(cluster, teamAccount(of.team), gpus, atMs);
   reserve(cluster, holding, sign);
+}
+
+/** Brings an account's usage up to `atMs`, then changes what it holds by `gpus`. */
+function account(cluster: ClusterState, name: string, gpus: number, atMs: number): void {
+  if (gpus === 0) return;
+  const held = cluster.gpusHeld.get(name) ?? 0;
+  cluster.usage.set(name, advanced(cluster.usage.get(name), held, atMs));
+  countHeld(cluster.gpusHeld, name, gpus);
+}
+
+/** The GPU-hours an account's work has taken this month, as of `nowMs`, running work counted. */
+export function gpuHoursUsed(cluster: ClusterState, name: string, nowMs: number): number {
+  const usage = cluster.usage.get(name);
+  if (!usage) return 0;
+  return gpuHoursOf(advanced(usage, cluster.gpusHeld.get(name) ?? 0, nowMs));
 }
 
 function reserve(cluster: ClusterState, holding: Holding | undefined, sign: 1 | -1): void {
@@ -181,8 +205,9 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
   const after = evolveJob(before, event, event.occurredAt);
   const held = slotHolder(before);
   const holds = slotHolder(after);
-  if (held && held.id !== holds?.id) hold(cluster, before, jobHolding(before), -1);
-  if (holds && holds.id !== held?.id) hold(cluster, after, jobHolding(after), 1);
+  const atMs = Date.parse(event.occurredAt);
+  if (held && held.id !== holds?.id) hold(cluster, before, jobHolding(before), -1, atMs);
+  if (holds && holds.id !== held?.id) hold(cluster, after, jobHolding(after), 1, atMs);
   if (isTerminal(after.status)) {
     cluster.jobs.delete(event.aggregateId);
     return;
@@ -209,8 +234,9 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
   const after = evolveSession(before, event, event.occurredAt);
   const held = runHolder(before);
   const holds = runHolder(after);
-  if (held && held.id !== holds?.id) hold(cluster, before, sessionHolding(before), -1);
-  if (holds && holds.id !== held?.id) hold(cluster, after, sessionHolding(after), 1);
+  const atMs = Date.parse(event.occurredAt);
+  if (held && held.id !== holds?.id) hold(cluster, before, sessionHolding(before), -1, atMs);
+  if (holds && holds.id !== held?.id) hold(cluster, after, sessionHolding(after), 1, atMs);
   if (sessionEnded(after.status)) {
     cluster.sessions.delete(event.aggregateId);
     return;
@@ -308,21 +334,26 @@ export function evolveCluster(cluster: ClusterState, event: StoredEvent): void {
     case 'user':
       return evolveUserInCluster(cluster, event as StoredEvent<UserEvent>);
     case 'team':
-      if (event.type !== 'TeamQuotaSet') return;
-      return setQuota(cluster, teamAccount(event.aggregateId), event.data.maxGpus);
+      if (event.type === 'TeamQuotaSet')
+        return setQuota(cluster.quotas, teamAccount(event.aggregateId), event.data.maxGpus);
+      if (event.type === 'TeamGpuHoursQuotaSet')
+        return setQuota(cluster.hourQuotas, teamAccount(event.aggregateId), event.data.maxGpuHours);
+      return;
     default:
       return assertNever(event.aggregate);
   }
 }
 
 function evolveUserInCluster(cluster: ClusterState, event: StoredEvent<UserEvent>): void {
-  if (event.type !== 'UserQuotaSet') return;
-  setQuota(cluster, event.aggregateId, event.data.maxGpus);
+  if (event.type === 'UserQuotaSet')
+    setQuota(cluster.quotas, event.aggregateId, event.data.maxGpus);
+  else if (event.type === 'UserGpuHoursQuotaSet')
+    setQuota(cluster.hourQuotas, event.aggregateId, event.data.maxGpuHours);
 }
 
-function setQuota(cluster: ClusterState, account: string, maxGpus: number | null): void {
-  if (maxGpus === null) cluster.quotas.delete(account);
-  else cluster.quotas.set(account, maxGpus);
+function setQuota(quotas: Map<string, number>, account: string, limit: number | null): void {
+  if (limit === null) quotas.delete(account);
+  else quotas.set(account, limit);
 }
 
 /** Adds `gpus` (fewer, when negative) to what `owner` holds. */

@@ -15,3 +15,4 @@ export * from './session/decide.ts';
 export * from './session/state.ts';
 export * from './queue.ts';
 export * from './team.ts';
+export * from './usage.ts';

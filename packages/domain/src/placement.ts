@@ -1,4 +1,10 @@
-import { teamAccount, type ClusterState, type GpuUsage, type WorkerState } from './cluster.ts';
+import {
+  gpuHoursUsed,
+  teamAccount,
+  type ClusterState,
+  type GpuUsage,
+  type WorkerState,
+} from './cluster.ts';
 import { inPlacementOrder, placeable, type Candidate } from './candidates.ts';
 import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
 
@@ -266,16 +272,34 @@ const roomFor = (least: Room, room: Room) =>
 export interface QuotaBook {
   limits: ReadonlyMap<string, number>;
   held: Map<string, number>;
+  /** The GPU-hours a month each account may take, and has taken (worked out once a round). */
+  hourLimits: ReadonlyMap<string, number>;
+  hoursUsed: (account: string) => number;
 }
 
-/** The quota book a round starts from; none when no user or team has a quota. */
-export function quotaBook(cluster: ClusterState): QuotaBook | undefined {
-  if (cluster.quotas.size === 0) return undefined;
-  return { limits: cluster.quotas, held: new Map(cluster.gpusHeld) };
+/** The quota book a round at `now` starts from; none when no user or team has a quota. */
+export function quotaBook(cluster: ClusterState, now: Date): QuotaBook | undefined {
+  if (cluster.quotas.size === 0 && cluster.hourQuotas.size === 0) return undefined;
+  const used = new Map<string, number>();
+  return {
+    limits: cluster.quotas,
+    held: new Map(cluster.gpusHeld),
+    hourLimits: cluster.hourQuotas,
+    hoursUsed: (account) => {
+      let hours = used.get(account);
+      if (hours === undefined)
+        used.set(account, (hours = gpuHoursUsed(cluster, account, now.getTime())));
+      return hours;
+    },
+  };
 }
 
-/** A quota that holds a candidate back: what its user (or team, when `team`) holds and may. */
+/**
+ * A quota that holds a candidate back: what its user (or team, when `team`) holds and may, in
+ * GPUs at once, or in GPU-hours this month.
+ */
 export interface OverQuota {
+  kind: 'gpus' | 'gpuHours';
   held: number;
   limit: number;
   /** The team whose quota it is; null for its owner's own. */
@@ -289,11 +313,14 @@ export interface OverQuota {
 export function overQuota(job: Candidate, quota: QuotaBook | undefined): OverQuota | null {
   const gpus = job.resources.gpus;
   if (!quota || gpus === 0) return null;
-  const over = (account: string) => {
+  const over = (account: string): Omit<OverQuota, 'team'> | null => {
     const limit = quota.limits.get(account);
-    if (limit === undefined) return null;
     const held = quota.held.get(account) ?? 0;
-    return held + gpus > limit ? { held, limit } : null;
+    if (limit !== undefined && held + gpus > limit) return { kind: 'gpus', held, limit };
+    const hourLimit = quota.hourLimits.get(account);
+    if (hourLimit === undefined) return null;
+    const used = quota.hoursUsed(account);
+    return used >= hourLimit ? { kind: 'gpuHours', held: used, limit: hourLimit } : null;
   };
   const owners = over(job.owner);
   if (owners) return { ...owners, team: null };
@@ -366,7 +393,7 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   const workers = onlineWorkers(cluster);
   if (!workers.some(hasRoom)) return { assignments: [], wakeAt };
   return {
-    assignments: placeInOrder(inPlacementOrder(ready), workers, policy, quotaBook(cluster)),
+    assignments: placeInOrder(inPlacementOrder(ready), workers, policy, quotaBook(cluster, now)),
     wakeAt,
   };
 }

@@ -1,7 +1,7 @@
 import type { Holder, PendingReason, QueueEntry, Resources, TeamHolding } from '@trainyard/events';
 import {
+  gpuHoursUsed,
   TEAM_PREFIX,
-  teamAccount,
   type ClusterState,
   type TrackedJob,
   type WorkerState,
@@ -69,11 +69,20 @@ export interface QueueView {
   positioned: number;
   /** What each user's running work holds, most GPUs first, with their quota. */
   holders: Holder[];
-  /** The GPU quotas, as they stood. */
-  quotas: ReadonlyMap<string, number>;
+  /** The quotas of each user and team with one or with work, and what it took this month. */
+  accounts: ReadonlyMap<string, AccountQuota>;
   /** What each team with a quota, or holding some, holds. */
   teams: TeamHolding[];
 }
+
+/** An account's quotas, and the GPU-hours its work took this month, as the view was made. */
+export interface AccountQuota {
+  maxGpus: number | null;
+  gpuHours: number;
+  maxGpuHours: number | null;
+}
+
+const NO_QUOTA: AccountQuota = { maxGpus: null, gpuHours: 0, maxGpuHours: null };
 
 /** What one user's running work holds, and their quota: nothing held when they hold nothing. */
 export function holderOf(view: QueueView, owner: string): Holder {
@@ -84,7 +93,7 @@ export function holderOf(view: QueueView, owner: string): Holder {
       cpus: 0,
       jobs: 0,
       sessions: 0,
-      maxGpus: view.quotas.get(owner) ?? null,
+      ...(view.accounts.get(owner) ?? NO_QUOTA),
     }
   );
 }
@@ -131,9 +140,11 @@ function why(p: Pending): string {
         : `held by ${p.owner}${why}: \`trainyard release ${p.id}\` lets it queue`;
     }
     case 'overQuota': {
-      const { held, limit, team } = p.quota!;
+      const { kind, held, limit, team } = p.quota!;
       const whose = team === null ? `${p.owner}'s quota` : `team ${team}'s quota`;
       const work = team === null ? 'their work' : 'its members’ work';
+      if (kind === 'gpuHours')
+        return `over ${whose} of ${limit} GPU-hours a month: ${work} took ${held.toFixed(2)} this month (UTC); it waits for the next month, or for an admin to raise the quota`;
       return p.resources.gpus > limit
         ? `it asks for ${plural(p.resources.gpus, 'GPU')}, more than ${whose} of ${limit} at once: it runs only if an admin raises the quota`
         : `over ${whose}: ${work} holds ${plural(held, 'GPU')} of the ${limit} it may hold at once (with what the next round places), and this needs ${p.resources.gpus} more`;
@@ -176,7 +187,7 @@ export function explainQueue(
 ): QueueView {
   const ready = inPlacementOrder(placeable(cluster, now, policy).ready);
   const online = onlineWorkers(cluster);
-  const quota = quotaBook(cluster);
+  const quota = quotaBook(cluster, now);
   const placed = new Set(
     placeInOrder(ready, onlineWorkers(cluster), policy, quota).map((a) => a.id),
   );
@@ -270,26 +281,39 @@ export function explainQueue(
     const run = runHolder(state);
     if (run) holding.add(state.owner, run, 'sessions');
   }
-  const quotas = new Map(cluster.quotas);
+  const accounts = accountQuotas(cluster, now);
   return {
     entries,
     positioned: ready.length,
-    holders: holding.list(quotas),
-    quotas,
-    teams: teamHoldings(cluster),
+    holders: holding.list(accounts),
+    accounts,
+    teams: [...accounts]
+      .filter(([name]) => name.startsWith(TEAM_PREFIX))
+      .map(([name, quota]) => ({
+        team: name.slice(TEAM_PREFIX.length),
+        gpus: cluster.gpusHeld.get(name) ?? 0,
+        ...quota,
+      }))
+      .sort((a, b) => (a.team < b.team ? -1 : 1)),
   };
 }
 
-/** What each team with a quota, or holding some, holds, by name. */
-function teamHoldings(cluster: ClusterState): TeamHolding[] {
-  const teams = new Set<string>();
-  for (const account of [...cluster.quotas.keys(), ...cluster.gpusHeld.keys()])
-    if (account.startsWith(TEAM_PREFIX)) teams.add(account.slice(TEAM_PREFIX.length));
-  return [...teams].sort().map((team) => ({
-    team,
-    gpus: cluster.gpusHeld.get(teamAccount(team)) ?? 0,
-    maxGpus: cluster.quotas.get(teamAccount(team)) ?? null,
-  }));
+/** The quotas and this month's GPU-hours of each account with a quota or some use. */
+function accountQuotas(cluster: ClusterState, now: Date): Map<string, AccountQuota> {
+  const accounts = new Map<string, AccountQuota>();
+  for (const name of [
+    ...cluster.quotas.keys(),
+    ...cluster.hourQuotas.keys(),
+    ...cluster.usage.keys(),
+  ]) {
+    if (accounts.has(name)) continue;
+    accounts.set(name, {
+      maxGpus: cluster.quotas.get(name) ?? null,
+      gpuHours: Math.round(gpuHoursUsed(cluster, name, now.getTime()) * 10_000) / 10_000,
+      maxGpuHours: cluster.hourQuotas.get(name) ?? null,
+    });
+  }
+  return accounts;
 }
 
 const NONE: readonly string[] = [];
@@ -306,9 +330,9 @@ class Holders {
     h[kind] += 1;
   }
 
-  /** Most GPUs first, each with its quota. */
-  list(quotas: ReadonlyMap<string, number>): Holder[] {
-    for (const h of this.#by.values()) h.maxGpus = quotas.get(h.owner) ?? null;
+  /** Most GPUs first, each with its quotas. */
+  list(accounts: ReadonlyMap<string, AccountQuota>): Holder[] {
+    for (const h of this.#by.values()) Object.assign(h, accounts.get(h.owner) ?? NO_QUOTA);
     return [...this.#by.values()].sort(
       (a, b) => b.gpus - a.gpus || b.cpus - a.cpus || (a.owner < b.owner ? -1 : 1),
     );

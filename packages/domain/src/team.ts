@@ -12,6 +12,7 @@ export interface TeamState {
   /** Each member's role, by username. */
   members: Record<string, TeamRole>;
   maxGpus: number | null;
+  maxGpuHours: number | null;
 }
 
 export const initialTeam = (name: string): TeamState => ({
@@ -19,6 +20,7 @@ export const initialTeam = (name: string): TeamState => ({
   exists: false,
   members: {},
   maxGpus: null,
+  maxGpuHours: null,
 });
 
 export type TeamCommand =
@@ -26,7 +28,8 @@ export type TeamCommand =
   /** Adds a member, or sets their role; without one, a member keeps theirs (a new one: `member`). */
   | { type: 'AddTeamMember'; username: string; role?: TeamRole }
   | { type: 'RemoveTeamMember'; username: string }
-  | { type: 'SetTeamQuota'; maxGpus: number | null };
+  | { type: 'SetTeamQuota'; maxGpus: number | null }
+  | { type: 'SetTeamGpuHoursQuota'; maxGpuHours: number | null };
 
 export function evolveTeam(state: TeamState, event: TeamEvent): TeamState {
   switch (event.type) {
@@ -40,6 +43,8 @@ export function evolveTeam(state: TeamState, event: TeamEvent): TeamState {
     }
     case 'TeamQuotaSet':
       return { ...state, maxGpus: event.data.maxGpus };
+    case 'TeamGpuHoursQuotaSet':
+      return { ...state, maxGpuHours: event.data.maxGpuHours };
     default:
       return assertNever(event);
   }
@@ -65,6 +70,9 @@ export function decideTeam(command: TeamCommand, state: TeamState): TeamEvent[] 
     case 'SetTeamQuota':
       if (state.maxGpus === command.maxGpus) return [];
       return [{ type: 'TeamQuotaSet', data: { maxGpus: command.maxGpus } }];
+    case 'SetTeamGpuHoursQuota':
+      if (state.maxGpuHours === command.maxGpuHours) return [];
+      return [{ type: 'TeamGpuHoursQuotaSet', data: { maxGpuHours: command.maxGpuHours } }];
     default:
       return assertNever(command);
   }

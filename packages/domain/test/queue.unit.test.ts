@@ -50,7 +50,16 @@ describe('why a job waits', () => {
       status: 'queued',
     });
     expect(view.holders).toEqual([
-      { owner: 'alice', gpus: 2, cpus: 0, jobs: 1, sessions: 0, maxGpus: null },
+      {
+        owner: 'alice',
+        gpus: 2,
+        cpus: 0,
+        jobs: 1,
+        sessions: 0,
+        maxGpus: null,
+        gpuHours: 0,
+        maxGpuHours: null,
+      },
     ]);
   });
 

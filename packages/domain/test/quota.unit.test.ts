@@ -129,8 +129,26 @@ describe('GPU quotas', () => {
     commit(c);
     const view = explainQueue(c, T0);
     expect(view.holders).toEqual([
-      { owner: 'alice', gpus: 1, cpus: 0, jobs: 1, sessions: 0, maxGpus: 2 },
-      { owner: 'bob', gpus: 1, cpus: 0, jobs: 1, sessions: 0, maxGpus: null },
+      {
+        owner: 'alice',
+        gpus: 1,
+        cpus: 0,
+        jobs: 1,
+        sessions: 0,
+        maxGpus: 2,
+        gpuHours: 0,
+        maxGpuHours: null,
+      },
+      {
+        owner: 'bob',
+        gpus: 1,
+        cpus: 0,
+        jobs: 1,
+        sessions: 0,
+        maxGpus: null,
+        gpuHours: 0,
+        maxGpuHours: null,
+      },
     ]);
     expect(holderOf(view, 'carol')).toEqual({
       owner: 'carol',
@@ -139,6 +157,8 @@ describe('GPU quotas', () => {
       jobs: 0,
       sessions: 0,
       maxGpus: 4,
+      gpuHours: 0,
+      maxGpuHours: null,
     });
     expect(holderOf(view, 'dave').maxGpus).toBeNull();
   });

@@ -107,6 +107,11 @@ describe('team quotas in placement', () => {
     submitFor(c, 'job_a2', 'alice', 'vision');
     expect(placed(c)).toEqual(['job_a1']);
     commit(c);
-    expect(explainQueue(c, T0).entries[0]?.quota).toEqual({ held: 1, limit: 1, team: null });
+    expect(explainQueue(c, T0).entries[0]?.quota).toEqual({
+      kind: 'gpus',
+      held: 1,
+      limit: 1,
+      team: null,
+    });
   });
 });

@@ -65,6 +65,9 @@ export const HolderSchema = z.object({
   sessions: z.number().int(),
   /** The most GPUs their work may hold at once; null: no quota. Absent from older schedulers. */
   maxGpus: z.number().int().nullable().optional(),
+  /** The GPU-hours their work took this calendar month (UTC), and may take. */
+  gpuHours: z.number().optional(),
+  maxGpuHours: z.number().nullable().optional(),
 });
 export type Holder = z.infer<typeof HolderSchema>;
 
@@ -73,6 +76,8 @@ export const TeamHoldingSchema = z.object({
   team: z.string(),
   gpus: z.number().int(),
   maxGpus: z.number().int().nullable(),
+  gpuHours: z.number(),
+  maxGpuHours: z.number().nullable(),
 });
 export type TeamHolding = z.infer<typeof TeamHoldingSchema>;
 

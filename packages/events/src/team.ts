@@ -3,7 +3,7 @@
  * counts against it, as against each member's own quota.
  */
 import { z } from 'zod';
-import { MAX_QUOTA_GPUS, USERNAME } from './user.ts';
+import { GpuHoursQuota, MAX_QUOTA_GPUS, USERNAME } from './user.ts';
 
 /** A team's name: as a username is written. */
 export const TEAM_NAME = USERNAME;
@@ -39,10 +39,17 @@ export const TeamQuotaSet = z.object({
   data: z.object({ maxGpus: z.number().int().min(0).max(MAX_QUOTA_GPUS).nullable() }),
 });
 
+/** As `UserGpuHoursQuotaSet`, for the work charged to the team. */
+export const TeamGpuHoursQuotaSet = z.object({
+  type: z.literal('TeamGpuHoursQuotaSet'),
+  data: z.object({ maxGpuHours: GpuHoursQuota }),
+});
+
 export const TeamEventSchema = z.discriminatedUnion('type', [
   TeamCreated,
   TeamMemberAdded,
   TeamMemberRemoved,
   TeamQuotaSet,
+  TeamGpuHoursQuotaSet,
 ]);
 export type TeamEvent = z.infer<typeof TeamEventSchema>;

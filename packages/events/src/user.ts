@@ -61,6 +61,22 @@ export const UserQuotaSet = z.object({
   data: z.object({ maxGpus: z.number().int().min(0).max(MAX_QUOTA_GPUS).nullable() }),
 });
 
+/** The most GPU-hours a quota may name. */
+export const MAX_QUOTA_GPU_HOURS = 100_000_000;
+
+/** A quota of GPU-hours a calendar month (UTC): a number of hours, or null for none. */
+export const GpuHoursQuota = z.number().min(0).max(MAX_QUOTA_GPU_HOURS).nullable();
+
+/**
+ * An admin set the GPU-hours the user's jobs and sessions may take each calendar month (UTC):
+ * once their work has taken that many (ended and running work counted), what would take more
+ * waits, queued, until the next month (null: no limit).
+ */
+export const UserGpuHoursQuotaSet = z.object({
+  type: z.literal('UserGpuHoursQuotaSet'),
+  data: z.object({ maxGpuHours: GpuHoursQuota }),
+});
+
 export const UserEventSchema = z.discriminatedUnion('type', [
   UserCreated,
   UserPasswordChanged,
@@ -68,5 +84,6 @@ export const UserEventSchema = z.discriminatedUnion('type', [
   UserSshKeyAdded,
   UserSshKeyRemoved,
   UserQuotaSet,
+  UserGpuHoursQuotaSet,
 ]);
 export type UserEvent = z.infer<typeof UserEventSchema>;

@@ -12,6 +12,7 @@ import * as m009 from './migrations/009_metrics.ts';
 import * as m010 from './migrations/010_user_quota.ts';
 import * as m011 from './migrations/011_job_hold.ts';
 import * as m012 from './migrations/012_teams.ts';
+import * as m013 from './migrations/013_gpu_hours.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -27,6 +28,7 @@ const migrations: Record<string, Migration> = {
   '010_user_quota': m010,
   '011_job_hold': m011,
   '012_teams': m012,
+  '013_gpu_hours': m013,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

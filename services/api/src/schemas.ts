@@ -4,8 +4,10 @@ import {
   AttemptStatus,
   EstimateSchema,
   FailureSchema,
+  GpuHoursQuota,
   GpuSchema,
   HoldBy,
+  MAX_QUOTA_GPUS,
   JobSpecSchema,
   JobStatus,
   PendingReason,
@@ -273,7 +275,38 @@ export const UserViewSchema = z.object({
     .int()
     .nullable()
     .describe('the most GPUs their jobs and sessions may hold at once; null: no quota'),
+  maxGpuHours: z
+    .number()
+    .nullable()
+    .describe('the GPU-hours their work may take a calendar month (UTC); null: no quota'),
 });
+
+/** A quota to set, of GPUs at once, of GPU-hours a month, or both; null lifts one. */
+export const QuotaBodySchema = z
+  .object({
+    maxGpus: z
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_QUOTA_GPUS)
+      .nullable()
+      .optional()
+      .describe('the most GPUs the work may hold at once; null: no limit'),
+    maxGpuHours: GpuHoursQuota.optional().describe(
+      'the GPU-hours the work may take each calendar month (UTC), ended and running work counted; null: no limit',
+    ),
+  })
+  .strict()
+  .refine((q) => q.maxGpus !== undefined || q.maxGpuHours !== undefined, {
+    message: 'give maxGpus, maxGpuHours or both',
+  });
+export type QuotaBody = z.infer<typeof QuotaBodySchema>;
+
+/** The quotas just set, as a quota route answers. */
+export const QuotaSetShape = {
+  maxGpus: z.number().int().nullable().optional(),
+  maxGpuHours: z.number().nullable().optional(),
+};
 
 export const LimitsSchema = z.object({
   maxUploadBytes: z.number().int().describe('the largest code archive accepted'),

@@ -92,6 +92,8 @@ export function serveQueue(
               team: q.team,
               gpus: 0,
               maxGpus: null,
+              gpuHours: 0,
+              maxGpuHours: null,
             },
           ],
         }),

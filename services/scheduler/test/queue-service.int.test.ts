@@ -84,12 +84,22 @@ describe('the scheduler’s answers about the queue', () => {
       ['job_a2', 3, 'priority'],
     ]);
     expect(reply).toMatchObject({ total: 5, positioned: 5, seq });
-    expect(reply.holders).toEqual([
-      { owner: 'alice', gpus: 1, cpus: 0, jobs: 1, sessions: 0, maxGpus: null },
+    expect(reply.holders).toMatchObject([
+      { owner: 'alice', gpus: 1, cpus: 0, jobs: 1, sessions: 0, maxGpus: null, maxGpuHours: null },
     ]);
+    expect(reply.holders![0]!.gpuHours).toBeGreaterThanOrEqual(0);
     const bobs = QueueReplySchema.parse(await ask({ op: 'list', owner: 'bob', limit: 2 }));
     expect(bobs.holders).toEqual([
-      { owner: 'bob', gpus: 0, cpus: 0, jobs: 0, sessions: 0, maxGpus: null },
+      {
+        owner: 'bob',
+        gpus: 0,
+        cpus: 0,
+        jobs: 0,
+        sessions: 0,
+        maxGpus: null,
+        gpuHours: 0,
+        maxGpuHours: null,
+      },
     ]);
   });
 
@@ -102,7 +112,7 @@ describe('the scheduler’s answers about the queue', () => {
       'job_a3',
       'job_huge',
     ]);
-    expect(all.holders).toEqual([
+    expect(all.holders).toMatchObject([
       { owner: 'alice', gpus: 1, cpus: 0, jobs: 1, sessions: 0, maxGpus: null },
     ]);
     const one = QueueReplySchema.parse(await ask({ op: 'explain', id: 'job_huge' }));

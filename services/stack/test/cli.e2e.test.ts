@@ -191,7 +191,7 @@ describe('the trainyard CLI against a running stack', () => {
     );
     const all = await cli(['queue', '--all']);
     expect(all.stdout).toMatch(
-      /holding now:\nUSER +GPUS +CPUS +JOBS +SESSIONS\nadmin +0 +1 +1 +0\n/,
+      /holding now:\nUSER +GPUS +QUOTA +GPU-H +GPU-H QUOTA +CPUS +JOBS +SESSIONS\nadmin +0 +- +0 +- +1 +1 +0\n/,
     );
     await cli(['cancel', sleeper]);
     expect((await cli(['queue'])).stdout).toContain('nothing of yours waits');

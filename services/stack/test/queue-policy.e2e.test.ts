@@ -95,6 +95,48 @@ describe('GPU quotas through the stack', () => {
   });
 });
 
+describe('GPU-hour quotas through the stack', () => {
+  it('holds a user’s work back once it took their GPU-hours this month, until lifted', async () => {
+    const dave = await addUser(t, admin, 'dave', PASSWORD);
+    const env = cliEnv(t.url, admin, work.path);
+    const bad = await setQuota('dave', { maxGpuHours: -1 });
+    expect(bad.status).toBe(400);
+    const badFlag = await runCli(['users', 'quota', 'dave', '--max-gpu-hours', '1e3'], { env });
+    expect(badFlag.stderr).toContain('--max-gpu-hours wants a number of GPU-hours');
+    const set = await runCli(['users', 'quota', 'dave', '--max-gpu-hours', '0.0001'], { env });
+    expect(set.code, set.stderr).toBe(0);
+    expect(set.stdout).toContain('dave may take 0.0001 GPU-hours a month');
+
+    const gpuJob = (command: string) => ({
+      name: 'hours',
+      command,
+      resources: { gpus: 1, vramGb: 4 },
+    });
+    const first = ((await (await submit(t, dave, gpuJob('sleep 1'))).json()) as { id: string }).id;
+    await t.waitForJob(first, dave, (j) => j.status === 'succeeded', 30_000);
+    const second = ((await (await submit(t, dave, gpuJob('true'))).json()) as { id: string }).id;
+    const waiting = (await t.waitForJob(
+      second,
+      dave,
+      (j) => (j as Waiting).pendingReason === 'overQuota',
+    )) as Waiting;
+    expect(waiting.pendingMessage).toMatch(
+      /^over dave's quota of 0\.0001 GPU-hours a month: their work took 0\.\d\d this month/,
+    );
+    const mine = await runCli(['queue'], { env: cliEnv(t.url, dave, work.path) });
+    expect(mine.stdout).toMatch(/your work took 0\.\d+ of your 0\.0001 GPU-hours this month/);
+
+    const lifted = await runCli(['users', 'quota', 'dave', '--max-gpu-hours', 'none'], { env });
+    expect(lifted.stdout).toContain('dave has no GPU-hour quota');
+    await t.waitForJob(second, dave, (j) => j.status === 'succeeded', 30_000);
+    const users = (await (await t.http('/v1/users', { token: admin })).json()) as {
+      username: string;
+      maxGpuHours: number | null;
+    }[];
+    expect(users.find((u) => u.username === 'dave')?.maxGpuHours).toBeNull();
+  });
+});
+
 const current = (id: string, token: string) => t.waitForJob(id, token, () => true);
 
 const post = (path: string, token: string, body: unknown = {}) =>
@@ -303,7 +345,7 @@ describe('teams through the stack', () => {
     expect(quota.code, quota.stderr).toBe(0);
     expect(quota.stdout).toContain('vision may hold 1 GPU at once');
     const ls = await runCli(['teams', 'ls'], { env: cliEnv(t.url, bob, work.path) });
-    expect(ls.stdout).toMatch(/vision\s+1\s+alice \(lead\), bob/);
+    expect(ls.stdout).toMatch(/vision\s+1\s+-\s+alice \(lead\), bob/);
 
     const invalid = await submit(t, bob, gpuJob('true', { team: 'other' }));
     expect(invalid.status).toBe(400);
@@ -326,7 +368,9 @@ describe('teams through the stack', () => {
     });
     expect(teamQueue.code, teamQueue.stderr).toBe(0);
     expect(teamQueue.stdout).toMatch(new RegExp(`${second}\\s+bob\\s+.*overQuota`));
-    expect(teamQueue.stdout).toMatch(/teams holding now:\s+TEAM\s+GPUS\s+QUOTA\s+vision\s+1\s+1/);
+    expect(teamQueue.stdout).toMatch(
+      /teams holding now:\s+TEAM\s+GPUS\s+QUOTA\s+GPU-H\s+GPU-H QUOTA\s+vision\s+1\s+1/,
+    );
     expect((await t.http('/v1/queue?team=vision', { token: bob })).status).toBe(403);
     expect((await t.http('/v1/queue?team=nowhere', { token: carol })).status).toBe(403);
     const everyone = await runCli(['queue', '--all'], { env });

@@ -3,7 +3,8 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '@trainyard/testkit';
-import { addUser, startTestStack, type TestStack } from './harness.ts';
+import { SimulatedInventory } from '@trainyard/runtime';
+import { addUser, startTestStack, submit, type TestStack } from './harness.ts';
 import { sshKeygen } from './ssh.ts';
 import { runCli, runProgram, type Run } from './processes.ts';
 
@@ -41,11 +42,13 @@ const run = (file: string, args: string[]) =>
 const keygen = (file: string, type: string, bits?: number) =>
   sshKeygen(file, type, { comment: 'carol@laptop', ...(bits && { bits }) });
 
+let admin: string;
+
 beforeAll(async () => {
-  t = await startTestStack();
+  t = await startTestStack({ inventory: SimulatedInventory.parse('1x24GiB') });
   work = await tempDir('trainyard-session-cli-');
   await mkdir(join(home(), '.ssh'), { recursive: true, mode: 0o700 });
-  const admin = await t.token();
+  admin = await t.token();
   await addUser(t, admin, 'carol', PASSWORD);
   expect((await cli(['login', '-u', 'carol', '-p', PASSWORD])).code).toBe(0);
 });
@@ -57,7 +60,20 @@ afterAll(async () => {
 
 describe('trainyard session', () => {
   it('creates, lists, shows and stops a session, and names the flag a refusal is about', async () => {
-    // No worker has a GPU: the session waits in the queue.
+    const never = await cli(['session', 'create', '--gpus', '2']);
+    expect(never.code).toBe(1);
+    expect(never.stderr).toContain('no registered worker could ever run this session');
+    // The one GPU is taken: the session waits in the queue.
+    const sleeper = (
+      (await (
+        await submit(t, admin, {
+          name: 'gpu',
+          command: 'sleep 60',
+          resources: { gpus: 1, vramGb: 4 },
+        })
+      ).json()) as { id: string }
+    ).id;
+    await t.waitForJob(sleeper, admin, (j) => j.status === 'running', 30_000);
     const made = await cli([
       'session',
       'create',
@@ -104,6 +120,7 @@ describe('trainyard session', () => {
     expect(again.code).toBe(1);
     expect(again.stderr).toContain('SESSION_ENDED');
     expect((await cli(['session', 'show', id])).stdout).toContain('stopped (user)');
+    await t.http(`/v1/jobs/${sleeper}/cancel`, { method: 'POST', token: admin });
   });
 });
 

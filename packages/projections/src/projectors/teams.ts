@@ -10,6 +10,7 @@ function step(row: TeamRow | undefined, event: StoredEvent): TeamRow | undefined
         name: event.aggregateId,
         created_at: new Date(event.occurredAt),
         max_gpus: null,
+        max_gpu_hours: null,
         members: [],
       };
     case 'TeamMemberAdded': {
@@ -29,6 +30,8 @@ function step(row: TeamRow | undefined, event: StoredEvent): TeamRow | undefined
       );
     case 'TeamQuotaSet':
       return row && { ...row, max_gpus: event.data.maxGpus };
+    case 'TeamGpuHoursQuotaSet':
+      return row && { ...row, max_gpu_hours: event.data.maxGpuHours };
     default:
       return row;
   }

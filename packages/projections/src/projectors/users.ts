@@ -12,11 +12,14 @@ function step(row: UserRow | undefined, event: StoredEvent): UserRow | undefined
         created_at: new Date(event.occurredAt),
         disabled_at: null,
         max_gpus: null,
+        max_gpu_hours: null,
       };
     case 'UserDisabled':
       return row && { ...row, disabled_at: new Date(event.occurredAt) };
     case 'UserQuotaSet':
       return row && { ...row, max_gpus: event.data.maxGpus };
+    case 'UserGpuHoursQuotaSet':
+      return row && { ...row, max_gpu_hours: event.data.maxGpuHours };
     default:
       return row;
   }

@@ -13,6 +13,8 @@ export interface TeamsTable {
   created_at: Date;
   /** The most GPUs its members' work may hold at once; null: no quota. */
   max_gpus: number | null;
+  /** The GPU-hours a calendar month its members' work may take; null: no quota. */
+  max_gpu_hours: number | null;
   members: TeamMember[];
 }
 export type TeamRow = Selectable<TeamsTable>;

@@ -7,6 +7,8 @@ export interface UsersTable {
   disabled_at: Date | null;
   /** The most GPUs the user's work may hold at once; null: no quota. */
   max_gpus: number | null;
+  /** The GPU-hours a calendar month the user's work may take; null: no quota. */
+  max_gpu_hours: number | null;
 }
 export type UserRow = Selectable<UsersTable>;
 export type NewUserRow = Insertable<UsersTable>;

@@ -1,11 +1,11 @@
 import { z } from 'zod';
 import { runTeamCommand } from '@trainyard/application';
-import { MAX_QUOTA_GPUS, TEAM_NAME, TeamRole, USERNAME } from '@trainyard/events';
+import { TEAM_NAME, TeamRole, USERNAME } from '@trainyard/events';
 import type { Caller } from '../auth.ts';
 import { currentTeams } from '../charge.ts';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
-import { errorResponses, isoTime } from '../schemas.ts';
+import { errorResponses, isoTime, QuotaBodySchema, QuotaSetShape } from '../schemas.ts';
 import { actorOf, adminsOnly, callerOf, requireAdmin } from './common.ts';
 
 const TeamNameSchema = z
@@ -26,6 +26,10 @@ const TeamViewSchema = z
       .int()
       .nullable()
       .describe('the most GPUs its members’ work charged to it may hold at once; null: no quota'),
+    maxGpuHours: z
+      .number()
+      .nullable()
+      .describe('the GPU-hours that work may take a calendar month (UTC); null: no quota'),
     members: z
       .array(z.object({ username: z.string(), role: TeamRole, since: isoTime }))
       .describe('in the order they joined'),
@@ -37,10 +41,6 @@ const MemberSchema = z.object({
   username: z.string(),
   role: TeamRole.nullable(),
 });
-
-const QuotaBody = z
-  .object({ maxGpus: z.number().int().min(0).max(MAX_QUOTA_GPUS).nullable() })
-  .strict();
 
 /**
  * Teams: groups of users that share a GPU quota. Admins make them, staff them and set their
@@ -91,6 +91,7 @@ export function teamRoutes(app: Api, deps: ApiDeps): void {
         name: t.name,
         createdAt: t.created_at.toISOString(),
         maxGpus: t.max_gpus,
+        maxGpuHours: t.max_gpu_hours,
         members: t.members.map(
           (m) => ({ ...m, role: m.role === 'lead' ? 'lead' : 'member' }) as const,
         ),
@@ -170,9 +171,9 @@ export function teamRoutes(app: Api, deps: ApiDeps): void {
         description:
           'Jobs and sessions charged to the team that would take it past the quota wait, queued, with the reason `overQuota`; each member’s own quota holds as well. `null` lifts it.',
         params: TeamParams,
-        body: QuotaBody,
+        body: QuotaBodySchema,
         response: {
-          200: z.object({ name: z.string(), maxGpus: z.number().int().nullable() }),
+          200: z.object({ name: z.string(), ...QuotaSetShape }),
           ...errorResponses(400, 401, 403, 404, 409, 503),
         },
       },
@@ -180,14 +181,22 @@ export function teamRoutes(app: Api, deps: ApiDeps): void {
     async (req) => {
       const admin = requireAdmin(req);
       const { team } = req.params;
-      const { maxGpus } = req.body;
-      await runTeamCommand(
-        deps.bus.store,
-        team,
-        { type: 'SetTeamQuota', maxGpus },
-        meta(admin, req),
-      );
-      return { name: team, maxGpus };
+      const { maxGpus, maxGpuHours } = req.body;
+      if (maxGpus !== undefined)
+        await runTeamCommand(
+          deps.bus.store,
+          team,
+          { type: 'SetTeamQuota', maxGpus },
+          meta(admin, req),
+        );
+      if (maxGpuHours !== undefined)
+        await runTeamCommand(
+          deps.bus.store,
+          team,
+          { type: 'SetTeamGpuHoursQuota', maxGpuHours },
+          meta(admin, req),
+        );
+      return { name: team, ...req.body };
     },
   );
 }

@@ -1,17 +1,10 @@
 import { z } from 'zod';
-import {
-  ConcurrencyError,
-  EMPTY_HEAD,
-  MAX_QUOTA_GPUS,
-  retry,
-  USERNAME,
-  type UserEvent,
-} from '@trainyard/events';
+import { ConcurrencyError, EMPTY_HEAD, retry, USERNAME, type UserEvent } from '@trainyard/events';
 import { listUsers } from '@trainyard/projections';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import { MIN_PASSWORD_LENGTH, passwordProblem } from '../passwords.ts';
-import { errorResponses, UserViewSchema } from '../schemas.ts';
+import { errorResponses, QuotaBodySchema, QuotaSetShape, UserViewSchema } from '../schemas.ts';
 import { actorOf, adminsOnly, readModel, requireAdmin } from './common.ts';
 import type { Caller } from '../auth.ts';
 
@@ -74,16 +67,6 @@ export async function appendUserEvent(
 
 const UsernameParams = z.object({ username: z.string().regex(USERNAME, 'not a username') });
 const DisableBody = z.object({ reason: z.string().max(512).default('') });
-const QuotaBody = z.object({
-  maxGpus: z
-    .number()
-    .int()
-    .min(0)
-    .max(MAX_QUOTA_GPUS)
-    .nullable()
-    .describe('the most GPUs their jobs and sessions may hold at once; null: no quota'),
-});
-
 /** User management, for admins. */
 export function userRoutes(app: Api, deps: ApiDeps): void {
   app.post(
@@ -125,6 +108,7 @@ export function userRoutes(app: Api, deps: ApiDeps): void {
         createdAt: u.created_at.toISOString(),
         disabled: u.disabled_at !== null,
         maxGpus: u.max_gpus,
+        maxGpuHours: u.max_gpu_hours,
       }));
     },
   );
@@ -169,13 +153,13 @@ export function userRoutes(app: Api, deps: ApiDeps): void {
       preValidation: adminsOnly,
       schema: {
         tags: ['users'],
-        summary: 'Set the most GPUs a user’s work may hold at once (admins)',
+        summary: 'Set the GPUs a user’s work may hold at once, or take a month (admins)',
         description:
-          'Jobs and sessions that would take the user past it wait, queued, with the reason `overQuota`, until some of their work ends. Work already running is not stopped. `null` lifts the quota.',
+          'Jobs and sessions that would take the user past `maxGpus` wait, queued, with the reason `overQuota`, until some of their work ends; once their work has taken `maxGpuHours` GPU-hours in a calendar month (UTC), what asks for GPUs waits for the next month. Work already running is not stopped. `null` lifts a quota; one left out stays as it is.',
         params: UsernameParams,
-        body: QuotaBody,
+        body: QuotaBodySchema,
         response: {
-          200: z.object({ username: z.string(), maxGpus: z.number().int().nullable() }),
+          200: z.object({ username: z.string(), ...QuotaSetShape }),
           ...errorResponses(400, 401, 403, 404, 409, 503),
         },
       },
@@ -185,14 +169,22 @@ export function userRoutes(app: Api, deps: ApiDeps): void {
       const { username } = req.params;
       if (!(await deps.credentials.exists(username)))
         throw new ApiError('NOT_FOUND', `user ${username} not found`);
-      const { maxGpus } = req.body;
+      const { maxGpus, maxGpuHours } = req.body;
+      const events: UserEvent[] = [
+        ...(maxGpus !== undefined ? [{ type: 'UserQuotaSet' as const, data: { maxGpus } }] : []),
+        ...(maxGpuHours !== undefined
+          ? [{ type: 'UserGpuHoursQuotaSet' as const, data: { maxGpuHours } }]
+          : []),
+      ];
       // It depends on nothing the user's events say: another admin's change meanwhile is no
       // reason to refuse it.
-      await retry(
-        () => appendUserEvent(deps, username, { type: 'UserQuotaSet', data: { maxGpus } }, admin),
-        { attempts: 3, baseMs: 20, retryable: (err) => err instanceof ConcurrencyError },
-      );
-      return { username, maxGpus };
+      for (const event of events)
+        await retry(() => appendUserEvent(deps, username, event, admin), {
+          attempts: 3,
+          baseMs: 20,
+          retryable: (err) => err instanceof ConcurrencyError,
+        });
+      return { username, ...req.body };
     },
   );
 }

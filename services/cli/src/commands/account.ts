@@ -2,7 +2,7 @@ import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
 import { profileName, readCredentials, removeCredentials, writeCredentials } from '../config.ts';
-import { maxGpusFlag, quotaWords } from './flags.ts';
+import { quotaBody, quotaSetLine } from './flags.ts';
 import { printJson, printTable } from './table.ts';
 
 /** One GPU's memory and utilisation at its worker's last heartbeat: `0: 12.3/80 GiB 35%`. */
@@ -159,40 +159,47 @@ export function registerAccountCommands(program: Command): void {
     .description('list users')
     .option('--json', 'print JSON')
     .action(async (o: { json?: boolean }) => {
-      const list =
-        await ApiClient.fromEnv().json<
-          { username: string; role: string; createdAt: string; maxGpus: number | null }[]
-        >('/v1/users');
+      const list = await ApiClient.fromEnv().json<
+        {
+          username: string;
+          role: string;
+          createdAt: string;
+          maxGpus: number | null;
+          maxGpuHours?: number | null;
+        }[]
+      >('/v1/users');
       if (o.json) return printJson(list);
       printTable(
-        ['USER', 'ROLE', 'CREATED', 'MAX GPUS'],
+        ['USER', 'ROLE', 'CREATED', 'MAX GPUS', 'GPU-H/MONTH'],
         list.map((u) => [
           u.username,
           u.role,
           u.createdAt,
           u.maxGpus == null ? '-' : String(u.maxGpus),
+          u.maxGpuHours == null ? '-' : String(u.maxGpuHours),
         ]),
       );
     });
   users
     .command('quota')
-    .description('the most GPUs a user’s jobs and sessions may hold at once; more waits, queued')
+    .description(
+      'the GPUs a user’s jobs and sessions may hold at once, or take a month; more waits, queued',
+    )
     .argument('<username>')
-    .requiredOption('--max-gpus <n>', 'a number of GPUs, or "none" to lift the quota')
+    .option('--max-gpus <n>', 'a number of GPUs at once, or "none" to lift that quota')
+    .option('--max-gpu-hours <h>', 'GPU-hours a calendar month (UTC), or "none"')
     .option('--json', 'print JSON')
-    .action(async (username: string, o: { maxGpus: string; json?: boolean }) => {
-      const maxGpus = maxGpusFlag(o.maxGpus);
-      const r = await ApiClient.fromEnv().put<{ username: string; maxGpus: number | null }>(
-        `/v1/users/${encodeURIComponent(username)}/quota`,
-        { maxGpus },
-      );
-      if (o.json) return printJson(r);
-      console.log(
-        r.maxGpus === null
-          ? `${r.username} has no GPU quota`
-          : `${r.username} may hold ${quotaWords(r.maxGpus)}`,
-      );
-    });
+    .action(
+      async (username: string, o: { maxGpus?: string; maxGpuHours?: string; json?: boolean }) => {
+        const r = await ApiClient.fromEnv().put<{
+          username: string;
+          maxGpus?: number | null;
+          maxGpuHours?: number | null;
+        }>(`/v1/users/${encodeURIComponent(username)}/quota`, quotaBody(o));
+        if (o.json) return printJson(r);
+        console.log(quotaSetLine(r.username, r));
+      },
+    );
 
   program
     .command('workers')

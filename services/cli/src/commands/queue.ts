@@ -17,11 +17,13 @@ const quotaOf = (h: Holder) => (h.maxGpus == null ? '-' : String(h.maxGpus));
 function printHolders(holders: Holder[]): void {
   console.log('\nholding now:');
   printTable(
-    ['USER', 'GPUS', 'QUOTA', 'CPUS', 'JOBS', 'SESSIONS'],
+    ['USER', 'GPUS', 'QUOTA', 'GPU-H', 'GPU-H QUOTA', 'CPUS', 'JOBS', 'SESSIONS'],
     holders.map((h) => [
       h.owner,
       String(h.gpus),
       quotaOf(h),
+      String(h.gpuHours ?? '-'),
+      h.maxGpuHours == null ? '-' : String(h.maxGpuHours),
       String(h.cpus),
       String(h.jobs),
       String(h.sessions),
@@ -32,8 +34,14 @@ function printHolders(holders: Holder[]): void {
 function printTeams(teams: TeamHolding[]): void {
   console.log('\nteams holding now:');
   printTable(
-    ['TEAM', 'GPUS', 'QUOTA'],
-    teams.map((t) => [t.team, String(t.gpus), t.maxGpus === null ? '-' : String(t.maxGpus)]),
+    ['TEAM', 'GPUS', 'QUOTA', 'GPU-H', 'GPU-H QUOTA'],
+    teams.map((t) => [
+      t.team,
+      String(t.gpus),
+      t.maxGpus === null ? '-' : String(t.maxGpus),
+      String(t.gpuHours),
+      t.maxGpuHours === null ? '-' : String(t.maxGpuHours),
+    ]),
   );
 }
 
@@ -42,7 +50,11 @@ function holdingLine(h: Holder): string {
   const gpus = `${h.gpus} GPU${h.gpus === 1 ? '' : 's'}`;
   const work = `${h.jobs} job${h.jobs === 1 ? '' : 's'} and ${h.sessions} session${h.sessions === 1 ? '' : 's'}`;
   const quota = h.maxGpus == null ? 'no GPU quota' : `of your quota of ${h.maxGpus} at once`;
-  return `you hold ${gpus} (${quota}) in ${work}`;
+  const hours =
+    h.maxGpuHours == null
+      ? ''
+      : `; your work took ${h.gpuHours ?? 0} of your ${h.maxGpuHours} GPU-hours this month`;
+  return `you hold ${gpus} (${quota}) in ${work}${hours}`;
 }
 
 /** The queue in placement order, and why a job waits. */

@@ -1,12 +1,13 @@
 import type { Command } from 'commander';
 import { ApiClient, CliError } from '../client.ts';
-import { maxGpusFlag, quotaWords } from './flags.ts';
+import { quotaBody, quotaSetLine } from './flags.ts';
 import { printJson, printTable } from './table.ts';
 
 interface TeamView {
   name: string;
   createdAt: string;
   maxGpus: number | null;
+  maxGpuHours?: number | null;
   members: { username: string; role: string; since: string }[];
 }
 
@@ -38,10 +39,11 @@ export function registerTeamCommands(program: Command): void {
       const list = await ApiClient.fromEnv().json<TeamView[]>('/v1/teams');
       if (o.json) return printJson(list);
       printTable(
-        ['TEAM', 'MAX GPUS', 'MEMBERS'],
+        ['TEAM', 'MAX GPUS', 'GPU-H/MONTH', 'MEMBERS'],
         list.map((t) => [
           t.name,
           t.maxGpus === null ? '-' : String(t.maxGpus),
+          t.maxGpuHours == null ? '-' : String(t.maxGpuHours),
           t.members
             .map((m) => (m.role === 'lead' ? `${m.username} (lead)` : m.username))
             .join(', '),
@@ -87,21 +89,20 @@ export function registerTeamCommands(program: Command): void {
     });
   teams
     .command('quota')
-    .description('the most GPUs the team’s work may hold at once (admins); more waits, queued')
+    .description(
+      'the GPUs the team’s work may hold at once, or take a month (admins); more waits, queued',
+    )
     .argument('<team>')
-    .requiredOption('--max-gpus <n>', 'a number of GPUs, or "none" to lift the quota')
+    .option('--max-gpus <n>', 'a number of GPUs at once, or "none" to lift that quota')
+    .option('--max-gpu-hours <h>', 'GPU-hours a calendar month (UTC), or "none"')
     .option('--json', 'print JSON')
-    .action(async (team: string, o: { maxGpus: string; json?: boolean }) => {
-      const maxGpus = maxGpusFlag(o.maxGpus);
-      const r = await ApiClient.fromEnv().put<{ name: string; maxGpus: number | null }>(
-        `${path(team)}/quota`,
-        { maxGpus },
-      );
+    .action(async (team: string, o: { maxGpus?: string; maxGpuHours?: string; json?: boolean }) => {
+      const r = await ApiClient.fromEnv().put<{
+        name: string;
+        maxGpus?: number | null;
+        maxGpuHours?: number | null;
+      }>(`${path(team)}/quota`, quotaBody(o));
       if (o.json) return printJson(r);
-      console.log(
-        r.maxGpus === null
-          ? `${r.name} has no GPU quota`
-          : `${r.name} may hold ${quotaWords(r.maxGpus)}`,
-      );
+      console.log(quotaSetLine(r.name, r));
     });
 }
