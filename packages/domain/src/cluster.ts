@@ -125,7 +125,6 @@ interface Holding {
   vramBytes: number;
   cpus: number;
   memoryBytes: number;
-  assignedAt: string;
 }
 
 function jobHolding(job: JobState): Holding | undefined {

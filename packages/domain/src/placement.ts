@@ -7,6 +7,7 @@ import {
 } from './cluster.ts';
 import { inPlacementOrder, placeable, type Candidate } from './candidates.ts';
 import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
+import { nextMonthStart } from './usage.ts';
 
 export interface Assignment {
   /** What is placed: an attempt of a job, or a run of a session. */
@@ -300,6 +301,7 @@ export function quotaBook(cluster: ClusterState, now: Date): QuotaBook | undefin
  */
 export interface OverQuota {
   kind: 'gpus' | 'gpuHours';
+  /** GPUs held at once; for `gpuHours`, the GPU-hours taken this month. */
   held: number;
   limit: number;
   /** The team whose quota it is; null for its owner's own. */
@@ -389,7 +391,11 @@ export function placeInOrder(
  * waits. Pure: the cluster state is not changed.
  */
 export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
-  const { ready, wakeAt } = placeable(cluster, now, policy);
+  const { ready, wakeAt: retryAt } = placeable(cluster, now, policy);
+  // Work an hour quota holds back may go when the month turns, whatever else happens by then.
+  const monthTurns = cluster.hourQuotas.size > 0 ? nextMonthStart(now) : null;
+  const wakeAt =
+    retryAt && monthTurns && monthTurns < retryAt ? monthTurns : (retryAt ?? monthTurns);
   const workers = onlineWorkers(cluster);
   if (!workers.some(hasRoom)) return { assignments: [], wakeAt };
   return {

@@ -144,7 +144,9 @@ function why(p: Pending): string {
       const whose = team === null ? `${p.owner}'s quota` : `team ${team}'s quota`;
       const work = team === null ? 'their work' : 'its members’ work';
       if (kind === 'gpuHours')
-        return `over ${whose} of ${limit} GPU-hours a month: ${work} took ${held.toFixed(2)} this month (UTC); it waits for the next month, or for an admin to raise the quota`;
+        return limit === 0
+          ? `${whose} of GPU-hours a month is 0: it runs only if an admin raises the quota`
+          : `over ${whose} of ${limit} GPU-hours a month: ${work} took ${Number(held.toFixed(4))} this month (UTC); it waits for the next month, or for an admin to raise the quota`;
       return p.resources.gpus > limit
         ? `it asks for ${plural(p.resources.gpus, 'GPU')}, more than ${whose} of ${limit} at once: it runs only if an admin raises the quota`
         : `over ${whose}: ${work} holds ${plural(held, 'GPU')} of the ${limit} it may hold at once (with what the next round places), and this needs ${p.resources.gpus} more`;
@@ -288,7 +290,9 @@ export function explainQueue(
     holders: holding.list(accounts),
     accounts,
     teams: [...accounts]
-      .filter(([name]) => name.startsWith(TEAM_PREFIX))
+      .filter(
+        ([name, q]) => name.startsWith(TEAM_PREFIX) && (inUse(q) || cluster.gpusHeld.has(name)),
+      )
       .map(([name, quota]) => ({
         team: name.slice(TEAM_PREFIX.length),
         gpus: cluster.gpusHeld.get(name) ?? 0,
@@ -297,6 +301,9 @@ export function explainQueue(
       .sort((a, b) => (a.team < b.team ? -1 : 1)),
   };
 }
+
+/** Whether an account has a quota, or took GPU time this month. */
+const inUse = (q: AccountQuota) => q.maxGpus !== null || q.maxGpuHours !== null || q.gpuHours > 0;
 
 /** The quotas and this month's GPU-hours of each account with a quota or some use. */
 function accountQuotas(cluster: ClusterState, now: Date): Map<string, AccountQuota> {

@@ -19,6 +19,11 @@ function monthStartMs(ms: number): number {
   return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
 }
 
+/** When the month after `now`'s starts (UTC). */
+export function nextMonthStart(now: Date): Date {
+  return new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1));
+}
+
 /**
  * Usage brought up to `atMs`, `gpus` having been held since it was last brought up; a new month
  * starts from nothing but what was held into it. Time never goes back: clocks of the processes

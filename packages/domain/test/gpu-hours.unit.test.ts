@@ -97,7 +97,7 @@ describe('GPU-hour quotas in placement', () => {
     expect(describePending(entry)).toMatchObject({
       reason: 'overQuota',
       message:
-        "over alice's quota of 2 GPU-hours a month: their work took 2.00 this month (UTC); it waits for the next month, or for an admin to raise the quota",
+        "over alice's quota of 2 GPU-hours a month: their work took 2 this month (UTC); it waits for the next month, or for an admin to raise the quota",
     });
     const restored = restoreCluster(JSON.parse(JSON.stringify(snapshotCluster(c))));
     expect(plan(restored, now).assignments.map((a) => a.id)).toEqual(['job_3']);

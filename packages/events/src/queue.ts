@@ -17,7 +17,7 @@ import { ResourcesSchema } from './job.ts';
  * - `dependency`: jobs it depends on have not all succeeded;
  * - `building`: its image or artifact is being built, before it is queued;
  * - `overQuota`: it would take its owner's work (or its team's) past the GPUs their quota allows
- *   at once;
+ *   at once, or their work took its GPU-hours this month;
  * - `held`: its owner or an admin holds it; it is placed only once released.
  */
 export const PendingReason = z.enum([

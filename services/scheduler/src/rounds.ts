@@ -7,6 +7,11 @@ import { pause, realClock, type Clock } from './clock.ts';
 const RESYNC_MS = 500;
 /** A round woken for a plan's `wakeAt` runs this much after it, so that the retry is due. */
 const WAKE_LATE_MS = 5;
+/**
+ * The longest a wake is armed for (a timer cannot wait past 2^31 ms, nearly 25 days; a wake at
+ * the turn of the month may be further): a round then plans again, and arms the rest.
+ */
+const MAX_WAKE_MS = 3_600_000;
 
 /** What the rounds work with; all of it is passed in, so that a test needs no NATS. */
 export interface RoundDeps {
@@ -118,7 +123,7 @@ export class Rounds {
     this.#cancelWake?.();
     this.#cancelWake = undefined;
     if (!wakeAt) return;
-    const ms = Math.max(0, wakeAt.getTime() - now.getTime()) + WAKE_LATE_MS;
+    const ms = Math.min(MAX_WAKE_MS, Math.max(0, wakeAt.getTime() - now.getTime()) + WAKE_LATE_MS);
     this.#cancelWake = this.#clock.after(ms, () => this.wake());
   }
 }

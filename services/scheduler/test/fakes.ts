@@ -50,9 +50,9 @@ export class FakeLog {
   /** Told after each delivery, as the fold tells the rounds that it reached the log's end. */
   onDelivered: () => void = () => undefined;
 
-  append(aggregate: 'job' | 'worker', id: string, event: DomainEvent): number {
+  append(aggregate: 'job' | 'worker' | 'user', id: string, event: DomainEvent, at = T0): number {
     const seq = this.events.length + 1;
-    this.events.push(storedEvent(aggregate, id, event, { seq, at: T0 }));
+    this.events.push(storedEvent(aggregate, id, event, { seq, at }));
     return seq;
   }
 

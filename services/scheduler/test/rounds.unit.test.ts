@@ -177,6 +177,44 @@ describe('planning rounds', () => {
     expect(h.asked[0]!.now).toEqual(new Date(retryAt.getTime() + 5));
   });
 
+  it('places work an hour quota held back when the month turns, waking an hour at a time', async () => {
+    const h = harness();
+    const HOUR = 3_600_000;
+    h.log.append('worker', 'w1', worker('w1', [24]));
+    h.log.append('user', 'alice', { type: 'UserGpuHoursQuotaSet', data: { maxGpuHours: 1 } });
+    h.log.append('job', 'j1', submitted({ gpus: 1 }));
+    h.log.append('job', 'j1', {
+      type: 'JobAssigned',
+      data: {
+        attemptId: 'a1',
+        attempt: 1,
+        workerId: 'w1',
+        gpus: [0],
+        vramBytes: 24 * GiB,
+        cpus: 0,
+      },
+    });
+    h.log.append(
+      'job',
+      'j1',
+      { type: 'JobSucceeded', data: { attemptId: 'a1', durationMs: 2 * HOUR } },
+      new Date(T0.getTime() + 2 * HOUR),
+    );
+    h.log.append('job', 'j2', submitted({ gpus: 1 }));
+    h.log.deliver();
+    await drain();
+    expect(h.asked).toEqual([]);
+
+    const february = Date.parse('2026-02-01T00:00:00Z');
+    h.clock.advance(february - T0.getTime() - 1);
+    await drain();
+    expect(h.asked).toEqual([]);
+    h.clock.advance(HOUR);
+    await drain();
+    expect(jobsAsked(h)).toEqual(['j2']);
+    expect(h.asked[0]!.now.getTime()).toBe(february + 5);
+  });
+
   it('pauses after a failed assignment, then waits for the log’s end before planning', async () => {
     let fail = true;
     const h = harness((a, log) => {
