@@ -308,37 +308,48 @@ export interface OverQuota {
   team: string | null;
 }
 
+/** Which of an account's quotas `gpus` more would pass, as booked so far; null for none. */
+function pastQuota(quota: QuotaBook, account: string, gpus: number): OverQuota['kind'] | null {
+  const limit = quota.limits.get(account);
+  if (limit !== undefined && (quota.held.get(account) ?? 0) + gpus > limit) return 'gpus';
+  const hourLimit = quota.hourLimits.get(account);
+  return hourLimit !== undefined && quota.hoursUsed(account) >= hourLimit ? 'gpuHours' : null;
+}
+
+/**
+ * Whether its owner's quota, or its team's, holds a candidate back, as booked so far (the
+ * placement loop's question: it allocates nothing).
+ */
+function heldBack(job: Candidate, quota: QuotaBook | undefined): boolean {
+  const gpus = job.resources.gpus;
+  if (!quota || gpus === 0) return false;
+  if (pastQuota(quota, job.owner, gpus) !== null) return true;
+  return job.team !== null && pastQuota(quota, teamAccount(job.team), gpus) !== null;
+}
+
 /**
  * Where its owner's quota, or else its team's, holds a candidate back, as booked so far. Null
  * when neither does (or neither has a quota, or it takes no GPU).
  */
 export function overQuota(job: Candidate, quota: QuotaBook | undefined): OverQuota | null {
+  if (!heldBack(job, quota)) return null;
   const gpus = job.resources.gpus;
-  if (!quota || gpus === 0) return null;
-  const over = (account: string): Omit<OverQuota, 'team'> | null => {
-    const limit = quota.limits.get(account);
-    const held = quota.held.get(account) ?? 0;
-    if (limit !== undefined && held + gpus > limit) return { kind: 'gpus', held, limit };
-    const hourLimit = quota.hourLimits.get(account);
-    if (hourLimit === undefined) return null;
-    const used = quota.hoursUsed(account);
-    return used >= hourLimit ? { kind: 'gpuHours', held: used, limit: hourLimit } : null;
-  };
-  const owners = over(job.owner);
-  if (owners) return { ...owners, team: null };
-  if (job.team === null) return null;
-  const teams = over(teamAccount(job.team));
-  return teams && { ...teams, team: job.team };
+  const team = pastQuota(quota!, job.owner, gpus) === null ? job.team : null;
+  const account = team === null ? job.owner : teamAccount(team);
+  const kind = pastQuota(quota!, account, gpus)!;
+  return kind === 'gpus'
+    ? { kind, held: quota!.held.get(account) ?? 0, limit: quota!.limits.get(account)!, team }
+    : { kind, held: quota!.hoursUsed(account), limit: quota!.hourLimits.get(account)!, team };
 }
 
 function bookQuota(job: Candidate, quota: QuotaBook | undefined): void {
   const gpus = job.resources.gpus;
   if (!quota || gpus === 0) return;
-  const book = (account: string) => {
-    if (quota.limits.has(account)) quota.held.set(account, (quota.held.get(account) ?? 0) + gpus);
-  };
-  book(job.owner);
-  if (job.team !== null) book(teamAccount(job.team));
+  if (quota.limits.has(job.owner))
+    quota.held.set(job.owner, (quota.held.get(job.owner) ?? 0) + gpus);
+  if (job.team === null) return;
+  const team = teamAccount(job.team);
+  if (quota.limits.has(team)) quota.held.set(team, (quota.held.get(team) ?? 0) + gpus);
 }
 
 /**
@@ -366,7 +377,7 @@ export function placeInOrder(
       mark.startAt = 0;
     }
     if (mark.unplaceable) continue;
-    if (overQuota(job, quota)) continue;
+    if (heldBack(job, quota)) continue;
     const placed = place(job, workers, room, policy, mark.startAt);
     if (!placed) {
       mark.unplaceable = true;
