@@ -92,7 +92,7 @@ export function registerQueueCommands(program: Command): void {
           ]),
         );
       console.log(`${q.total} waiting in all`);
-      if (q.holders && o.all) printHolders(q.holders);
+      if (q.holders?.length && o.all) printHolders(q.holders);
       else if (q.holders?.length === 1) console.log(holdingLine(q.holders[0]!));
       if (q.teams?.length && others) printTeams(q.teams);
     });
