@@ -1,9 +1,7 @@
 import { slotHolder } from './job/state.ts';
-import type { MonthUsage } from './usage.ts';
+import { countHeld, teamAccount, type MonthUsage } from './usage.ts';
 import { runHolder } from './session/state.ts';
 import {
-  countHeld,
-  teamAccount,
   type ClusterState,
   type TrackedJob,
   type TrackedSession,

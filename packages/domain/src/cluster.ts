@@ -7,7 +7,7 @@ import type {
   WorkerEvent,
 } from '@trainyard/events';
 import { evolveWorker, initialWorker, type WorkerLifecycle } from './worker.ts';
-import { advanced, gpuHoursOf, type MonthUsage } from './usage.ts';
+import { chargeAccount, hoursUsed, setQuota, teamAccount, type MonthUsage } from './usage.ts';
 import { assertNever } from './errors.ts';
 import {
   awaitsPlacement,
@@ -143,13 +143,6 @@ function sessionHolding(session: SessionState): Holding | undefined {
 }
 
 /**
- * The key a team's quota and what its work holds are kept under, beside users' (a username
- * has no colon).
- */
-export const TEAM_PREFIX = 'team:';
-export const teamAccount = (team: string): string => `${TEAM_PREFIX}${team}`;
-
-/**
  * Books (or frees) what an attempt or run of `of` holds: on its worker, and in its owner's count
  * and its team's.
  */
@@ -162,24 +155,15 @@ function hold(
 ): void {
   if (!holding) return;
   const gpus = sign * holding.gpus.length;
-  account(cluster, of.owner, gpus, atMs);
-  if (of.team !== null) account(cluster, teamAccount(of.team), gpus, atMs);
+  chargeAccount(cluster.gpusHeld, cluster.usage, of.owner, gpus, atMs);
+  if (of.team !== null)
+    chargeAccount(cluster.gpusHeld, cluster.usage, teamAccount(of.team), gpus, atMs);
   reserve(cluster, holding, sign);
-}
-
-/** Brings an account's usage up to `atMs`, then changes what it holds by `gpus`. */
-function account(cluster: ClusterState, name: string, gpus: number, atMs: number): void {
-  if (gpus === 0) return;
-  const held = cluster.gpusHeld.get(name) ?? 0;
-  cluster.usage.set(name, advanced(cluster.usage.get(name), held, atMs));
-  countHeld(cluster.gpusHeld, name, gpus);
 }
 
 /** The GPU-hours an account's work has taken this month, as of `nowMs`, running work counted. */
 export function gpuHoursUsed(cluster: ClusterState, name: string, nowMs: number): number {
-  const usage = cluster.usage.get(name);
-  if (!usage) return 0;
-  return gpuHoursOf(advanced(usage, cluster.gpusHeld.get(name) ?? 0, nowMs));
+  return hoursUsed(cluster.gpusHeld, cluster.usage, name, nowMs);
 }
 
 function reserve(cluster: ClusterState, holding: Holding | undefined, sign: 1 | -1): void {
@@ -348,19 +332,6 @@ function evolveUserInCluster(cluster: ClusterState, event: StoredEvent<UserEvent
     setQuota(cluster.quotas, event.aggregateId, event.data.maxGpus);
   else if (event.type === 'UserGpuHoursQuotaSet')
     setQuota(cluster.hourQuotas, event.aggregateId, event.data.maxGpuHours);
-}
-
-function setQuota(quotas: Map<string, number>, account: string, limit: number | null): void {
-  if (limit === null) quotas.delete(account);
-  else quotas.set(account, limit);
-}
-
-/** Adds `gpus` (fewer, when negative) to what `owner` holds. */
-export function countHeld(held: Map<string, number>, owner: string, gpus: number): void {
-  if (gpus === 0) return;
-  const now = (held.get(owner) ?? 0) + gpus;
-  if (now > 0) held.set(owner, now);
-  else held.delete(owner);
 }
 
 /** A live attempt (assigned or running) held by a worker. */

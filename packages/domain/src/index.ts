@@ -7,6 +7,7 @@ export * from './job/decide.ts';
 export * from './job/state.ts';
 export * from './candidates.ts';
 export * from './placement.ts';
+export * from './quota.ts';
 export * from './policy.ts';
 export * from './worker.ts';
 export * from './images.ts';

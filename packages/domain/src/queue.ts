@@ -1,11 +1,5 @@
 import type { Holder, PendingReason, QueueEntry, Resources, TeamHolding } from '@trainyard/events';
-import {
-  gpuHoursUsed,
-  TEAM_PREFIX,
-  type ClusterState,
-  type TrackedJob,
-  type WorkerState,
-} from './cluster.ts';
+import { gpuHoursUsed, type ClusterState, type TrackedJob, type WorkerState } from './cluster.ts';
 import {
   inPlacementOrder,
   needCandidate,
@@ -21,15 +15,9 @@ import {
   slotHolder,
   type JobState,
 } from './job/state.ts';
-import {
-  couldEverHold,
-  onlineWorkers,
-  overQuota,
-  placeInOrder,
-  type OverQuota,
-  quotaBook,
-  type WorkerShape,
-} from './placement.ts';
+import { couldEverHold, onlineWorkers, placeInOrder, type WorkerShape } from './placement.ts';
+import { overQuota, quotaBook, type OverQuota } from './quota.ts';
+import { TEAM_PREFIX } from './usage.ts';
 import { DEFAULT_POLICY, effectivePriority, type PlacementPolicy } from './policy.ts';
 import { runHolder } from './session/state.ts';
 

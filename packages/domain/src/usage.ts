@@ -39,3 +39,51 @@ export function advanced(usage: MonthUsage | undefined, gpus: number, atMs: numb
 
 /** GPU-hours of a usage. */
 export const gpuHoursOf = (usage: MonthUsage): number => usage.gpuMs / 3_600_000;
+
+/**
+ * The key a team's quota and what its work holds are kept under, beside users' (a username
+ * has no colon).
+ */
+export const TEAM_PREFIX = 'team:';
+export const teamAccount = (team: string): string => `${TEAM_PREFIX}${team}`;
+
+/** Adds `gpus` (fewer, when negative) to what `owner` holds. */
+export function countHeld(held: Map<string, number>, owner: string, gpus: number): void {
+  if (gpus === 0) return;
+  const now = (held.get(owner) ?? 0) + gpus;
+  if (now > 0) held.set(owner, now);
+  else held.delete(owner);
+}
+
+/**
+ * Brings an account's usage up to `atMs`, then changes what it holds by `gpus` (fewer, when
+ * negative).
+ */
+export function chargeAccount(
+  held: Map<string, number>,
+  usage: Map<string, MonthUsage>,
+  name: string,
+  gpus: number,
+  atMs: number,
+): void {
+  if (gpus === 0) return;
+  usage.set(name, advanced(usage.get(name), held.get(name) ?? 0, atMs));
+  countHeld(held, name, gpus);
+}
+
+/** The GPU-hours an account's work has taken this month, as of `nowMs`, running work counted. */
+export function hoursUsed(
+  held: ReadonlyMap<string, number>,
+  usage: ReadonlyMap<string, MonthUsage>,
+  name: string,
+  nowMs: number,
+): number {
+  const u = usage.get(name);
+  return u ? gpuHoursOf(advanced(u, held.get(name) ?? 0, nowMs)) : 0;
+}
+
+/** Sets an account's limit in a map of quotas; null lifts it. */
+export function setQuota(quotas: Map<string, number>, account: string, limit: number | null): void {
+  if (limit === null) quotas.delete(account);
+  else quotas.set(account, limit);
+}

@@ -13,6 +13,7 @@ import type {
 import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
 import { classifyExit, exitCodeOf, failure as failureOf, type ProcessExit } from '../failures.ts';
+import { decideHold, decideRelease } from './holds.ts';
 import { probeOutcome, type ProbeReport } from './probe.ts';
 import {
   awaitsPlacement,
@@ -369,35 +370,10 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       if (command.priority === previous) return [];
       return [{ type: 'JobPriorityChanged', data: { priority: command.priority, previous } }];
     }
-    case 'HoldJob': {
-      if (isTerminal(state.status)) {
-        return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
-      }
-      const attempt = slotHolder(state);
-      if (attempt && !attempt.probe) {
-        return reject(
-          'INVALID_TRANSITION',
-          `job ${state.id} is ${state.status}: a hold keeps a waiting job from starting; cancel one that runs`,
-        );
-      }
-      // A hold already there stands, unless an admin puts theirs over its owner's.
-      if (state.held && (state.held.by === 'admin' || command.by === 'owner')) return [];
-      return [{ type: 'JobHeld', data: { by: command.by, reason: command.reason } }];
-    }
-    case 'ReleaseJob': {
-      if (isTerminal(state.status)) {
-        return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
-      }
-      if (!state.held) return [];
-      if (state.held.by === 'admin' && command.by !== 'admin') {
-        const why = state.held.reason ? ` (${state.held.reason})` : '';
-        return reject(
-          'HELD_BY_ADMIN',
-          `an admin holds job ${state.id}${why}: only an admin may release it`,
-        );
-      }
-      return [{ type: 'JobReleased', data: {} }];
-    }
+    case 'HoldJob':
+      return decideHold(state, command.by, command.reason);
+    case 'ReleaseJob':
+      return decideRelease(state, command.by);
     case 'RecordLogin': {
       const { type: _type, reason, ...data } = command;
       return [{ type: 'JobLogin', data: { ...data, ...(reason !== undefined && { reason }) } }];

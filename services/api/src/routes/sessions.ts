@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { initialSessionState, refusedBase, runHolder, sessionEnded } from '@trainyard/domain';
+import { initialSessionState, runHolder, sessionEnded } from '@trainyard/domain';
 import {
   EMPTY_HEAD,
   SessionStatus,
@@ -33,17 +33,11 @@ import {
   SessionViewSchema,
   SshGatewaySchema,
 } from '../session-schemas.ts';
-import { keepUpload, readSubmission, type StagedUpload } from '../upload.ts';
+import { keepUpload, readSubmission } from '../upload.ts';
 import { sessionView } from '../views.ts';
-import {
-  actorOf,
-  callerOf,
-  readModel,
-  refuseTinyMemory,
-  visibleJob,
-  waitForSeq,
-} from './common.ts';
+import { actorOf, callerOf, readModel, waitForSeq } from './common.ts';
 import { LOG_EVENTS, LOG_RESPONSE, LogQuery, sendLog } from './send-log.ts';
+import { imageFromJob, withImagePolicy } from './session-images.ts';
 
 /** The most sessions one `GET /v1/sessions` answers with. */
 export const MAX_SESSION_LIST = 500;
@@ -104,32 +98,6 @@ async function gatewayOf(deps: ApiDeps, req: FastifyRequest) {
 }
 
 /**
- * The spec as this cluster runs it: where sessions run in containers, one that names no image
- * and no job gets the default base image, as a job does. A base image where no registry holds
- * images, an image and a job both, or a memory limit for a session on a worker's host (which
- * nothing would hold) is refused.
- */
-function withImagePolicy(spec: SessionSpec, images: ApiDeps['images']): SessionSpec {
-  const refuse = (message: string) => new ApiError('VALIDATION_FAILED', message);
-  if (spec.image !== undefined) {
-    if (spec.fromJob !== undefined)
-      throw refuse('image: a session runs in a job’s image (fromJob) or its own, not both');
-    if (!images.enabled)
-      throw refuse('image: this cluster runs sessions on its workers’ hosts, not in containers');
-    const refused = refusedBase(spec.image, images.registry);
-    if (refused) throw refuse(`image: ${refused}`);
-  }
-  refuseTinyMemory(spec.resources.memoryGb, 'resources.memoryGb');
-  const image = spec.image ?? (spec.fromJob === undefined ? images.defaultImage : undefined);
-  if (spec.resources.memoryGb !== undefined && image === undefined && spec.fromJob === undefined) {
-    throw refuse(
-      'resources.memoryGb: a memory limit holds for sessions in containers (image or fromJob); a session on a worker’s host has none',
-    );
-  }
-  return image === undefined ? spec : { ...spec, image };
-}
-
-/**
  * How to log in to `username` (a session, or a running job) through the gateway: a fresh
  * one-time password for its current run, where the gateway listens, and its host key.
  */
@@ -143,35 +111,6 @@ export async function connectAnswer(
   const { password, expiresAt } = await deps.gateway.issuePassword(username, run);
   const { hostKey, hostKeyFingerprint, host, port } = gateway;
   return { host, port, username, password, expiresAt, hostKey, hostKeyFingerprint };
-}
-
-/**
- * The image a session runs in, from the job its spec names (`fromJob`): one of the caller's,
- * built; none for a session on a worker's host. A job's image holds its code: no other is taken.
- */
-async function imageFromJob(
-  deps: ApiDeps,
-  caller: Caller,
-  spec: SessionSpec,
-  staged: StagedUpload | undefined,
-): Promise<BuiltImage | undefined> {
-  const jobId = spec.fromJob;
-  if (jobId === undefined) return undefined;
-  const refuse = (message: string) => new ApiError('VALIDATION_FAILED', `fromJob: ${message}`);
-  if (staged) throw refuse('a session from a job runs with the job’s code; send no code with it');
-  if (!deps.images.enabled) throw refuse('this cluster runs no containers');
-  const job = await visibleJob(deps, caller, jobId).catch((err: unknown) => {
-    throw err instanceof ApiError && err.code === 'NOT_FOUND'
-      ? refuse(`job ${jobId} not found`)
-      : err;
-  });
-  const { image, spec: jobSpec, status } = job.state;
-  if (image) return image;
-  throw refuse(
-    jobSpec?.image === undefined
-      ? `job ${jobId} runs on a worker’s host and has no image`
-      : `job ${jobId} has no image yet (it is ${status})`,
-  );
 }
 
 const CreateQuery = z.object({
