@@ -15,6 +15,7 @@ import {
 } from './job/state.ts';
 import { effectivePriority, type PlacementPolicy } from './policy.ts';
 import { sessionAwaitsPlacement } from './session/state.ts';
+import { teamAccount } from './usage.ts';
 
 /**
  * What placement needs to know of a job or a session that waits for a place. A session is
@@ -27,6 +28,8 @@ export interface Candidate {
   owner: string;
   /** The team it is charged to, if any: its quota holds back what its members' work may take. */
   team: string | null;
+  /** The key of that team's quotas and holdings (`teamAccount`), made once with the candidate. */
+  teamAccount: string | null;
   resources: Resources;
   /** Its priority, aged: see `effectivePriority`. */
   priority: number;
@@ -52,8 +55,11 @@ export interface Candidate {
  */
 const candidates = new WeakMap<TrackedJob | TrackedSession, Candidate>();
 
-/** A candidate's fields, less its aged priority and its shape, which follow from them. */
-type CandidateFields = Omit<Candidate, 'priority' | 'shape' | 'mark'>;
+/**
+ * A candidate's fields, less its aged priority, its shape and its team's key, which follow from
+ * them.
+ */
+type CandidateFields = Omit<Candidate, 'priority' | 'shape' | 'mark' | 'teamAccount'>;
 
 /**
  * What one placement round has found of a shape: that nothing of it fits any more, or the first
@@ -91,6 +97,7 @@ function withShape(f: CandidateFields, priority: number): Candidate {
     id: f.id,
     owner: f.owner,
     team: f.team,
+    teamAccount: f.team === null ? null : teamAccount(f.team),
     resources: f.resources,
     priority,
     queuedSeq: f.queuedSeq,

@@ -315,7 +315,7 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   // Work an hour quota holds back may go when the month turns, whatever else happens by then.
   const monthTurns = cluster.hourQuotas.size > 0 ? nextMonthStart(now) : null;
   const wakeAt =
-    retryAt && monthTurns && monthTurns < retryAt ? monthTurns : (retryAt ?? monthTurns);
+    retryAt && monthTurns ? (monthTurns < retryAt ? monthTurns : retryAt) : (retryAt ?? monthTurns);
   const workers = onlineWorkers(cluster);
   if (!workers.some(hasRoom)) return { assignments: [], wakeAt };
   return {

@@ -17,7 +17,7 @@ import {
 } from './job/state.ts';
 import { couldEverHold, onlineWorkers, placeInOrder, type WorkerShape } from './placement.ts';
 import { overQuota, quotaBook, type OverQuota } from './quota.ts';
-import { TEAM_PREFIX } from './usage.ts';
+import { TEAM_PREFIX, teamAccount } from './usage.ts';
 import { DEFAULT_POLICY, effectivePriority, type PlacementPolicy } from './policy.ts';
 import { runHolder } from './session/state.ts';
 
@@ -82,6 +82,17 @@ export function holderOf(view: QueueView, owner: string): Holder {
       jobs: 0,
       sessions: 0,
       ...(view.accounts.get(owner) ?? NO_QUOTA),
+    }
+  );
+}
+
+/** What one team's work holds, and its quotas: nothing held when it holds nothing. */
+export function teamHoldingOf(view: QueueView, team: string): TeamHolding {
+  return (
+    view.teams.find((t) => t.team === team) ?? {
+      team,
+      gpus: 0,
+      ...(view.accounts.get(teamAccount(team)) ?? NO_QUOTA),
     }
   );
 }

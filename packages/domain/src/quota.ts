@@ -4,7 +4,6 @@
  */
 import { gpuHoursUsed, type ClusterState } from './cluster.ts';
 import type { Candidate } from './candidates.ts';
-import { teamAccount } from './usage.ts';
 
 /**
  * The GPUs users and teams with a quota may hold, and hold, as a round books more for them
@@ -64,7 +63,7 @@ export function heldBack(job: Candidate, quota: QuotaBook | undefined): boolean 
   const gpus = job.resources.gpus;
   if (!quota || gpus === 0) return false;
   if (pastQuota(quota, job.owner, gpus) !== null) return true;
-  return job.team !== null && pastQuota(quota, teamAccount(job.team), gpus) !== null;
+  return job.teamAccount !== null && pastQuota(quota, job.teamAccount, gpus) !== null;
 }
 
 /**
@@ -72,14 +71,18 @@ export function heldBack(job: Candidate, quota: QuotaBook | undefined): boolean 
  * when neither does (or neither has a quota, or it takes no GPU).
  */
 export function overQuota(job: Candidate, quota: QuotaBook | undefined): OverQuota | null {
-  if (!heldBack(job, quota)) return null;
   const gpus = job.resources.gpus;
-  const team = pastQuota(quota!, job.owner, gpus) === null ? job.team : null;
-  const account = team === null ? job.owner : teamAccount(team);
-  const kind = pastQuota(quota!, account, gpus)!;
-  return kind === 'gpus'
-    ? { kind, held: quota!.held.get(account) ?? 0, limit: quota!.limits.get(account)!, team }
-    : { kind, held: quota!.hoursUsed(account), limit: quota!.hourLimits.get(account)!, team };
+  if (!quota || gpus === 0) return null;
+  const over = (account: string, team: string | null): OverQuota | null => {
+    const kind = pastQuota(quota, account, gpus);
+    if (kind === null) return null;
+    return kind === 'gpus'
+      ? { kind, held: quota.held.get(account) ?? 0, limit: quota.limits.get(account)!, team }
+      : { kind, held: quota.hoursUsed(account), limit: quota.hourLimits.get(account)!, team };
+  };
+  return (
+    over(job.owner, null) ?? (job.teamAccount === null ? null : over(job.teamAccount, job.team))
+  );
 }
 
 export function bookQuota(job: Candidate, quota: QuotaBook | undefined): void {
@@ -87,7 +90,7 @@ export function bookQuota(job: Candidate, quota: QuotaBook | undefined): void {
   if (!quota || gpus === 0) return;
   if (quota.limits.has(job.owner))
     quota.held.set(job.owner, (quota.held.get(job.owner) ?? 0) + gpus);
-  if (job.team === null) return;
-  const team = teamAccount(job.team);
-  if (quota.limits.has(team)) quota.held.set(team, (quota.held.get(team) ?? 0) + gpus);
+  const team = job.teamAccount;
+  if (team !== null && quota.limits.has(team))
+    quota.held.set(team, (quota.held.get(team) ?? 0) + gpus);
 }

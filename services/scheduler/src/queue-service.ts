@@ -3,11 +3,17 @@ import {
   describePending,
   explainQueue,
   holderOf,
+  teamHoldingOf,
   type ClusterState,
   type PlacementPolicy,
   type QueueView,
 } from '@trainyard/domain';
-import { QueueRequestSchema, Subjects, type QueueReply } from '@trainyard/events';
+import {
+  QueueRequestSchema,
+  Subjects,
+  type QueueReply,
+  type QueueRequest,
+} from '@trainyard/events';
 import type { ServiceContext } from '@trainyard/service-kit';
 
 /** A view is worked out again once the log has moved on, or it is this old (priorities age)... */
@@ -69,37 +75,17 @@ export function serveQueue(
     }
     const { seq, atMs, queue } = current();
     const q = request.data;
-    const chosen =
+    const { entries, ...holding } =
       q.op === 'explain'
-        ? queue.entries.filter((e) => e.id === q.id)
-        : (q.owner !== undefined
-            ? queue.entries.filter((e) => e.owner === q.owner)
-            : q.team !== undefined
-              ? queue.entries.filter((e) => e.team === q.team)
-              : queue.entries
-          ).slice(0, q.limit);
+        ? { entries: queue.entries.filter((e) => e.id === q.id) }
+        : listing(queue, q);
     const reply: QueueReply = {
       seq,
       at: new Date(atMs).toISOString(),
       total: queue.entries.length,
       positioned: queue.positioned,
-      entries: chosen.map(describePending),
-      ...(q.op === 'list' && q.owner !== undefined && { holders: [holderOf(queue, q.owner)] }),
-      ...(q.op === 'list' &&
-        q.team !== undefined && {
-          teams: [
-            queue.teams.find((t) => t.team === q.team) ?? {
-              team: q.team,
-              gpus: 0,
-              maxGpus: null,
-              gpuHours: 0,
-              maxGpuHours: null,
-            },
-          ],
-        }),
-      ...(q.op === 'list' &&
-        q.owner === undefined &&
-        q.team === undefined && { holders: queue.holders, teams: queue.teams }),
+      entries: (q.op === 'list' ? entries.slice(0, q.limit) : entries).map(describePending),
+      ...holding,
     };
     msg.respond(JSON.stringify(reply));
   };
@@ -123,6 +109,23 @@ export function serveQueue(
       }
     },
   };
+}
+
+/** What a `list` asks for: one owner's entries and holding, one team's, or everyone's. */
+function listing(queue: QueueView, q: Extract<QueueRequest, { op: 'list' }>) {
+  if (q.owner !== undefined) {
+    return {
+      entries: queue.entries.filter((e) => e.owner === q.owner),
+      holders: [holderOf(queue, q.owner)],
+    };
+  }
+  if (q.team !== undefined) {
+    return {
+      entries: queue.entries.filter((e) => e.team === q.team),
+      teams: [teamHoldingOf(queue, q.team)],
+    };
+  }
+  return { entries: queue.entries, holders: queue.holders, teams: queue.teams };
 }
 
 function safeJson(msg: Msg): unknown {
