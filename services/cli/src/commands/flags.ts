@@ -40,7 +40,7 @@ export function quotaBody(o: { maxGpus?: string; maxGpuHours?: string }) {
   };
 }
 
-/** What a quota change set, in words: `alice may hold 2 GPUs at once; no GPU-hour quota`. */
+/** What a quota change set, in words: `alice may hold 2 GPUs at once and has no GPU-hour quota`. */
 export function quotaSetLine(
   who: string,
   set: { maxGpus?: number | null; maxGpuHours?: number | null },
