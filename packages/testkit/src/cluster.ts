@@ -1,4 +1,5 @@
 import { accessSync, constants } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { jetstreamManager } from '@nats-io/jetstream';
@@ -116,8 +117,9 @@ async function startCluster(size: number): Promise<TestNatsCluster> {
       intervalMs: 250,
     });
   } catch (err) {
+    const logs = await Promise.all(nodes.map((n) => logTail(join(dir.path, n.name))));
     await stop();
-    throw err;
+    throw new Error(`${(err as Error).message}\n${logs.join('\n')}`, { cause: err });
   }
   return {
     url,
@@ -131,9 +133,18 @@ async function startCluster(size: number): Promise<TestNatsCluster> {
   };
 }
 
-async function canCreateStream(url: string, replicas: number): Promise<boolean | undefined> {
-  const nc = await connect({ servers: url.split(','), timeout: 1_000 }).catch(() => null);
-  if (!nc) return undefined;
+/** The last lines a node wrote to its log, so a cluster that never formed says why. */
+async function logTail(nodeDir: string): Promise<string> {
+  const text = await readFile(join(nodeDir, 'nats-server.log'), 'utf8').catch(
+    (err: unknown) => `(no log: ${(err as Error).message})`,
+  );
+  const lines = text.trimEnd().split('\n').slice(-8);
+  return `--- ${nodeDir}\n${lines.join('\n')}`;
+}
+
+/** Whether a stream of `replicas` can be made now; the reason it cannot is thrown, for the log. */
+async function canCreateStream(url: string, replicas: number): Promise<boolean> {
+  const nc = await connect({ servers: url.split(','), timeout: 1_000 });
   try {
     const jsm = await jetstreamManager(nc, { timeout: 2_000 });
     await jsm.streams.add({
@@ -143,8 +154,6 @@ async function canCreateStream(url: string, replicas: number): Promise<boolean |
     });
     await jsm.streams.delete('cluster_ready');
     return true;
-  } catch {
-    return undefined;
   } finally {
     await nc.close();
   }
