@@ -95,11 +95,15 @@ class Fleet {
     }
   }
 
-  /** `n` jobs submitted over the last two days, priorities from -10 to 10: aging is at work. */
+  /**
+   * `n` jobs submitted over the last two days, priorities from -10 to 10: aging is at work; three
+   * in five with a time limit of one to 24 hours, so that backfill has reservations to keep.
+   */
   submit(n: number, r: () => number): void {
     for (let i = 0; i < n; i++) {
       const resources = shapeOf(r);
       const at = new Date(this.now.getTime() - Math.floor(r() * 48 * HOUR));
+      const timeLimit = r() < 0.6 ? (1 + Math.floor(r() * 24)) * 3600 : undefined;
       this.fold(
         'job',
         `job_${i}`,
@@ -113,6 +117,7 @@ class Fleet {
               // Declared VRAM, or taken whole: no probe, so that every job is placeable at once.
               resources,
               priority: Math.floor(r() * 21) - 10,
+              ...(timeLimit !== undefined && { timeLimit }),
               maxRetries: 3,
               env: {},
             },
@@ -168,7 +173,7 @@ const round = (ms: number) => Math.round(ms * 10) / 10;
 
 /**
  * One placement cycle (`plan`, the pure policy the scheduler runs each round) over 10,000
- * simulated GPUs with 1k to 100k queued jobs of mixed shapes, aging and GPU quotas on: the first cycle, which
+ * simulated GPUs with 1k to 100k queued jobs of mixed shapes, aging, GPU quotas and backfill on: the first cycle, which
  * fills the idle fleet, then steady cycles after 50 jobs end each time; and the queue's
  * explanation (`explainQueue`, what `GET /v1/queue` costs the scheduler) on the full queue.
  */
@@ -182,11 +187,13 @@ export function policyBench(sizes: number[], cycles: number) {
     fleet.commit(first.assignments);
     const steady: number[] = [];
     let placed = 0;
+    let reserved = 0;
     for (let i = 0; i < cycles; i++) {
       fleet.finish(ENDED_PER_CYCLE, r);
       const [cycle, ms] = timed(() => plan(fleet.cluster, fleet.now, DEFAULT_POLICY));
       steady.push(ms);
       placed += cycle.assignments.length;
+      if (cycle.reservation) reserved++;
       fleet.commit(cycle.assignments);
     }
     const explained = Array.from({ length: 5 }, () =>
@@ -199,6 +206,8 @@ export function policyBench(sizes: number[], cycles: number) {
       firstCycle: { ms: round(firstMs), placed: first.assignments.length },
       steadyCycleMs: summary(steady),
       placedPerSteadyCycle: round(placed / cycles),
+      /** Steady cycles that kept a reservation for a job that waits. */
+      cyclesWithReservation: reserved,
       explainMs: summary(explained.map(([, ms]) => ms)),
       waiting: view.entries.length,
     };

@@ -1,10 +1,6 @@
 import type { Estimate, JobSpec, Resources } from '@trainyard/events';
-import {
-  sessionMemoryNeed,
-  type ClusterState,
-  type TrackedJob,
-  type TrackedSession,
-} from './cluster.ts';
+import { sessionMemoryNeed } from './holding.ts';
+import { type ClusterState, type TrackedJob, type TrackedSession } from './cluster.ts';
 import {
   awaitsPlacement,
   limitBytes,
@@ -39,6 +35,8 @@ export interface Candidate {
   estimate: Estimate | null;
   /** Its next attempt is a probe. */
   probe: boolean;
+  /** The longest it runs once placed: a job's time limit, a session's maximum life; else null. */
+  limitMs: number | null;
   memoryBytes: number;
   /** What it asks of a worker, as a key: see `shapeKey`. */
   shape: string;
@@ -70,6 +68,13 @@ export interface ShapeMark {
   round: object | null;
   unplaceable: boolean;
   startAt: number;
+  /**
+   * The same for candidates of the shape that would run past the round's reservation, on the
+   * workers as they see them (the reserved GPUs full); `keptOut`: only the reservation kept it out.
+   */
+  unplaceableLate: boolean;
+  lateStartAt: number;
+  keptOut: boolean;
 }
 
 const marks = new Map<string, ShapeMark>();
@@ -83,7 +88,14 @@ function markOf(shape: string): ShapeMark {
   let mark = marks.get(shape);
   if (!mark) {
     if (marks.size >= MAX_MARKS) marks.clear();
-    mark = { round: null, unplaceable: false, startAt: 0 };
+    mark = {
+      round: null,
+      unplaceable: false,
+      startAt: 0,
+      unplaceableLate: false,
+      lateStartAt: 0,
+      keptOut: false,
+    };
     marks.set(shape, mark);
   }
   return mark;
@@ -104,6 +116,7 @@ function withShape(f: CandidateFields, priority: number): Candidate {
     container: f.container,
     estimate: f.estimate,
     probe: f.probe,
+    limitMs: f.limitMs,
     memoryBytes: f.memoryBytes,
     shape,
     mark: markOf(shape),
@@ -141,6 +154,7 @@ function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
     container: runsInContainer(spec),
     estimate: state.estimate,
     probe: probesNext(state),
+    limitMs: spec.timeLimit === undefined ? null : spec.timeLimit * 1000,
     memoryBytes: memoryNeed(state),
     tracked: job,
   }));
@@ -160,6 +174,7 @@ function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null
     container: state.image !== null,
     estimate: null,
     probe: false,
+    limitMs: state.timers ? state.timers.maxMin * 60_000 : null,
     memoryBytes: sessionMemoryNeed(state),
     tracked: session,
   }));
@@ -194,6 +209,7 @@ export function needCandidate(need: Need): Candidate {
     team: null,
     queuedSeq: 0,
     estimate: null,
+    limitMs: null,
     memoryBytes: limitBytes(need.resources),
     tracked: null,
   };

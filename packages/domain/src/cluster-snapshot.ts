@@ -1,6 +1,7 @@
 import { slotHolder } from './job/state.ts';
 import { countHeld, teamAccount, type MonthUsage } from './usage.ts';
 import { runHolder } from './session/state.ts';
+import { jobLive, sessionLive, type LiveHolding } from './holding.ts';
 import {
   type ClusterState,
   type TrackedJob,
@@ -66,7 +67,24 @@ export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
     gpusHeld: gpusHeldBy(snapshot.jobs, snapshot.sessions),
     hourQuotas: new Map(snapshot.hourQuotas),
     usage: new Map(snapshot.usage.map(([k, u]) => [k, { ...u }])),
+    holding: {
+      jobs: liveOf(snapshot.jobs, jobLive),
+      sessions: liveOf(snapshot.sessions, sessionLive),
+    },
   };
+}
+
+/** What each of `tracked` holds now, by id. */
+function liveOf<S extends { id: string }>(
+  tracked: { state: S }[],
+  live: (state: S) => LiveHolding | undefined,
+): Map<string, LiveHolding> {
+  const byId = new Map<string, LiveHolding>();
+  for (const { state } of tracked) {
+    const holding = live(state);
+    if (holding) byId.set(state.id, holding);
+  }
+  return byId;
 }
 
 /** The GPUs each user and team holds, between the live attempts of jobs and the runs of sessions. */

@@ -7,6 +7,7 @@ import type {
   WorkerEvent,
 } from '@trainyard/events';
 import { evolveWorker, initialWorker, type WorkerLifecycle } from './worker.ts';
+import { jobLive, sessionLive, sessionMemoryNeed, setLive, type LiveHolding } from './holding.ts';
 import { chargeAccount, hoursUsed, setQuota, teamAccount, type MonthUsage } from './usage.ts';
 import { assertNever } from './errors.ts';
 import {
@@ -14,7 +15,6 @@ import {
   evolveJob,
   initialJobState,
   isTerminal,
-  limitBytes,
   memoryNeed,
   slotHolder,
   type JobState,
@@ -103,6 +103,8 @@ export interface ClusterState {
   hourQuotas: Map<string, number>;
   /** The GPU time each user's and team's work took this month, as of its last change. */
   usage: Map<string, MonthUsage>;
+  /** What holds workers now, by job and by session: live attempts and runs. */
+  holding: { jobs: Map<string, LiveHolding>; sessions: Map<string, LiveHolding> };
   lastSeq: number;
 }
 
@@ -114,8 +116,14 @@ export const emptyCluster = (): ClusterState => ({
   gpusHeld: new Map(),
   hourQuotas: new Map(),
   usage: new Map(),
+  holding: { jobs: new Map(), sessions: new Map() },
   lastSeq: 0,
 });
+
+/** A copy to book places on: its GPUs and counters are its own; what it runs is not copied. */
+export function cloneWorker(w: WorkerState): WorkerState {
+  return { ...w, gpus: w.gpus.map((g) => ({ ...g })) };
+}
 
 /** What an attempt or a session's run holds of a worker. */
 interface Holding {
@@ -130,11 +138,6 @@ interface Holding {
 function jobHolding(job: JobState): Holding | undefined {
   const attempt = job.attempts[job.attempts.length - 1];
   return attempt && { ...attempt, memoryBytes: memoryNeed(job) };
-}
-
-/** The host memory a session's run needs: the limit it asked for, else nothing counted. */
-export function sessionMemoryNeed(state: SessionState): number {
-  return state.spec ? limitBytes(state.spec.resources) : 0;
 }
 
 function sessionHolding(session: SessionState): Holding | undefined {
@@ -191,6 +194,7 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
   const atMs = Date.parse(event.occurredAt);
   if (held && held.id !== holds?.id) hold(cluster, before, jobHolding(before), -1, atMs);
   if (holds && holds.id !== held?.id) hold(cluster, after, jobHolding(after), 1, atMs);
+  setLive(cluster.holding.jobs, event.aggregateId, jobLive(after));
   if (isTerminal(after.status)) {
     cluster.jobs.delete(event.aggregateId);
     return;
@@ -220,6 +224,7 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
   const atMs = Date.parse(event.occurredAt);
   if (held && held.id !== holds?.id) hold(cluster, before, sessionHolding(before), -1, atMs);
   if (holds && holds.id !== held?.id) hold(cluster, after, sessionHolding(after), 1, atMs);
+  setLive(cluster.holding.sessions, event.aggregateId, sessionLive(after));
   if (sessionEnded(after.status)) {
     cluster.sessions.delete(event.aggregateId);
     return;

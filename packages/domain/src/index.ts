@@ -1,5 +1,6 @@
 export * from './backoff.ts';
 export * from './cluster.ts';
+export * from './holding.ts';
 export * from './cluster-snapshot.ts';
 export * from './errors.ts';
 export * from './failures.ts';

@@ -1,4 +1,5 @@
-import type { ClusterState, GpuUsage, WorkerState } from './cluster.ts';
+import { Backfill, withoutKept, type Reservation } from './backfill.ts';
+import { cloneWorker, type ClusterState, type GpuUsage, type WorkerState } from './cluster.ts';
 import { inPlacementOrder, placeable, type Candidate } from './candidates.ts';
 import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
 import { bookQuota, heldBack, quotaBook, type QuotaBook } from './quota.ts';
@@ -17,6 +18,8 @@ export interface Assignment {
 
 export interface Plan {
   assignments: Assignment[];
+  /** The place kept for the first candidate that found none, if one could be worked out. */
+  reservation: Reservation | null;
   /** The earliest time a waiting retry becomes placeable, if any. */
   wakeAt: Date | null;
 }
@@ -144,11 +147,16 @@ function smallestGpu(worker: WorkerState, a: Assignment): number {
   return Math.min(...a.gpus.map((i) => worker.gpus.find((g) => g.index === i)!.vramBytes));
 }
 
-/** Where a job goes: the first worker it fits on; a probe, the one with the largest GPUs. */
+/** A reserved worker as later work that would run past the reservation sees it. */
+interface Kept {
+  index: number;
+  view: WorkerState;
+}
+
 /**
  * Where a job goes: the first worker it fits on, from `from`; a probe, the one with the largest
  * GPUs. `firstFit` is the first worker it fits on: none before it can take its shape again in
- * this round.
+ * this round. With `kept`, the reserved worker is judged as `kept.view` sees it.
  */
 function place(
   job: Candidate,
@@ -156,13 +164,14 @@ function place(
   room: Room[],
   policy: PlacementPolicy,
   from: number,
+  kept: Kept | null,
 ) {
   let best: { worker: WorkerState; a: Assignment; firstFit: number; index: number } | null = null;
   const least = leastRoom(job, policy);
   for (let i = from; i < workers.length; i++) {
     const worker = workers[i]!;
     if (least && !roomFor(least, room[i]!)) continue;
-    const a = fitOnWorker(job, worker, policy);
+    const a = fitOnWorker(job, i === kept?.index ? kept.view : worker, policy);
     if (!a) continue;
     if (!job.probe || a.gpus.length === 0) return { worker, a, firstFit: i, index: i };
     if (!best) best = { worker, a, firstFit: i, index: i };
@@ -185,11 +194,6 @@ function apply(worker: WorkerState, a: Assignment, job: Candidate): void {
 /** Whether a worker could take any job at all: a GPU with no job on it, or a free CPU slot. */
 function hasRoom(w: WorkerState): boolean {
   return w.cpusUsed < w.cpuSlots || w.gpus.some((g) => g.reservedBytes < g.vramBytes);
-}
-
-/** A copy to book places on: its GPUs and counters are its own; what it runs is not copied. */
-function cloneWorker(w: WorkerState): WorkerState {
-  return { ...w, gpus: w.gpus.map((g) => ({ ...g })) };
 }
 
 /** Online workers, by id, as copies a round may book places on. */
@@ -264,19 +268,27 @@ const roomFor = (least: Room, room: Room) =>
 /**
  * Places candidates, in the order given, on `workers` (copies: their bookings change): what one
  * round assigns. A candidate that fits nowhere does not hold back a later one that asks less, and
- * one its owner's quota holds back does not hold back others of its shape.
+ * one its owner's quota holds back does not hold back others of its shape. With `backfill`, the
+ * first candidate with GPUs that fits nowhere gets a reservation, and later ones that would run
+ * past it may not take its place.
  */
 export function placeInOrder(
   ordered: Candidate[],
   workers: WorkerState[],
   policy: PlacementPolicy,
   quota?: QuotaBook,
+  backfill?: Backfill,
 ): Assignment[] {
   const assignments: Assignment[] = [];
-  if (!workers.some(hasRoom)) return assignments;
+  if (!workers.some(hasRoom)) {
+    if (backfill?.explaining) reserveForFirst(ordered, workers, policy, quota, backfill);
+    return assignments;
+  }
   // What this round's marks on shapes are known by: no other round's.
   const round = {};
   const room = workers.map(roomOf);
+  let kept: Kept | null = null;
+  const fit = (c: Candidate, w: WorkerState) => fitOnWorker(c, w, policy);
   for (const job of ordered) {
     // Capacity only shrinks within a round: a worker a shape did not fit on stays so.
     const mark = job.mark;
@@ -284,31 +296,77 @@ export function placeInOrder(
       mark.round = round;
       mark.unplaceable = false;
       mark.startAt = 0;
+      mark.unplaceableLate = false;
+      mark.lateStartAt = 0;
+      mark.keptOut = false;
     }
     if (mark.unplaceable) continue;
     if (heldBack(job, quota)) continue;
-    const placed = place(job, workers, room, policy, mark.startAt);
-    if (!placed) {
-      mark.unplaceable = true;
+    // What would run past the reservation sees its GPUs full, and so fits in less.
+    const late = kept !== null && backfill!.late(job);
+    if (late && mark.unplaceableLate) {
+      if (mark.keptOut) backfill!.noteKeptOut(job);
       continue;
     }
-    mark.startAt = placed.firstFit;
+    const from = late ? Math.max(mark.startAt, mark.lateStartAt) : mark.startAt;
+    const placed = place(job, workers, room, policy, from, late ? kept : null);
+    if (!placed) {
+      if (late) {
+        mark.unplaceableLate = true;
+        mark.keptOut = fit(job, workers[kept!.index]!) !== null;
+        if (mark.keptOut) backfill!.noteKeptOut(job);
+        continue;
+      }
+      mark.unplaceable = true;
+      if (backfill && !backfill.tried && job.resources.gpus > 0) {
+        const r = backfill.reserve(job, workers, fit);
+        if (r) kept = { index: r.index, view: withoutKept(workers[r.index]!, r) };
+      }
+      continue;
+    }
+    if (late) mark.lateStartAt = placed.firstFit;
+    else mark.startAt = placed.firstFit;
     bookQuota(job, quota);
     apply(placed.worker, placed.a, job);
+    if (placed.index === kept?.index) apply(kept.view, placed.a, job);
+    backfill?.placed(job, placed.a);
     room[placed.index] = roomOf(placed.worker);
     assignments.push(placed.a);
-    if (!hasRoom(placed.worker) && !workers.some(hasRoom)) break;
+    if (!hasRoom(placed.worker) && !workers.some(hasRoom)) {
+      if (backfill?.explaining && !backfill.tried) {
+        const rest = ordered.slice(ordered.indexOf(job) + 1);
+        reserveForFirst(rest, workers, policy, quota, backfill);
+      }
+      break;
+    }
   }
   return assignments;
 }
 
 /**
- * Placement policy v1: walks queued jobs and sessions by priority (aged by their wait) then age
- * and puts each on the first online worker where it fits. A GPU takes a job only if the job's VRAM plus the headroom fits
- * its free memory; a job without declared VRAM takes a GPU alone for its probe, then what the
- * probe measured (one from before probes takes its GPUs alone). A job that fits nowhere does
- * not hold back a later one that asks less. Work that would take its owner past their GPU quota
- * waits. Pure: the cluster state is not changed.
+ * With no room left, nothing more is placed, but the first candidate with GPUs that its quota
+ * does not hold back is still told when it is expected to start: for explanations.
+ */
+function reserveForFirst(
+  ordered: Candidate[],
+  workers: WorkerState[],
+  policy: PlacementPolicy,
+  quota: QuotaBook | undefined,
+  backfill: Backfill,
+): void {
+  const first = ordered.find((c) => c.resources.gpus > 0 && !heldBack(c, quota));
+  if (first) backfill.reserve(first, workers, (c, w) => fitOnWorker(c, w, policy));
+}
+
+/**
+ * Placement policy: walks queued jobs and sessions by priority (aged by their wait) then age and
+ * puts each on the first online worker where it fits. A GPU takes a job only if the job's VRAM
+ * plus the headroom fits its free memory; a job without declared VRAM takes a GPU alone for its
+ * probe, then what the probe measured (one from before probes takes its GPUs alone). A job that
+ * fits nowhere does not hold back a later one that asks less, except on the place reserved for
+ * the first such job with GPUs (`Backfill`): there, only work expected to end before it is due
+ * may start. Work that would take its owner past their quota waits. Pure: the cluster state is
+ * not changed.
  */
 export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
   const { ready, wakeAt: retryAt } = placeable(cluster, now, policy);
@@ -317,9 +375,9 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   const wakeAt =
     retryAt && monthTurns ? (monthTurns < retryAt ? monthTurns : retryAt) : (retryAt ?? monthTurns);
   const workers = onlineWorkers(cluster);
-  if (!workers.some(hasRoom)) return { assignments: [], wakeAt };
-  return {
-    assignments: placeInOrder(inPlacementOrder(ready), workers, policy, quotaBook(cluster, now)),
-    wakeAt,
-  };
+  if (!workers.some(hasRoom)) return { assignments: [], reservation: null, wakeAt };
+  const backfill = new Backfill(cluster, now.getTime(), policy);
+  const ordered = inPlacementOrder(ready);
+  const assignments = placeInOrder(ordered, workers, policy, quotaBook(cluster, now), backfill);
+  return { assignments, reservation: backfill.reservation, wakeAt };
 }

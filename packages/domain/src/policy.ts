@@ -15,12 +15,15 @@ export interface PlacementPolicy {
    * cannot pass it forever.
    */
   agingPerHour: number;
+  /** The longest a probe runs (`TRAINYARD_PROBE_TIMEOUT_MIN`): when a reservation expects it to end. */
+  probeMs: number;
 }
 
 export const DEFAULT_POLICY: PlacementPolicy = {
   headroomBytes: GiB,
   contextBytes: GiB / 2,
   agingPerHour: 10,
+  probeMs: 10 * 60_000,
 };
 
 const HOUR = 3_600_000;

@@ -20,6 +20,7 @@ import { overQuota, quotaBook, type OverQuota } from './quota.ts';
 import { TEAM_PREFIX, teamAccount } from './usage.ts';
 import { DEFAULT_POLICY, effectivePriority, type PlacementPolicy } from './policy.ts';
 import { runHolder } from './session/state.ts';
+import { Backfill, type Reservation } from './backfill.ts';
 
 /**
  * One entry of the queue as worked out: where it stands and why. It is put in words
@@ -47,6 +48,8 @@ export interface Pending {
   quota: OverQuota | null;
   /** For `held`: who holds it, and why. */
   hold: JobState['held'];
+  /** For the entry a place is reserved for, and for `reserved`: that reservation. */
+  reservation: Reservation | null;
 }
 
 /** The queue in placement order, and who holds what. */
@@ -117,8 +120,17 @@ function why(p: Pending): string {
   switch (p.reason) {
     case 'placing':
       return 'it fits now: the scheduler places it in its next round';
-    case 'resources':
-      return `waiting for room: it needs ${need()}, which no online worker has free now`;
+    case 'resources': {
+      const r = p.reservation;
+      const when = r
+        ? `; room is reserved for it on ${r.workerId}, where running work reaches its time limits by ${iso(r.atMs)}`
+        : '';
+      return `waiting for room: it needs ${need()}, which no online worker has free now${when}`;
+    }
+    case 'reserved': {
+      const r = p.reservation!;
+      return `it would fit on ${r.workerId} now, but that room is reserved for ${r.id}, due to start by ${iso(r.atMs)}, and this could still run then: a time limit that ends it before then lets it start now`;
+    }
     case 'priority':
       return `waiting for room behind ${plural(p.ahead, 'earlier entry', 'earlier entries')} of the queue that need the same (${need()})`;
     case 'unsatisfiable':
@@ -167,18 +179,22 @@ export function describePending(p: Pending): QueueEntry {
     resources: p.resources,
     reason: p.reason,
     message: why(p),
-    since: new Date(p.sinceMs).toISOString(),
+    since: iso(p.sinceMs),
     retryAt: p.retryAt,
+    expectedStart: p.reason === 'resources' && p.reservation ? iso(p.reservation.atMs) : null,
   };
 }
+
+const iso = (ms: number) => new Date(ms).toISOString();
 
 /**
  * Where everything that waits stands, and why: the placement order of the next round (what it
  * would place, `placing`), then, for the rest, whether its owner's GPU quota holds it back once
  * the round has placed what it would (`overQuota`), whether any online worker could ever hold it
- * (`unsatisfiable`), and whether earlier entries wait for the same room (`priority`) or it is
- * first in line (`resources`): with no reservations, work of another shape ahead of it does not
- * hold it back. Jobs that wait for something other than room follow: held jobs, retries in their
+ * (`unsatisfiable`), whether only the place reserved for the first entry that waits for room
+ * keeps it out (`reserved`), and whether earlier entries wait for the same room (`priority`) or
+ * it is first in line (`resources`, with when it is expected to start where a place is reserved
+ * for it): work of another shape ahead of it holds it back only through that one reservation. Jobs that wait for something other than room follow: held jobs, retries in their
  * backoff, jobs waiting on dependencies, jobs being built. Pure.
  */
 export function explainQueue(
@@ -189,9 +205,11 @@ export function explainQueue(
   const ready = inPlacementOrder(placeable(cluster, now, policy).ready);
   const online = onlineWorkers(cluster);
   const quota = quotaBook(cluster, now);
+  const backfill = new Backfill(cluster, now.getTime(), policy, true);
   const placed = new Set(
-    placeInOrder(ready, onlineWorkers(cluster), policy, quota).map((a) => a.id),
+    placeInOrder(ready, onlineWorkers(cluster), policy, quota, backfill).map((a) => a.id),
   );
+  const { reservation, keptOut } = backfill;
   const kinds = distinctWhenEmpty(online);
   const holdable = new Map<string, boolean>();
   const waitingByShape = new Map<string, number>();
@@ -201,6 +219,7 @@ export function explainQueue(
     let over: Pending['quota'] = null;
     if (placed.has(c.id)) reason = 'placing';
     else if (online.length === 0) reason = 'noWorkers';
+    else if (keptOut.has(c.id)) reason = 'reserved';
     else {
       const shape = c.shape;
       let canHold = holdable.get(shape);
@@ -235,6 +254,7 @@ export function explainQueue(
       dependsOn: NONE,
       quota: over,
       hold: null,
+      reservation: reason === 'reserved' || c.id === reservation?.id ? reservation : null,
     };
   });
   const retriesListed = new Set(
@@ -276,6 +296,7 @@ export function explainQueue(
       dependsOn: state.spec.dependsOn ?? NONE,
       quota: null,
       hold: state.held,
+      reservation: null,
     });
   }
   for (const { state } of cluster.sessions.values()) {

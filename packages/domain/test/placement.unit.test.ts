@@ -288,7 +288,7 @@ describe('placement policy v1', () => {
         },
       }),
     );
-    expect(plan(c, T0)).toEqual({ assignments: [], wakeAt: retryAt });
+    expect(plan(c, T0)).toEqual({ assignments: [], reservation: null, wakeAt: retryAt });
     expect(plan(c, retryAt).assignments.map((a) => a.id)).toEqual(['r']);
   });
 });

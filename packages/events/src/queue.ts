@@ -18,7 +18,9 @@ import { ResourcesSchema } from './job.ts';
  * - `building`: its image or artifact is being built, before it is queued;
  * - `overQuota`: it would take its owner's work (or its team's) past the GPUs their quota allows
  *   at once, or their work took its GPU-hours this month;
- * - `held`: its owner or an admin holds it; it is placed only once released.
+ * - `held`: its owner or an admin holds it; it is placed only once released;
+ * - `reserved`: it would fit now, but only on the place kept for the first entry that waits for
+ *   room, and it could still run when that entry is due to start there.
  */
 export const PendingReason = z.enum([
   'placing',
@@ -31,6 +33,7 @@ export const PendingReason = z.enum([
   'building',
   'overQuota',
   'held',
+  'reserved',
 ]);
 export type PendingReason = z.infer<typeof PendingReason>;
 
@@ -53,6 +56,11 @@ export const QueueEntrySchema = z.object({
   /** When it became placeable, or was submitted. */
   since: z.string(),
   retryAt: z.string().nullable(),
+  /**
+   * When it is expected to start, for the entry a place is reserved for: when running work on
+   * that place reaches its time limits. Absent from older schedulers.
+   */
+  expectedStart: z.string().nullable().optional(),
 });
 export type QueueEntry = z.infer<typeof QueueEntrySchema>;
 

@@ -48,6 +48,7 @@ export async function pendingFields(
     queuePosition: entry?.position ?? null,
     pendingReason: entry?.reason ?? null,
     pendingMessage: entry?.message ?? null,
+    expectedStart: entry?.expectedStart ?? null,
   };
 }
 

@@ -60,13 +60,20 @@ export const PendingFields = {
   pendingReason: PendingReason.nullable()
     .optional()
     .describe(
-      'only on a GET of one, while it waits: why (placing, resources, priority, unsatisfiable, overQuota, held, noWorkers, retryBackoff, dependency, building); GET /v1/queue lists them all',
+      'only on a GET of one, while it waits: why (placing, resources, priority, unsatisfiable, overQuota, held, reserved, noWorkers, retryBackoff, dependency, building); GET /v1/queue lists them all',
     ),
   pendingMessage: z
     .string()
     .nullable()
     .optional()
     .describe('only on a GET of one: the pending reason in words'),
+  expectedStart: z
+    .string()
+    .nullable()
+    .optional()
+    .describe(
+      'only on a GET of one: when it is expected to start, where room is reserved for it (the time by which running work there reaches its time limits); null otherwise',
+    ),
 };
 
 export const JobViewSchema = z

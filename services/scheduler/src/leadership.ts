@@ -11,12 +11,17 @@ export interface RunningScheduler {
   stop(): Promise<void>;
 }
 
-/** Runs for leadership and, while it holds the lease, schedules. */
-/** The options, with the aging rate the operator set (`TRAINYARD_PRIORITY_AGING_PER_HOUR`). */
-function withConfiguredAging(ctx: ServiceContext, opts: SchedulerOptions): SchedulerOptions {
-  const agingPerHour = ctx.config.TRAINYARD_PRIORITY_AGING_PER_HOUR;
-  return agingPerHour === undefined ? opts : { ...opts, policy: { ...opts.policy, agingPerHour } };
+/**
+ * The options, with the aging rate the operator set (`TRAINYARD_PRIORITY_AGING_PER_HOUR`) and
+ * the probes' timeout (`TRAINYARD_PROBE_TIMEOUT_MIN`), which reservations expect a probe to run.
+ */
+function withConfiguredPolicy(ctx: ServiceContext, opts: SchedulerOptions): SchedulerOptions {
+  const agingPerHour = ctx.config.TRAINYARD_PRIORITY_AGING_PER_HOUR ?? opts.policy.agingPerHour;
+  const probeMs = Math.round(ctx.config.TRAINYARD_PROBE_TIMEOUT_MIN * 60_000);
+  return { ...opts, policy: { ...opts.policy, agingPerHour, probeMs } };
 }
+
+/** Runs for leadership and, while it holds the lease, schedules. */
 
 export async function startScheduler(
   ctx: ServiceContext,
@@ -52,7 +57,7 @@ export async function startScheduler(
       });
     }, renewMs);
     try {
-      current = new Term(ctx, withConfiguredAging(ctx, opts), term.signal);
+      current = new Term(ctx, withConfiguredPolicy(ctx, opts), term.signal);
       await current.run();
     } finally {
       term.abort();

@@ -12,6 +12,9 @@ function asks(e: QueueEntry): string {
   return `${gpus} GPU ${vramGb === undefined ? 'whole' : `x ${vramGb} GiB`}`;
 }
 
+/** A time to the minute, in UTC: `2026-12-06 14:30Z`. */
+const shortTime = (iso: string) => `${iso.slice(0, 16).replace('T', ' ')}Z`;
+
 const quotaOf = (h: Holder) => (h.maxGpus == null ? '-' : String(h.maxGpus));
 
 function printHolders(holders: Holder[]): void {
@@ -88,7 +91,7 @@ export function registerQueueCommands(program: Command): void {
               ? String(e.priority)
               : `${e.effectivePriority} (${e.priority})`,
             asks(e),
-            e.reason,
+            e.expectedStart ? `${e.reason}, starts by ${shortTime(e.expectedStart)}` : e.reason,
           ]),
         );
       console.log(`${q.total} waiting in all`);

@@ -1,0 +1,185 @@
+import { cloneWorker, type ClusterState, type WorkerState } from './cluster.ts';
+import type { Candidate } from './candidates.ts';
+import type { Assignment } from './placement.ts';
+import type { PlacementPolicy } from './policy.ts';
+
+/**
+ * Backfill with one reservation (EASY backfill): the first candidate of a round that finds no
+ * place, and needs GPUs, is given the earliest place it could start in, worked out from when
+ * what runs is expected to end (a job's time limit, a probe's timeout, a session's maximum
+ * life). Later candidates may still start ahead of it, but on that place only if they are
+ * expected to end before it is due: they never delay it. Work nothing bounds (no time limit) is
+ * expected never to end, so a place held by it is never counted on.
+ */
+
+/** What a live attempt or session run holds of a worker, and when it is expected to end. */
+export interface Release {
+  gpus: readonly number[];
+  vramBytes: number;
+  cpus: number;
+  memoryBytes: number;
+  /** When it is expected to end (ms since the epoch); Infinity where nothing bounds it. */
+  endMs: number;
+}
+
+/** The place kept for the first candidate that finds none: where, and from when. */
+export interface Reservation {
+  kind: Candidate['kind'];
+  id: string;
+  workerId: string;
+  /** Its index among the round's workers. */
+  index: number;
+  gpus: number[];
+  /** When it is expected to start (ms since the epoch). */
+  atMs: number;
+}
+
+/**
+ * How long a candidate would hold its place once placed: a probe its timeout, a job its time
+ * limit, a session its maximum life; Infinity where nothing bounds it.
+ */
+export function expectedRunMs(c: Candidate, policy: PlacementPolicy): number {
+  if (c.probe) return policy.probeMs;
+  return c.limitMs ?? Infinity;
+}
+
+/**
+ * What each worker's live attempts and session runs hold, with when each is expected to end:
+ * only those something bounds, as a place held by the rest is never counted on.
+ */
+function liveReleases(
+  cluster: ClusterState,
+  nowMs: number,
+  policy: PlacementPolicy,
+): Map<string, Release[]> {
+  const byWorker = new Map<string, Release[]>();
+  for (const holdings of [cluster.holding.jobs, cluster.holding.sessions]) {
+    for (const h of holdings.values()) {
+      const runMs = h.probe ? policy.probeMs : h.runMs;
+      if (runMs === null) continue;
+      const release: Release = {
+        gpus: h.gpus,
+        vramBytes: h.vramBytes,
+        cpus: h.cpus,
+        memoryBytes: h.memoryBytes,
+        endMs: Math.max(nowMs, (h.startedMs ?? nowMs) + runMs),
+      };
+      const list = byWorker.get(h.workerId);
+      if (list) list.push(release);
+      else byWorker.set(h.workerId, [release]);
+    }
+  }
+  return byWorker;
+}
+
+/** Gives back on `worker` (a copy) what a release holds. */
+function free(worker: WorkerState, r: Release): void {
+  for (const index of r.gpus) {
+    const gpu = worker.gpus.find((g) => g.index === index);
+    if (!gpu) continue;
+    gpu.reservedBytes -= r.vramBytes;
+    gpu.attempts -= 1;
+  }
+  worker.cpusUsed -= r.cpus;
+  worker.memoryUsed -= r.memoryBytes;
+}
+
+/** Where a candidate would go on a worker as it stands, if it fits: its GPUs. */
+export type Fit = (c: Candidate, worker: WorkerState) => { gpus: number[] } | null;
+
+/**
+ * One round's backfill: the reservation, once a candidate needs one, and what the round placed
+ * before it (expected to end too). `explaining` also keeps which candidates the reservation
+ * kept out.
+ */
+export class Backfill {
+  reservation: Reservation | null = null;
+  /** Whether the round has looked for a reservation: it does once, for its first candidate. */
+  tried = false;
+  /** Candidates that would have started but for the reservation (only when explaining). */
+  readonly keptOut = new Set<string>();
+  #live: Map<string, Release[]> | null = null;
+  readonly #placed = new Map<string, Release[]>();
+
+  constructor(
+    readonly cluster: ClusterState,
+    readonly nowMs: number,
+    readonly policy: PlacementPolicy,
+    readonly explaining = false,
+  ) {}
+
+  /** Whether a candidate, started now, would still run when the reservation is due. */
+  late(c: Candidate): boolean {
+    const r = this.reservation;
+    return r !== null && this.nowMs + expectedRunMs(c, this.policy) > r.atMs;
+  }
+
+  /** Notes what the round placed, to be given back when it is expected to end. */
+  placed(c: Candidate, a: Assignment): void {
+    const runMs = expectedRunMs(c, this.policy);
+    if (runMs === Infinity) return;
+    const release: Release = {
+      gpus: a.gpus,
+      vramBytes: a.vramBytes,
+      cpus: a.cpus,
+      memoryBytes: c.memoryBytes,
+      endMs: this.nowMs + runMs,
+    };
+    const list = this.#placed.get(a.workerId);
+    if (list) list.push(release);
+    else this.#placed.set(a.workerId, [release]);
+  }
+
+  noteKeptOut(c: Candidate): void {
+    if (this.explaining) this.keptOut.add(c.id);
+  }
+
+  /**
+   * Keeps for `c` the earliest place it could start in: on each worker, what runs is given back
+   * in the order it is expected to end until `c` fits. None where that cannot be said.
+   */
+  reserve(c: Candidate, workers: readonly WorkerState[], fit: Fit): Reservation | null {
+    this.tried = true;
+    this.#live ??= liveReleases(this.cluster, this.nowMs, this.policy);
+    let best: Reservation | null = null;
+    for (let i = 0; i < workers.length; i++) {
+      const worker = workers[i]!;
+      const live = this.#live.get(worker.id);
+      const placed = this.#placed.get(worker.id);
+      if (!live && !placed) continue;
+      const ending = [...(live ?? []), ...(placed ?? [])].filter(
+        (r) => r.endMs < (best?.atMs ?? Infinity),
+      );
+      if (ending.length === 0) continue;
+      ending.sort((a, b) => a.endMs - b.endMs);
+      const freed = cloneWorker(worker);
+      for (const r of ending) {
+        free(freed, r);
+        const a = fit(c, freed);
+        if (!a) continue;
+        best = {
+          kind: c.kind,
+          id: c.id,
+          workerId: worker.id,
+          index: i,
+          gpus: a.gpus,
+          atMs: r.endMs,
+        };
+        break;
+      }
+    }
+    this.reservation = best;
+    return best;
+  }
+}
+
+/** A copy of the reserved worker on which its kept GPUs are full: what later work sees of it. */
+export function withoutKept(worker: WorkerState, r: Reservation): WorkerState {
+  const view = cloneWorker(worker);
+  for (const gpu of view.gpus) {
+    if (!r.gpus.includes(gpu.index)) continue;
+    gpu.reservedBytes = gpu.vramBytes;
+    gpu.attempts += 1;
+  }
+  return view;
+}

@@ -1,0 +1,68 @@
+import { limitBytes, memoryNeed, slotHolder, type JobState } from './job/state.ts';
+import { runHolder, type SessionState } from './session/state.ts';
+
+/** The host memory a session's run needs: the limit it asked for, else nothing counted. */
+export function sessionMemoryNeed(state: SessionState): number {
+  return state.spec ? limitBytes(state.spec.resources) : 0;
+}
+
+/** What a live attempt or session run holds of a worker, and how long it may run. */
+export interface LiveHolding {
+  workerId: string;
+  gpus: readonly number[];
+  vramBytes: number;
+  cpus: number;
+  memoryBytes: number;
+  /** When it started (ms since the epoch); null while it has yet to. */
+  startedMs: number | null;
+  /**
+   * How long it may run from its start: a job's time limit, a session's maximum life, 0 once it
+   * is being stopped; null where nothing bounds it. A probe runs for the policy's `probeMs`.
+   */
+  runMs: number | null;
+  probe: boolean;
+}
+
+/** What a job's live attempt holds, if it has one. */
+export function jobLive(state: JobState): LiveHolding | undefined {
+  const attempt = slotHolder(state);
+  if (!attempt) return undefined;
+  const limit = state.spec?.timeLimit;
+  const stopping = state.timeLimitReached || state.cancelRequested;
+  return {
+    workerId: attempt.workerId,
+    gpus: attempt.gpus,
+    vramBytes: attempt.vramBytes,
+    cpus: attempt.cpus,
+    memoryBytes: memoryNeed(state),
+    startedMs: attempt.startedAt === null ? null : Date.parse(attempt.startedAt),
+    runMs: stopping ? 0 : limit === undefined ? null : limit * 1000,
+    probe: attempt.probe && !stopping,
+  };
+}
+
+/** What a session's live run holds, if it has one. */
+export function sessionLive(state: SessionState): LiveHolding | undefined {
+  const run = runHolder(state);
+  if (!run) return undefined;
+  return {
+    workerId: run.workerId,
+    gpus: run.gpus,
+    vramBytes: run.vramBytes,
+    cpus: run.cpus,
+    memoryBytes: sessionMemoryNeed(state),
+    startedMs: run.startedAt === null ? null : Date.parse(run.startedAt),
+    runMs: state.status === 'stopping' ? 0 : state.timers ? state.timers.maxMin * 60_000 : null,
+    probe: false,
+  };
+}
+
+/** Records what `id` holds now, or that it holds nothing. */
+export function setLive(
+  map: Map<string, LiveHolding>,
+  id: string,
+  live: LiveHolding | undefined,
+): void {
+  if (live) map.set(id, live);
+  else map.delete(id);
+}
