@@ -97,13 +97,15 @@ class Fleet {
 
   /**
    * `n` jobs submitted over the last two days, priorities from -10 to 10: aging is at work; three
-   * in five with a time limit of one to 24 hours, so that backfill has reservations to keep.
+   * in five with a time limit of one to 24 hours, so that backfill has reservations to keep; one
+   * in five preemptible, so that preemption has victims to weigh.
    */
   submit(n: number, r: () => number): void {
     for (let i = 0; i < n; i++) {
       const resources = shapeOf(r);
       const at = new Date(this.now.getTime() - Math.floor(r() * 48 * HOUR));
       const timeLimit = r() < 0.6 ? (1 + Math.floor(r() * 24)) * 3600 : undefined;
+      const preemptible = r() < 0.2;
       this.fold(
         'job',
         `job_${i}`,
@@ -118,6 +120,7 @@ class Fleet {
               resources,
               priority: Math.floor(r() * 21) - 10,
               ...(timeLimit !== undefined && { timeLimit }),
+              ...(preemptible && { preemptible }),
               maxRetries: 3,
               env: {},
             },
@@ -188,12 +191,14 @@ export function policyBench(sizes: number[], cycles: number) {
     const steady: number[] = [];
     let placed = 0;
     let reserved = 0;
+    let preempting = 0;
     for (let i = 0; i < cycles; i++) {
       fleet.finish(ENDED_PER_CYCLE, r);
       const [cycle, ms] = timed(() => plan(fleet.cluster, fleet.now, DEFAULT_POLICY));
       steady.push(ms);
       placed += cycle.assignments.length;
       if (cycle.reservation) reserved++;
+      preempting += cycle.preemptions.length;
       fleet.commit(cycle.assignments);
     }
     const explained = Array.from({ length: 5 }, () =>
@@ -208,6 +213,8 @@ export function policyBench(sizes: number[], cycles: number) {
       placedPerSteadyCycle: round(placed / cycles),
       /** Steady cycles that kept a reservation for a job that waits. */
       cyclesWithReservation: reserved,
+      /** Attempts a steady cycle would stop for the job first in line (not carried out here). */
+      preemptionsPerSteadyCycle: round(preempting / cycles),
       explainMs: summary(explained.map(([, ms]) => ms)),
       waiting: view.entries.length,
     };

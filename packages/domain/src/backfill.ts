@@ -20,6 +20,8 @@ export interface Release {
   memoryBytes: number;
   /** When it is expected to end (ms since the epoch); Infinity where nothing bounds it. */
   endMs: number;
+  /** The job's or session's id: what orders releases that end at the same time. */
+  key: string;
 }
 
 /** The place kept for the first candidate that finds none: where, and from when. */
@@ -54,7 +56,7 @@ function liveReleases(
 ): Map<string, Release[]> {
   const byWorker = new Map<string, Release[]>();
   for (const holdings of [cluster.holding.jobs, cluster.holding.sessions]) {
-    for (const h of holdings.values()) {
+    for (const [key, h] of holdings) {
       const runMs = h.probe ? policy.probeMs : h.runMs;
       if (runMs === null) continue;
       const release: Release = {
@@ -63,6 +65,7 @@ function liveReleases(
         cpus: h.cpus,
         memoryBytes: h.memoryBytes,
         endMs: Math.max(nowMs, (h.startedMs ?? nowMs) + runMs),
+        key,
       };
       const list = byWorker.get(h.workerId);
       if (list) list.push(release);
@@ -124,6 +127,7 @@ export class Backfill {
       cpus: a.cpus,
       memoryBytes: c.memoryBytes,
       endMs: this.nowMs + runMs,
+      key: c.id,
     };
     const list = this.#placed.get(a.workerId);
     if (list) list.push(release);
@@ -151,7 +155,7 @@ export class Backfill {
         (r) => r.endMs < (best?.atMs ?? Infinity),
       );
       if (ending.length === 0) continue;
-      ending.sort((a, b) => a.endMs - b.endMs);
+      ending.sort((a, b) => a.endMs - b.endMs || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
       const freed = cloneWorker(worker);
       for (const r of ending) {
         free(freed, r);
@@ -173,13 +177,18 @@ export class Backfill {
   }
 }
 
-/** A copy of the reserved worker on which its kept GPUs are full: what later work sees of it. */
-export function withoutKept(worker: WorkerState, r: Reservation): WorkerState {
+/**
+ * A copy of the reserved worker as work that would run past the reservation sees it: its kept
+ * GPUs full, and the host memory the reserved candidate needs taken (at least a byte, so that
+ * it never looks like a host nothing counts on). What ends before then only frees more.
+ */
+export function withoutKept(worker: WorkerState, r: Reservation, head: Candidate): WorkerState {
   const view = cloneWorker(worker);
   for (const gpu of view.gpus) {
     if (!r.gpus.includes(gpu.index)) continue;
     gpu.reservedBytes = gpu.vramBytes;
     gpu.attempts += 1;
   }
+  view.memoryUsed += Math.max(head.memoryBytes, 1);
   return view;
 }

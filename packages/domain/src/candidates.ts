@@ -29,6 +29,8 @@ export interface Candidate {
   resources: Resources;
   /** Its priority, aged: see `effectivePriority`. */
   priority: number;
+  /** Its own priority, before aging (a session's is 0): what preemption compares. */
+  basePriority: number;
   /** Orders candidates of equal priority: the one queued longest first. */
   queuedSeq: number;
   container: boolean;
@@ -75,6 +77,8 @@ export interface ShapeMark {
   unplaceableLate: boolean;
   lateStartAt: number;
   keptOut: boolean;
+  /** What the reserved worker held when `keptOut` was worked out (`Kept.version`). */
+  keptOutVersion: number;
 }
 
 const marks = new Map<string, ShapeMark>();
@@ -95,6 +99,7 @@ function markOf(shape: string): ShapeMark {
       unplaceableLate: false,
       lateStartAt: 0,
       keptOut: false,
+      keptOutVersion: -1,
     };
     marks.set(shape, mark);
   }
@@ -112,6 +117,7 @@ function withShape(f: CandidateFields, priority: number): Candidate {
     teamAccount: f.team === null ? null : teamAccount(f.team),
     resources: f.resources,
     priority,
+    basePriority: f.basePriority,
     queuedSeq: f.queuedSeq,
     container: f.container,
     estimate: f.estimate,
@@ -150,6 +156,7 @@ function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
     owner: state.owner,
     team: state.team,
     resources: spec.resources,
+    basePriority: spec.priority,
     queuedSeq: job.queuedSeq,
     container: runsInContainer(spec),
     estimate: state.estimate,
@@ -170,6 +177,7 @@ function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null
     owner: state.owner,
     team: state.team,
     resources: spec.resources,
+    basePriority: 0,
     queuedSeq: session.queuedSeq,
     container: state.image !== null,
     estimate: null,
@@ -207,6 +215,7 @@ export function needCandidate(need: Need): Candidate {
     id: '',
     owner: '',
     team: null,
+    basePriority: 0,
     queuedSeq: 0,
     estimate: null,
     limitMs: null,

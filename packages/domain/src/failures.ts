@@ -28,6 +28,8 @@ export const FailureReasons = {
   workerStopped: { kind: 'system', retryable: true },
   buildInfrastructure: { kind: 'system', retryable: true },
   artifactUnavailable: { kind: 'system', retryable: true },
+  /** Stopped to make room for work of a higher priority: queued again, no retry spent. */
+  preempted: { kind: 'system', retryable: true },
   /** The attempt could not be sent to its worker, and sending it again would not help. */
   dispatchFailed: { kind: 'system', retryable: false },
 } as const satisfies Record<string, { kind: FailureKind; retryable: boolean }>;

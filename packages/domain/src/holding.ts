@@ -21,6 +21,11 @@ export interface LiveHolding {
    */
   runMs: number | null;
   probe: boolean;
+  /** Its own priority (a session's is 0), and whether work of a higher one may stop it. */
+  priority: number;
+  preemptible: boolean;
+  /** It is being stopped (cancelled, past its time limit, preempted): it frees its place soon. */
+  stopping: boolean;
 }
 
 /** What a job's live attempt holds, if it has one. */
@@ -28,7 +33,7 @@ export function jobLive(state: JobState): LiveHolding | undefined {
   const attempt = slotHolder(state);
   if (!attempt) return undefined;
   const limit = state.spec?.timeLimit;
-  const stopping = state.timeLimitReached || state.cancelRequested;
+  const stopping = state.timeLimitReached || state.cancelRequested || state.preemptRequested;
   return {
     workerId: attempt.workerId,
     gpus: attempt.gpus,
@@ -38,6 +43,9 @@ export function jobLive(state: JobState): LiveHolding | undefined {
     startedMs: attempt.startedAt === null ? null : Date.parse(attempt.startedAt),
     runMs: stopping ? 0 : limit === undefined ? null : limit * 1000,
     probe: attempt.probe && !stopping,
+    priority: state.spec?.priority ?? 0,
+    preemptible: state.spec?.preemptible === true && !attempt.probe,
+    stopping,
   };
 }
 
@@ -54,6 +62,9 @@ export function sessionLive(state: SessionState): LiveHolding | undefined {
     startedMs: run.startedAt === null ? null : Date.parse(run.startedAt),
     runMs: state.status === 'stopping' ? 0 : state.timers ? state.timers.maxMin * 60_000 : null,
     probe: false,
+    priority: 0,
+    preemptible: false,
+    stopping: state.status === 'stopping',
   };
 }
 

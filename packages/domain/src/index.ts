@@ -8,6 +8,7 @@ export * from './job/decide.ts';
 export * from './job/state.ts';
 export * from './candidates.ts';
 export * from './placement.ts';
+export * from './preemption.ts';
 export * from './quota.ts';
 export * from './policy.ts';
 export * from './worker.ts';

@@ -1,4 +1,5 @@
 import { Backfill, withoutKept, type Reservation } from './backfill.ts';
+import { preemptionsFor, type Preemption } from './preemption.ts';
 import { cloneWorker, type ClusterState, type GpuUsage, type WorkerState } from './cluster.ts';
 import { inPlacementOrder, placeable, type Candidate } from './candidates.ts';
 import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
@@ -20,6 +21,8 @@ export interface Plan {
   assignments: Assignment[];
   /** The place kept for the first candidate that found none, if one could be worked out. */
   reservation: Reservation | null;
+  /** Running attempts to stop so that the first candidate that found no place can start. */
+  preemptions: Preemption[];
   /** The earliest time a waiting retry becomes placeable, if any. */
   wakeAt: Date | null;
 }
@@ -151,6 +154,18 @@ function smallestGpu(worker: WorkerState, a: Assignment): number {
 interface Kept {
   index: number;
   view: WorkerState;
+  /** The quotas as that work sees them: with what the reserved candidate will need booked. */
+  quota: QuotaBook | undefined;
+  /** How many placements the reserved worker has taken since: what `keptOut` marks go by. */
+  version: number;
+}
+
+/** A quota book with `head`'s GPUs booked too, apart from `quota`. */
+function withBooked(quota: QuotaBook | undefined, head: Candidate): QuotaBook | undefined {
+  if (!quota) return undefined;
+  const book = { ...quota, held: new Map(quota.held) };
+  bookQuota(head, book);
+  return book;
 }
 
 /**
@@ -299,12 +314,22 @@ export function placeInOrder(
       mark.unplaceableLate = false;
       mark.lateStartAt = 0;
       mark.keptOut = false;
+      mark.keptOutVersion = -1;
     }
     if (mark.unplaceable) continue;
     if (heldBack(job, quota)) continue;
-    // What would run past the reservation sees its GPUs full, and so fits in less.
+    // What would run past the reservation sees its GPUs full, and so fits in less, and may not
+    // take what the quotas of the reserved candidate's owner and team keep for it.
     const late = kept !== null && backfill!.late(job);
+    if (late && heldBack(job, kept!.quota)) {
+      backfill!.noteKeptOut(job);
+      continue;
+    }
     if (late && mark.unplaceableLate) {
+      if (backfill!.explaining && mark.keptOutVersion !== kept!.version) {
+        mark.keptOut = fit(job, workers[kept!.index]!) !== null;
+        mark.keptOutVersion = kept!.version;
+      }
       if (mark.keptOut) backfill!.noteKeptOut(job);
       continue;
     }
@@ -314,21 +339,29 @@ export function placeInOrder(
       if (late) {
         mark.unplaceableLate = true;
         mark.keptOut = fit(job, workers[kept!.index]!) !== null;
+        mark.keptOutVersion = kept!.version;
         if (mark.keptOut) backfill!.noteKeptOut(job);
         continue;
       }
       mark.unplaceable = true;
       if (backfill && !backfill.tried && job.resources.gpus > 0) {
         const r = backfill.reserve(job, workers, fit);
-        if (r) kept = { index: r.index, view: withoutKept(workers[r.index]!, r) };
+        if (r) {
+          const view = withoutKept(workers[r.index]!, r, job);
+          kept = { index: r.index, view, quota: withBooked(quota, job), version: 0 };
+        }
       }
       continue;
     }
     if (late) mark.lateStartAt = placed.firstFit;
     else mark.startAt = placed.firstFit;
     bookQuota(job, quota);
+    if (kept) bookQuota(job, kept.quota);
     apply(placed.worker, placed.a, job);
-    if (placed.index === kept?.index) apply(kept.view, placed.a, job);
+    if (placed.index === kept?.index) {
+      apply(kept.view, placed.a, job);
+      kept.version++;
+    }
     backfill?.placed(job, placed.a);
     room[placed.index] = roomOf(placed.worker);
     assignments.push(placed.a);
@@ -375,9 +408,31 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   const wakeAt =
     retryAt && monthTurns ? (monthTurns < retryAt ? monthTurns : retryAt) : (retryAt ?? monthTurns);
   const workers = onlineWorkers(cluster);
-  if (!workers.some(hasRoom)) return { assignments: [], reservation: null, wakeAt };
-  const backfill = new Backfill(cluster, now.getTime(), policy);
   const ordered = inPlacementOrder(ready);
-  const assignments = placeInOrder(ordered, workers, policy, quotaBook(cluster, now), backfill);
-  return { assignments, reservation: backfill.reservation, wakeAt };
+  const quota = quotaBook(cluster, now);
+  const backfill = new Backfill(cluster, now.getTime(), policy);
+  const assignments = workers.some(hasRoom)
+    ? placeInOrder(ordered, workers, policy, quota, backfill)
+    : [];
+  const head = firstWaiting(ordered, assignments, quota);
+  const fit = (c: Candidate, w: WorkerState) => fitOnWorker(c, w, policy);
+  return {
+    assignments,
+    reservation: backfill.reservation,
+    preemptions: head ? preemptionsFor(head, cluster, workers, fit) : [],
+    wakeAt,
+  };
+}
+
+/**
+ * The first candidate with GPUs that a round left waiting, though its quota does not hold it
+ * back: the one a reservation, or a preemption, is for.
+ */
+export function firstWaiting(
+  ordered: Candidate[],
+  assignments: Assignment[],
+  quota: QuotaBook | undefined,
+): Candidate | undefined {
+  const placed = new Set(assignments.map((a) => a.id));
+  return ordered.find((c) => c.resources.gpus > 0 && !placed.has(c.id) && !heldBack(c, quota));
 }

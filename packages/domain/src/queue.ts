@@ -129,7 +129,13 @@ function why(p: Pending): string {
     }
     case 'reserved': {
       const r = p.reservation!;
-      return `it would fit on ${r.workerId} now, but that room is reserved for ${r.id}, due to start by ${iso(r.atMs)}, and this could still run then: a time limit that ends it before then lets it start now`;
+      const advice =
+        p.kind === 'session'
+          ? ': a session whose maximum life ends before then starts now'
+          : p.status === 'estimating'
+            ? ' (its probe may run for the probes’ timeout)'
+            : ': a time limit that ends it before then lets it start now';
+      return `it could start now, but only on what is reserved for ${r.id} (first in line, due to start by ${iso(r.atMs)} on ${r.workerId}), and it could still run then${advice}`;
     }
     case 'priority':
       return `waiting for room behind ${plural(p.ahead, 'earlier entry', 'earlier entries')} of the queue that need the same (${need()})`;

@@ -83,7 +83,7 @@ describe('backfill with a reservation', () => {
     );
     expect(why.get('long')).toMatchObject({ reason: 'reserved', expectedStart: null });
     expect(why.get('long')?.message).toBe(
-      `it would fit on w1 now, but that room is reserved for big, due to start by ${at(2 * HOUR).toISOString()}, and this could still run then: a time limit that ends it before then lets it start now`,
+      `it could start now, but only on what is reserved for big (first in line, due to start by ${at(2 * HOUR).toISOString()} on w1), and it could still run then: a time limit that ends it before then lets it start now`,
     );
     expect(why.get('short')?.reason).toBe('placing');
   });

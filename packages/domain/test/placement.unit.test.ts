@@ -288,7 +288,12 @@ describe('placement policy v1', () => {
         },
       }),
     );
-    expect(plan(c, T0)).toEqual({ assignments: [], reservation: null, wakeAt: retryAt });
+    expect(plan(c, T0)).toEqual({
+      assignments: [],
+      reservation: null,
+      preemptions: [],
+      wakeAt: retryAt,
+    });
     expect(plan(c, retryAt).assignments.map((a) => a.id)).toEqual(['r']);
   });
 });

@@ -1,5 +1,5 @@
 import { type z } from 'zod';
-import { JobEventSchema, type JobEvent } from './job.ts';
+import { JobEventSchema, type JobEvent } from './job-events.ts';
 import { SessionEventSchema, type SessionEvent } from './session.ts';
 import { TeamEventSchema, type TeamEvent } from './team.ts';
 import { UserEventSchema, type UserEvent } from './user.ts';

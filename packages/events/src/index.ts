@@ -5,6 +5,7 @@ export * from './envelope.ts';
 export * from './errors.ts';
 export * from './hash.ts';
 export * from './job.ts';
+export * from './job-events.ts';
 export * from './retry.ts';
 export * from './session.ts';
 export * from './signing.ts';

@@ -10,7 +10,7 @@
  * - artifact: what the builder made of the job's code (for the process runtime, a tarball).
  */
 import { z } from 'zod';
-import { BlobRefSchema, FailureSchema, SshLoginSchema } from './common.ts';
+import { BlobRefSchema, FailureSchema } from './common.ts';
 import { TEAM_NAME } from './team.ts';
 
 /** A job's id, as Trainyard makes them; an SSH username of this shape names a job. */
@@ -137,6 +137,11 @@ export const JobSpecSchema = z.object({
     .optional(),
   /** Seconds an attempt may run before it is stopped and the job fails as `timeLimit`. */
   timeLimit: TimeLimitSchema.optional(),
+  /**
+   * A waiting job of a higher priority may stop its running attempt to take its place; it is
+   * queued again without spending a retry, and resumes from its synced outputs.
+   */
+  preemptible: z.boolean().optional(),
   env: z
     .record(z.string().regex(ENV_NAME, 'must be a shell variable name'), z.string().max(65536))
     .default({}),
@@ -278,100 +283,6 @@ export const JobAttemptFailed = z.object({
       .nullable(),
   }),
 });
-
-export const JobCancelRequested = z.object({
-  type: z.literal('JobCancelRequested'),
-  data: z.object({ attemptId: z.string().min(1), workerId: z.string().min(1) }),
-});
-
-export const JobCancelled = z.object({
-  type: z.literal('JobCancelled'),
-  data: z.object({ attemptId: z.string().min(1).optional() }),
-});
-
-/** The job's priority changed (its owner lowered it, or an admin set it): placed by it from now. */
-export const JobPriorityChanged = z.object({
-  type: z.literal('JobPriorityChanged'),
-  data: z.object({
-    priority: PrioritySchema,
-    previous: PrioritySchema,
-  }),
-});
-
-/**
- * The running attempt reached the job's time limit: its worker is told to stop it, and however it
- * ends, the job fails as `timeLimit`, without a retry.
- */
-export const JobTimeLimitReached = z.object({
-  type: z.literal('JobTimeLimitReached'),
-  data: z.object({
-    attemptId: z.string().min(1),
-    workerId: z.string().min(1),
-    timeLimit: z.number().int().min(1),
-  }),
-});
-
-/** Every job this one depends on succeeded: it may be placed. */
-export const JobDependenciesMet = z.object({
-  type: z.literal('JobDependenciesMet'),
-  data: z.object({}),
-});
-
-/** A job this one depends on failed or was cancelled: this one fails without running. */
-export const JobDependencyFailed = z.object({
-  type: z.literal('JobDependencyFailed'),
-  data: z.object({
-    dependency: z.string().min(1),
-    /** How the dependency ended: `none` for a job the log does not hold. */
-    status: z.enum(['failed', 'cancelled', 'none']),
-    failure: FailureSchema,
-  }),
-});
-
-/**
- * The job is held: while it waits, it is not placed until released (like Slurm's `hold`). It
- * may still be built and measured; a running attempt is not touched.
- */
-export const JobHeld = z.object({
-  type: z.literal('JobHeld'),
-  data: z.object({ by: HoldBy, reason: z.string().max(512).default('') }),
-});
-
-/** The hold is lifted: the job queues again, behind what queued while it was held. */
-export const JobReleased = z.object({
-  type: z.literal('JobReleased'),
-  data: z.object({}),
-});
-
-/** A login through the SSH gateway to a shell beside the job's running attempt. */
-export const JobLogin = z.object({
-  type: z.literal('JobLogin'),
-  data: SshLoginSchema,
-});
-
-export const JobEventSchema = z.discriminatedUnion('type', [
-  JobSubmitted,
-  JobBuildStarted,
-  JobBuilt,
-  JobBuildFailed,
-  JobAssigned,
-  JobStarted,
-  JobEstimated,
-  JobOutputsSynced,
-  JobSucceeded,
-  JobAttemptFailed,
-  JobCancelRequested,
-  JobCancelled,
-  JobLogin,
-  JobPriorityChanged,
-  JobTimeLimitReached,
-  JobDependenciesMet,
-  JobDependencyFailed,
-  JobHeld,
-  JobReleased,
-]);
-export type JobEvent = z.infer<typeof JobEventSchema>;
-export type JobEventType = JobEvent['type'];
 
 /** The public statuses of a job, in lifecycle order. */
 export const JobStatus = {

@@ -13,6 +13,7 @@ import * as m010 from './migrations/010_user_quota.ts';
 import * as m011 from './migrations/011_job_hold.ts';
 import * as m012 from './migrations/012_teams.ts';
 import * as m013 from './migrations/013_gpu_hours.ts';
+import * as m014 from './migrations/014_job_preemptible.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -29,6 +30,7 @@ const migrations: Record<string, Migration> = {
   '011_job_hold': m011,
   '012_teams': m012,
   '013_gpu_hours': m013,
+  '014_job_preemptible': m014,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

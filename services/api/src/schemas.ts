@@ -103,6 +103,11 @@ export const JobViewSchema = z
       .int()
       .nullable()
       .describe('seconds an attempt may run before it is stopped and the job fails as timeLimit'),
+    preemptible: z
+      .boolean()
+      .describe(
+        'a waiting job of a higher priority may stop its running attempt; it is queued again without spending a retry',
+      ),
     dependsOn: z.array(z.string()).describe('jobs that must succeed before this one is placed'),
     dependenciesMet: z
       .boolean()
@@ -179,6 +184,9 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
   ),
   timeLimit: JobSpecSchema.shape.timeLimit.describe(
     'how long an attempt may run: whole seconds, or a duration such as 90s, 45m, 2h or 1h30m (at most 30d); past it the attempt is stopped (SIGTERM, then SIGKILL) and the job fails as timeLimit, without a retry',
+  ),
+  preemptible: JobSpecSchema.shape.preemptible.describe(
+    'a waiting job of a higher priority may stop its running attempt (SIGTERM, then SIGKILL after the grace period) to take its place; it is queued again at once without spending a retry, and its next attempt starts from the outputs the stopped one synced, with TRAINYARD_RESUMED=1',
   ),
   image: JobSpecSchema.shape.image.describe(
     'the base image the job is built on and runs in (`python`: the default base); only where the cluster has a registry for images',

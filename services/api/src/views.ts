@@ -34,6 +34,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     estimate: job.estimate,
     maxRetries: job.max_retries,
     timeLimit: job.time_limit,
+    preemptible: job.preemptible,
     dependsOn: job.depends_on,
     dependenciesMet: job.dependencies_met,
     // A job that ended is held no more, whatever hold it had.

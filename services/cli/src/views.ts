@@ -38,6 +38,7 @@ export interface JobView {
   } | null;
   /** Seconds an attempt may run, where the job declares a limit. */
   timeLimit?: number | null;
+  preemptible?: boolean;
   /** Where it stands in the queue while it waits, and why it waits (`trainyard why`). */
   queuePosition?: number | null;
   pendingReason?: string | null;

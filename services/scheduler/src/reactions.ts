@@ -46,7 +46,8 @@ export function react(
 ): Promise<void> | null {
   switch (event.type) {
     case 'JobCancelRequested':
-    case 'JobTimeLimitReached': {
+    case 'JobTimeLimitReached':
+    case 'JobPreempted': {
       const job = cluster.jobs.get(event.aggregateId);
       return job ? dispatchStop(ctx.bus.js, job) : null;
     }

@@ -1,4 +1,10 @@
-import { plan, type Assignment, type ClusterState, type PlacementPolicy } from '@trainyard/domain';
+import {
+  plan,
+  type Assignment,
+  type ClusterState,
+  type PlacementPolicy,
+  type Preemption,
+} from '@trainyard/domain';
 import { retry } from '@trainyard/events';
 import type { Logger } from '@trainyard/service-kit';
 import { pause, realClock, type Clock } from './clock.ts';
@@ -20,6 +26,8 @@ export interface RoundDeps {
   policy: PlacementPolicy;
   /** Performs one assignment: the stream sequence its events landed at, or 0 when none did. */
   assign: (assignment: Assignment, now: Date) => Promise<number>;
+  /** Stops an attempt for waiting work of a higher priority: as `assign`, its sequence or 0. */
+  preempt: (preemption: Preemption, now: Date) => Promise<number>;
   /** The sequence of the last event in the log. */
   lastSeq: () => Promise<number>;
   log: Pick<Logger, 'warn' | 'error'>;
@@ -83,12 +91,13 @@ export class Rounds {
 
   async #round(): Promise<void> {
     const now = this.#clock.now();
-    const { assignments, wakeAt } = plan(this.deps.state(), now, this.deps.policy);
+    const { assignments, preemptions, wakeAt } = plan(this.deps.state(), now, this.deps.policy);
     this.#armWake(wakeAt, now);
-    if (assignments.length === 0) return;
-    const results = await Promise.allSettled(
-      assignments.map(async (a) => this.deps.assign(a, now)),
-    );
+    if (assignments.length === 0 && preemptions.length === 0) return;
+    const results = await Promise.allSettled([
+      ...assignments.map(async (a) => this.deps.assign(a, now)),
+      ...preemptions.map(async (p) => this.deps.preempt(p, now)),
+    ]);
     for (const r of results) {
       if (r.status === 'fulfilled') this.#awaitSeq = Math.max(this.#awaitSeq, r.value);
     }

@@ -1,4 +1,10 @@
-import { currentAttempt, DomainError, type Assignment, type TrackedJob } from '@trainyard/domain';
+import {
+  currentAttempt,
+  DomainError,
+  type Assignment,
+  type Preemption,
+  type TrackedJob,
+} from '@trainyard/domain';
 import type { JobStatus, StoredEvent } from '@trainyard/events';
 import { loadJob, runJobCommand } from '@trainyard/application';
 import { newId, type ServiceContext } from '@trainyard/service-kit';
@@ -39,6 +45,7 @@ export class Term {
       state: () => this.#folding.cluster,
       policy: opts.policy,
       assign: (a, now) => this.#assign(a, now),
+      preempt: (p, now) => this.#preempt(p, now),
       lastSeq: () => ctx.bus.store.lastSeq(),
       log: ctx.log,
       signal,
@@ -180,6 +187,30 @@ export class Term {
     } catch (err) {
       if (!(err instanceof DomainError)) throw err;
       this.ctx.log.debug({ jobId: a.id, code: err.code }, 'assignment no longer applies');
+      return 0;
+    }
+  }
+
+  /** Appends a preemption (its worker is told to stop the attempt when it folds back). */
+  async #preempt(p: Preemption, now: Date): Promise<number> {
+    const tracked = this.#folding.cluster.jobs.get(p.jobId);
+    if (!tracked) return 0;
+    try {
+      const result = await runJobCommand(
+        this.ctx.bus.store,
+        p.jobId,
+        { type: 'PreemptJob', attemptId: p.attemptId, by: p.by },
+        { actor: { kind: 'service', id: this.ctx.instanceId }, now },
+        { snapshot: { state: tracked.state, head: tracked.head } },
+      );
+      this.ctx.log.info(
+        { jobId: p.jobId, attemptId: p.attemptId, workerId: p.workerId, by: p.by },
+        'preempting an attempt for work of a higher priority',
+      );
+      return result.head.seq;
+    } catch (err) {
+      if (!(err instanceof DomainError)) throw err;
+      this.ctx.log.debug({ jobId: p.jobId, code: err.code }, 'preemption no longer applies');
       return 0;
     }
   }

@@ -36,6 +36,7 @@ function harness(assign?: (a: Assignment, log: FakeLog) => Promise<number>): Har
       asked.push({ assignment, now });
       return assign ? assign(assignment, log) : Promise.resolve(log.assignJob(assignment));
     },
+    preempt: () => Promise.reject(new Error('nothing here is preemptible')),
     lastSeq: () => {
       reads++;
       return log.lastSeq();

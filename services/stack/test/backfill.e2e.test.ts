@@ -54,7 +54,9 @@ describe('backfill through the stack', () => {
       (j) => (j as Waiting).pendingReason === 'reserved',
     )) as Waiting;
     expect(kept.status).toBe('queued');
-    expect(kept.pendingMessage).toMatch(/that room is reserved for job_\w+, due to start by /);
+    expect(kept.pendingMessage).toMatch(
+      /only on what is reserved for job_\w+ \(first in line, due to start by /,
+    );
     const head = (await t.waitForJob(
       big,
       alice,

@@ -86,6 +86,8 @@ export type JobCommand =
   | { type: 'ResolveDependencies'; outcomes: Record<string, JobStatus | 'none'> }
   /** Stops the running attempt once it has run the job's time limit; `now` is the clock's. */
   | { type: 'EnforceTimeLimit'; now: Date }
+  /** Stops the running attempt of a preemptible job to make room for `by`. */
+  | { type: 'PreemptJob'; attemptId: string; by: string }
   /** Sets the job's priority; who may raise it is the API's to say. */
   | { type: 'ChangePriority'; priority: number }
   /** Keeps a waiting job from being placed until released. */
@@ -121,11 +123,15 @@ function endAttempt(
   now: Date,
   jitter: number,
   policy: BackoffPolicy,
-  endedInTime = false,
+  /**
+   * `endedInTime`: it ended by itself within the time limit, as its worker timed it;
+   * `stopped`: its worker stopped it when asked to.
+   */
+  how: { endedInTime?: boolean; stopped?: boolean } = {},
 ): JobEvent[] {
   const attempt = liveAttempt(state, attemptId);
   if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId } }];
-  if (state.timeLimitReached && !endedInTime) {
+  if (state.timeLimitReached && !how.endedInTime) {
     const limit = failureOf(
       'timeLimit',
       `the attempt ran past the job's time limit of ${state.spec?.timeLimit}s`,
@@ -133,8 +139,22 @@ function endAttempt(
     const data = { attemptId, exitCode, failure: limit, durationMs, retry: null };
     return [{ type: 'JobAttemptFailed', data }];
   }
+  // Stopped for work of a higher priority (a script that checkpoints on SIGTERM may exit 0):
+  // queued again at once, without spending a retry; one that succeeded by itself succeeded.
+  if (state.preemptRequested && (failure || how.stopped)) {
+    const data = {
+      attemptId,
+      exitCode,
+      failure: failureOf('preempted', 'stopped to make room for work of a higher priority'),
+      durationMs,
+      retry: { retryAt: now.toISOString(), backoffMs: 0 },
+    };
+    return [{ type: 'JobAttemptFailed', data }];
+  }
   if (!failure) return [{ type: 'JobSucceeded', data: { attemptId, durationMs } }];
-  const retriesUsed = state.attempts.filter((a) => a.failure?.retryable).length;
+  const retriesUsed = state.attempts.filter(
+    (a) => a.failure?.retryable && a.failure.reason !== 'preempted',
+  ).length;
   const maxRetries = state.spec?.maxRetries ?? 0;
   const wait = backoffMs(attempt.number, jitter, policy);
   const retry =
@@ -288,9 +308,13 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         command.now,
         command.jitter,
         command.backoff ?? DEFAULT_BACKOFF,
-        // One that ended by itself within the limit, as its worker timed it, ended as it did,
-        // however late its report came.
-        !command.stopped && command.durationMs < (state.spec?.timeLimit ?? Infinity) * 1000,
+        {
+          // One that ended by itself within the limit, as its worker timed it, ended as it did,
+          // however late its report came.
+          endedInTime:
+            !command.stopped && command.durationMs < (state.spec?.timeLimit ?? Infinity) * 1000,
+          stopped: command.stopped === true,
+        },
       );
     case 'FailAttempt':
       return endAttempt(
@@ -361,6 +385,18 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
           },
         },
       ];
+    }
+    case 'PreemptJob': {
+      const attempt = slotHolder(state);
+      if (!attempt || attempt.id !== command.attemptId) {
+        return reject('STALE_ATTEMPT', `attempt ${command.attemptId} no longer holds the job`);
+      }
+      if (!state.spec?.preemptible || attempt.probe) {
+        return reject('INVALID_TRANSITION', `job ${state.id} is not preemptible`);
+      }
+      if (state.preemptRequested || state.cancelRequested || state.timeLimitReached) return [];
+      const data = { attemptId: attempt.id, workerId: attempt.workerId, by: command.by };
+      return [{ type: 'JobPreempted', data }];
     }
     case 'ChangePriority': {
       if (isTerminal(state.status)) {

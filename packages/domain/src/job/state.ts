@@ -55,6 +55,8 @@ export interface JobState {
   dependenciesMet: boolean;
   /** The running attempt reached the job's time limit: however it ends, the job fails. */
   timeLimitReached: boolean;
+  /** The running attempt is being stopped for work of a higher priority: it is queued again. */
+  preemptRequested: boolean;
   /** Its hold, while it is held: it is not placed until released. */
   held: { by: HoldBy; reason: string } | null;
   retryAt: string | null;
@@ -83,6 +85,7 @@ export const initialJobState = (id: string): JobState => ({
   cancelRequested: false,
   dependenciesMet: true,
   timeLimitReached: false,
+  preemptRequested: false,
   held: null,
   retryAt: null,
   failure: null,
@@ -251,6 +254,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         ...state,
         status: event.data.probe ? 'estimating' : 'assigned',
         retryAt: null,
+        preemptRequested: false,
         attempts: [
           ...state.attempts,
           {
@@ -316,6 +320,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         ...state,
         status: retry ? 'retrying' : 'failed',
         retryAt: retry?.retryAt ?? null,
+        preemptRequested: false,
         failure,
         attempts: withAttempt(state, event.data.attemptId, () => ({
           status: 'failed',
@@ -329,6 +334,8 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
       return { ...state, cancelRequested: true };
     case 'JobTimeLimitReached':
       return { ...state, timeLimitReached: true };
+    case 'JobPreempted':
+      return { ...state, preemptRequested: true };
     case 'JobDependenciesMet':
       return { ...state, dependenciesMet: true };
     case 'JobDependencyFailed':

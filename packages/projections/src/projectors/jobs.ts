@@ -23,6 +23,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       estimate: null,
       max_retries: spec.maxRetries,
       time_limit: spec.timeLimit ?? null,
+      preemptible: spec.preemptible ?? false,
       depends_on: spec.dependsOn ?? [],
       dependencies_met: !spec.dependsOn,
       held_by: event.data.hold ?? null,
@@ -79,6 +80,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
     }
     case 'JobCancelRequested':
     case 'JobTimeLimitReached':
+    case 'JobPreempted':
     case 'JobLogin':
       return next;
     case 'JobDependenciesMet':

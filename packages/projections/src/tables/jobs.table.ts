@@ -21,6 +21,8 @@ export interface JobsTable {
   max_retries: number;
   /** Seconds an attempt may run, when the job declares a limit. */
   time_limit: number | null;
+  /** A waiting job of a higher priority may stop its running attempt. */
+  preemptible: boolean;
   /** The jobs that must succeed before it is placed. */
   depends_on: string[];
   /** Every one of them has succeeded (true for a job without any). */

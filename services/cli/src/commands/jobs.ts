@@ -98,6 +98,7 @@ export function registerJobCommands(program: Command): void {
       );
       if (job.image) console.log(`image ${job.image}  built ${job.imageDigest ?? '(not yet)'}`);
       if (job.timeLimit) console.log(`time limit ${formatDuration(job.timeLimit)} an attempt`);
+      if (job.preemptible) console.log('preemptible: work of a higher priority may stop it');
       if (job.dependsOn?.length)
         console.log(
           `after ${job.dependsOn.join(', ')}${job.dependenciesMet ? '' : ' (waiting for them)'}`,

@@ -66,6 +66,7 @@ function specFrom(root: string, o: SubmitFlags) {
     ...(o.team !== undefined && { team: o.team as string }),
     ...(o.maxRetries !== undefined && { maxRetries: num('--max-retries', 'maxRetries') }),
     ...(o.timeLimit !== undefined && { timeLimit: durationFlag(o.timeLimit as string) }),
+    ...(o.preemptible === true && { preemptible: true }),
     ...((o.dependsOn as string[] | undefined)?.length && { dependsOn: o.dependsOn as string[] }),
     env: {
       ...(o.envFile ? envFile(o.envFile as string) : {}),
@@ -89,6 +90,7 @@ const FLAGS: Record<string, string> = {
   team: '--team',
   maxRetries: '--max-retries',
   timeLimit: '--time-limit',
+  preemptible: '--preemptible',
   dependsOn: '--depends-on',
   env: '--env',
 };
@@ -179,6 +181,7 @@ const SPEC_FLAGS = [
   'team',
   'maxRetries',
   'timeLimit',
+  'preemptible',
   'dependsOn',
 ];
 
@@ -284,6 +287,10 @@ export function registerSubmitCommand(program: Command): void {
     .option(
       '--time-limit <duration>',
       'stop an attempt that runs longer (90s, 45m, 2h, 1h30m; at most 30d): the job fails as timeLimit',
+    )
+    .option(
+      '--preemptible',
+      'work of a higher priority may stop it (SIGTERM, then SIGKILL) to take its place; it is queued again without spending a retry and resumes from its synced outputs with TRAINYARD_RESUMED=1',
     )
     .option(
       '--depends-on <id>',
