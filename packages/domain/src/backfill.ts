@@ -99,6 +99,8 @@ export class Backfill {
   reservation: Reservation | null = null;
   /** Whether the round has looked for a reservation: it does once, for its first candidate. */
   tried = false;
+  /** The candidate it looked for one for: the first with GPUs that found no place. */
+  head: Candidate | null = null;
   /** Candidates that would have started but for the reservation (only when explaining). */
   readonly keptOut = new Set<string>();
   #live: Map<string, Release[]> | null = null;
@@ -144,6 +146,7 @@ export class Backfill {
    */
   reserve(c: Candidate, workers: readonly WorkerState[], fit: Fit): Reservation | null {
     this.tried = true;
+    this.head = c;
     this.#live ??= liveReleases(this.cluster, this.nowMs, this.policy);
     let best: Reservation | null = null;
     for (let i = 0; i < workers.length; i++) {

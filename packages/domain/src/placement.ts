@@ -414,7 +414,7 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   const assignments = workers.some(hasRoom)
     ? placeInOrder(ordered, workers, policy, quota, backfill)
     : [];
-  const head = firstWaiting(ordered, assignments, quota);
+  const head = backfill.tried ? backfill.head : firstWaiting(ordered, assignments, quota);
   const fit = (c: Candidate, w: WorkerState) => fitOnWorker(c, w, policy);
   return {
     assignments,
