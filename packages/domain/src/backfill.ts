@@ -75,8 +75,11 @@ function liveReleases(
   return byWorker;
 }
 
-/** Gives back on `worker` (a copy) what a release holds. */
-function free(worker: WorkerState, r: Release): void {
+/** Gives back on `worker` (a copy) what a release, or a live holding, holds. */
+export function free(
+  worker: WorkerState,
+  r: Pick<Release, 'gpus' | 'vramBytes' | 'cpus' | 'memoryBytes'>,
+): void {
   for (const index of r.gpus) {
     const gpu = worker.gpus.find((g) => g.index === index);
     if (!gpu) continue;

@@ -1,6 +1,6 @@
 import { cloneWorker, type ClusterState, type WorkerState } from './cluster.ts';
 import type { Candidate } from './candidates.ts';
-import type { Fit } from './backfill.ts';
+import { free, type Fit } from './backfill.ts';
 import type { LiveHolding } from './holding.ts';
 
 /** A running attempt to stop so that `by`, which waits, can take its place. */
@@ -17,17 +17,6 @@ interface Victim {
   jobId: string;
   attemptId: string;
   holding: LiveHolding;
-}
-
-function free(worker: WorkerState, h: LiveHolding): void {
-  for (const index of h.gpus) {
-    const gpu = worker.gpus.find((g) => g.index === index);
-    if (!gpu) continue;
-    gpu.reservedBytes -= h.vramBytes;
-    gpu.attempts -= 1;
-  }
-  worker.cpusUsed -= h.cpus;
-  worker.memoryUsed -= h.memoryBytes;
 }
 
 /** Fewer victims first, then the lower their highest priority, then the earlier worker. */
