@@ -1,6 +1,8 @@
 import { cloneWorker, type ClusterState, type WorkerState } from './cluster.ts';
+import { free, type Fit } from './holding.ts';
+import { preemptionsFor, type Preemption } from './preemption.ts';
 import type { Candidate } from './candidates.ts';
-import type { Assignment } from './placement.ts';
+import type { Assignment } from './fit.ts';
 import type { PlacementPolicy } from './policy.ts';
 
 /**
@@ -34,6 +36,8 @@ export interface Reservation {
   gpus: number[];
   /** When it is expected to start (ms since the epoch). */
   atMs: number;
+  /** How many running attempts are being stopped to make that room (0: none, it frees itself). */
+  stops: number;
 }
 
 /**
@@ -75,24 +79,6 @@ function liveReleases(
   return byWorker;
 }
 
-/** Gives back on `worker` (a copy) what a release, or a live holding, holds. */
-export function free(
-  worker: WorkerState,
-  r: Pick<Release, 'gpus' | 'vramBytes' | 'cpus' | 'memoryBytes'>,
-): void {
-  for (const index of r.gpus) {
-    const gpu = worker.gpus.find((g) => g.index === index);
-    if (!gpu) continue;
-    gpu.reservedBytes -= r.vramBytes;
-    gpu.attempts -= 1;
-  }
-  worker.cpusUsed -= r.cpus;
-  worker.memoryUsed -= r.memoryBytes;
-}
-
-/** Where a candidate would go on a worker as it stands, if it fits: its GPUs. */
-export type Fit = (c: Candidate, worker: WorkerState) => { gpus: number[] } | null;
-
 /**
  * One round's backfill: the reservation, once a candidate needs one, and what the round placed
  * before it (expected to end too). `explaining` also keeps which candidates the reservation
@@ -104,6 +90,8 @@ export class Backfill {
   tried = false;
   /** The candidate it looked for one for: the first with GPUs that found no place. */
   head: Candidate | null = null;
+  /** Running attempts to stop for it, when stopping some makes room for it now. */
+  preemptions: Preemption[] = [];
   /** Candidates that would have started but for the reservation (only when explaining). */
   readonly keptOut = new Set<string>();
   #live: Map<string, Release[]> | null = null;
@@ -144,12 +132,35 @@ export class Backfill {
   }
 
   /**
+   * Keeps room for `c`, the first candidate with GPUs that found none: where stopping running
+   * attempts of preemptible jobs of a lower priority makes room now, that room (the stops are
+   * `preemptions`); else the earliest place it could start in (`reserve`).
+   */
+  forHead(c: Candidate, workers: readonly WorkerState[], fit: Fit): Reservation | null {
+    this.tried = true;
+    this.head = c;
+    const p = preemptionsFor(c, this.cluster, workers, fit);
+    if (!p) return this.reserve(c, workers, fit);
+    this.preemptions = p.stops;
+    const { index, workerId, gpus } = p;
+    const atMs = this.nowMs;
+    this.reservation = {
+      kind: c.kind,
+      id: c.id,
+      workerId,
+      index,
+      gpus,
+      atMs,
+      stops: p.stops.length,
+    };
+    return this.reservation;
+  }
+
+  /**
    * Keeps for `c` the earliest place it could start in: on each worker, what runs is given back
    * in the order it is expected to end until `c` fits. None where that cannot be said.
    */
   reserve(c: Candidate, workers: readonly WorkerState[], fit: Fit): Reservation | null {
-    this.tried = true;
-    this.head = c;
     this.#live ??= liveReleases(this.cluster, this.nowMs, this.policy);
     let best: Reservation | null = null;
     for (let i = 0; i < workers.length; i++) {
@@ -174,6 +185,7 @@ export class Backfill {
           index: i,
           gpus: a.gpus,
           atMs: r.endMs,
+          stops: 0,
         };
         break;
       }

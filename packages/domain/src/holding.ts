@@ -1,5 +1,7 @@
 import { limitBytes, memoryNeed, slotHolder, type JobState } from './job/state.ts';
 import { runHolder, type SessionState } from './session/state.ts';
+import type { WorkerState } from './cluster.ts';
+import type { Candidate } from './candidates.ts';
 
 /** The host memory a session's run needs: the limit it asked for, else nothing counted. */
 export function sessionMemoryNeed(state: SessionState): number {
@@ -77,3 +79,21 @@ export function setLive(
   if (live) map.set(id, live);
   else map.delete(id);
 }
+
+/** Gives back on `worker` (a copy) what a release, or a live holding, holds. */
+export function free(
+  worker: WorkerState,
+  r: Pick<LiveHolding, 'gpus' | 'vramBytes' | 'cpus' | 'memoryBytes'>,
+): void {
+  for (const index of r.gpus) {
+    const gpu = worker.gpus.find((g) => g.index === index);
+    if (!gpu) continue;
+    gpu.reservedBytes -= r.vramBytes;
+    gpu.attempts -= 1;
+  }
+  worker.cpusUsed -= r.cpus;
+  worker.memoryUsed -= r.memoryBytes;
+}
+
+/** Where a candidate would go on a worker as it stands, if it fits: its GPUs. */
+export type Fit = (c: Candidate, worker: WorkerState) => { gpus: number[] } | null;

@@ -1,21 +1,11 @@
 import { Backfill, withoutKept, type Reservation } from './backfill.ts';
-import { preemptionsFor, type Preemption } from './preemption.ts';
-import { cloneWorker, type ClusterState, type GpuUsage, type WorkerState } from './cluster.ts';
+import { anyPreemptible, type Preemption } from './preemption.ts';
+import { cloneWorker, type ClusterState, type WorkerState } from './cluster.ts';
+import { fitOnWorker, takesWholeGpus, type Assignment } from './fit.ts';
 import { inPlacementOrder, placeable, type Candidate } from './candidates.ts';
 import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
 import { bookQuota, heldBack, quotaBook, type QuotaBook } from './quota.ts';
 import { nextMonthStart } from './usage.ts';
-
-export interface Assignment {
-  /** What is placed: an attempt of a job, or a run of a session. */
-  kind: 'job' | 'session';
-  /** The job's id, or the session's. */
-  id: string;
-  workerId: string;
-  gpus: number[];
-  vramBytes: number;
-  cpus: number;
-}
 
 export interface Plan {
   assignments: Assignment[];
@@ -25,124 +15,6 @@ export interface Plan {
   preemptions: Preemption[];
   /** The earliest time a waiting retry becomes placeable, if any. */
   wakeAt: Date | null;
-}
-
-/**
- * Bytes a job takes on each of its GPUs: its declared VRAM, else what its probe measured, else
- * (its probe, or a job from before probes) the whole GPU.
- */
-function vramNeed(job: Candidate, gpu: GpuUsage, policy: PlacementPolicy): number {
-  const gb = job.resources.vramGb;
-  if (gb !== undefined) return Math.ceil(gb * GiB);
-  const estimate = job.estimate;
-  if (!estimate) return gpu.vramBytes;
-  // A job measured at (nearly) a whole GPU ran on one: it takes one whole.
-  const need = estimate.vramBytes + policy.contextBytes;
-  return need + policy.headroomBytes > gpu.vramBytes ? gpu.vramBytes : need;
-}
-
-/** Whether a job takes its GPUs whole: its probe, or a job whose need is unknown. */
-function takesWholeGpus(job: Candidate): boolean {
-  return job.resources.vramGb === undefined && !job.estimate;
-}
-
-/** Whether a GPU is of the model the job asks for, if it asks for one. */
-function modelFits(job: Candidate, gpu: GpuUsage): boolean {
-  const model = job.resources.gpuModel;
-  if (model === undefined) return true;
-  let byName = modelMatches.get(model);
-  if (!byName) {
-    // Models come from users' specs: the memo is dropped before it grows without bound.
-    if (modelMatches.size >= 1024) modelMatches.clear();
-    modelMatches.set(model, (byName = new Map()));
-  }
-  let fits = byName.get(gpu.name);
-  if (fits === undefined) {
-    fits = gpu.name.toLowerCase().includes(model.toLowerCase());
-    byName.set(gpu.name, fits);
-  }
-  return fits;
-}
-
-/** Whether a GPU name holds a model, by model and name: a fleet has few of either. */
-const modelMatches = new Map<string, Map<string, boolean>>();
-
-function gpuFits(job: Candidate, gpu: GpuUsage, policy: PlacementPolicy): boolean {
-  if (!modelFits(job, gpu)) return false;
-  if (takesWholeGpus(job)) return gpu.attempts === 0;
-  const need = vramNeed(job, gpu, policy);
-  if (need === gpu.vramBytes && job.estimate) return gpu.attempts === 0;
-  return need + policy.headroomBytes <= gpu.vramBytes - gpu.reservedBytes;
-}
-
-/**
- * Whether the host's memory left holds what the job needs, where the worker counts it. A job
- * that needs more than the host has takes a host whose memory nothing else counts on.
- */
-function memoryFits(job: Candidate, worker: WorkerState): boolean {
-  if (worker.memoryBytes === null) return true;
-  const need = job.memoryBytes;
-  return worker.memoryUsed + need <= worker.memoryBytes || worker.memoryUsed === 0;
-}
-
-/**
- * Whether a worker runs attempts the way the job needs: in a container, or not; and holds its
- * memory limit, where it has one.
- */
-function runtimeFits(job: Candidate, worker: WorkerState): boolean {
-  if (job.resources.memoryGb !== undefined && !worker.limitsMemory) return false;
-  return job.container === (worker.runtime === 'docker');
-}
-
-/**
- * The dispatch contract a worker must read for it: 2 for a probe, 3 for a session, 4 for a
- * session in a container.
- */
-function dispatchNeeded(job: Candidate): number {
-  if (job.kind === 'session') return SESSION_DISPATCH_VERSION + (job.container ? 1 : 0);
-  return job.probe ? 2 : 1;
-}
-
-/** The dispatch version that carries sessions' runs. */
-export const SESSION_DISPATCH_VERSION = 3;
-
-function fitOnWorker(
-  job: Candidate,
-  worker: WorkerState,
-  policy: PlacementPolicy,
-): Assignment | null {
-  if (!runtimeFits(job, worker)) return null;
-  if (!memoryFits(job, worker)) return null;
-  if (worker.dispatchVersion < dispatchNeeded(job)) return null;
-  const { resources, kind, id } = job;
-  if (resources.gpus === 0) {
-    const cpus = resources.cpus ?? 1;
-    if (worker.cpuSlots - worker.cpusUsed < cpus) return null;
-    return { kind, id, workerId: worker.id, gpus: [], vramBytes: 0, cpus };
-  }
-  let fits = 0;
-  for (const gpu of worker.gpus) if (gpuFits(job, gpu, policy)) fits++;
-  if (fits < resources.gpus) return null;
-  const probe = job.probe;
-  // A probe gets the GPUs with the most memory, so that what it measures is not cut short; any
-  // other job the tightest that fit, leaving room for larger ones.
-  const fitting = worker.gpus
-    .filter((g) => gpuFits(job, g, policy))
-    .sort((a, b) =>
-      probe
-        ? b.vramBytes - a.vramBytes || a.index - b.index
-        : a.vramBytes - a.reservedBytes - (b.vramBytes - b.reservedBytes) || a.index - b.index,
-    );
-  const chosen = fitting.slice(0, resources.gpus);
-  const vramBytes = Math.max(...chosen.map((g) => vramNeed(job, g, policy)));
-  return {
-    kind,
-    id,
-    workerId: worker.id,
-    gpus: chosen.map((g) => g.index).sort((a, b) => a - b),
-    vramBytes,
-    cpus: 0,
-  };
 }
 
 /** The smallest memory among an assignment's GPUs: a probe goes where it is largest. */
@@ -219,36 +91,6 @@ export function onlineWorkers(cluster: ClusterState): WorkerState[] {
     .map(cloneWorker);
 }
 
-/** What a worker is, as placement reads it, without what it runs now. */
-export type WorkerShape = Pick<
-  WorkerState,
-  'id' | 'cpuSlots' | 'memoryBytes' | 'limitsMemory' | 'runtime' | 'dispatchVersion'
-> & { gpus: { index: number; name: string; vramBytes: number }[] };
-
-/** Whether a worker of this shape, with nothing on it, could hold the candidate. */
-export function couldEverHold(
-  job: Candidate,
-  worker: WorkerShape,
-  policy: PlacementPolicy,
-): boolean {
-  const empty: WorkerState = {
-    id: worker.id,
-    lifecycle: { status: 'online' },
-    gpus: worker.gpus.map((g) => ({ ...g, reservedBytes: 0, attempts: 0, simulated: false })),
-    cpuSlots: worker.cpuSlots,
-    cpusUsed: 0,
-    memoryBytes: worker.memoryBytes,
-    memoryUsed: 0,
-    limitsMemory: worker.limitsMemory,
-    runtime: worker.runtime,
-    dispatchVersion: worker.dispatchVersion,
-    attempts: new Set(),
-    registeredSeq: 0,
-    reportedRunning: new Set(),
-  };
-  return fitOnWorker(job, empty, policy) !== null;
-}
-
 /** What a worker has left, at a glance: its GPUs with nothing on them, and the most memory free on one. */
 interface Room {
   idleGpus: number;
@@ -296,7 +138,7 @@ export function placeInOrder(
 ): Assignment[] {
   const assignments: Assignment[] = [];
   if (!workers.some(hasRoom)) {
-    if (backfill?.explaining) reserveForFirst(ordered, workers, policy, quota, backfill);
+    if (backfill) roomForFirst(ordered, workers, policy, quota, backfill);
     return assignments;
   }
   // What this round's marks on shapes are known by: no other round's.
@@ -345,7 +187,7 @@ export function placeInOrder(
       }
       mark.unplaceable = true;
       if (backfill && !backfill.tried && job.resources.gpus > 0) {
-        const r = backfill.reserve(job, workers, fit);
+        const r = backfill.forHead(job, workers, fit);
         if (r) {
           const view = withoutKept(workers[r.index]!, r, job);
           kept = { index: r.index, view, quota: withBooked(quota, job), version: 0 };
@@ -366,9 +208,9 @@ export function placeInOrder(
     room[placed.index] = roomOf(placed.worker);
     assignments.push(placed.a);
     if (!hasRoom(placed.worker) && !workers.some(hasRoom)) {
-      if (backfill?.explaining && !backfill.tried) {
+      if (backfill && !backfill.tried) {
         const rest = ordered.slice(ordered.indexOf(job) + 1);
-        reserveForFirst(rest, workers, policy, quota, backfill);
+        roomForFirst(rest, workers, policy, quota, backfill);
       }
       break;
     }
@@ -378,9 +220,9 @@ export function placeInOrder(
 
 /**
  * With no room left, nothing more is placed, but the first candidate with GPUs that its quota
- * does not hold back is still told when it is expected to start: for explanations.
+ * does not hold back may still have attempts stopped for it, or be told when it may start.
  */
-function reserveForFirst(
+function roomForFirst(
   ordered: Candidate[],
   workers: WorkerState[],
   policy: PlacementPolicy,
@@ -388,7 +230,7 @@ function reserveForFirst(
   backfill: Backfill,
 ): void {
   const first = ordered.find((c) => c.resources.gpus > 0 && !heldBack(c, quota));
-  if (first) backfill.reserve(first, workers, (c, w) => fitOnWorker(c, w, policy));
+  if (first) backfill.forHead(first, workers, (c, w) => fitOnWorker(c, w, policy));
 }
 
 /**
@@ -408,31 +250,17 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   const wakeAt =
     retryAt && monthTurns ? (monthTurns < retryAt ? monthTurns : retryAt) : (retryAt ?? monthTurns);
   const workers = onlineWorkers(cluster);
+  // A full cluster places nothing; only stopping preemptible work could make room in it.
+  if (!workers.some(hasRoom) && !anyPreemptible(cluster))
+    return { assignments: [], reservation: null, preemptions: [], wakeAt };
   const ordered = inPlacementOrder(ready);
   const quota = quotaBook(cluster, now);
   const backfill = new Backfill(cluster, now.getTime(), policy);
-  const assignments = workers.some(hasRoom)
-    ? placeInOrder(ordered, workers, policy, quota, backfill)
-    : [];
-  const head = backfill.tried ? backfill.head : firstWaiting(ordered, assignments, quota);
-  const fit = (c: Candidate, w: WorkerState) => fitOnWorker(c, w, policy);
+  const assignments = placeInOrder(ordered, workers, policy, quota, backfill);
   return {
     assignments,
     reservation: backfill.reservation,
-    preemptions: head ? preemptionsFor(head, cluster, workers, fit) : [],
+    preemptions: backfill.preemptions,
     wakeAt,
   };
-}
-
-/**
- * The first candidate with GPUs that a round left waiting, though its quota does not hold it
- * back: the one a reservation, or a preemption, is for.
- */
-export function firstWaiting(
-  ordered: Candidate[],
-  assignments: Assignment[],
-  quota: QuotaBook | undefined,
-): Candidate | undefined {
-  const placed = new Set(assignments.map((a) => a.id));
-  return ordered.find((c) => c.resources.gpus > 0 && !placed.has(c.id) && !heldBack(c, quota));
 }

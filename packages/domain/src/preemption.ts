@@ -1,7 +1,6 @@
 import { cloneWorker, type ClusterState, type WorkerState } from './cluster.ts';
 import type { Candidate } from './candidates.ts';
-import { free, type Fit } from './backfill.ts';
-import type { LiveHolding } from './holding.ts';
+import { free, type Fit, type LiveHolding } from './holding.ts';
 
 /** A running attempt to stop so that `by`, which waits, can take its place. */
 export interface Preemption {
@@ -19,25 +18,76 @@ interface Victim {
   holding: LiveHolding;
 }
 
-/** Fewer victims first, then the lower their highest priority, then the earlier worker. */
+/** Whether any running attempt could be preempted: what a full cluster's round looks for. */
+export function anyPreemptible(cluster: ClusterState): boolean {
+  for (const holding of cluster.holding.jobs.values())
+    if (holding.preemptible && !holding.stopping) return true;
+  return false;
+}
+
+/** Fewer victims first, then the lower their highest priority. */
 const better = (a: Victim[], b: Victim[]) =>
   a.length - b.length ||
   Math.max(...a.map((v) => v.holding.priority)) - Math.max(...b.map((v) => v.holding.priority));
+
+/** Where the head goes once some attempts are stopped: the worker, its GPUs, and the stops. */
+export interface PreemptionPlan {
+  /** The worker's index among the round's workers. */
+  index: number;
+  workerId: string;
+  gpus: number[];
+  stops: Preemption[];
+}
+
+/** Where the head fits on `worker` once `stopping` and `victims` have freed their places. */
+function fitFreed(
+  worker: WorkerState,
+  stopping: readonly LiveHolding[],
+  victims: readonly Victim[],
+  head: Candidate,
+  fit: Fit,
+) {
+  const freed = cloneWorker(worker);
+  for (const h of stopping) free(freed, h);
+  for (const v of victims) free(freed, v.holding);
+  return fit(head, freed);
+}
+
+/**
+ * The victims of `taken` the head needs: each is dropped, the highest priority first, where the
+ * head fits without it (one that shares a GPU with work that stays, or holds a CPU slot, or a
+ * GPU of another model, frees nothing the head can use).
+ */
+function needed(
+  worker: WorkerState,
+  stopping: readonly LiveHolding[],
+  taken: Victim[],
+  head: Candidate,
+  fit: Fit,
+): Victim[] {
+  const kept = [...taken];
+  for (let i = kept.length - 1; i >= 0; i--) {
+    const without = kept.filter((_, j) => j !== i);
+    if (fitFreed(worker, stopping, without, head, fit)) kept.splice(i, 1);
+  }
+  return kept;
+}
 
 /**
  * What to stop so that `head`, the first candidate that waits for room, can start: on the
  * worker where it takes the fewest, running attempts of preemptible jobs of a lower priority
  * than the head's own (lowest priority first, then the most recently started, which loses the
- * least work). Nothing while what is being stopped already would make room for it, nor where
- * stopping every such attempt would not.
+ * least work), and only those the head needs. None while what is being stopped already would
+ * make room for it (a reservation then keeps that room), nor where stopping every such attempt
+ * would not.
  */
 export function preemptionsFor(
   head: Candidate,
   cluster: ClusterState,
   workers: readonly WorkerState[],
   fit: Fit,
-): Preemption[] {
-  if (head.resources.gpus === 0) return [];
+): PreemptionPlan | null {
+  if (head.resources.gpus === 0) return null;
   const byWorker = new Map<string, { stopping: LiveHolding[]; victims: Victim[] }>();
   let anyVictim = false;
   for (const [jobId, holding] of cluster.holding.jobs) {
@@ -53,21 +103,22 @@ export function preemptionsFor(
       anyVictim ||= attemptId !== undefined;
     }
   }
-  if (!anyVictim) return [];
+  if (!anyVictim) return null;
   for (const session of cluster.holding.sessions.values()) {
     if (!session.stopping) continue;
     let on = byWorker.get(session.workerId);
     if (!on) byWorker.set(session.workerId, (on = { stopping: [], victims: [] }));
     on.stopping.push(session);
   }
-  let best: { worker: WorkerState; victims: Victim[] } | null = null;
-  for (const worker of workers) {
+  let best: { index: number; victims: Victim[] } | null = null;
+  for (let index = 0; index < workers.length; index++) {
+    const worker = workers[index]!;
     const on = byWorker.get(worker.id);
     if (!on) continue;
     const freed = cloneWorker(worker);
     for (const h of on.stopping) free(freed, h);
     // Room is on its way: the head waits for it rather than stop more.
-    if (fit(head, freed)) return [];
+    if (fit(head, freed)) return null;
     const order = [...on.victims].sort(
       (a, b) =>
         a.holding.priority - b.holding.priority ||
@@ -77,19 +128,27 @@ export function preemptionsFor(
     );
     const taken: Victim[] = [];
     for (const v of order) {
-      if (best && taken.length >= best.victims.length) break;
       free(freed, v.holding);
       taken.push(v);
       if (!fit(head, freed)) continue;
-      if (!best || better(taken, best.victims) < 0) best = { worker, victims: [...taken] };
+      const victims = needed(worker, on.stopping, taken, head, fit);
+      if (!best || better(victims, best.victims) < 0) best = { index, victims };
       break;
     }
   }
-  if (!best) return [];
-  return best.victims.map((v) => ({
-    jobId: v.jobId,
-    attemptId: v.attemptId,
-    workerId: best.worker.id,
-    by: head.id,
-  }));
+  if (!best) return null;
+  const worker = workers[best.index]!;
+  const on = byWorker.get(worker.id)!;
+  const placed = fitFreed(worker, on.stopping, best.victims, head, fit)!;
+  return {
+    index: best.index,
+    workerId: worker.id,
+    gpus: placed.gpus,
+    stops: best.victims.map((v) => ({
+      jobId: v.jobId,
+      attemptId: v.attemptId,
+      workerId: worker.id,
+      by: head.id,
+    })),
+  };
 }

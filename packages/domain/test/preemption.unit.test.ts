@@ -75,6 +75,18 @@ describe('preempting a job', () => {
     }
   });
 
+  it('never starts an attempt preempted before it started: the job queues again', () => {
+    const assignedOnly: JobEvent[] = [submitted(preemptible()), assigned(), preempted];
+    const events = when(assignedOnly, { type: 'StartAttempt', attemptId: 'a1' });
+    expect(events).toMatchObject([
+      {
+        type: 'JobAttemptFailed',
+        data: { attemptId: 'a1', failure: { reason: 'preempted' }, retry: { backoffMs: 0 } },
+      },
+    ]);
+    expect(given([...assignedOnly, ...events]).status).toBe('retrying');
+  });
+
   it('lets one that succeeded by itself before it was stopped succeed', () => {
     const events = when([...running(preemptible()), preempted], finish(0, false));
     expect(events).toEqual([{ type: 'JobSucceeded', data: { attemptId: 'a1', durationMs: 10 } }]);
@@ -159,6 +171,29 @@ describe('which attempts placement preempts', () => {
       }),
     );
     expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['urgent']);
+  });
+
+  it('stops only what the job needs, and keeps the room it makes from later work', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24, 24]);
+    submit(c, 'fixed', { resources: { gpus: 1, vramGb: 8 }, priority: -1 });
+    submit(c, 'sharer', { resources: { gpus: 1, vramGb: 8 }, priority: -9, preemptible: true });
+    submit(c, 'mid', { ...whole, priority: -5, preemptible: true });
+    expect(commit(c)).toEqual(['fixed', 'mid', 'sharer']);
+    submit(c, 'urgent', { ...whole, priority: 0 });
+    // `sharer` is of a lower priority, but its GPU stays taken by `fixed`: stopping it frees nothing.
+    expect(plan(c, T0).preemptions.map((p) => p.jobId)).toEqual(['mid']);
+
+    const d = emptyCluster();
+    worker(d, 'w1', [24, 24]);
+    submit(d, 'old', { ...whole, priority: -1, preemptible: true });
+    commit(d);
+    submit(d, 'pair', { resources: { gpus: 2, vramGb: 20 }, priority: 0 });
+    submit(d, 'filler', { ...whole, priority: -1 });
+    const round = plan(d, T0);
+    expect(round.preemptions.map((p) => p.jobId)).toEqual(['old']);
+    expect(round.assignments).toEqual([]);
+    expect(round.reservation).toMatchObject({ id: 'pair', gpus: [0, 1], stops: 1 });
   });
 
   it('stops the fewest attempts it can, the lowest priority first, and none that would not do', () => {

@@ -95,9 +95,10 @@ export class Term {
   #onCaughtUp(): void {
     const cluster = this.#folding.cluster;
     for (const job of cluster.jobs.values()) {
-      if (currentAttempt(job.state)?.status === 'assigned' && !job.state.cancelRequested)
+      const { cancelRequested, timeLimitReached, preemptRequested } = job.state;
+      if (currentAttempt(job.state)?.status === 'assigned' && !cancelRequested && !preemptRequested)
         this.#send(dispatchRun(this.ctx, job));
-      if (job.state.cancelRequested || job.state.timeLimitReached)
+      if (cancelRequested || timeLimitReached || preemptRequested)
         this.#send(dispatchStop(this.ctx.bus.js, job));
     }
     for (const session of cluster.sessions.values()) {

@@ -14,6 +14,7 @@ import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
 import { classifyExit, exitCodeOf, failure as failureOf, type ProcessExit } from '../failures.ts';
 import { decideHold, decideRelease } from './holds.ts';
+import { decidePreempt, decideTimeLimit, preemptedAttempt } from './stops.ts';
 import { probeOutcome, type ProbeReport } from './probe.ts';
 import {
   awaitsPlacement,
@@ -23,7 +24,6 @@ import {
   needsEstimate,
   probesNext,
   slotHolder,
-  timeLimitDeadline,
   type JobState,
 } from './state.ts';
 
@@ -142,14 +142,7 @@ function endAttempt(
   // Stopped for work of a higher priority (a script that checkpoints on SIGTERM may exit 0):
   // queued again at once, without spending a retry; one that succeeded by itself succeeded.
   if (state.preemptRequested && (failure || how.stopped)) {
-    const data = {
-      attemptId,
-      exitCode,
-      failure: failureOf('preempted', 'stopped to make room for work of a higher priority'),
-      durationMs,
-      retry: { retryAt: now.toISOString(), backoffMs: 0 },
-    };
-    return [{ type: 'JobAttemptFailed', data }];
+    return [preemptedAttempt(attemptId, exitCode, durationMs, now)];
   }
   if (!failure) return [{ type: 'JobSucceeded', data: { attemptId, durationMs } }];
   const retriesUsed = state.attempts.filter(
@@ -235,6 +228,10 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
     case 'StartAttempt': {
       const attempt = liveAttempt(state, command.attemptId);
       if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId: attempt.id } }];
+      // Preempted before it started: it never starts (its worker releases it), and queues again.
+      if (state.preemptRequested && attempt.status === 'assigned') {
+        return [preemptedAttempt(attempt.id, null, 0, new Date(attempt.assignedAt))];
+      }
       // A start said twice (its first answer lost on the way back) is the start already recorded.
       if (attempt.status === 'running') return [];
       if (attempt.status !== 'assigned') {
@@ -365,39 +362,10 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         ? [{ type: 'JobDependenciesMet', data: {} }]
         : [];
     }
-    case 'EnforceTimeLimit': {
-      if (state.timeLimitReached) return [];
-      const deadline = timeLimitDeadline(state);
-      const attempt = slotHolder(state);
-      if (deadline === null || !attempt) {
-        return reject('INVALID_TRANSITION', `job ${state.id} runs nothing with a time limit`);
-      }
-      if (deadline > command.now.getTime()) {
-        return reject('INVALID_TRANSITION', `job ${state.id} has not reached its time limit`);
-      }
-      return [
-        {
-          type: 'JobTimeLimitReached',
-          data: {
-            attemptId: attempt.id,
-            workerId: attempt.workerId,
-            timeLimit: state.spec!.timeLimit!,
-          },
-        },
-      ];
-    }
-    case 'PreemptJob': {
-      const attempt = slotHolder(state);
-      if (!attempt || attempt.id !== command.attemptId) {
-        return reject('STALE_ATTEMPT', `attempt ${command.attemptId} no longer holds the job`);
-      }
-      if (!state.spec?.preemptible || attempt.probe) {
-        return reject('INVALID_TRANSITION', `job ${state.id} is not preemptible`);
-      }
-      if (state.preemptRequested || state.cancelRequested || state.timeLimitReached) return [];
-      const data = { attemptId: attempt.id, workerId: attempt.workerId, by: command.by };
-      return [{ type: 'JobPreempted', data }];
-    }
+    case 'EnforceTimeLimit':
+      return decideTimeLimit(state, command.now);
+    case 'PreemptJob':
+      return decidePreempt(state, command.attemptId, command.by);
     case 'ChangePriority': {
       if (isTerminal(state.status)) {
         return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
