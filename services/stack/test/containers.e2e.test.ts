@@ -199,11 +199,13 @@ describe('jobs in containers', () => {
     const res = await t.http(`/v1/jobs/${id}/cancel`, { method: 'POST', token });
     expect(res.status).toBeLessThan(300);
     await t.waitForJob(id, token, (j) => j.status === 'cancelled', 30_000);
-    const left = await docker.docker.listContainers({
-      all: true,
-      filters: { label: [`${Labels.job}=${id}`] },
+    // The worker reports the end first, then removes the container.
+    const left = () =>
+      docker.docker.listContainers({ all: true, filters: { label: [`${Labels.job}=${id}`] } });
+    await waitFor('the container to be removed', async () => (await left()).length === 0, {
+      timeoutMs: 15_000,
     });
-    expect(left).toEqual([]);
+    expect(await left()).toEqual([]);
   });
 
   it('abandons the image build of a job cancelled while it builds: the engine’s build stops too', async () => {
