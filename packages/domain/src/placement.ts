@@ -30,7 +30,13 @@ interface Kept {
   quota: QuotaBook | undefined;
   /** How many placements the reserved worker has taken since: what `keptOut` marks go by. */
   version: number;
+  /** The candidate it is reserved for. */
+  head: Candidate;
 }
+
+/** Whether a candidate is charged to the same owner, or team, as `head`. */
+const sharesQuota = (c: Candidate, head: Candidate) =>
+  c.owner === head.owner || (head.teamAccount !== null && c.teamAccount === head.teamAccount);
 
 /** A quota book with `head`'s GPUs booked too, apart from `quota`. */
 function withBooked(quota: QuotaBook | undefined, head: Candidate): QuotaBook | undefined {
@@ -159,11 +165,13 @@ export function placeInOrder(
       mark.keptOutVersion = -1;
     }
     if (mark.unplaceable) continue;
-    if (heldBack(job, quota)) continue;
     // What would run past the reservation sees its GPUs full, and so fits in less, and may not
     // take what the quotas of the reserved candidate's owner and team keep for it.
     const late = kept !== null && backfill!.late(job);
-    if (late && heldBack(job, kept!.quota)) {
+    // Unless the round explains why, a shape that fits nowhere is passed over at once.
+    if (late && mark.unplaceableLate && !backfill!.explaining) continue;
+    if (heldBack(job, quota)) continue;
+    if (late && sharesQuota(job, kept!.head) && heldBack(job, kept!.quota)) {
       backfill!.noteKeptOut(job);
       continue;
     }
@@ -190,7 +198,7 @@ export function placeInOrder(
         const r = backfill.forHead(job, workers, fit);
         if (r) {
           const view = withoutKept(workers[r.index]!, r, job);
-          kept = { index: r.index, view, quota: withBooked(quota, job), version: 0 };
+          kept = { index: r.index, view, quota: withBooked(quota, job), version: 0, head: job };
         }
       }
       continue;
