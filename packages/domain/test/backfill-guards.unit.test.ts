@@ -1,5 +1,4 @@
 import { describe, expect, it } from 'vitest';
-import type { JobSpec } from '@trainyard/events';
 import {
   emptyCluster,
   evolveCluster,
@@ -10,7 +9,7 @@ import {
   snapshotCluster,
   type ClusterState,
 } from '../src/index.ts';
-import { spec, stored, T0 } from './given.ts';
+import { run as commit, stored, submit, succeed as finish, T0 } from './given.ts';
 
 const HOUR = 3_600_000;
 const at = (ms: number) => new Date(T0.getTime() + ms);
@@ -27,27 +26,6 @@ function worker(c: ClusterState, id: string, gpuGb: number[], o: { memoryGb?: nu
   const data = { name: id, hostname: 'h', cpuSlots: 4, runtime: 'process', version: 't' };
   const registered = { ...data, ...memory, limitsMemory: true, gpus };
   evolveCluster(c, stored('worker', id, { type: 'WorkerRegistered', data: registered }));
-}
-
-function submit(c: ClusterState, id: string, s: Partial<JobSpec>, owner = 'alice') {
-  evolveCluster(c, stored('job', id, { type: 'JobSubmitted', data: { owner, spec: spec(s) } }, T0));
-}
-
-function commit(c: ClusterState, when = T0): string[] {
-  const { assignments } = plan(c, when);
-  for (const a of assignments) {
-    const attemptId = `att-${a.id}`;
-    const { workerId, gpus, vramBytes, cpus } = a;
-    const data = { attemptId, attempt: 1, workerId, gpus, vramBytes, cpus };
-    evolveCluster(c, stored('job', a.id, { type: 'JobAssigned', data }, when));
-    evolveCluster(c, stored('job', a.id, { type: 'JobStarted', data: { attemptId } }, when));
-  }
-  return assignments.map((a) => a.id);
-}
-
-function finish(c: ClusterState, id: string, when: Date) {
-  const data = { attemptId: `att-${id}`, durationMs: 1 };
-  evolveCluster(c, stored('job', id, { type: 'JobSucceeded', data }, when));
 }
 
 const reasonOf = (c: ClusterState, id: string, when = T0) =>

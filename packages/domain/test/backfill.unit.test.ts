@@ -11,7 +11,7 @@ import {
   snapshotCluster,
   type ClusterState,
 } from '../src/index.ts';
-import { spec, stored, T0, worker } from './given.ts';
+import { run as commit, stored, submit, succeed as finish, T0, worker } from './given.ts';
 
 const HOUR = 3_600_000;
 const at = (ms: number) => new Date(T0.getTime() + ms);
@@ -21,37 +21,6 @@ const oneGpu = (over: Partial<JobSpec> = {}): Partial<JobSpec> => ({
   resources: { gpus: 1, vramGb: 20 },
   ...over,
 });
-
-function submit(c: ClusterState, id: string, s: Partial<JobSpec>, when = T0) {
-  evolveCluster(
-    c,
-    stored('job', id, { type: 'JobSubmitted', data: { owner: 'alice', spec: spec(s) } }, when),
-  );
-}
-
-/** Assigns and starts what a round at `when` places, as the scheduler and workers would. */
-function commit(c: ClusterState, when = T0): string[] {
-  const { assignments } = plan(c, when);
-  for (const a of assignments) {
-    const attemptId = `att-${a.id}`;
-    const data = {
-      attemptId,
-      attempt: 1,
-      workerId: a.workerId,
-      gpus: a.gpus,
-      vramBytes: a.vramBytes,
-      cpus: a.cpus,
-    };
-    evolveCluster(c, stored('job', a.id, { type: 'JobAssigned', data }, when));
-    evolveCluster(c, stored('job', a.id, { type: 'JobStarted', data: { attemptId } }, when));
-  }
-  return assignments.map((a) => a.id);
-}
-
-function finish(c: ClusterState, id: string, when: Date) {
-  const data = { attemptId: `att-${id}`, durationMs: 1 };
-  evolveCluster(c, stored('job', id, { type: 'JobSucceeded', data }, when));
-}
 
 const reasons = (c: ClusterState, when = T0) =>
   new Map(explainQueue(c, when).entries.map((e) => [e.id, describePending(e)]));

@@ -118,3 +118,22 @@ export function commit(cluster: ClusterState) {
     );
   }
 }
+
+/** Assigns and starts what a round at `when` places, as the scheduler and workers would. */
+export function run(cluster: ClusterState, when = T0): string[] {
+  const { assignments } = plan(cluster, when);
+  for (const a of assignments) {
+    const attemptId = `att-${a.id}`;
+    const { workerId, gpus, vramBytes, cpus } = a;
+    const data = { attemptId, attempt: 1, workerId, gpus, vramBytes, cpus };
+    evolveCluster(cluster, stored('job', a.id, { type: 'JobAssigned', data }, when));
+    evolveCluster(cluster, stored('job', a.id, { type: 'JobStarted', data: { attemptId } }, when));
+  }
+  return assignments.map((a) => a.id);
+}
+
+/** The attempt `run` started for job `id` succeeds at `when`. */
+export function succeed(cluster: ClusterState, id: string, when: Date) {
+  const data = { attemptId: `att-${id}`, durationMs: 1 };
+  evolveCluster(cluster, stored('job', id, { type: 'JobSucceeded', data }, when));
+}

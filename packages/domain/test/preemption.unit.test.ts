@@ -1,14 +1,19 @@
 import { describe, expect, it } from 'vitest';
 import type { JobEvent, JobSpec } from '@trainyard/events';
+import { DomainError, emptyCluster, evolveCluster, plan, type JobCommand } from '../src/index.ts';
 import {
-  DomainError,
-  emptyCluster,
-  evolveCluster,
-  plan,
-  type ClusterState,
-  type JobCommand,
-} from '../src/index.ts';
-import { assigned, given, spec, started, stored, submitted, T0, when, worker } from './given.ts';
+  assigned,
+  given,
+  run as commit,
+  spec,
+  started,
+  stored,
+  submit,
+  submitted,
+  T0,
+  when,
+  worker,
+} from './given.ts';
 
 const preemptible = (over: Partial<JobSpec> = {}) => spec({ preemptible: true, ...over });
 const running = (s: JobSpec): JobEvent[] => [submitted(s), assigned(), started()];
@@ -113,25 +118,6 @@ describe('preempting a job', () => {
     expect(lost[0]?.type === 'JobAttemptFailed' && lost[0].data.retry).not.toBeNull();
   });
 });
-
-function submit(c: ClusterState, id: string, s: Partial<JobSpec>) {
-  evolveCluster(
-    c,
-    stored('job', id, { type: 'JobSubmitted', data: { owner: 'u', spec: spec(s) } }),
-  );
-}
-
-function commit(c: ClusterState): string[] {
-  const { assignments } = plan(c, T0);
-  for (const a of assignments) {
-    const attemptId = `att-${a.id}`;
-    const { workerId, gpus, vramBytes, cpus } = a;
-    const data = { attemptId, attempt: 1, workerId, gpus, vramBytes, cpus };
-    evolveCluster(c, stored('job', a.id, { type: 'JobAssigned', data }));
-    evolveCluster(c, stored('job', a.id, { type: 'JobStarted', data: { attemptId } }));
-  }
-  return assignments.map((a) => a.id);
-}
 
 const whole = { resources: { gpus: 1, vramGb: 20 } };
 
