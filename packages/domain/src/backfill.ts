@@ -63,20 +63,25 @@ function liveReleases(
     for (const [key, h] of holdings) {
       const runMs = h.probe ? policy.probeMs : h.runMs;
       if (runMs === null) continue;
-      const release: Release = {
-        gpus: h.gpus,
-        vramBytes: h.vramBytes,
-        cpus: h.cpus,
-        memoryBytes: h.memoryBytes,
-        endMs: Math.max(nowMs, (h.startedMs ?? nowMs) + runMs),
-        key,
-      };
-      const list = byWorker.get(h.workerId);
-      if (list) list.push(release);
-      else byWorker.set(h.workerId, [release]);
+      const endMs = Math.max(nowMs, (h.startedMs ?? nowMs) + runMs);
+      addRelease(byWorker, h.workerId, { ...held(h), endMs, key });
     }
   }
   return byWorker;
+}
+
+/** What a holding holds of a worker, as a release gives it back. */
+const held = (h: Pick<Release, 'gpus' | 'vramBytes' | 'cpus' | 'memoryBytes'>) => ({
+  gpus: h.gpus,
+  vramBytes: h.vramBytes,
+  cpus: h.cpus,
+  memoryBytes: h.memoryBytes,
+});
+
+function addRelease(byWorker: Map<string, Release[]>, workerId: string, r: Release): void {
+  const list = byWorker.get(workerId);
+  if (list) list.push(r);
+  else byWorker.set(workerId, [r]);
 }
 
 /**
@@ -86,10 +91,8 @@ function liveReleases(
  */
 export class Backfill {
   reservation: Reservation | null = null;
-  /** Whether the round has looked for a reservation: it does once, for its first candidate. */
+  /** Whether the round has looked for room for its first candidate that found none: once. */
   tried = false;
-  /** The candidate it looked for one for: the first with GPUs that found no place. */
-  head: Candidate | null = null;
   /** Running attempts to stop for it, when stopping some makes room for it now. */
   preemptions: Preemption[] = [];
   /** Candidates that would have started but for the reservation (only when explaining). */
@@ -114,17 +117,12 @@ export class Backfill {
   placed(c: Candidate, a: Assignment): void {
     const runMs = expectedRunMs(c, this.policy);
     if (runMs === Infinity) return;
-    const release: Release = {
-      gpus: a.gpus,
-      vramBytes: a.vramBytes,
-      cpus: a.cpus,
-      memoryBytes: c.memoryBytes,
-      endMs: this.nowMs + runMs,
+    const endMs = this.nowMs + runMs;
+    addRelease(this.#placed, a.workerId, {
+      ...held({ ...a, memoryBytes: c.memoryBytes }),
+      endMs,
       key: c.id,
-    };
-    const list = this.#placed.get(a.workerId);
-    if (list) list.push(release);
-    else this.#placed.set(a.workerId, [release]);
+    });
   }
 
   noteKeptOut(c: Candidate): void {
@@ -138,21 +136,12 @@ export class Backfill {
    */
   forHead(c: Candidate, workers: readonly WorkerState[], fit: Fit): Reservation | null {
     this.tried = true;
-    this.head = c;
     const p = preemptionsFor(c, this.cluster, workers, fit);
-    if (!p) return this.reserve(c, workers, fit);
+    if (!p) return this.#reserve(c, workers, fit);
     this.preemptions = p.stops;
     const { index, workerId, gpus } = p;
-    const atMs = this.nowMs;
-    this.reservation = {
-      kind: c.kind,
-      id: c.id,
-      workerId,
-      index,
-      gpus,
-      atMs,
-      stops: p.stops.length,
-    };
+    const stops = p.stops.length;
+    this.reservation = { kind: c.kind, id: c.id, workerId, index, gpus, atMs: this.nowMs, stops };
     return this.reservation;
   }
 
@@ -160,7 +149,7 @@ export class Backfill {
    * Keeps for `c` the earliest place it could start in: on each worker, what runs is given back
    * in the order it is expected to end until `c` fits. None where that cannot be said.
    */
-  reserve(c: Candidate, workers: readonly WorkerState[], fit: Fit): Reservation | null {
+  #reserve(c: Candidate, workers: readonly WorkerState[], fit: Fit): Reservation | null {
     this.#live ??= liveReleases(this.cluster, this.nowMs, this.policy);
     let best: Reservation | null = null;
     for (let i = 0; i < workers.length; i++) {
