@@ -13,7 +13,18 @@ import { z } from 'zod';
 import type { BlobPart, BlobSource } from './types.ts';
 
 export const FetchRequestSchema = z
-  .object({ key: z.string().max(4608), cursor: z.string().max(64).nullable() })
+  .object({
+    key: z.string().max(4608),
+    cursor: z.string().max(64).nullable(),
+    /**
+     * The job whose attempt the worker holds and reads for, where it is not the one the key
+     * names: a shard reads what its array job was built into.
+     */
+    job: z
+      .string()
+      .regex(/^[A-Za-z0-9_-]{1,128}$/)
+      .optional(),
+  })
   .strict();
 export type FetchRequest = z.infer<typeof FetchRequestSchema>;
 
@@ -102,20 +113,21 @@ async function fetchPart(
 }
 
 /**
- * Blobs as a worker reads them: through the control plane, which gives only the code and
- * artifacts of the attempts that worker holds. Each part is asked for again after a transient
+ * Blobs as a worker reads them (for the attempt of `job` it holds): through the control plane,
+ * which gives only the code and artifacts of the attempts that worker holds. Each part is asked for again after a transient
  * error or a busy answer, for up to two minutes; a blob replaced while it is read fails the read.
  */
-export function fetchedBlobs(nc: NatsConnection, workerId: string): BlobSource {
+export function fetchedBlobs(nc: NatsConnection, workerId: string, job?: string): BlobSource {
+  const held = job === undefined ? {} : { job };
   return {
     async get(key: string): Promise<Readable | null> {
-      const first = await fetchPart(nc, workerId, { key, cursor: null });
+      const first = await fetchPart(nc, workerId, { key, cursor: null, ...held });
       if (!first) return null;
       async function* parts(): AsyncGenerator<Uint8Array> {
         let part: BlobPart = first!;
         yield part.data;
         while (part.next) {
-          const next = await fetchPart(nc, workerId, { key, cursor: part.next });
+          const next = await fetchPart(nc, workerId, { key, cursor: part.next, ...held });
           if (!next) throw new Error(`${key} was replaced or removed while it was read`);
           part = next;
           yield part.data;

@@ -22,6 +22,8 @@ export const FailureReasons = {
   dependencyFailed: { kind: 'user', retryable: false },
   /** The attempt ran past the job's `timeLimit` and was stopped. */
   timeLimit: { kind: 'user', retryable: false },
+  /** A shard of the array job failed: the array job fails once every shard has ended. */
+  shardFailed: { kind: 'user', retryable: false },
   launchError: { kind: 'system', retryable: true },
   processLost: { kind: 'system', retryable: true },
   workerLost: { kind: 'system', retryable: true },

@@ -6,6 +6,7 @@ export * from './errors.ts';
 export * from './failures.ts';
 export * from './job/decide.ts';
 export * from './job/state.ts';
+export * from './job/shards.ts';
 export * from './candidates.ts';
 export * from './fit.ts';
 export * from './placement.ts';

@@ -97,6 +97,27 @@ export const JobReleased = z.object({
   data: z.object({}),
 });
 
+/** The array job's shards are submitted, each a job of its own: it runs until they all end. */
+export const JobSharded = z.object({
+  type: z.literal('JobSharded'),
+  data: z.object({ count: z.number().int().min(1) }),
+});
+
+/**
+ * Every shard of the array job ended: it succeeded when they all did, failed when one failed,
+ * and is cancelled when one was cancelled and none failed.
+ */
+export const JobShardsEnded = z.object({
+  type: z.literal('JobShardsEnded'),
+  data: z.object({
+    status: z.enum(['succeeded', 'failed', 'cancelled']),
+    succeeded: z.number().int().min(0),
+    failed: z.number().int().min(0),
+    cancelled: z.number().int().min(0),
+    failure: FailureSchema.optional(),
+  }),
+});
+
 /** A login through the SSH gateway to a shell beside the job's running attempt. */
 export const JobLogin = z.object({
   type: z.literal('JobLogin'),
@@ -124,6 +145,8 @@ export const JobEventSchema = z.discriminatedUnion('type', [
   JobDependencyFailed,
   JobHeld,
   JobReleased,
+  JobSharded,
+  JobShardsEnded,
 ]);
 export type JobEvent = z.infer<typeof JobEventSchema>;
 export type JobEventType = JobEvent['type'];

@@ -18,6 +18,9 @@ export const JOB_ID_PATTERN = /^job_[A-Za-z0-9_-]{1,124}$/;
 
 export const JOB_NAME_MAX = 128;
 
+/** The most shards an array job may have. */
+export const MAX_SHARDS = 1000;
+
 /** What a job needs to run. `gpus: 0` means CPU only. */
 export const ResourcesSchema = z.object({
   gpus: z.number().int().min(0).max(64),
@@ -142,6 +145,12 @@ export const JobSpecSchema = z.object({
    * queued again without spending a retry, and resumes from its synced outputs.
    */
   preemptible: z.boolean().optional(),
+  /**
+   * An array job: `shards` independent tasks of the same spec, each a job of its own (`<id>_<i>`)
+   * with `TRAINYARD_SHARD_INDEX` and `TRAINYARD_SHARD_COUNT`, built once and placed, retried and
+   * cancelled alone; the array job succeeds when every shard has.
+   */
+  shards: z.number().int().min(1).max(MAX_SHARDS).optional(),
   env: z
     .record(z.string().regex(ENV_NAME, 'must be a shell variable name'), z.string().max(65536))
     .default({}),
@@ -162,6 +171,21 @@ export type OutputFile = z.infer<typeof OutputFileSchema>;
 /** Who put a hold on a job: a hold an admin put on it only an admin lifts. */
 export const HoldBy = z.enum(['owner', 'admin']);
 export type HoldBy = z.infer<typeof HoldBy>;
+
+/** The image built for a job: a reference that names it by digest, and the digest. */
+export const BuiltImageSchema = z.object({
+  ref: z.string().min(1).max(512),
+  digest: z.string().regex(/^sha256:[a-f0-9]{64}$/),
+});
+export type BuiltImage = z.infer<typeof BuiltImageSchema>;
+
+/** A shard's place in its array job. */
+export const ShardOfSchema = z.object({
+  jobId: z.string().regex(JOB_ID_PATTERN),
+  index: z.number().int().min(0),
+  count: z.number().int().min(1).max(MAX_SHARDS),
+});
+export type ShardOf = z.infer<typeof ShardOfSchema>;
 
 export const JobSubmitted = z.object({
   type: z.literal('JobSubmitted'),
@@ -184,6 +208,10 @@ export const JobSubmitted = z.object({
     hold: HoldBy.optional(),
     /** The team its GPUs are charged to, decided once at submission from its owner's teams. */
     team: z.string().regex(TEAM_NAME).optional(),
+    /** The job is a shard of an array job: its place in it. */
+    shardOf: ShardOfSchema.optional(),
+    /** What the array job's build made, which its shards run without a build of their own. */
+    built: z.object({ artifact: BlobRefSchema, image: BuiltImageSchema.optional() }).optional(),
   }),
 });
 export type JobSubmittedData = z.infer<typeof JobSubmitted>['data'];
@@ -192,13 +220,6 @@ export const JobBuildStarted = z.object({
   type: z.literal('JobBuildStarted'),
   data: z.object({ builderId: z.string().min(1) }),
 });
-
-/** The image built for a job: a reference that names it by digest, and the digest. */
-export const BuiltImageSchema = z.object({
-  ref: z.string().min(1).max(512),
-  digest: z.string().regex(/^sha256:[a-f0-9]{64}$/),
-});
-export type BuiltImage = z.infer<typeof BuiltImageSchema>;
 
 export const JobBuilt = z.object({
   type: z.literal('JobBuilt'),

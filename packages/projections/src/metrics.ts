@@ -53,12 +53,16 @@ function insertPoints(
     .execute();
 }
 
+/** Whose points: one job's, or those of every shard of an array job. */
+export type MetricsScope = { jobId: string } | { shardsOf: string };
+
 /**
- * A job's points that count: those of its attempts (probes aside) read by the worker that held
- * each one. A worker may publish only under its own name, so one cannot speak for another's.
+ * The points that count of a job (or of an array job's shards): those of its attempts (probes
+ * aside) read by the worker that held each one. A worker may publish only under its own name, so
+ * one cannot speak for another's.
  */
-const countedPoints = (db: Kysely<Database>, jobId: string) =>
-  db
+const countedPoints = (db: Kysely<Database>, scope: MetricsScope) => {
+  const points = db
     .selectFrom('job_metrics as m')
     .innerJoin('attempts as a', (join) =>
       join
@@ -66,8 +70,13 @@ const countedPoints = (db: Kysely<Database>, jobId: string) =>
         .onRef('a.number', '=', 'm.attempt')
         .onRef('a.worker_id', '=', 'm.worker_id'),
     )
-    .where('m.job_id', '=', jobId)
     .where('a.probe', '=', false);
+  return 'jobId' in scope
+    ? points.where('m.job_id', '=', scope.jobId)
+    : points.where('m.job_id', 'in', (eb) =>
+        eb.selectFrom('jobs').select('id').where('shard_of', '=', scope.shardsOf),
+      );
+};
 
 /**
  * What a job's metrics add up to, per name: the newest value (of the latest attempt), the least
@@ -76,9 +85,32 @@ const countedPoints = (db: Kysely<Database>, jobId: string) =>
  */
 export async function summarizeMetrics(
   db: Kysely<Database>,
-  jobId: string,
+  scope: MetricsScope,
 ): Promise<MetricSummary[]> {
-  const points = countedPoints(db, jobId).select([
+  return (await summaries(db, scope, false)).map(({ jobId: _jobId, ...summary }) => summary);
+}
+
+/** The summary of each shard of an array job that reported metrics, by the shard's id. */
+export async function summarizeShardMetrics(
+  db: Kysely<Database>,
+  arrayJobId: string,
+): Promise<Map<string, MetricSummary[]>> {
+  const byShard = new Map<string, MetricSummary[]>();
+  for (const { jobId, ...summary } of await summaries(db, { shardsOf: arrayJobId }, true)) {
+    let list = byShard.get(jobId);
+    if (!list) byShard.set(jobId, (list = []));
+    list.push(summary);
+  }
+  return byShard;
+}
+
+async function summaries(
+  db: Kysely<Database>,
+  scope: MetricsScope,
+  perJob: boolean,
+): Promise<(MetricSummary & { jobId: string })[]> {
+  const points = countedPoints(db, scope).select([
+    (perJob ? sql<string>`m.job_id` : sql<string>`''::text`).as('g'),
     'm.attempt',
     'm.at',
     'm.seq',
@@ -88,6 +120,7 @@ export async function summarizeMetrics(
     sql<string>`e.value::numeric`.as('n'),
   ]);
   const { rows } = await sql<{
+    job_id: string;
     name: string;
     count: number;
     last: number;
@@ -97,16 +130,17 @@ export async function summarizeMetrics(
     final_epoch_mean: number;
   }>`
     with kv as (${points.innerJoinLateral(sql`jsonb_each(m.values)`.as('e'), (j) => j.onTrue())}),
-    final as (select name, max(epoch) as final_epoch from kv group by name)
-    select kv.name, count(*)::int as count, min(v) as min, max(v) as max,
+    final as (select g, name, max(epoch) as final_epoch from kv group by g, name)
+    select kv.g as job_id, kv.name, count(*)::int as count, min(v) as min, max(v) as max,
       (array_agg(v order by kv.attempt desc, kv.at desc, kv.seq desc))[1] as last,
       final.final_epoch,
       avg(n) filter (where kv.epoch is not distinct from final.final_epoch)::float8
         as final_epoch_mean
-    from kv join final on final.name = kv.name
-    group by kv.name, final.final_epoch
-    order by kv.name`.execute(db);
+    from kv join final on final.g = kv.g and final.name = kv.name
+    group by kv.g, kv.name, final.final_epoch
+    order by kv.g, kv.name`.execute(db);
   return rows.map((r) => ({
+    jobId: r.job_id,
     name: r.name,
     count: r.count,
     last: r.last,
@@ -136,7 +170,7 @@ export async function listMetricPoints(
   q: { after?: string; limit: number; attempt?: number },
 ): Promise<MetricPointView[]> {
   if (q.limit === 0) return [];
-  let query = countedPoints(db, jobId).select([
+  let query = countedPoints(db, { jobId }).select([
     sql<string>`m.seq::text`.as('seq'),
     'm.attempt',
     'm.source',

@@ -14,6 +14,7 @@ import * as m011 from './migrations/011_job_hold.ts';
 import * as m012 from './migrations/012_teams.ts';
 import * as m013 from './migrations/013_gpu_hours.ts';
 import * as m014 from './migrations/014_job_preemptible.ts';
+import * as m015 from './migrations/015_array_jobs.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -31,6 +32,7 @@ const migrations: Record<string, Migration> = {
   '012_teams': m012,
   '013_gpu_hours': m013,
   '014_job_preemptible': m014,
+  '015_array_jobs': m015,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

@@ -82,6 +82,20 @@ export async function countJobsByStatus(db: Kysely<Database>): Promise<Record<st
   return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]));
 }
 
+/** How many of an array job's shards stand in each status. */
+export async function countShardsByStatus(
+  db: Kysely<Database>,
+  jobId: string,
+): Promise<Record<string, number>> {
+  const rows = await db
+    .selectFrom('jobs')
+    .select(['status', (eb) => eb.fn.countAll<string>().as('n')])
+    .where('shard_of', '=', jobId)
+    .groupBy('status')
+    .execute();
+  return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]));
+}
+
 /** Every projected row, ordered, for comparing two databases. */
 export async function snapshotProjections(db: Kysely<Database>) {
   return {

@@ -108,6 +108,21 @@ export const JobViewSchema = z
       .describe(
         'a waiting job of a higher priority may stop its running attempt; it is queued again without spending a retry',
       ),
+    shards: z
+      .number()
+      .int()
+      .nullable()
+      .describe('an array job: how many shards it runs, each a job of its own (<id>_<index>)'),
+    shardOf: z
+      .object({ jobId: z.string(), index: z.number().int() })
+      .nullable()
+      .describe('a shard: its array job and its index in it'),
+    shardStatuses: z
+      .record(z.string(), z.number().int())
+      .optional()
+      .describe(
+        'only on GET /v1/jobs/{id} of an array job: how many of its shards stand in each status',
+      ),
     dependsOn: z.array(z.string()).describe('jobs that must succeed before this one is placed'),
     dependenciesMet: z
       .boolean()
@@ -187,6 +202,9 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
   ),
   preemptible: JobSpecSchema.shape.preemptible.describe(
     'a waiting job of a higher priority may stop its running attempt (SIGTERM, then SIGKILL after the grace period) to take its place; it is queued again at once without spending a retry, and its next attempt starts from the outputs the stopped one synced, with TRAINYARD_RESUMED=1',
+  ),
+  shards: JobSpecSchema.shape.shards.describe(
+    'an array job of this many shards (at most 1000): each runs the command as a job of its own, <id>_<index>, with TRAINYARD_SHARD_INDEX and TRAINYARD_SHARD_COUNT, and is placed, retried and cancelled alone; the array job is built once and succeeds when every shard has (it fails if one failed); cancelling it cancels its shards',
   ),
   image: JobSpecSchema.shape.image.describe(
     'the base image the job is built on and runs in (`python`: the default base); only where the cluster has a registry for images',

@@ -35,6 +35,8 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     maxRetries: job.max_retries,
     timeLimit: job.time_limit,
     preemptible: job.preemptible,
+    shards: job.shards,
+    shardOf: job.shard_of === null ? null : { jobId: job.shard_of, index: job.shard_index ?? 0 },
     dependsOn: job.depends_on,
     dependenciesMet: job.dependencies_met,
     // A job that ended is held no more, whatever hold it had.

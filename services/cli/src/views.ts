@@ -39,6 +39,10 @@ export interface JobView {
   /** Seconds an attempt may run, where the job declares a limit. */
   timeLimit?: number | null;
   preemptible?: boolean;
+  /** An array job's shard count and how many shards stand in each status; a shard's place. */
+  shards?: number | null;
+  shardStatuses?: Record<string, number>;
+  shardOf?: { jobId: string; index: number } | null;
   /** Where it stands in the queue while it waits, and why it waits (`trainyard why`). */
   queuePosition?: number | null;
   pendingReason?: string | null;

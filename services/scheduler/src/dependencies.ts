@@ -2,6 +2,7 @@ import {
   awaitsDependencies,
   endsJob,
   isTerminal,
+  outcomeOf,
   type ClusterState,
   type JobState,
 } from '@trainyard/domain';
@@ -11,12 +12,6 @@ import { pause, type Clock } from './clock.ts';
 
 /** How many recent ends are kept, so that the jobs waiting on one read none of them again. */
 const ENDS_KEPT = 10_000;
-
-/** How an event that ends a job ended it. */
-function outcomeOf(event: StoredEvent<JobEvent>): JobStatus {
-  if (event.type === 'JobSucceeded') return 'succeeded';
-  return event.type === 'JobCancelled' ? 'cancelled' : 'failed';
-}
 
 /** The first pause before a job's dependencies are looked at again after a failure; it doubles. */
 const AGAIN_MS = 1_000;

@@ -2,6 +2,7 @@ import {
   currentAttempt,
   DomainError,
   type Assignment,
+  type JobCommand,
   type Preemption,
   type TrackedJob,
 } from '@trainyard/domain';
@@ -16,6 +17,7 @@ import { react, recover } from './reactions.ts';
 import { Rounds } from './rounds.ts';
 import { assignSession, dispatchSessionRun, dispatchSessionStop } from './sessions.ts';
 import { Dependencies } from './dependencies.ts';
+import { Shards } from './shards.ts';
 import { serveQueue, type QueueService } from './queue-service.ts';
 import { TimeLimits } from './time-limits.ts';
 
@@ -28,6 +30,7 @@ export class Term {
   readonly #rounds: Rounds;
   readonly #timeLimits: TimeLimits;
   readonly #dependencies: Dependencies;
+  readonly #shards: Shards;
   #queue: QueueService | undefined;
 
   constructor(
@@ -62,6 +65,14 @@ export class Term {
       state: () => this.#folding.cluster,
       statusOf: async (id) => (await loadJob(ctx.bus.store, id)).state.status,
       resolve: (id, outcomes) => this.#resolveDependencies(id, outcomes),
+      log: ctx.log,
+      signal,
+      clock,
+    });
+    this.#shards = new Shards({
+      state: () => this.#folding.cluster,
+      statusOf: async (id) => (await loadJob(ctx.bus.store, id)).state.status,
+      command: (id, command) => this.#command(id, command),
       log: ctx.log,
       signal,
       clock,
@@ -108,6 +119,7 @@ export class Term {
     this.#send(recover(this.ctx, cluster));
     this.#timeLimits.check();
     this.#dependencies.caughtUp();
+    this.#shards.caughtUp();
     this.#queue = serveQueue(this.ctx, () => this.#folding.cluster, this.opts.policy);
     this.#rounds.wake();
   }
@@ -116,6 +128,7 @@ export class Term {
     const effect = react(this.ctx, this.#folding.cluster, event);
     if (effect) this.#send(effect);
     this.#dependencies.live(event);
+    this.#shards.live(event);
     if (event.type === 'JobStarted') {
       const job = this.#folding.cluster.jobs.get(event.aggregateId);
       if (job) this.#timeLimits.watch(job);
@@ -140,6 +153,24 @@ export class Term {
         this.ctx.log.info({ jobId: id, event: events[0]!.type }, 'dependencies');
     } catch (err) {
       if (!(err instanceof DomainError)) throw err;
+    }
+  }
+
+  /** Runs a command on a job as the scheduler; one the job refuses is logged, not thrown. */
+  async #command(id: string, command: JobCommand): Promise<void> {
+    const job = this.#folding.cluster.jobs.get(id);
+    try {
+      const { events } = await runJobCommand(
+        this.ctx.bus.store,
+        id,
+        command,
+        { actor: { kind: 'service', id: this.ctx.instanceId }, now: new Date() },
+        job && { snapshot: { state: job.state, head: job.head } },
+      );
+      if (events.length > 0) this.ctx.log.info({ jobId: id, event: events[0]!.type }, 'shards');
+    } catch (err) {
+      if (!(err instanceof DomainError)) throw err;
+      this.ctx.log.debug({ jobId: id, code: err.code }, 'array job: command no longer applies');
     }
   }
 

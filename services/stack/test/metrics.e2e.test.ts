@@ -1,3 +1,5 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MetricSummary } from '@trainyard/events';
 import { tempDir, waitFor } from '@trainyard/testkit';
@@ -145,5 +147,135 @@ describe('training metrics', () => {
     });
     expect(other.code).not.toBe(0);
     expect(other.stderr).toContain(`job ${jobId} not found`);
+  });
+});
+
+/** A shard: says which it is, reports a loss of its index + 1, and shard 2 fails. */
+const SHARD = `#!/bin/sh
+echo "shard $TRAINYARD_SHARD_INDEX of $TRAINYARD_SHARD_COUNT"
+echo "TRAINYARD_METRIC {\\"epoch\\": 0, \\"loss\\": $((TRAINYARD_SHARD_INDEX + 1))}"
+[ "$TRAINYARD_SHARD_INDEX" = 2 ] && exit 3
+exit 0
+`;
+
+type ArrayJob = {
+  id: string;
+  status: string;
+  shards: number | null;
+  shardOf: { jobId: string; index: number } | null;
+  shardStatuses?: Record<string, number>;
+  failure: { reason: string; message: string } | null;
+};
+
+describe('array jobs', () => {
+  const job = async (id: string, token = alice) =>
+    (await (await t.http(`/v1/jobs/${id}`, { token })).json()) as ArrayJob;
+
+  it('builds once, runs each shard with its index, and fails once all ended when one failed', async () => {
+    const dir = await tempDir('trainyard-array-');
+    try {
+      await writeFile(join(dir.path, 'shard.sh'), SHARD);
+      const env = cliEnv(t.url, alice, work.path);
+      const sent = await runCli(
+        [
+          'submit',
+          dir.path,
+          '--name',
+          'sweep',
+          '--command',
+          'sh shard.sh',
+          '--shards',
+          '3',
+          '--json',
+        ],
+        { env },
+      );
+      expect(sent.code, sent.stderr).toBe(0);
+      const id = (JSON.parse(sent.stdout) as { id: string }).id;
+      await t.waitForJob(id, alice, (j) => j.status === 'failed', 60_000);
+      const array = await job(id);
+      expect(array).toMatchObject({
+        shards: 3,
+        shardOf: null,
+        shardStatuses: { succeeded: 2, failed: 1 },
+      });
+      expect(array.failure).toMatchObject({ reason: 'shardFailed' });
+      expect(array.failure!.message).toContain(`${id}_2`);
+      for (const index of [0, 1, 2]) {
+        const shard = await job(`${id}_${index}`);
+        expect(shard).toMatchObject({
+          status: index === 2 ? 'failed' : 'succeeded',
+          shardOf: { jobId: id, index },
+        });
+        const logs = await (await t.http(`/v1/jobs/${id}_${index}/logs`, { token: alice })).text();
+        expect(logs).toContain(`shard ${index} of 3`);
+      }
+      // Built once, for the array job: its shards run what it was built into.
+      const types = async (of: string) =>
+        (await t.stack.ctx.bus.store.load('job', of)).events.map((e) => e.type);
+      expect(await types(id)).toContain('JobBuilt');
+      for (const index of [0, 1, 2])
+        expect(await types(`${id}_${index}`)).not.toContain('JobBuildStarted');
+
+      const metrics = await waitFor('every shard’s metrics', async () => {
+        const r = await t.http(`/v1/jobs/${id}/metrics`, { token: alice });
+        const m = (await r.json()) as Metrics & {
+          shards: { jobId: string; summary: MetricSummary[] }[];
+        };
+        return m.shards?.length === 3 ? m : undefined;
+      });
+      expect(metrics.summary).toEqual([
+        {
+          name: 'loss',
+          count: 3,
+          last: expect.any(Number) as number,
+          min: 1,
+          max: 3,
+          finalEpoch: 0,
+          finalEpochMean: 2,
+        },
+      ]);
+      expect(metrics.shards.map((s) => [s.jobId, s.summary[0]!.last])).toEqual([
+        [`${id}_0`, 1],
+        [`${id}_1`, 2],
+        [`${id}_2`, 3],
+      ]);
+      const shown = await runCli(['status', id], { env });
+      expect(shown.stdout).toContain(
+        `array job of 3 shards (${id}_0 … ${id}_2): 1 failed, 2 succeeded`,
+      );
+      const printed = await runCli(['metrics', id], { env });
+      expect(printed.stdout).toContain('all 3 shards that reported:');
+      expect(printed.stdout).toMatch(new RegExp(`${id}_1\\s+loss\\s+1\\s+2\\s`));
+      expect((await t.http(`/v1/jobs/${id}`, { token: bob })).status).toBe(404);
+      expect((await t.http(`/v1/jobs/${id}_0`, { token: bob })).status).toBe(404);
+    } finally {
+      await dir.remove();
+    }
+  });
+
+  it('cancels one shard alone, or the array job and every shard with it', async () => {
+    const res = await submit(t, alice, {
+      name: 'long sweep',
+      command: 'sleep 300',
+      resources: { gpus: 0 },
+      shards: 3,
+    });
+    const id = ((await res.json()) as { id: string }).id;
+    // Two CPU slots: two shards run, the third waits.
+    await t.waitForJob(`${id}_0`, alice, (j) => j.status === 'running', 30_000);
+    await t.waitForJob(`${id}_1`, alice, (j) => j.status === 'running', 30_000);
+    const env = cliEnv(t.url, alice, work.path);
+    const one = await runCli(['cancel', `${id}_0`], { env });
+    expect(one.code, one.stderr).toBe(0);
+    await t.waitForJob(`${id}_0`, alice, (j) => j.status === 'cancelled', 30_000);
+    await t.waitForJob(`${id}_2`, alice, (j) => j.status === 'running', 30_000);
+    expect((await job(id)).status).toBe('running');
+    expect((await job(`${id}_1`)).status).toBe('running');
+    const all = await runCli(['cancel', id], { env });
+    expect(all.code, all.stderr).toBe(0);
+    await t.waitForJob(id, alice, (j) => j.status === 'cancelled', 30_000);
+    for (const index of [1, 2])
+      await t.waitForJob(`${id}_${index}`, alice, (j) => j.status === 'cancelled', 30_000);
   });
 });

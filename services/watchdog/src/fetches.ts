@@ -8,6 +8,7 @@ import {
   fetchableOutput,
   fetchableSession,
   FetchRequestSchema,
+  type FetchRequest,
 } from '@trainyard/blobs';
 import type { ServiceContext } from '@trainyard/service-kit';
 import { serveWorkerRequests, type WorkerRequestLimits } from './requests.ts';
@@ -30,6 +31,26 @@ interface Hold {
   until: number;
   /** The attempt whose outputs the job shows, and the worker that keeps them. */
   outputs: { attemptId: string | null; workerId: string | null };
+  /** The code and artifact the job runs (a shard's, its array job's): what may be read of it. */
+  runs: string[];
+}
+
+/** The job a worker must hold for what it asks: the key's, or for code, the job it names. */
+export function heldFor(request: FetchRequest): string | null {
+  const code = fetchableJob(request.key);
+  if (code) return request.job ?? code;
+  return fetchableOutput(request.key)?.jobId ?? null;
+}
+
+/**
+ * Whether a hold on a job lets its worker read `key`: the code or artifact the job runs (a
+ * shard's are its array job's), or the outputs of the attempt whose outputs the job shows, which
+ * held it before.
+ */
+export function mayRead(hold: Pick<Hold, 'runs' | 'outputs'>, key: string): boolean {
+  if (fetchableJob(key)) return hold.runs.includes(key);
+  const output = fetchableOutput(key);
+  return output !== null && hold.outputs.attemptId === output.attemptId;
 }
 
 export interface RunningFetches {
@@ -75,6 +96,7 @@ export function startFetches(ctx: ServiceContext): RunningFetches {
     const hold = {
       until: Date.now() + HOLD_MS,
       outputs: { attemptId: state.outputsAttemptId, workerId: state.outputsWorkerId },
+      runs: [state.code?.key, state.artifact?.key].filter((key) => key !== undefined),
     };
     holds.delete(key);
     holds.set(key, hold);
@@ -100,17 +122,15 @@ export function startFetches(ctx: ServiceContext): RunningFetches {
       );
       return;
     }
-    const code = fetchableJob(request.key);
-    const output = code ? null : fetchableOutput(request.key);
-    const jobId = code ?? output?.jobId ?? null;
+    const jobId = heldFor(request);
     const hold = jobId ? await holdOf(workerId, jobId, request.cursor === null) : null;
-    // Outputs: only those of the attempt whose outputs the job shows, which held it before.
-    if (!hold || (output && hold.outputs.attemptId !== output.attemptId)) {
+    if (!hold || !mayRead(hold, request.key)) {
       if (jobId) holds.delete(`${workerId} ${jobId}`);
       log.warn({ workerId, key: request.key.slice(0, 128) }, 'refused a fetch of a blob not its');
       answerFetch(msg, 'NOT_YOURS');
       return;
     }
+    const output = fetchableOutput(request.key);
     const store = output
       ? await ctx.blobs.ofWorker(hold.outputs.workerId ?? '', { orShared: true })
       : ctx.blobs;

@@ -93,7 +93,7 @@ export class AttemptRun {
       box = await prepareSandbox(
         this.opts.sandboxRoot,
         this.msg,
-        this.ctx.reads,
+        this.ctx.reads(this.msg.jobId),
         archiveLimits(this.ctx.config),
         this.#user,
       );

@@ -32,8 +32,11 @@ export interface WorkerOptions {
 
 /** What an attempt runs with: the service's connections, and where the worker reads and writes. */
 export interface WorkerContext extends ServiceContext {
-  /** Where this worker reads the code and artifacts of its attempts: through the control plane. */
-  reads: BlobSource;
+  /**
+   * Where this worker reads the code and artifacts of its attempts (for the attempt of a job it
+   * holds, or a session run): through the control plane.
+   */
+  reads: (jobId?: string) => BlobSource;
   /** Where this worker keeps outputs and archived logs. */
   written: BlobStore;
   /** The worker's GPUs, as it registered them. */

@@ -160,7 +160,7 @@ export class SessionRuns {
       user = await this.opts.users?.claim(msg.runId, root);
       await writeFile(join(root, MARKER), JSON.stringify({ user }), { mode: 0o600 });
       if (msg.code) {
-        await unpackCode(this.ctx.reads, msg.code, root, home, archiveLimits(this.ctx.config));
+        await unpackCode(this.ctx.reads(), msg.code, root, home, archiveLimits(this.ctx.config));
       }
       if (user) chownTree(home, user);
       if (msg.image) container = await this.#startContainer(msg, msg.image, user);

@@ -61,7 +61,7 @@ export async function startWorker(
   const gpus = await opts.inventory.list();
   const ctx: WorkerContext = {
     ...service,
-    reads: fetchedBlobs(service.bus.nc, id),
+    reads: (jobId) => fetchedBlobs(service.bus.nc, id, jobId),
     written: opts.ownBucket ? await service.blobs.ofWorker(id) : service.blobs,
     gpus,
   };

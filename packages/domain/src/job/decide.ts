@@ -13,7 +13,14 @@ import type {
 import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
 import { classifyExit, exitCodeOf, failure as failureOf, type ProcessExit } from '../failures.ts';
+import { decideDependencies } from './dependencies.ts';
 import { decideHold, decideRelease } from './holds.ts';
+import {
+  decideShardsEnded,
+  decideSharded,
+  type ShardCommand,
+  type ShardSubmission,
+} from './shards.ts';
 import { decidePreempt, decideTimeLimit, preemptedAttempt } from './stops.ts';
 import { probeOutcome, type ProbeReport } from './probe.ts';
 import {
@@ -29,7 +36,7 @@ import {
 
 /** Commands on a job. Time and randomness arrive inside them; `decide` has neither. */
 export type JobCommand =
-  | {
+  | ({
       type: 'SubmitJob';
       owner: string;
       spec: JobSpec;
@@ -38,7 +45,7 @@ export type JobCommand =
       hold?: HoldBy;
       /** The team its GPUs are charged to, as the API decided from its owner's teams. */
       team?: string;
-    }
+    } & Partial<Pick<ShardSubmission, 'shardOf' | 'built'>>)
   | { type: 'StartBuild'; builderId: string }
   /** Takes over a build whose builder is gone. */
   | { type: 'ReclaimBuild'; builderId: string; goneBuilderId: string }
@@ -95,7 +102,8 @@ export type JobCommand =
   /** Lifts the job's hold: one an admin put on it needs an admin. */
   | { type: 'ReleaseJob'; by: HoldBy }
   /** A login through the SSH gateway to a shell beside the job, as the gateway saw it. */
-  | ({ type: 'RecordLogin' } & SshLogin);
+  | ({ type: 'RecordLogin' } & SshLogin)
+  | ShardCommand;
 
 const reject = (code: DomainError['code'], message: string): never => {
   throw new DomainError(code, message);
@@ -172,10 +180,12 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
             owner: command.owner,
             spec: command.spec,
             ...(command.code && { code: command.code }),
-            build: needsBuild(command.spec, command.code),
-            estimate: needsEstimate(command.spec),
+            build: !command.shardOf && needsBuild(command.spec, command.code),
+            estimate: command.spec.shards === undefined && needsEstimate(command.spec),
             ...(command.hold && { hold: command.hold }),
             ...(command.team !== undefined && { team: command.team }),
+            ...(command.shardOf && { shardOf: command.shardOf }),
+            ...(command.built && { built: command.built }),
           },
         },
       ];
@@ -340,28 +350,8 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       }
       return [{ type: 'JobCancelled', data: {} }];
     }
-    case 'ResolveDependencies': {
-      if (isTerminal(state.status)) {
-        return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);
-      }
-      if (state.dependenciesMet) return [];
-      const dependsOn = state.spec?.dependsOn ?? [];
-      for (const dependency of dependsOn) {
-        const status = command.outcomes[dependency];
-        if (status === 'failed' || status === 'cancelled' || status === 'none') {
-          const why =
-            status === 'none' ? `job ${dependency} does not exist` : `job ${dependency} ${status}`;
-          const failed = failureOf(
-            'dependencyFailed',
-            `${why}: this job, which depends on it, never ran`,
-          );
-          return [{ type: 'JobDependencyFailed', data: { dependency, status, failure: failed } }];
-        }
-      }
-      return dependsOn.every((d) => command.outcomes[d] === 'succeeded')
-        ? [{ type: 'JobDependenciesMet', data: {} }]
-        : [];
-    }
+    case 'ResolveDependencies':
+      return decideDependencies(state, command.outcomes);
     case 'EnforceTimeLimit':
       return decideTimeLimit(state, command.now);
     case 'PreemptJob':
@@ -378,6 +368,10 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       return decideHold(state, command.by, command.reason);
     case 'ReleaseJob':
       return decideRelease(state, command.by);
+    case 'RecordSharded':
+      return decideSharded(state);
+    case 'FinishShards':
+      return decideShardsEnded(state, command.outcomes);
     case 'RecordLogin': {
       const { type: _type, reason, ...data } = command;
       return [{ type: 'JobLogin', data: { ...data, ...(reason !== undefined && { reason }) } }];

@@ -14,6 +14,12 @@ function refuseEnded(state: JobState): void {
 /** Holds a job that waits (or whose probe runs); one that runs is refused. */
 export function decideHold(state: JobState, by: HoldBy, reason: string): JobEvent[] {
   refuseEnded(state);
+  if (state.shardCount > 0) {
+    throw new DomainError(
+      'INVALID_TRANSITION',
+      `job ${state.id} is an array job whose shards are submitted: hold its shards (${state.id}_0 …)`,
+    );
+  }
   const attempt = slotHolder(state);
   if (attempt && !attempt.probe) {
     throw new DomainError(

@@ -12,6 +12,7 @@ import type {
   JobSubmittedData,
   OutputFile,
   Resources,
+  ShardOf,
 } from '@trainyard/events';
 import { assertNever } from '../errors.ts';
 
@@ -57,6 +58,10 @@ export interface JobState {
   timeLimitReached: boolean;
   /** The running attempt is being stopped for work of a higher priority: it is queued again. */
   preemptRequested: boolean;
+  /** Its place in its array job, when it is a shard of one. */
+  shardOf: ShardOf | null;
+  /** How many shards an array job has submitted (0 until it has, and for any other job). */
+  shardCount: number;
   /** Its hold, while it is held: it is not placed until released. */
   held: { by: HoldBy; reason: string } | null;
   retryAt: string | null;
@@ -86,6 +91,8 @@ export const initialJobState = (id: string): JobState => ({
   dependenciesMet: true,
   timeLimitReached: false,
   preemptRequested: false,
+  shardOf: null,
+  shardCount: 0,
   held: null,
   retryAt: null,
   failure: null,
@@ -181,6 +188,7 @@ export function awaitsPlacement(state: JobState): boolean {
   return (
     state.dependenciesMet &&
     !state.held &&
+    state.spec?.shards === undefined &&
     (state.status === 'queued' ||
       state.status === 'retrying' ||
       (state.status === 'estimating' && slotHolder(state) === undefined))
@@ -201,12 +209,20 @@ export function endsJob(event: JobEvent): boolean {
     case 'JobCancelled':
     case 'JobBuildFailed':
     case 'JobDependencyFailed':
+    case 'JobShardsEnded':
       return true;
     case 'JobAttemptFailed':
       return event.data.retry === null;
     default:
       return false;
   }
+}
+
+/** How an event that ends its job ended it. */
+export function outcomeOf(event: JobEvent): JobStatus {
+  if (event.type === 'JobShardsEnded') return event.data.status;
+  if (event.type === 'JobSucceeded') return 'succeeded';
+  return event.type === 'JobCancelled' ? 'cancelled' : 'failed';
 }
 
 export function isTerminal(status: JobState['status']): boolean {
@@ -231,6 +247,9 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         team: event.data.team ?? null,
         spec: event.data.spec,
         code: event.data.code ?? null,
+        artifact: event.data.built?.artifact ?? null,
+        image: event.data.built?.image ?? null,
+        shardOf: event.data.shardOf ?? null,
         estimates: event.data.estimate ?? false,
         dependenciesMet: !event.data.spec.dependsOn,
         held: event.data.hold ? { by: event.data.hold, reason: '' } : null,
@@ -342,6 +361,10 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
       return { ...state, status: 'failed', failure: event.data.failure };
     case 'JobLogin':
       return state;
+    case 'JobSharded':
+      return { ...state, status: 'running', shardCount: event.data.count };
+    case 'JobShardsEnded':
+      return { ...state, status: event.data.status, failure: event.data.failure ?? null };
     case 'JobHeld':
       return { ...state, held: { by: event.data.by, reason: event.data.reason } };
     case 'JobReleased':

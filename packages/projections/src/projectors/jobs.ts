@@ -14,16 +14,19 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       owner,
       team: event.data.team ?? null,
       status: buildsFirst(event.data) ? 'submitted' : event.data.estimate ? 'estimating' : 'queued',
+      image_digest: event.data.built?.image?.digest ?? null,
       priority: spec.priority,
       command: spec.command,
       image: spec.image ?? null,
-      image_digest: null,
       resources: spec.resources,
       estimates: event.data.estimate ?? false,
       estimate: null,
       max_retries: spec.maxRetries,
       time_limit: spec.timeLimit ?? null,
       preemptible: spec.preemptible ?? false,
+      shards: spec.shards ?? null,
+      shard_of: event.data.shardOf?.jobId ?? null,
+      shard_index: event.data.shardOf?.index ?? null,
       depends_on: spec.dependsOn ?? [],
       dependencies_met: !spec.dependsOn,
       held_by: event.data.hold ?? null,
@@ -95,6 +98,15 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       return { ...next, held_by: null, hold_reason: null };
     case 'JobCancelled':
       return { ...next, status: 'cancelled', finished_at: at };
+    case 'JobSharded':
+      return { ...next, status: 'running', started_at: row.started_at ?? at };
+    case 'JobShardsEnded':
+      return {
+        ...next,
+        status: event.data.status,
+        failure: event.data.failure ?? null,
+        finished_at: at,
+      };
     default: {
       const never: never = event;
       throw new Error(`unhandled job event ${JSON.stringify(never)}`);

@@ -23,6 +23,11 @@ export interface JobsTable {
   time_limit: number | null;
   /** A waiting job of a higher priority may stop its running attempt. */
   preemptible: boolean;
+  /** How many shards an array job has; null for any other job. */
+  shards: number | null;
+  /** For a shard, its array job and its index in it. */
+  shard_of: string | null;
+  shard_index: number | null;
   /** The jobs that must succeed before it is placed. */
   depends_on: string[];
   /** Every one of them has succeeded (true for a job without any). */

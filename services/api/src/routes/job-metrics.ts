@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { listMetricPoints, summarizeMetrics } from '@trainyard/projections';
+import { listMetricPoints, summarizeMetrics, summarizeShardMetrics } from '@trainyard/projections';
 import type { Api, ApiDeps } from '../deps.ts';
 import { errorResponses, IdParamsSchema, isoTime } from '../schemas.ts';
 import { callerOf, jobIdParam, readModel, visibleJobRow } from './common.ts';
@@ -43,8 +43,16 @@ const PointSchema = z
 const MetricsSchema = z
   .object({
     jobId: z.string(),
-    summary: z.array(SummarySchema),
-    points: z.array(PointSchema),
+    summary: z
+      .array(SummarySchema)
+      .describe(
+        'of an array job: over the points of all its shards (the mean of the final epoch across them)',
+      ),
+    shards: z
+      .array(z.object({ jobId: z.string(), summary: z.array(SummarySchema) }))
+      .optional()
+      .describe('only for an array job: the summary of each shard that reported, in shard order'),
+    points: z.array(PointSchema).describe('an array job has none: each shard’s are under its id'),
     next: z.string().nullable().describe('pass as `after` for the next page; null at the end'),
   })
   .meta({ id: 'JobMetrics' });
@@ -58,7 +66,7 @@ export function jobMetricsRoutes(app: Api, deps: ApiDeps): void {
         tags: ['jobs'],
         summary: 'A job’s training metrics',
         description:
-          'The points a job reported (`TRAINYARD_METRIC {json}` lines in its output, or JSON lines in `$TRAINYARD_METRICS_FILE`), in the order they arrived, and per metric its last value, its least and greatest, and its mean over the final epoch. Probes are left out.',
+          'The points a job reported (`TRAINYARD_METRIC {json}` lines in its output, or JSON lines in `$TRAINYARD_METRICS_FILE`), in the order they arrived, and per metric its last value, its least and greatest, and its mean over the final epoch. Probes are left out. For an array job: the summary over all its shards’ points and each shard’s own (`shards`); the points are under each shard’s id.',
         params: IdParamsSchema,
         querystring: MetricsQuery,
         response: { 200: MetricsSchema, ...errorResponses(400, 401, 404, 503) },
@@ -67,11 +75,24 @@ export function jobMetricsRoutes(app: Api, deps: ApiDeps): void {
     async (req) => {
       const caller = callerOf(req);
       const id = jobIdParam(req);
-      await visibleJobRow(deps, caller, id);
+      const job = await visibleJobRow(deps, caller, id);
       const { after, limit, attempt } = req.query;
+      if (job.shards !== null) {
+        const [summary, byShard] = await readModel(() =>
+          Promise.all([
+            summarizeMetrics(deps.db, { shardsOf: id }),
+            summarizeShardMetrics(deps.db, id),
+          ]),
+        );
+        const index = (shard: string) => Number(shard.slice(shard.lastIndexOf('_') + 1));
+        const shards = [...byShard]
+          .sort(([a], [b]) => index(a) - index(b))
+          .map(([jobId, summary]) => ({ jobId, summary }));
+        return { jobId: id, summary, shards, points: [], next: null };
+      }
       const [summary, points] = await readModel(() =>
         Promise.all([
-          summarizeMetrics(deps.db, id),
+          summarizeMetrics(deps.db, { jobId: id }),
           listMetricPoints(deps.db, id, {
             limit,
             ...(after !== undefined && { after }),

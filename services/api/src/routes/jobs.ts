@@ -4,7 +4,13 @@ import { EMPTY_HEAD, JobStatus, PrioritySchema, type JobSpec } from '@trainyard/
 import { runJobCommand } from '@trainyard/application';
 import { BlobKeys } from '@trainyard/blobs';
 import { newId } from '@trainyard/service-kit';
-import { findJob, jobOwnersAndStatuses, listAttempts, listJobs } from '@trainyard/projections';
+import {
+  countShardsByStatus,
+  findJob,
+  jobOwnersAndStatuses,
+  listAttempts,
+  listJobs,
+} from '@trainyard/projections';
 import type { Caller } from '../auth.ts';
 import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
@@ -254,8 +260,11 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
         throw new ApiError('NOT_FOUND', `job ${id} not found`);
       }
       const attempts = await readModel(() => listAttempts(deps.db, id));
+      const shardStatuses =
+        job.shards === null ? undefined : await readModel(() => countShardsByStatus(deps.db, id));
       return {
         ...jobView(job, attempts),
+        ...(shardStatuses && { shardStatuses }),
         ...(await pendingFields(deps, id, WAITING.has(job.status))),
       };
     },

@@ -12,6 +12,16 @@ import { bytes, printJson, printTable } from './table.ts';
 
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 
+/** An array job's shards: how many, how they stand, and how to name one. */
+function shardsLine(id: string, count: number, statuses: Record<string, number>): string {
+  const stand = Object.entries(statuses)
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([status, n]) => `${n} ${status}`)
+    .join(', ');
+  const last = count > 1 ? ` … ${id}_${count - 1}` : '';
+  return `array job of ${count} shards (${id}_0${last})${stand ? `: ${stand}` : ''}`;
+}
+
 /** What a job's probe measured, on one line. */
 function estimateLine(e: NonNullable<JobView['estimate']>): string {
   const vram = e.device === 'cuda' ? `${bytes(e.vramBytes)} GPU memory, ` : '';
@@ -99,6 +109,8 @@ export function registerJobCommands(program: Command): void {
       if (job.image) console.log(`image ${job.image}  built ${job.imageDigest ?? '(not yet)'}`);
       if (job.timeLimit) console.log(`time limit ${formatDuration(job.timeLimit)} an attempt`);
       if (job.preemptible) console.log('preemptible: work of a higher priority may stop it');
+      if (job.shards) console.log(shardsLine(job.id, job.shards, job.shardStatuses ?? {}));
+      if (job.shardOf) console.log(`shard ${job.shardOf.index} of array job ${job.shardOf.jobId}`);
       if (job.dependsOn?.length)
         console.log(
           `after ${job.dependsOn.join(', ')}${job.dependenciesMet ? '' : ' (waiting for them)'}`,

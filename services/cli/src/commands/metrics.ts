@@ -17,12 +17,24 @@ interface MetricPoint {
 interface JobMetrics {
   jobId: string;
   summary: MetricSummary[];
+  /** An array job's: each shard's summary. */
+  shards?: { jobId: string; summary: MetricSummary[] }[];
   points: MetricPoint[];
   next: string | null;
 }
 
 /** A value as people read it: six significant digits at most. */
 const shown = (n: number) => String(Number(n.toPrecision(6)));
+
+const summaryRow = (s: MetricSummary) => [
+  s.name,
+  String(s.count),
+  shown(s.last),
+  shown(s.min),
+  shown(s.max),
+  s.finalEpoch === null ? '-' : String(s.finalEpoch),
+  shown(s.finalEpochMean),
+];
 
 /** Every point of a job, page by page. */
 async function allPoints(
@@ -58,6 +70,10 @@ export function registerMetricsCommand(program: Command): void {
       const client = ApiClient.fromEnv();
       const base = `/v1/jobs/${encodeURIComponent(id)}/metrics?limit=${o.points ? 5000 : 0}${attempt === undefined ? '' : `&attempt=${attempt}`}`;
       const first = await client.json<JobMetrics>(base);
+      if (first.shards && o.points)
+        throw new CliError(
+          `${id} is an array job: its points are each shard’s (trainyard metrics ${id}_0 --points)`,
+        );
       const points = o.points ? await allPoints(client, base, first) : [];
       if (o.json) return printJson({ ...first, points, next: null });
       if (first.summary.length === 0) {
@@ -78,17 +94,14 @@ export function registerMetricsCommand(program: Command): void {
         );
         return;
       }
+      const columns = ['NAME', 'POINTS', 'LAST', 'MIN', 'MAX', 'FINAL EPOCH', 'FINAL MEAN'];
+      if (first.shards) console.log(`all ${first.shards.length} shards that reported:`);
+      printTable(columns, first.summary.map(summaryRow));
+      if (!first.shards) return;
+      console.log('');
       printTable(
-        ['NAME', 'POINTS', 'LAST', 'MIN', 'MAX', 'FINAL EPOCH', 'FINAL MEAN'],
-        first.summary.map((s) => [
-          s.name,
-          String(s.count),
-          shown(s.last),
-          shown(s.min),
-          shown(s.max),
-          s.finalEpoch === null ? '-' : String(s.finalEpoch),
-          shown(s.finalEpochMean),
-        ]),
+        ['SHARD', ...columns],
+        first.shards.flatMap(({ jobId, summary }) => summary.map((s) => [jobId, ...summaryRow(s)])),
       );
     });
 }

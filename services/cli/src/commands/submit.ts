@@ -67,6 +67,7 @@ function specFrom(root: string, o: SubmitFlags) {
     ...(o.maxRetries !== undefined && { maxRetries: num('--max-retries', 'maxRetries') }),
     ...(o.timeLimit !== undefined && { timeLimit: durationFlag(o.timeLimit as string) }),
     ...(o.preemptible === true && { preemptible: true }),
+    ...(o.shards !== undefined && { shards: num('--shards', 'shards') }),
     ...((o.dependsOn as string[] | undefined)?.length && { dependsOn: o.dependsOn as string[] }),
     env: {
       ...(o.envFile ? envFile(o.envFile as string) : {}),
@@ -91,6 +92,7 @@ const FLAGS: Record<string, string> = {
   maxRetries: '--max-retries',
   timeLimit: '--time-limit',
   preemptible: '--preemptible',
+  shards: '--shards',
   dependsOn: '--depends-on',
   env: '--env',
 };
@@ -182,6 +184,7 @@ const SPEC_FLAGS = [
   'maxRetries',
   'timeLimit',
   'preemptible',
+  'shards',
   'dependsOn',
 ];
 
@@ -291,6 +294,10 @@ export function registerSubmitCommand(program: Command): void {
     .option(
       '--preemptible',
       'work of a higher priority may stop it (SIGTERM, then SIGKILL) to take its place; it is queued again without spending a retry and resumes from its synced outputs with TRAINYARD_RESUMED=1',
+    )
+    .option(
+      '--shards <n>',
+      'an array job: run the command as N shards, each a job of its own (ID_0 … ID_N-1) with TRAINYARD_SHARD_INDEX and TRAINYARD_SHARD_COUNT; it succeeds when all do',
     )
     .option(
       '--depends-on <id>',
