@@ -79,6 +79,7 @@ export class Shards {
     if (this.#arrays.has(id)) {
       if (endsJob(job)) this.#arrayEnded(id);
       else this.#look(id);
+      if (job.type === 'JobPriorityChanged') this.#prioritize(id);
       return;
     }
     const array = arrayOf(id);
@@ -100,6 +101,23 @@ export class Shards {
   #cancel(id: string): void {
     this.deps.log.info({ jobId: id }, 'cancelling a shard of an array job that ended');
     this.#again(() => this.deps.command(id, { type: 'CancelJob' }), id);
+  }
+
+  /**
+   * The array job's priority changed: so does that of each shard that still waits or runs (a
+   * shard's own may be changed after).
+   */
+  #prioritize(id: string): void {
+    const shards = Array.from({ length: this.#arrays.get(id)! }, (_, i) => shardId(id, i));
+    this.#again(async () => {
+      const priority = this.deps.state().jobs.get(id)?.state.spec?.priority;
+      if (priority === undefined) return;
+      for (const shard of shards) {
+        const live = this.deps.state().jobs.get(shard)?.state;
+        if (live && live.spec!.priority !== priority)
+          await this.deps.command(shard, { type: 'ChangePriority', priority });
+      }
+    }, id);
   }
 
   /** Looks at one array job, one look at a time, again after a failure. */
@@ -140,12 +158,6 @@ export class Shards {
     const state = job.state;
     if (state.shardCount === 0) return;
     const ids = shardIds(state);
-    const priority = state.spec!.priority;
-    for (const shard of ids) {
-      const live = cluster.jobs.get(shard)?.state;
-      if (live && live.spec!.priority !== priority)
-        await this.deps.command(shard, { type: 'ChangePriority', priority });
-    }
     if (ids.some((shard) => cluster.jobs.has(shard))) return;
     const outcomes: Record<string, JobStatus | 'none'> = {};
     for (const shard of ids)
