@@ -67,6 +67,7 @@ async function runJobs(
       heartbeatMs: 1_000,
       outputSyncMs: 1_000,
       killGraceMs: 2_000,
+      timeLimitMarginMs: 60_000,
       version: 'bench',
     },
   });

@@ -390,6 +390,37 @@ describe('job decider', () => {
       expect(stopped).toMatchObject({ data: { failure: { reason: 'timeLimit' } } });
     });
 
+    it('fails as timeLimit an attempt its worker stopped past the limit when no stop came', () => {
+      const stoppedAfter = (durationMs: number) =>
+        when(running, {
+          type: 'FinishAttempt',
+          attemptId: 'a1',
+          exit: { kind: 'signalled', signal: 'SIGTERM' },
+          durationMs,
+          stopped: true,
+          now: at(200),
+          jitter: 0,
+        })[0];
+      expect(stoppedAfter(150_000)).toMatchObject({
+        type: 'JobAttemptFailed',
+        data: { failure: { reason: 'timeLimit' }, retry: null },
+      });
+      // Stopped before the limit, without a cancel or a preemption on record: its own exit.
+      expect(stoppedAfter(30_000)).toMatchObject({
+        data: { failure: { reason: 'killedBySignal' } },
+      });
+      // Past its limit but not stopped: it ended by itself, as it did.
+      const [ended] = when(running, {
+        type: 'FinishAttempt',
+        attemptId: 'a1',
+        exit: { kind: 'exited', exitCode: 0 },
+        durationMs: 150_000,
+        now: at(200),
+        jitter: 0,
+      });
+      expect(ended).toMatchObject({ type: 'JobSucceeded' });
+    });
+
     it('limits nothing that is not running: no limit, a probe, a cancel, an attempt not started', () => {
       const late = { type: 'EnforceTimeLimit' as const, now: at(3600) };
       const cases: JobEvent[][] = [

@@ -78,6 +78,12 @@ export const RunAttemptSchema = z.object({
    * probe, which measures its memory and step time and stops it within `limits`.
    */
   probe: ProbeLimitsSchema.optional(),
+  /**
+   * The job's time limit, in seconds: the control plane stops the attempt when it is reached;
+   * should that stop not come (the control plane is away), the worker stops it itself a margin
+   * later. Absent for a probe, and in a message sent before it was in the contract.
+   */
+  timeLimitS: z.number().int().min(1).optional(),
   /** The job's head in the log when the message was derived: its `JobAssigned`. */
   headSeq: z.number().int().min(1).optional(),
 });

@@ -24,6 +24,7 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
     gpus: attempt.gpus,
     command: state.spec.command,
     ...(state.spec.setup && { setup: state.spec.setup }),
+    ...(!attempt.probe && state.spec.timeLimit && { timeLimitS: state.spec.timeLimit }),
     env: state.spec.env,
     artifact: state.artifact,
     code: state.artifact ? null : state.code,

@@ -199,6 +199,7 @@ function common(flags: WorkerFlags, name: string) {
     heartbeatMs: Number(flags.heartbeatMs ?? 2_000),
     outputSyncMs: 2_000,
     killGraceMs: 10_000,
+    timeLimitMarginMs: 60_000,
     version: VERSION,
   };
 }

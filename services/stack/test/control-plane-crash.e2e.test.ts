@@ -135,3 +135,23 @@ describe('the projector killed with kill -9 mid-stream', () => {
     expect(rebuilt).toEqual(live);
   });
 });
+
+describe('every scheduler killed with kill -9', () => {
+  it('leaves the worker to stop an attempt past its time limit, and the job fails as timeLimit', async () => {
+    const scheduler = service(['scheduler']);
+    const res = await submit(t, token, { ...gpuJob, command: 'exec sleep 300', timeLimit: '3s' });
+    const id = ((await res.json()) as { id: string }).id;
+    await t.waitForJob(id, token, (j) => j.status === 'running', 20_000);
+    for (const p of procs.filter((p) => p !== projector)) await p.kill9();
+    expect(scheduler.child.exitCode ?? scheduler.child.signalCode).not.toBeNull();
+    // No scheduler records the limit: the worker stops the attempt 5 s past it, by itself.
+    const failed = (await t.waitForJob(id, token, (j) => j.status === 'failed', 30_000)) as Job & {
+      failure: { reason: string; retryable: boolean } | null;
+    };
+    expect(failed.failure).toMatchObject({ reason: 'timeLimit', retryable: false });
+    expect(failed.attempts).toHaveLength(1);
+    const types = (await t.stack.ctx.bus.store.load('job', id)).events.map((e) => e.type);
+    expect(types).not.toContain('JobTimeLimitReached');
+    expect(types.at(-1)).toBe('JobAttemptFailed');
+  });
+});

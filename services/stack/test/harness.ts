@@ -122,6 +122,7 @@ export async function startTestStack(
             heartbeatMs: 500,
             outputSyncMs: 300,
             killGraceMs: 2_000,
+            timeLimitMarginMs: 5_000,
             version: 'test',
           },
   });

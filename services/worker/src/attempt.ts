@@ -1,11 +1,12 @@
 import { failure, type ProcessExit } from '@trainyard/domain';
-import { retry, Subjects, type Failure, type RunAttempt } from '@trainyard/events';
+import { Subjects, type Failure, type RunAttempt } from '@trainyard/events';
 import { sendReport, type AttemptReport, type ReportedJob } from '@trainyard/application';
 import { archiveLimits } from '@trainyard/blobs';
 import { LogShipper, shippedBytes, type RunningAttempt } from '@trainyard/runtime';
 import { type Channel, ChannelRefused, type ChannelRequest } from '@trainyard/tunnel';
 import { MetricsCollector } from './metrics.ts';
-import { probeReportIn, watchProbe } from './probe-watch.ts';
+import { untilDone } from './until-done.ts';
+import { probeReportIn, watchProbe, watchTimeLimit } from './watches.ts';
 import { OutputMirror } from './outputs.ts';
 import {
   markSandbox,
@@ -231,6 +232,7 @@ export class AttemptRun {
             );
           });
         }, this.opts.outputSyncMs);
+    const limit = this.msg.timeLimitS;
     const unwatch = probe
       ? watchProbe(proc, {
           probeDir: this.#box!.probeDir,
@@ -240,7 +242,18 @@ export class AttemptRun {
           onStopFailed: (err, why) =>
             this.ctx.log.error({ err, jobId: this.msg.jobId }, `could not stop the probe ${why}`),
         })
-      : undefined;
+      : limit === undefined
+        ? undefined
+        : watchTimeLimit(() => this.cancel(), {
+            deadlineMs: this.#startedAt + limit * 1000 + this.opts.timeLimitMarginMs,
+            onReached: () =>
+              this.ctx.log.warn(
+                { jobId: this.msg.jobId, timeLimit: limit },
+                'no stop came from the control plane at the job’s time limit: the worker stops it',
+              ),
+            onStopFailed: (err) =>
+              this.ctx.log.error({ err, jobId: this.msg.jobId }, 'could not stop the attempt'),
+          });
     try {
       const exit = await proc.exited;
       this.#exited = true;
@@ -296,31 +309,9 @@ export class AttemptRun {
     await removeSandbox(this.#box);
   }
 
-  /**
-   * Runs `step` until it succeeds: while NATS or the blob store is away the attempt's outputs
-   * and log wait on disk in its sandbox. Gives up only when the worker stops; false then.
-   */
-  async #untilDone(what: string, step: () => Promise<void>): Promise<boolean> {
-    try {
-      await retry(step, {
-        attempts: Infinity,
-        baseMs: 500,
-        maxMs: 30_000,
-        signal: this.stopping,
-        onRetry: (err, _, wait) =>
-          this.ctx.log.warn(
-            { err, jobId: this.msg.jobId, wait },
-            `could not ${what}; trying again`,
-          ),
-      });
-      return true;
-    } catch (err) {
-      this.ctx.log.error(
-        { err, jobId: this.msg.jobId },
-        `could not ${what} before the worker stopped`,
-      );
-      return false;
-    }
+  /** Runs `step` until it succeeds, or until the worker stops (false then). */
+  #untilDone(what: string, step: () => Promise<void>): Promise<boolean> {
+    return untilDone(this.ctx.log, this.msg.jobId, what, step, this.stopping);
   }
 
   async #finish(exit: ProcessExit): Promise<void> {

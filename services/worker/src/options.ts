@@ -16,6 +16,11 @@ export interface WorkerOptions {
   heartbeatMs: number;
   outputSyncMs: number;
   killGraceMs: number;
+  /**
+   * How long past its job's time limit an attempt runs before the worker stops it itself, where
+   * no stop came from the control plane (it is away).
+   */
+  timeLimitMarginMs: number;
   version: string;
   /**
    * Gives each attempt a uid of its own (a worker running as root); absent, attempts run as the

@@ -133,13 +133,14 @@ function endAttempt(
   policy: BackoffPolicy,
   /**
    * `endedInTime`: it ended by itself within the time limit, as its worker timed it;
-   * `stopped`: its worker stopped it when asked to.
+   * `stopped`: its worker stopped it when asked to; `pastLimit`: its worker stopped it past the
+   * time limit, no stop having come from the control plane.
    */
-  how: { endedInTime?: boolean; stopped?: boolean } = {},
+  how: { endedInTime?: boolean; stopped?: boolean; pastLimit?: boolean } = {},
 ): JobEvent[] {
   const attempt = liveAttempt(state, attemptId);
   if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId } }];
-  if (state.timeLimitReached && !how.endedInTime) {
+  if ((state.timeLimitReached || how.pastLimit) && !how.endedInTime) {
     const limit = failureOf(
       'timeLimit',
       `the attempt ran past the job's time limit of ${state.spec?.timeLimit}s`,
@@ -321,6 +322,9 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
           endedInTime:
             !command.stopped && command.durationMs < (state.spec?.timeLimit ?? Infinity) * 1000,
           stopped: command.stopped === true,
+          pastLimit:
+            command.stopped === true &&
+            command.durationMs >= (state.spec?.timeLimit ?? Infinity) * 1000,
         },
       );
     case 'FailAttempt':

@@ -1,6 +1,8 @@
 import { ProbeReportSchema } from '@trainyard/application';
 import { readProbeReport, type RunningAttempt } from '@trainyard/runtime';
 
+/** Watches on a running attempt's clock: a probe's, and a time limit's backstop. */
+
 /** How often a probe's report is read while it runs, to stop its command once it is done. */
 const PROBE_WATCH_MS = 250;
 
@@ -45,4 +47,27 @@ export function watchProbe(
     clearInterval(measured);
     clearTimeout(limit);
   };
+}
+
+/**
+ * Stops an attempt itself once it has run `deadlineMs` (a time since the epoch): its job's time
+ * limit and a margin, past which the control plane's stop has not come (it is away). Returns
+ * what ends the watch.
+ */
+export function watchTimeLimit(
+  kill: () => Promise<void>,
+  opts: {
+    deadlineMs: number;
+    onReached: () => void;
+    onStopFailed: (err: unknown) => void;
+  },
+): () => void {
+  const timer = setTimeout(
+    () => {
+      opts.onReached();
+      kill().catch(opts.onStopFailed);
+    },
+    Math.min(Math.max(0, opts.deadlineMs - Date.now()), 2 ** 31 - 1),
+  );
+  return () => clearTimeout(timer);
 }
