@@ -118,9 +118,11 @@ async function fetchPart(
  * error or a busy answer, for up to two minutes; a blob replaced while it is read fails the read.
  */
 export function fetchedBlobs(nc: NatsConnection, workerId: string, job?: string): BlobSource {
-  const held = job === undefined ? {} : { job };
   return {
     async get(key: string): Promise<Readable | null> {
+      // Named only where the key names another job, so that a control plane of the version
+      // before reads what a worker asks for any other job.
+      const held = job === undefined || fetchableJob(key) === job ? {} : { job };
       const first = await fetchPart(nc, workerId, { key, cursor: null, ...held });
       if (!first) return null;
       async function* parts(): AsyncGenerator<Uint8Array> {

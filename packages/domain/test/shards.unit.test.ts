@@ -32,7 +32,8 @@ describe('array jobs in the domain', () => {
       TRAINYARD_SHARD_COUNT: '4',
     });
     const [shardEvent] = decideJob({ type: 'SubmitJob', ...shard }, initialJobState('job_x_3'));
-    expect(shardEvent).toMatchObject({ data: { estimate: true, build: false } });
+    // Each shard takes its GPUs whole rather than be probed, one probe per shard.
+    expect(shardEvent).toMatchObject({ data: { estimate: false, build: false } });
 
     const cluster = emptyCluster();
     worker(cluster, 'w1', [24, 24]);
@@ -95,5 +96,13 @@ describe('array jobs in the domain', () => {
     expect(() => when(sharded, { type: 'HoldJob', by: 'owner', reason: '' })).toThrow(
       /hold its shards/,
     );
+    // Nor once its shards may be being submitted: a hold would stop that half way.
+    expect(() => when([array()], { type: 'HoldJob', by: 'owner', reason: '' })).toThrow(
+      /hold its shards/,
+    );
+    const waiting = [array(2, { dependsOn: ['job_d'] })];
+    expect(when(waiting, { type: 'HoldJob', by: 'owner', reason: '' })).toMatchObject([
+      { type: 'JobHeld' },
+    ]);
   });
 });

@@ -54,7 +54,7 @@ function insertPoints(
 }
 
 /** Whose points: one job's, or those of every shard of an array job. */
-export type MetricsScope = { jobId: string } | { shardsOf: string };
+type MetricsScope = { jobId: string } | { shardsOf: string };
 
 /**
  * The points that count of a job (or of an array job's shards): those of its attempts (probes
@@ -85,9 +85,9 @@ const countedPoints = (db: Kysely<Database>, scope: MetricsScope) => {
  */
 export async function summarizeMetrics(
   db: Kysely<Database>,
-  scope: MetricsScope,
+  jobId: string,
 ): Promise<MetricSummary[]> {
-  return (await summaries(db, scope, false)).map(({ jobId: _jobId, ...summary }) => summary);
+  return (await summaries(db, { jobId }, false)).map(({ jobId: _jobId, ...summary }) => summary);
 }
 
 /** The summary of each shard of an array job that reported metrics, by the shard's id. */
@@ -102,6 +102,38 @@ export async function summarizeShardMetrics(
     list.push(summary);
   }
   return byShard;
+}
+
+/**
+ * What an array job's metrics add up to, per name, from each shard's summary: the points of all
+ * of them, the least and the greatest, and as `last` and `finalEpochMean` the mean across shards
+ * of each shard's own (its newest value, the mean of its own final epoch); `finalEpoch` is the
+ * greatest any shard reached.
+ */
+export function combineShardSummaries(byShard: Map<string, MetricSummary[]>): MetricSummary[] {
+  const byName = new Map<string, MetricSummary[]>();
+  for (const summaries of byShard.values()) {
+    for (const s of summaries) {
+      let list = byName.get(s.name);
+      if (!list) byName.set(s.name, (list = []));
+      list.push(s);
+    }
+  }
+  const mean = (values: number[]) => values.reduce((sum, v) => sum + v, 0) / values.length;
+  return [...byName.entries()]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .map(([name, list]) => {
+      const epochs = list.flatMap((s) => (s.finalEpoch === null ? [] : [s.finalEpoch]));
+      return {
+        name,
+        count: list.reduce((sum, s) => sum + s.count, 0),
+        last: mean(list.map((s) => s.last)),
+        min: Math.min(...list.map((s) => s.min)),
+        max: Math.max(...list.map((s) => s.max)),
+        finalEpoch: epochs.length > 0 ? Math.max(...epochs) : null,
+        finalEpochMean: mean(list.map((s) => s.finalEpochMean)),
+      };
+    });
 }
 
 async function summaries(

@@ -67,7 +67,7 @@ describe('job metrics', () => {
       point(0, { loss: 1.5 }, { step: 3, epoch: 1 }),
       point(5, { loss: 0.5, acc: 0.9 }, { step: 4, epoch: 1, source: 'file' }),
     ]);
-    const summary = await summarizeMetrics(db, { jobId: 'j1' });
+    const summary = await summarizeMetrics(db, 'j1');
     expect(summary).toEqual([
       {
         name: 'acc',
@@ -97,7 +97,7 @@ describe('job metrics', () => {
       point(1, { x: 1.5e308 }),
       point(2, { x: 0 }),
     ]);
-    expect(await summarizeMetrics(db, { jobId: 'j5' })).toEqual([
+    expect(await summarizeMetrics(db, 'j5')).toEqual([
       expect.objectContaining({ name: 'x', max: 1.5e308, finalEpochMean: 1e308 }),
     ]);
   });
@@ -107,7 +107,7 @@ describe('job metrics', () => {
     const batch = [point(0, { loss: 1 }), point(7, { loss: 3 })];
     await recordMetrics(db, { jobId: 'j2', attempt: 1, workerId: 'w1' }, batch);
     await recordMetrics(db, { jobId: 'j2', attempt: 1, workerId: 'w1' }, batch);
-    const [loss] = await summarizeMetrics(db, { jobId: 'j2' });
+    const [loss] = await summarizeMetrics(db, 'j2');
     expect(loss).toMatchObject({ count: 2, finalEpoch: null, finalEpochMean: 2, last: 3 });
   });
 
@@ -120,7 +120,7 @@ describe('job metrics', () => {
     ]);
     await recordMetrics(db, { jobId: 'j3', attempt: 3, workerId: 'w1' }, [point(0, { loss: 7 })]);
     await recordMetrics(db, { jobId: 'j3', attempt: 2, workerId: 'w1' }, [point(0, { loss: 1 })]);
-    expect(await summarizeMetrics(db, { jobId: 'j3' })).toEqual([
+    expect(await summarizeMetrics(db, 'j3')).toEqual([
       expect.objectContaining({ name: 'loss', count: 1, last: 1 }),
     ]);
     expect((await listMetricPoints(db, 'j3', { limit: 10 })).map((p) => p.values)).toEqual([
@@ -139,6 +139,6 @@ describe('job metrics', () => {
     expect([...first, ...rest].map((p) => p.values.x)).toEqual([0, 1, 2, 3, 4, 10]);
     const second = await listMetricPoints(db, 'j4', { limit: 10, attempt: 2 });
     expect(second.map((p) => [p.attempt, p.values.x])).toEqual([[2, 10]]);
-    expect(await summarizeMetrics(db, { jobId: 'none' })).toEqual([]);
+    expect(await summarizeMetrics(db, 'none')).toEqual([]);
   });
 });

@@ -35,17 +35,16 @@ export interface ShardDeps {
   clock: Clock;
 }
 
-/** The array job a shard's id names, if it names one. */
-const arrayOf = (id: string): string | null => /^(job_[^_]+)_\d+$/.exec(id)?.[1] ?? null;
-
 /**
  * Array jobs, for one term: submits the shards of each array job once it is ready, ends it once
- * its shards have all ended, gives its shards the priority it is given, and cancels the shards
+ * its shards have all ended, keeps its shards at the priority it has, and cancels the shards
  * of an array job that was cancelled (a shard never outlives its array job).
  */
 export class Shards {
   /** The live array jobs, and how many shards each has. */
   readonly #arrays = new Map<string, number>();
+  /** The live shards, and the array job of each. */
+  readonly #shards = new Map<string, string>();
   /** How the shards that ended lately ended, the oldest first. */
   readonly #ended = new Map<string, JobStatus>();
   /** The array jobs being looked at now: one look at a time each. */
@@ -62,7 +61,7 @@ export class Shards {
     }
     for (const { state } of this.deps.state().jobs.values()) {
       if (this.#arrays.has(state.id)) this.#look(state.id);
-      else if (state.shardOf && !this.#arrays.has(state.shardOf.jobId)) this.#cancel(state.id);
+      else if (state.shardOf) this.#shardSubmitted(state.id, state.shardOf.jobId);
     }
   }
 
@@ -74,20 +73,26 @@ export class Shards {
     if (job.type === 'JobSubmitted') {
       const { spec, shardOf } = job.data;
       if (spec.shards !== undefined) this.#arrays.set(id, spec.shards);
-      if (shardOf && !this.#arrays.has(shardOf.jobId)) this.#cancel(id);
+      if (shardOf) this.#shardSubmitted(id, shardOf.jobId);
     }
     if (this.#arrays.has(id)) {
       if (endsJob(job)) this.#arrayEnded(id);
       else this.#look(id);
-      if (job.type === 'JobPriorityChanged') this.#prioritize(id);
       return;
     }
-    const array = arrayOf(id);
-    if (array && this.#arrays.has(array) && endsJob(job)) {
+    const array = this.#shards.get(id);
+    if (array !== undefined && endsJob(job)) {
+      this.#shards.delete(id);
       this.#ended.set(id, outcomeOf(job));
       if (this.#ended.size > ENDS_KEPT) this.#ended.delete(this.#ended.keys().next().value!);
       this.#look(array);
     }
+  }
+
+  /** A shard is in the log: one whose array job ended (it was cancelled) is cancelled too. */
+  #shardSubmitted(id: string, array: string): void {
+    if (this.#arrays.has(array)) this.#shards.set(id, array);
+    else this.#cancel(id);
   }
 
   /** An array job ended: what of it still runs was cancelled with it. */
@@ -95,29 +100,16 @@ export class Shards {
     const count = this.#arrays.get(id)!;
     this.#arrays.delete(id);
     const jobs = this.deps.state().jobs;
-    for (let i = 0; i < count; i++) if (jobs.has(shardId(id, i))) this.#cancel(shardId(id, i));
+    for (let i = 0; i < count; i++) {
+      const shard = shardId(id, i);
+      this.#shards.delete(shard);
+      if (jobs.has(shard)) this.#cancel(shard);
+    }
   }
 
   #cancel(id: string): void {
     this.deps.log.info({ jobId: id }, 'cancelling a shard of an array job that ended');
     this.#again(() => this.deps.command(id, { type: 'CancelJob' }), id);
-  }
-
-  /**
-   * The array job's priority changed: so does that of each shard that still waits or runs (a
-   * shard's own may be changed after).
-   */
-  #prioritize(id: string): void {
-    const shards = Array.from({ length: this.#arrays.get(id)! }, (_, i) => shardId(id, i));
-    this.#again(async () => {
-      const priority = this.deps.state().jobs.get(id)?.state.spec?.priority;
-      if (priority === undefined) return;
-      for (const shard of shards) {
-        const live = this.deps.state().jobs.get(shard)?.state;
-        if (live && live.spec!.priority !== priority)
-          await this.deps.command(shard, { type: 'ChangePriority', priority });
-      }
-    }, id);
   }
 
   /** Looks at one array job, one look at a time, again after a failure. */
@@ -158,11 +150,26 @@ export class Shards {
     const state = job.state;
     if (state.shardCount === 0) return;
     const ids = shardIds(state);
+    // A shard takes its array job's priority (the API changes no shard's own).
+    for (const shard of ids) {
+      const live = this.deps.state().jobs.get(shard)?.state;
+      const priority = this.deps.state().jobs.get(id)?.state.spec?.priority;
+      if (this.deps.signal.aborted || priority === undefined) return;
+      if (live && live.spec!.priority !== priority)
+        await this.deps.command(shard, { type: 'ChangePriority', priority });
+    }
     if (ids.some((shard) => cluster.jobs.has(shard))) return;
     const outcomes: Record<string, JobStatus | 'none'> = {};
     for (const shard of ids)
       outcomes[shard] = this.#ended.get(shard) ?? (await this.deps.statusOf(shard));
-    await this.deps.command(id, { type: 'FinishShards', outcomes });
+    const missing = ids.flatMap((shard, index) => (outcomes[shard] === 'none' ? [index] : []));
+    // Each shard is submitted before the array job is recorded sharded: submit any the log lacks.
+    for (const index of missing)
+      await this.deps.command(shardId(id, index), {
+        type: 'SubmitJob',
+        ...shardSubmission(state, index),
+      });
+    if (missing.length === 0) await this.deps.command(id, { type: 'FinishShards', outcomes });
   }
 
   /** Submits every shard the array job does not have yet, a few at a time. */
@@ -172,9 +179,9 @@ export class Shards {
     let next = 0;
     const submitOne = async (): Promise<void> => {
       while (next < count && !this.deps.signal.aborted) {
-        const index = next++;
         const current = this.deps.state().jobs.get(id);
         if (!current || !awaitsSharding(current.state)) return;
+        const index = next++;
         if (this.deps.state().jobs.has(shardId(id, index))) continue;
         await this.deps.command(shardId(id, index), {
           type: 'SubmitJob',

@@ -245,6 +245,41 @@ describe('array jobs in the scheduler', () => {
     expect([0, 1, 2].map((i) => job(`job_x_${i}`).spec!.priority)).toEqual([-5, -5, -5]);
   });
 
+  it('keeps the shards at their array job’s priority, a new term too, and submits a shard the log lacks', async () => {
+    const { log, shards, succeed, job, of } = harness();
+    const shard = (index: number): DomainEvent => ({
+      type: 'JobSubmitted',
+      data: {
+        owner: 'alice',
+        spec: spec({ env: { TRAINYARD_SHARD_INDEX: String(index), TRAINYARD_SHARD_COUNT: '3' } }),
+        shardOf: { jobId: 'job_x', index, count: 3 },
+        build: false,
+      },
+    });
+    // The last term recorded the change of priority, and the array job sharded without shard 1.
+    log.append('job', 'job_x', submitted());
+    log.append('job', 'job_x_0', shard(0));
+    log.append('job', 'job_x_2', shard(2));
+    log.append('job', 'job_x', { type: 'JobSharded', data: { count: 3 } });
+    log.append('job', 'job_x', { type: 'JobPriorityChanged', data: { priority: -5, previous: 0 } });
+    log.deliver();
+    shards.caughtUp();
+    await drain();
+    expect([0, 2].map((i) => job(`job_x_${i}`).spec!.priority)).toEqual([-5, -5]);
+    succeed('job_x_0');
+    succeed('job_x_2');
+    await drain();
+    expect(of('JobShardsEnded')).toHaveLength(0);
+    expect(job('job_x_1')).toMatchObject({
+      status: 'queued',
+      shardOf: { jobId: 'job_x', index: 1, count: 3 },
+      spec: { priority: -5 },
+    });
+    succeed('job_x_1');
+    await drain();
+    expect(job('job_x').status).toBe('succeeded');
+  });
+
   it('a new term finishes what the last left half done, and looks again when the log is away', async () => {
     const { log, clock, shards, append, job, warnings } = harness({ failCommands: 1 });
     // The last term submitted one shard and no more.

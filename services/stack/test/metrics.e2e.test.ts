@@ -228,7 +228,7 @@ describe('array jobs', () => {
         {
           name: 'loss',
           count: 3,
-          last: expect.any(Number) as number,
+          last: 2,
           min: 1,
           max: 3,
           finalEpoch: 0,
@@ -255,6 +255,15 @@ describe('array jobs', () => {
   });
 
   it('cancels one shard alone, or the array job and every shard with it', async () => {
+    const huge = await submit(t, alice, {
+      name: 'huge',
+      command: 'true',
+      resources: { gpus: 0 },
+      shards: 1000,
+      env: { BIG: 'x'.repeat(20_000) },
+    });
+    expect(huge.status).toBe(400);
+    expect(await huge.text()).toContain('shards: each shard carries the spec');
     const res = await submit(t, alice, {
       name: 'long sweep',
       command: 'sleep 300',
@@ -272,6 +281,19 @@ describe('array jobs', () => {
     await t.waitForJob(`${id}_2`, alice, (j) => j.status === 'running', 30_000);
     expect((await job(id)).status).toBe('running');
     expect((await job(`${id}_1`)).status).toBe('running');
+    // Its shards take the array job's priority, and no shard's own may be changed.
+    const patch = (of: string) =>
+      t.http(`/v1/jobs/${of}`, {
+        method: 'PATCH',
+        token: alice,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ priority: -3 }),
+      });
+    expect((await patch(id)).status).toBe(200);
+    await t.waitForJob(`${id}_2`, alice, (j) => j.priority === -3, 30_000);
+    const refused = await patch(`${id}_1`);
+    expect(refused.status).toBe(409);
+    expect(await refused.text()).toContain(`shard 1 of array job ${id}`);
     const all = await runCli(['cancel', id], { env });
     expect(all.code, all.stderr).toBe(0);
     await t.waitForJob(id, alice, (j) => j.status === 'cancelled', 30_000);

@@ -182,7 +182,8 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
             spec: command.spec,
             ...(command.code && { code: command.code }),
             build: !command.shardOf && needsBuild(command.spec, command.code),
-            estimate: command.spec.shards === undefined && needsEstimate(command.spec),
+            // An array job is not run, and its shards take their GPUs whole: no probe each.
+            estimate: !command.shardOf && !command.spec.shards && needsEstimate(command.spec),
             ...(command.hold && { hold: command.hold }),
             ...(command.team !== undefined && { team: command.team }),
             ...(command.shardOf && { shardOf: command.shardOf }),

@@ -4,6 +4,7 @@
  */
 import type { HoldBy, JobEvent } from '@trainyard/events';
 import { DomainError } from '../errors.ts';
+import { awaitsSharding } from './shards.ts';
 import { isTerminal, slotHolder, type JobState } from './state.ts';
 
 function refuseEnded(state: JobState): void {
@@ -14,10 +15,10 @@ function refuseEnded(state: JobState): void {
 /** Holds a job that waits (or whose probe runs); one that runs is refused. */
 export function decideHold(state: JobState, by: HoldBy, reason: string): JobEvent[] {
   refuseEnded(state);
-  if (state.shardCount > 0) {
+  if (state.shardCount > 0 || awaitsSharding(state)) {
     throw new DomainError(
       'INVALID_TRANSITION',
-      `job ${state.id} is an array job whose shards are submitted: hold its shards (${state.id}_0 …)`,
+      `job ${state.id} is an array job that runs as its shards from now: hold its shards (${state.id}_0 …)`,
     );
   }
   const attempt = slotHolder(state);

@@ -1,5 +1,10 @@
 import { z } from 'zod';
-import { listMetricPoints, summarizeMetrics, summarizeShardMetrics } from '@trainyard/projections';
+import {
+  combineShardSummaries,
+  listMetricPoints,
+  summarizeMetrics,
+  summarizeShardMetrics,
+} from '@trainyard/projections';
 import type { Api, ApiDeps } from '../deps.ts';
 import { errorResponses, IdParamsSchema, isoTime } from '../schemas.ts';
 import { callerOf, jobIdParam, readModel, visibleJobRow } from './common.ts';
@@ -46,7 +51,7 @@ const MetricsSchema = z
     summary: z
       .array(SummarySchema)
       .describe(
-        'of an array job: over the points of all its shards (the mean of the final epoch across them)',
+        'of an array job: over all its shards; `last` and `finalEpochMean` are the means across shards of each shard’s own',
       ),
     shards: z
       .array(z.object({ jobId: z.string(), summary: z.array(SummarySchema) }))
@@ -78,12 +83,8 @@ export function jobMetricsRoutes(app: Api, deps: ApiDeps): void {
       const job = await visibleJobRow(deps, caller, id);
       const { after, limit, attempt } = req.query;
       if (job.shards !== null) {
-        const [summary, byShard] = await readModel(() =>
-          Promise.all([
-            summarizeMetrics(deps.db, { shardsOf: id }),
-            summarizeShardMetrics(deps.db, id),
-          ]),
-        );
+        const byShard = await readModel(() => summarizeShardMetrics(deps.db, id));
+        const summary = combineShardSummaries(byShard);
         const index = (shard: string) => Number(shard.slice(shard.lastIndexOf('_') + 1));
         const shards = [...byShard]
           .sort(([a], [b]) => index(a) - index(b))
@@ -92,7 +93,7 @@ export function jobMetricsRoutes(app: Api, deps: ApiDeps): void {
       }
       const [summary, points] = await readModel(() =>
         Promise.all([
-          summarizeMetrics(deps.db, { jobId: id }),
+          summarizeMetrics(deps.db, id),
           listMetricPoints(deps.db, id, {
             limit,
             ...(after !== undefined && { after }),

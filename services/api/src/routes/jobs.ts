@@ -134,6 +134,20 @@ const priorityForbidden = () =>
     'a priority above 0 needs an admin; you may lower your own jobs (down to -1000)',
   );
 
+/** What an array job's shards may hold in all: each shard's `JobSubmitted` copies its spec. */
+const MAX_ARRAY_SPEC_BYTES = 16 * 1024 * 1024;
+
+function refuseHugeArray(spec: JobSpec): void {
+  if (spec.shards === undefined) return;
+  const bytes = Buffer.byteLength(JSON.stringify(spec)) * spec.shards;
+  if (bytes > MAX_ARRAY_SPEC_BYTES) {
+    throw new ApiError(
+      'VALIDATION_FAILED',
+      `shards: each shard carries the spec, ${spec.shards} of them ${Math.ceil(bytes / 1024 ** 2)} MiB in all, over ${MAX_ARRAY_SPEC_BYTES / 1024 ** 2} MiB: use fewer shards or a smaller env`,
+    );
+  }
+}
+
 const PriorityPatchSchema = z
   .object({ priority: PrioritySchema.describe('the new priority; above 0 needs an admin') })
   .strict();
@@ -170,6 +184,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       let team: string | undefined;
       try {
         spec = withImagePolicy(submitted.spec, deps.images);
+        refuseHugeArray(spec);
         if (spec.priority > 0 && caller.role !== 'admin') throw priorityForbidden();
         await checkDependencies(deps, caller, spec);
         await refuseUnsatisfiable(deps, jobNeed(spec));
@@ -319,6 +334,13 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       const { priority } = req.body;
       const snapshot = await visibleJob(deps, caller, id);
       if (priority > 0 && caller.role !== 'admin') throw priorityForbidden();
+      const shardOf = snapshot.state.shardOf;
+      if (shardOf) {
+        throw new ApiError(
+          'INVALID_TRANSITION',
+          `job ${id} is shard ${shardOf.index} of array job ${shardOf.jobId}, whose priority its shards take: change that one's`,
+        );
+      }
       const result = await runJobCommand(
         deps.bus.store,
         id,
