@@ -84,6 +84,9 @@ function addRelease(byWorker: Map<string, Release[]>, workerId: string, r: Relea
   else byWorker.set(workerId, [r]);
 }
 
+/** How many candidates that find no place a round looks for room for, at most. */
+const HEADS_TRIED = 4;
+
 /**
  * One round's backfill: the reservation, once a candidate needs one, and what the round placed
  * before it (expected to end too). `explaining` also keeps which candidates the reservation
@@ -91,8 +94,8 @@ function addRelease(byWorker: Map<string, Release[]>, workerId: string, r: Relea
  */
 export class Backfill {
   reservation: Reservation | null = null;
-  /** Whether the round has looked for room for its first candidate that found none: once. */
-  tried = false;
+  /** How many candidates that found no place the round has looked for room for. */
+  #tries = 0;
   /** Running attempts to stop for it, when stopping some makes room for it now. */
   preemptions: Preemption[] = [];
   /** Candidates that would have started but for the reservation (only when explaining). */
@@ -106,6 +109,16 @@ export class Backfill {
     readonly policy: PlacementPolicy,
     readonly explaining = false,
   ) {}
+
+  /**
+   * Whether the round is done looking for room for a candidate that found none: it has kept
+   * room for one, or looked for the first few (one that nothing running could make room for,
+   * such as a GPU model that only busy hosts have, does not stop those after it from being
+   * weighed).
+   */
+  get tried(): boolean {
+    return this.reservation !== null || this.#tries >= HEADS_TRIED;
+  }
 
   /** Whether a candidate, started now, would still run when the reservation is due. */
   late(c: Candidate): boolean {
@@ -135,7 +148,7 @@ export class Backfill {
    * `preemptions`); else the earliest place it could start in (`reserve`).
    */
   forHead(c: Candidate, workers: readonly WorkerState[], fit: Fit): Reservation | null {
-    this.tried = true;
+    this.#tries++;
     const p = preemptionsFor(c, this.cluster, workers, fit);
     if (!p) return this.#reserve(c, workers, fit);
     this.preemptions = p.stops;

@@ -227,8 +227,9 @@ export function placeInOrder(
 }
 
 /**
- * With no room left, nothing more is placed, but the first candidate with GPUs that its quota
- * does not hold back may still have attempts stopped for it, or be told when it may start.
+ * With no room left, nothing more is placed, but the first candidates with GPUs that their quota
+ * does not hold back (one of each shape, until room is kept for one) may still have attempts
+ * stopped for them, or be told when they may start.
  */
 function roomForFirst(
   ordered: Candidate[],
@@ -237,8 +238,14 @@ function roomForFirst(
   quota: QuotaBook | undefined,
   backfill: Backfill,
 ): void {
-  const first = ordered.find((c) => c.resources.gpus > 0 && !heldBack(c, quota));
-  if (first) backfill.forHead(first, workers, (c, w) => fitOnWorker(c, w, policy));
+  const fit = (c: Candidate, w: WorkerState) => fitOnWorker(c, w, policy);
+  const shapes = new Set<string>();
+  for (const c of ordered) {
+    if (backfill.tried) return;
+    if (c.resources.gpus === 0 || shapes.has(c.shape) || heldBack(c, quota)) continue;
+    shapes.add(c.shape);
+    backfill.forHead(c, workers, fit);
+  }
 }
 
 /**

@@ -159,6 +159,27 @@ describe('which attempts placement preempts', () => {
     expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['urgent']);
   });
 
+  it('weighs the next job that waits when nothing can be stopped for the first', () => {
+    const c = emptyCluster();
+    worker(c, 'w1', [24], 0, 'A100');
+    worker(c, 'w2', [24], 0, 'L4');
+    submit(c, 'fixed', {
+      ...whole,
+      priority: -5,
+      resources: { gpus: 1, vramGb: 20, gpuModel: 'A100' },
+    });
+    submit(c, 'victim', { ...whole, priority: -5, preemptible: true });
+    expect(commit(c).sort()).toEqual(['fixed', 'victim']);
+    // First in line, an A100 job: only `fixed`, which may not be stopped, holds one.
+    submit(c, 'a100', { resources: { gpus: 1, vramGb: 20, gpuModel: 'A100' }, priority: 0 });
+    submit(c, 'any', { ...whole, priority: 0 });
+    const round = plan(c, T0);
+    expect(round.preemptions).toEqual([
+      { jobId: 'victim', attemptId: 'att-victim', workerId: 'w2', by: 'any' },
+    ]);
+    expect(round.reservation).toMatchObject({ id: 'any', workerId: 'w2' });
+  });
+
   it('stops only what the job needs, and keeps the room it makes from later work', () => {
     const c = emptyCluster();
     worker(c, 'w1', [24, 24]);
