@@ -63,6 +63,8 @@ export const AttemptReportSchema = z.discriminatedUnion('type', [
     durationMs: z.number().min(0),
     /** The worker stopped it when asked to (a cancel, a time limit): it did not end by itself. */
     stopped: z.boolean().optional(),
+    /** The worker stopped it itself, past its job's time limit, no stop having come. */
+    timeLimited: z.boolean().optional(),
   }),
   z.object({
     type: z.literal('FinishProbe'),

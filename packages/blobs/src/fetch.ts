@@ -122,7 +122,8 @@ export function fetchedBlobs(nc: NatsConnection, workerId: string, job?: string)
     async get(key: string): Promise<Readable | null> {
       // Named only where the key names another job, so that a control plane of the version
       // before reads what a worker asks for any other job.
-      const held = job === undefined || fetchableJob(key) === job ? {} : { job };
+      const keyJob = fetchableJob(key) ?? fetchableOutput(key)?.jobId;
+      const held = job === undefined || keyJob === job ? {} : { job };
       const first = await fetchPart(nc, workerId, { key, cursor: null, ...held });
       if (!first) return null;
       async function* parts(): AsyncGenerator<Uint8Array> {

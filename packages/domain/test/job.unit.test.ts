@@ -391,24 +391,38 @@ describe('job decider', () => {
     });
 
     it('fails as timeLimit an attempt its worker stopped past the limit when no stop came', () => {
-      const stoppedAfter = (durationMs: number) =>
+      const stopped = (timeLimited: boolean, exitCode = 143) =>
         when(running, {
           type: 'FinishAttempt',
           attemptId: 'a1',
-          exit: { kind: 'signalled', signal: 'SIGTERM' },
-          durationMs,
+          exit: { kind: 'exited', exitCode },
+          // Its worker's clock says nothing: its word that it stopped it at the limit does.
+          durationMs: 30_000,
           stopped: true,
+          ...(timeLimited && { timeLimited }),
           now: at(200),
           jitter: 0,
         })[0];
-      expect(stoppedAfter(150_000)).toMatchObject({
-        type: 'JobAttemptFailed',
-        data: { failure: { reason: 'timeLimit' }, retry: null },
+      for (const exitCode of [0, 143]) {
+        expect(stopped(true, exitCode)).toMatchObject({
+          type: 'JobAttemptFailed',
+          data: { failure: { reason: 'timeLimit' }, retry: null },
+        });
+      }
+      // Stopped without a cancel, a preemption or a time limit on record: its own exit.
+      expect(stopped(false)).toMatchObject({ data: { failure: { reason: 'nonZeroExit' } } });
+      const unlimited = [submitted(), assigned(), started()];
+      const [noLimit] = when(unlimited, {
+        type: 'FinishAttempt',
+        attemptId: 'a1',
+        exit: { kind: 'exited', exitCode: 0 },
+        durationMs: 30_000,
+        stopped: true,
+        timeLimited: true,
+        now: at(200),
+        jitter: 0,
       });
-      // Stopped before the limit, without a cancel or a preemption on record: its own exit.
-      expect(stoppedAfter(30_000)).toMatchObject({
-        data: { failure: { reason: 'killedBySignal' } },
-      });
+      expect(noLimit).toMatchObject({ type: 'JobSucceeded' });
       // Past its limit but not stopped: it ended by itself, as it did.
       const [ended] = when(running, {
         type: 'FinishAttempt',

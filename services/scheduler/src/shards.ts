@@ -164,11 +164,14 @@ export class Shards {
       outcomes[shard] = this.#ended.get(shard) ?? (await this.deps.statusOf(shard));
     const missing = ids.flatMap((shard, index) => (outcomes[shard] === 'none' ? [index] : []));
     // Each shard is submitted before the array job is recorded sharded: submit any the log lacks.
-    for (const index of missing)
+    for (const index of missing) {
+      // The array job may have been cancelled while its shards were read: none is submitted then.
+      if (!this.deps.state().jobs.has(id)) return;
       await this.deps.command(shardId(id, index), {
         type: 'SubmitJob',
         ...shardSubmission(state, index),
       });
+    }
     if (missing.length === 0) await this.deps.command(id, { type: 'FinishShards', outcomes });
   }
 

@@ -150,6 +150,9 @@ describe('every scheduler killed with kill -9', () => {
     };
     expect(failed.failure).toMatchObject({ reason: 'timeLimit', retryable: false });
     expect(failed.attempts).toHaveLength(1);
+    const ran =
+      Date.parse(failed.attempts[0]!.finishedAt!) - Date.parse(failed.attempts[0]!.startedAt!);
+    expect(ran).toBeGreaterThanOrEqual(7_000);
     const types = (await t.stack.ctx.bus.store.load('job', id)).events.map((e) => e.type);
     expect(types).not.toContain('JobTimeLimitReached');
     expect(types.at(-1)).toBe('JobAttemptFailed');

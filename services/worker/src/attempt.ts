@@ -32,6 +32,8 @@ export class AttemptRun {
   #stoppedByWorker = false;
   /** A stop came for it: whatever it exits with, it did not end by itself. */
   #stopAsked = false;
+  /** The worker stopped it itself past its job's time limit, no stop having come. */
+  #timeLimited = false;
   /** The probe ran out its time and was stopped. */
   #probeTimedOut = false;
   #startedAt = 0;
@@ -246,11 +248,13 @@ export class AttemptRun {
         ? undefined
         : watchTimeLimit(() => this.cancel(), {
             deadlineMs: this.#startedAt + limit * 1000 + this.opts.timeLimitMarginMs,
-            onReached: () =>
+            onReached: () => {
+              this.#timeLimited = true;
               this.ctx.log.warn(
                 { jobId: this.msg.jobId, timeLimit: limit },
                 'no stop came from the control plane at the job’s time limit: the worker stops it',
-              ),
+              );
+            },
             onStopFailed: (err) =>
               this.ctx.log.error({ err, jobId: this.msg.jobId }, 'could not stop the attempt'),
           });
@@ -336,6 +340,7 @@ export class AttemptRun {
       exit,
       durationMs: Date.now() - this.#startedAt,
       ...(this.#stopAsked && { stopped: true }),
+      ...(this.#timeLimited && { timeLimited: true }),
     });
   }
 

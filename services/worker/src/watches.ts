@@ -49,10 +49,16 @@ export function watchProbe(
   };
 }
 
+/** The longest a timer is set for (Node's timers hold no more): a later deadline is set again. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/** How many times a stop that failed is tried again, and the pause before each. */
+const STOP_TRIES = 3;
+const STOP_AGAIN_MS = 5_000;
+
 /**
- * Stops an attempt itself once it has run `deadlineMs` (a time since the epoch): its job's time
- * limit and a margin, past which the control plane's stop has not come (it is away). Returns
- * what ends the watch.
+ * Stops an attempt itself once it has run to `deadlineMs` (a time since the epoch): its job's
+ * time limit and a margin, past which the control plane's stop has not come (it is away). A
+ * stop that fails is tried again a few times. Returns what ends the watch.
  */
 export function watchTimeLimit(
   kill: () => Promise<void>,
@@ -62,12 +68,22 @@ export function watchTimeLimit(
     onStopFailed: (err: unknown) => void;
   },
 ): () => void {
-  const timer = setTimeout(
-    () => {
-      opts.onReached();
-      kill().catch(opts.onStopFailed);
-    },
-    Math.min(Math.max(0, opts.deadlineMs - Date.now()), 2 ** 31 - 1),
-  );
+  let timer: NodeJS.Timeout | undefined;
+  const stop = (triesLeft: number) => {
+    kill().catch((err: unknown) => {
+      opts.onStopFailed(err);
+      if (triesLeft > 0) timer = setTimeout(() => stop(triesLeft - 1), STOP_AGAIN_MS);
+    });
+  };
+  const arm = () => {
+    const left = opts.deadlineMs - Date.now();
+    if (left > 0) {
+      timer = setTimeout(arm, Math.min(left, MAX_TIMER_MS));
+      return;
+    }
+    opts.onReached();
+    stop(STOP_TRIES);
+  };
+  arm();
   return () => clearTimeout(timer);
 }

@@ -68,6 +68,8 @@ export type JobCommand =
       durationMs: number;
       /** Its worker stopped it when asked to: it did not end by itself. */
       stopped?: boolean;
+      /** Its worker stopped it itself past the job's time limit, no stop having come. */
+      timeLimited?: boolean;
       now: Date;
       jitter: number;
       backoff?: BackoffPolicy;
@@ -323,9 +325,7 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
           endedInTime:
             !command.stopped && command.durationMs < (state.spec?.timeLimit ?? Infinity) * 1000,
           stopped: command.stopped === true,
-          pastLimit:
-            command.stopped === true &&
-            command.durationMs >= (state.spec?.timeLimit ?? Infinity) * 1000,
+          pastLimit: command.timeLimited === true && state.spec?.timeLimit !== undefined,
         },
       );
     case 'FailAttempt':

@@ -56,7 +56,7 @@ export function jobHoldRoutes(app: Api, deps: ApiDeps): void {
         tags: ['jobs'],
         summary: 'Hold a waiting job: it is not placed until released',
         description:
-          'A job that waits (submitted, building, estimating, queued or retrying) may be held by its owner or an admin; it may still be built, and a probe already running finishes. One that runs answers 409: cancel it instead. A hold an admin puts on a job only an admin releases.',
+          'A job that waits (submitted, building, estimating, queued or retrying) may be held by its owner or an admin; it may still be built, and a probe already running finishes. One that runs answers 409: cancel it instead; so does an array job once its shards may be submitted (built, its dependencies met): hold its shards. A hold an admin puts on a job only an admin releases.',
         params: IdParamsSchema,
         body: HoldBody.optional(),
         response: { 200: HoldSchema, ...errorResponses(400, 401, 404, 409, 503) },

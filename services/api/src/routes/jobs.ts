@@ -322,7 +322,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
         tags: ['jobs'],
         summary: "Change a job's priority while it waits or runs",
         description:
-          'Its owner may lower it, or set any value up to 0; above 0 needs an admin. Placement ages priority by the wait (`docs/architecture.md`).',
+          'Its owner may lower it, or set any value up to 0; above 0 needs an admin. Placement ages priority by the wait (`docs/architecture.md`). An array job’s shards take its priority; a shard’s own is refused (409).',
         params: IdParamsSchema,
         body: PriorityPatchSchema,
         response: { 200: PriorityChangedSchema, ...errorResponses(400, 401, 403, 404, 409, 503) },
@@ -333,7 +333,6 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       const id = jobIdParam(req);
       const { priority } = req.body;
       const snapshot = await visibleJob(deps, caller, id);
-      if (priority > 0 && caller.role !== 'admin') throw priorityForbidden();
       const shardOf = snapshot.state.shardOf;
       if (shardOf) {
         throw new ApiError(
@@ -341,6 +340,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
           `job ${id} is shard ${shardOf.index} of array job ${shardOf.jobId}, whose priority its shards take: change that one's`,
         );
       }
+      if (priority > 0 && caller.role !== 'admin') throw priorityForbidden();
       const result = await runJobCommand(
         deps.bus.store,
         id,
