@@ -192,6 +192,7 @@ describe('array jobs', () => {
       );
       expect(sent.code, sent.stderr).toBe(0);
       const id = (JSON.parse(sent.stdout) as { id: string }).id;
+      expect(sent.stderr).toContain(`an array job of 3 shards, ${id}_0 … ${id}_2`);
       await t.waitForJob(id, alice, (j) => j.status === 'failed', 60_000);
       const array = await job(id);
       expect(array).toMatchObject({
@@ -244,6 +245,7 @@ describe('array jobs', () => {
       expect(shown.stdout).toContain(
         `array job of 3 shards (${id}_0 … ${id}_2): 1 failed, 2 succeeded`,
       );
+      expect(shown.stdout).not.toContain('ATTEMPT');
       const printed = await runCli(['metrics', id], { env });
       expect(printed.stdout).toContain('all 3 shards that reported:');
       expect(printed.stdout).toMatch(new RegExp(`${id}_1\\s+loss\\s+1\\s+2\\s`));

@@ -133,6 +133,8 @@ export function registerJobCommands(program: Command): void {
         console.log(
           `failure: ${job.failure.kind} ${job.failure.reason}: ${cleanName(job.failure.message)}`,
         );
+      // An array job runs nothing itself: its shards' attempts are theirs.
+      if (job.shards && !job.attempts?.length) return;
       printTable(
         ['ATTEMPT', 'WORKER', 'GPUS', 'STATUS', 'EXIT', 'STARTED', 'FINISHED'],
         (job.attempts ?? []).map((a) => [

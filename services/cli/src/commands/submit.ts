@@ -220,14 +220,27 @@ async function submitTask(dir: string | undefined, o: SubmitFlags, given: string
     client,
     await submitSpec(client, root, spec, inTaskFile(task), Boolean(o.hold)),
     o,
+    spec.shards,
   );
 }
 
-/** Prints a submitted job's id (or JSON), and follows its log with `--follow`. */
-async function announce(client: ApiClient, job: { id: string }, o: SubmitFlags): Promise<void> {
+/**
+ * Prints a submitted job's id (or JSON), and follows its log with `--follow` (an array job's log
+ * is its build's: it says where its shards' are).
+ */
+async function announce(
+  client: ApiClient,
+  job: { id: string },
+  o: SubmitFlags,
+  shards?: number,
+): Promise<void> {
   if (o.json) printJson(job);
   else console.log(job.id);
   if (o.hold) console.error(`${job.id} is held: \`trainyard release ${job.id}\` lets it queue`);
+  if (shards)
+    console.error(
+      `an array job of ${shards} shards, ${job.id}_0 … ${job.id}_${shards - 1}: \`trainyard logs ${job.id}_0\` shows one's log, \`trainyard status ${job.id}\` how they stand`,
+    );
   if (o.follow) await followToEnd(client, job.id, Boolean(o.json));
 }
 
@@ -248,7 +261,8 @@ async function submit(dir: string | undefined, o: SubmitFlags, given: string[]):
     return printPlan(root, planPack(root));
   }
   const client = ApiClient.fromEnv();
-  await announce(client, await submitDirectory(client, dir, o), o);
+  const shards = o.shards === undefined ? undefined : Number(o.shards);
+  await announce(client, await submitDirectory(client, dir, o), o, shards);
 }
 
 /** `trainyard submit`: a directory with flags, or a task file. */
