@@ -90,7 +90,10 @@ export async function summarizeMetrics(
   return (await summaries(db, { jobId }, false)).map(({ jobId: _jobId, ...summary }) => summary);
 }
 
-/** The summary of each shard of an array job that reported metrics, by the shard's id. */
+/**
+ * The summary of each shard of an array job that reported metrics, by the shard's id, in shard
+ * order (the ids share their array job's, so the shorter index comes first).
+ */
 export async function summarizeShardMetrics(
   db: Kysely<Database>,
   arrayJobId: string,
@@ -170,7 +173,7 @@ async function summaries(
         as final_epoch_mean
     from kv join final on final.g = kv.g and final.name = kv.name
     group by kv.g, kv.name, final.final_epoch
-    order by kv.g, kv.name`.execute(db);
+    order by length(kv.g), kv.g, kv.name`.execute(db);
   return rows.map((r) => ({
     jobId: r.job_id,
     name: r.name,

@@ -4,9 +4,8 @@ import {
   type Assignment,
   type JobCommand,
   type Preemption,
-  type TrackedJob,
 } from '@trainyard/domain';
-import type { JobStatus, StoredEvent } from '@trainyard/events';
+import type { StoredEvent } from '@trainyard/events';
 import { loadJob, runJobCommand } from '@trainyard/application';
 import { newId, type ServiceContext } from '@trainyard/service-kit';
 import { realClock, type Clock } from './clock.ts';
@@ -56,7 +55,7 @@ export class Term {
     });
     this.#timeLimits = new TimeLimits({
       jobs: () => this.#folding.cluster.jobs.values(),
-      enforce: (job, now) => this.#enforceTimeLimit(job, now),
+      enforce: (job, now) => this.#command(job.state.id, { type: 'EnforceTimeLimit', now }, now),
       log: ctx.log,
       signal,
       clock,
@@ -64,7 +63,7 @@ export class Term {
     this.#dependencies = new Dependencies({
       state: () => this.#folding.cluster,
       statusOf: async (id) => (await loadJob(ctx.bus.store, id)).state.status,
-      resolve: (id, outcomes) => this.#resolveDependencies(id, outcomes),
+      resolve: (id, outcomes) => this.#command(id, { type: 'ResolveDependencies', outcomes }),
       log: ctx.log,
       signal,
       clock,
@@ -135,57 +134,24 @@ export class Term {
     }
   }
 
-  async #resolveDependencies(
-    id: string,
-    outcomes: Record<string, JobStatus | 'none'>,
-  ): Promise<void> {
-    const job = this.#folding.cluster.jobs.get(id);
-    if (!job) return;
-    try {
-      const { events } = await runJobCommand(
-        this.ctx.bus.store,
-        id,
-        { type: 'ResolveDependencies', outcomes },
-        { actor: { kind: 'service', id: this.ctx.instanceId }, now: new Date() },
-        { snapshot: { state: job.state, head: job.head } },
-      );
-      if (events.length > 0)
-        this.ctx.log.info({ jobId: id, event: events[0]!.type }, 'dependencies');
-    } catch (err) {
-      if (!(err instanceof DomainError)) throw err;
-    }
-  }
-
-  /** Runs a command on a job as the scheduler; one the job refuses is logged, not thrown. */
-  async #command(id: string, command: JobCommand): Promise<void> {
+  /**
+   * Runs a command on a job as the scheduler (the job as folded, else as the log has it); one the
+   * job refuses no longer applies, and is not an error.
+   */
+  async #command(id: string, command: JobCommand, now = new Date()): Promise<void> {
     const job = this.#folding.cluster.jobs.get(id);
     try {
       const { events } = await runJobCommand(
         this.ctx.bus.store,
         id,
         command,
-        { actor: { kind: 'service', id: this.ctx.instanceId }, now: new Date() },
+        { actor: { kind: 'service', id: this.ctx.instanceId }, now },
         job && { snapshot: { state: job.state, head: job.head } },
       );
-      if (events.length > 0) this.ctx.log.info({ jobId: id, event: events[0]!.type }, 'shards');
+      if (events.length > 0) this.ctx.log.info({ jobId: id, event: events[0]!.type }, command.type);
     } catch (err) {
       if (!(err instanceof DomainError)) throw err;
-      this.ctx.log.debug({ jobId: id, code: err.code }, 'array job: command no longer applies');
-    }
-  }
-
-  async #enforceTimeLimit(job: TrackedJob, now: Date): Promise<void> {
-    try {
-      await runJobCommand(
-        this.ctx.bus.store,
-        job.state.id,
-        { type: 'EnforceTimeLimit', now },
-        { actor: { kind: 'service', id: this.ctx.instanceId }, now },
-        { snapshot: { state: job.state, head: job.head } },
-      );
-      this.ctx.log.info({ jobId: job.state.id }, 'job reached its time limit');
-    } catch (err) {
-      if (!(err instanceof DomainError)) throw err;
+      this.ctx.log.debug({ jobId: id, code: err.code }, `${command.type} no longer applies`);
     }
   }
 

@@ -1,7 +1,6 @@
+/** Watches on a running attempt's clock: a probe's, and a time limit's backstop. */
 import { ProbeReportSchema } from '@trainyard/application';
 import { readProbeReport, type RunningAttempt } from '@trainyard/runtime';
-
-/** Watches on a running attempt's clock: a probe's, and a time limit's backstop. */
 
 /** How often a probe's report is read while it runs, to stop its command once it is done. */
 const PROBE_WATCH_MS = 250;

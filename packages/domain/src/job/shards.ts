@@ -17,16 +17,13 @@ export type ShardCommand =
 /** The id of an array job's shard, like Slurm's `<array>_<index>`. */
 export const shardId = (jobId: string, index: number) => `${jobId}_${index}`;
 
-/** Whether the job is an array job. */
-export const isArrayJob = (state: JobState): boolean => state.spec?.shards !== undefined;
-
 /**
  * Whether an array job is ready for its shards to be submitted: built, every job it depends on
  * succeeded, not held, and not yet sharded.
  */
 export function awaitsSharding(state: JobState): boolean {
   return (
-    isArrayJob(state) &&
+    state.spec?.shards !== undefined &&
     state.shardCount === 0 &&
     state.status === 'queued' &&
     state.dependenciesMet &&

@@ -85,10 +85,7 @@ export function jobMetricsRoutes(app: Api, deps: ApiDeps): void {
       if (job.shards !== null) {
         const byShard = await readModel(() => summarizeShardMetrics(deps.db, id));
         const summary = combineShardSummaries(byShard);
-        const index = (shard: string) => Number(shard.slice(shard.lastIndexOf('_') + 1));
-        const shards = [...byShard]
-          .sort(([a], [b]) => index(a) - index(b))
-          .map(([jobId, summary]) => ({ jobId, summary }));
+        const shards = [...byShard].map(([jobId, summary]) => ({ jobId, summary }));
         return { jobId: id, summary, shards, points: [], next: null };
       }
       const [summary, points] = await readModel(() =>
