@@ -27,6 +27,8 @@ export interface Candidate {
   /** The key of that team's quotas and holdings (`teamAccount`), made once with the candidate. */
   teamAccount: string | null;
   resources: Resources;
+  /** How many workers it spans at once, `resources` on each: a gang job's `nodes`, else 1. */
+  nodes: number;
   /** Its priority, aged: see `effectivePriority`. */
   priority: number;
   /** Its own priority, before aging (a session's is 0): what preemption compares. */
@@ -116,6 +118,7 @@ function withShape(f: CandidateFields, priority: number): Candidate {
     team: f.team,
     teamAccount: f.team === null ? null : teamAccount(f.team),
     resources: f.resources,
+    nodes: f.nodes,
     priority,
     basePriority: f.basePriority,
     queuedSeq: f.queuedSeq,
@@ -156,6 +159,7 @@ function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
     owner: state.owner,
     team: state.team,
     resources: spec.resources,
+    nodes: spec.nodes ?? 1,
     basePriority: spec.priority,
     queuedSeq: job.queuedSeq,
     container: runsInContainer(spec),
@@ -177,6 +181,7 @@ function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null
     owner: state.owner,
     team: state.team,
     resources: spec.resources,
+    nodes: 1,
     basePriority: 0,
     queuedSeq: session.queuedSeq,
     container: state.image !== null,
@@ -192,6 +197,8 @@ function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null
 export interface Need {
   kind: Candidate['kind'];
   resources: Resources;
+  /** How many workers it spans at once. */
+  nodes: number;
   container: boolean;
   /** Its first placement is a probe's (a job with GPUs and no VRAM declared). */
   probe: boolean;
@@ -201,8 +208,9 @@ export interface Need {
 export const jobNeed = (spec: JobSpec): Need => ({
   kind: 'job',
   resources: spec.resources,
+  nodes: spec.nodes ?? 1,
   container: runsInContainer(spec),
-  probe: needsEstimate(spec),
+  probe: (spec.nodes ?? 1) === 1 && needsEstimate(spec),
 });
 
 /**
@@ -293,5 +301,6 @@ export function shapeKey(c: CandidateFields): string {
     c.estimate?.vramBytes ?? null,
     c.probe,
     c.memoryBytes,
+    c.nodes,
   ]);
 }

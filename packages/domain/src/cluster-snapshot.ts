@@ -1,7 +1,8 @@
 import { slotHolder } from './job/state.ts';
 import { countHeld, teamAccount, type MonthUsage } from './usage.ts';
 import { runHolder } from './session/state.ts';
-import { jobLive, sessionLive, type LiveHolding } from './holding.ts';
+import { jobLives, sessionLive, type LiveHolding } from './holding.ts';
+import { gangSize } from './job/gang.ts';
 import {
   type ClusterState,
   type TrackedJob,
@@ -10,7 +11,7 @@ import {
 } from './cluster.ts';
 
 /** The shape of scheduler snapshots: one of another version is ignored, the log replayed. */
-export const CLUSTER_SNAPSHOT_VERSION = 15;
+export const CLUSTER_SNAPSHOT_VERSION = 16;
 
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {
@@ -68,7 +69,7 @@ export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
     hourQuotas: new Map(snapshot.hourQuotas),
     usage: new Map(snapshot.usage.map(([k, u]) => [k, { ...u }])),
     holding: {
-      jobs: liveOf(snapshot.jobs, jobLive),
+      jobs: new Map(snapshot.jobs.flatMap(({ state }) => jobLives(state))),
       sessions: liveOf(snapshot.sessions, sessionLive),
     },
   };
@@ -95,7 +96,7 @@ function gpusHeldBy(
   const held = new Map<string, number>();
   for (const { state } of jobs) {
     const attempt = slotHolder(state);
-    if (attempt) countFor(held, state, attempt.gpus.length);
+    if (attempt) countFor(held, state, attempt.gpus.length * gangSize(attempt));
   }
   for (const { state } of sessions) {
     const run = runHolder(state);

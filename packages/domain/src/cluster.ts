@@ -7,7 +7,14 @@ import type {
   WorkerEvent,
 } from '@trainyard/events';
 import { evolveWorker, initialWorker, type WorkerLifecycle } from './worker.ts';
-import { jobLive, sessionLive, sessionMemoryNeed, setLive, type LiveHolding } from './holding.ts';
+import {
+  sessionLive,
+  sessionMemoryNeed,
+  setJobLive,
+  setLive,
+  type LiveHolding,
+} from './holding.ts';
+import { gangSize, membersOf } from './job/gang.ts';
 import { chargeAccount, hoursUsed, setQuota, teamAccount, type MonthUsage } from './usage.ts';
 import { assertNever } from './errors.ts';
 import {
@@ -42,6 +49,8 @@ export interface WorkerState {
   id: string;
   /** Where it stands in its lifecycle (`evolveWorker`): only an online worker gets work. */
   lifecycle: WorkerLifecycle;
+  /** Where other workers reach it: a gang's members reach their rank 0 there. */
+  address: string;
   gpus: GpuUsage[];
   cpuSlots: number;
   cpusUsed: number;
@@ -135,14 +144,17 @@ interface Holding {
   memoryBytes: number;
 }
 
-function jobHolding(job: JobState): Holding | undefined {
+/** What a job's last attempt holds: on one worker, or a gang's on each of its members'. */
+function jobHoldings(job: JobState): Holding[] {
   const attempt = job.attempts[job.attempts.length - 1];
-  return attempt && { ...attempt, memoryBytes: memoryNeed(job) };
+  if (!attempt) return [];
+  const memoryBytes = memoryNeed(job);
+  return membersOf(attempt).map((m) => ({ ...m, memoryBytes }));
 }
 
-function sessionHolding(session: SessionState): Holding | undefined {
+function sessionHolding(session: SessionState): Holding[] {
   const run = session.runs[session.runs.length - 1];
-  return run && { ...run, memoryBytes: sessionMemoryNeed(session) };
+  return run ? [{ ...run, memoryBytes: sessionMemoryNeed(session) }] : [];
 }
 
 /**
@@ -152,16 +164,17 @@ function sessionHolding(session: SessionState): Holding | undefined {
 function hold(
   cluster: ClusterState,
   of: { owner: string; team: string | null },
-  holding: Holding | undefined,
+  holdings: Holding[],
   sign: 1 | -1,
   atMs: number,
 ): void {
-  if (!holding) return;
-  const gpus = sign * holding.gpus.length;
+  if (holdings.length === 0) return;
+  let gpus = 0;
+  for (const holding of holdings) gpus += sign * holding.gpus.length;
   chargeAccount(cluster.gpusHeld, cluster.usage, of.owner, gpus, atMs);
   if (of.team !== null)
     chargeAccount(cluster.gpusHeld, cluster.usage, teamAccount(of.team), gpus, atMs);
-  reserve(cluster, holding, sign);
+  for (const holding of holdings) reserve(cluster, holding, sign);
 }
 
 /** The GPU-hours an account's work has taken this month, as of `nowMs`, running work counted. */
@@ -169,8 +182,7 @@ export function gpuHoursUsed(cluster: ClusterState, name: string, nowMs: number)
   return hoursUsed(cluster.gpusHeld, cluster.usage, name, nowMs);
 }
 
-function reserve(cluster: ClusterState, holding: Holding | undefined, sign: 1 | -1): void {
-  if (!holding) return;
+function reserve(cluster: ClusterState, holding: Holding, sign: 1 | -1): void {
   const worker = cluster.workers.get(holding.workerId);
   if (!worker) return;
   for (const index of holding.gpus) {
@@ -192,9 +204,9 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
   const held = slotHolder(before);
   const holds = slotHolder(after);
   const atMs = Date.parse(event.occurredAt);
-  if (held && held.id !== holds?.id) hold(cluster, before, jobHolding(before), -1, atMs);
-  if (holds && holds.id !== held?.id) hold(cluster, after, jobHolding(after), 1, atMs);
-  setLive(cluster.holding.jobs, event.aggregateId, jobLive(after));
+  if (held && held.id !== holds?.id) hold(cluster, before, jobHoldings(before), -1, atMs);
+  if (holds && holds.id !== held?.id) hold(cluster, after, jobHoldings(after), 1, atMs);
+  setJobLive(cluster.holding.jobs, event.aggregateId, after, held ? gangSize(held) : 1);
   if (isTerminal(after.status)) {
     cluster.jobs.delete(event.aggregateId);
     return;
@@ -266,6 +278,7 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
       const worker: WorkerState = {
         id: ev.aggregateId,
         lifecycle: evolveWorker(existing?.lifecycle ?? initialWorker, ev),
+        address: ev.data.address ?? ev.data.hostname,
         gpus: ev.data.gpus.map((g) => ({
           index: g.index,
           name: g.name,
@@ -286,14 +299,14 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
       cluster.workers.set(ev.aggregateId, worker);
       if (existing) {
         for (const job of cluster.jobs.values()) {
-          if (slotHolder(job.state)?.workerId === ev.aggregateId) {
-            reserve(cluster, jobHolding(job.state), 1);
-          }
+          if (!slotHolder(job.state)) continue;
+          for (const h of jobHoldings(job.state))
+            if (h.workerId === ev.aggregateId) reserve(cluster, h, 1);
         }
         for (const session of cluster.sessions.values()) {
-          if (runHolder(session.state)?.workerId === ev.aggregateId) {
-            reserve(cluster, sessionHolding(session.state), 1);
-          }
+          if (!runHolder(session.state)) continue;
+          for (const h of sessionHolding(session.state))
+            if (h.workerId === ev.aggregateId) reserve(cluster, h, 1);
         }
       }
       return;
@@ -337,60 +350,4 @@ function evolveUserInCluster(cluster: ClusterState, event: StoredEvent<UserEvent
     setQuota(cluster.quotas, event.aggregateId, event.data.maxGpus);
   else if (event.type === 'UserGpuHoursQuotaSet')
     setQuota(cluster.hourQuotas, event.aggregateId, event.data.maxGpuHours);
-}
-
-/** A live attempt (assigned or running) held by a worker. */
-export interface HeldAttempt {
-  jobId: string;
-  attemptId: string;
-  workerId: string;
-}
-
-/**
- * Attempts the log still gives to a worker that no longer runs them: every live attempt of a
- * worker that is lost or left, and, for a worker that registered again, every live attempt
- * assigned before that registration that it did not report as still running. Pass `workerId`
- * to look at one worker only. The scheduler fails them as platform failures.
- */
-export function staleAttempts(cluster: ClusterState, workerId?: string): HeldAttempt[] {
-  const stale: HeldAttempt[] = [];
-  for (const job of cluster.jobs.values()) {
-    const attempt = slotHolder(job.state);
-    if (!attempt || (workerId !== undefined && attempt.workerId !== workerId)) continue;
-    const worker = cluster.workers.get(attempt.workerId);
-    const gone =
-      !worker ||
-      worker.lifecycle.status !== 'online' ||
-      (job.attemptSeq < worker.registeredSeq && !worker.reportedRunning.has(attempt.id));
-    if (gone)
-      stale.push({ jobId: job.state.id, attemptId: attempt.id, workerId: attempt.workerId });
-  }
-  return stale;
-}
-
-/** A live run of a session held by a worker. */
-export interface HeldRun {
-  sessionId: string;
-  runId: string;
-  workerId: string;
-}
-
-/**
- * Session runs the log still gives to a worker that no longer holds them, as `staleAttempts`
- * finds attempts: a run does not outlive its worker's restart, so a worker that registered again
- * holds none from before. The scheduler places those sessions again.
- */
-export function staleRuns(cluster: ClusterState, workerId?: string): HeldRun[] {
-  const stale: HeldRun[] = [];
-  for (const session of cluster.sessions.values()) {
-    const run = runHolder(session.state);
-    if (!run || (workerId !== undefined && run.workerId !== workerId)) continue;
-    const worker = cluster.workers.get(run.workerId);
-    const gone =
-      !worker ||
-      worker.lifecycle.status !== 'online' ||
-      (session.runSeq < worker.registeredSeq && !worker.reportedRunning.has(run.id));
-    if (gone) stale.push({ sessionId: session.state.id, runId: run.id, workerId: run.workerId });
-  }
-  return stale;
 }

@@ -32,6 +32,11 @@ export const FailureReasons = {
   artifactUnavailable: { kind: 'system', retryable: true },
   /** Stopped to make room for work of a higher priority: queued again, no retry spent. */
   preempted: { kind: 'system', retryable: true },
+  /**
+   * A member of a gang job's attempt did not start within the acceptance timeout: every member
+   * is released and the job queued again, without spending a retry (a few times at most).
+   */
+  gangIncomplete: { kind: 'system', retryable: true },
   /** The attempt could not be sent to its worker, and sending it again would not help. */
   dispatchFailed: { kind: 'system', retryable: false },
 } as const satisfies Record<string, { kind: FailureKind; retryable: boolean }>;

@@ -12,6 +12,8 @@ export interface Assignment {
   gpus: number[];
   vramBytes: number;
   cpus: number;
+  /** A gang job's other members, ranks 1 and on, each on a worker of its own. */
+  members?: Pick<Assignment, 'workerId' | 'gpus' | 'vramBytes' | 'cpus'>[];
 }
 /**
  * Bytes a job takes on each of its GPUs: its declared VRAM, else what its probe measured, else
@@ -145,6 +147,7 @@ export function couldEverHold(
   const empty: WorkerState = {
     id: worker.id,
     lifecycle: { status: 'online' },
+    address: worker.id,
     gpus: worker.gpus.map((g) => ({ ...g, reservedBytes: 0, attempts: 0, simulated: false })),
     cpuSlots: worker.cpuSlots,
     cpusUsed: 0,

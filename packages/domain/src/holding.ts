@@ -1,4 +1,5 @@
 import { limitBytes, memoryNeed, slotHolder, type JobState } from './job/state.ts';
+import { membersOf } from './job/gang.ts';
 import { runHolder, type SessionState } from './session/state.ts';
 import type { WorkerState } from './cluster.ts';
 import type { Candidate } from './candidates.ts';
@@ -30,17 +31,16 @@ export interface LiveHolding {
   stopping: boolean;
 }
 
-/** What a job's live attempt holds, if it has one. */
-export function jobLive(state: JobState): LiveHolding | undefined {
+/**
+ * What a job's live attempt holds on each of its workers, by key: the job's id for it (or a
+ * gang's rank 0), `<id>#<rank>` for a gang's other members. Empty when it holds nothing.
+ */
+export function jobLives(state: JobState): [string, LiveHolding][] {
   const attempt = slotHolder(state);
-  if (!attempt) return undefined;
+  if (!attempt) return [];
   const limit = state.spec?.timeLimit;
   const stopping = state.timeLimitReached || state.cancelRequested || state.preemptRequested;
-  return {
-    workerId: attempt.workerId,
-    gpus: attempt.gpus,
-    vramBytes: attempt.vramBytes,
-    cpus: attempt.cpus,
+  const common = {
     memoryBytes: memoryNeed(state),
     startedMs: attempt.startedAt === null ? null : Date.parse(attempt.startedAt),
     runMs: stopping ? 0 : limit === undefined ? null : limit * 1000,
@@ -49,6 +49,25 @@ export function jobLive(state: JobState): LiveHolding | undefined {
     preemptible: state.spec?.preemptible === true && !attempt.probe,
     stopping,
   };
+  return membersOf(attempt).map((m) => [
+    m.rank === 0 ? state.id : `${state.id}#${m.rank}`,
+    { ...common, workerId: m.workerId, gpus: m.gpus, vramBytes: m.vramBytes, cpus: m.cpus },
+  ]);
+}
+
+/**
+ * Records what job `id` holds now (`jobLives` of its state), in place of what it held before on
+ * `nodesBefore` workers.
+ */
+export function setJobLive(
+  map: Map<string, LiveHolding>,
+  id: string,
+  state: JobState,
+  nodesBefore: number,
+): void {
+  map.delete(id);
+  for (let rank = 1; rank < nodesBefore; rank++) map.delete(`${id}#${rank}`);
+  for (const [key, live] of jobLives(state)) map.set(key, live);
 }
 
 /** What a session's live run holds, if it has one. */

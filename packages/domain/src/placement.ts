@@ -74,6 +74,29 @@ function place(
   return best;
 }
 
+/**
+ * Where a gang job goes: the first `nodes` workers from `from` that each hold one member, or
+ * null when fewer do. `firstFit` is the first of them, as for `place`.
+ */
+function placeGang(
+  job: Candidate,
+  workers: WorkerState[],
+  room: Room[],
+  policy: PlacementPolicy,
+  from: number,
+  kept: Kept | null,
+) {
+  const members: { worker: WorkerState; a: Assignment; index: number }[] = [];
+  const least = leastRoom(job, policy);
+  for (let i = from; i < workers.length && members.length < job.nodes; i++) {
+    const worker = workers[i]!;
+    if (least && !roomFor(least, room[i]!)) continue;
+    const a = fitOnWorker(job, i === kept?.index ? kept.view : worker, policy);
+    if (a) members.push({ worker, a, index: i });
+  }
+  return members.length === job.nodes ? { members, firstFit: members[0]!.index } : null;
+}
+
 function apply(worker: WorkerState, a: Assignment, job: Candidate): void {
   worker.memoryUsed += job.memoryBytes;
   for (const index of a.gpus) {
@@ -83,6 +106,19 @@ function apply(worker: WorkerState, a: Assignment, job: Candidate): void {
   }
   worker.cpusUsed += a.cpus;
 }
+
+/** A placement on one worker, as a gang's is: its only member. */
+function oneMember(placed: ReturnType<typeof place>) {
+  return placed && { members: [placed], firstFit: placed.firstFit };
+}
+
+/** What a gang's member beyond rank 0 holds, as its `JobAssigned` records it. */
+const memberPlacement = ({ workerId, gpus, vramBytes, cpus }: Assignment) => ({
+  workerId,
+  gpus,
+  vramBytes,
+  cpus,
+});
 
 /** Whether a worker could take any job at all: a GPU with no job on it, or a free CPU slot. */
 function hasRoom(w: WorkerState): boolean {
@@ -184,7 +220,10 @@ export function placeInOrder(
       continue;
     }
     const from = late ? Math.max(mark.startAt, mark.lateStartAt) : mark.startAt;
-    const placed = place(job, workers, room, policy, from, late ? kept : null);
+    const placed =
+      job.nodes === 1
+        ? oneMember(place(job, workers, room, policy, from, late ? kept : null))
+        : placeGang(job, workers, room, policy, from, late ? kept : null);
     if (!placed) {
       if (late) {
         mark.unplaceableLate = true;
@@ -194,7 +233,7 @@ export function placeInOrder(
         continue;
       }
       mark.unplaceable = true;
-      if (backfill && !backfill.tried && job.resources.gpus > 0) {
+      if (backfill && !backfill.tried && job.resources.gpus > 0 && job.nodes === 1) {
         const r = backfill.forHead(job, workers, fit);
         if (r) {
           const view = withoutKept(workers[r.index]!, r, job);
@@ -207,15 +246,20 @@ export function placeInOrder(
     else mark.startAt = placed.firstFit;
     bookQuota(job, quota);
     if (kept) bookQuota(job, kept.quota);
-    apply(placed.worker, placed.a, job);
-    if (placed.index === kept?.index) {
-      apply(kept.view, placed.a, job);
-      kept.version++;
+    for (const { worker, a, index } of placed.members) {
+      apply(worker, a, job);
+      if (index === kept?.index) {
+        apply(kept.view, a, job);
+        kept.version++;
+      }
+      backfill?.placed(job, a);
+      room[index] = roomOf(worker);
     }
-    backfill?.placed(job, placed.a);
-    room[placed.index] = roomOf(placed.worker);
-    assignments.push(placed.a);
-    if (!hasRoom(placed.worker) && !workers.some(hasRoom)) {
+    const [rank0, ...others] = placed.members.map((m) => m.a);
+    assignments.push(
+      others.length === 0 ? rank0! : { ...rank0!, members: others.map(memberPlacement) },
+    );
+    if (!placed.members.some((m) => hasRoom(m.worker)) && !workers.some(hasRoom)) {
       if (backfill && !backfill.tried) {
         const rest = ordered.slice(ordered.indexOf(job) + 1);
         roomForFirst(rest, workers, policy, quota, backfill);
@@ -242,7 +286,8 @@ function roomForFirst(
   const shapes = new Set<string>();
   for (const c of ordered) {
     if (backfill.tried) return;
-    if (c.resources.gpus === 0 || shapes.has(c.shape) || heldBack(c, quota)) continue;
+    if (c.resources.gpus === 0 || c.nodes > 1 || shapes.has(c.shape) || heldBack(c, quota))
+      continue;
     shapes.add(c.shape);
     backfill.forHead(c, workers, fit);
   }

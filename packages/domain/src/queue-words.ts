@@ -41,6 +41,10 @@ function why(p: Pending): string {
             : ': a time limit that ends it before then lets it start now';
       return `it could start now, but only on what is reserved for ${r.id} (first in line, due to start by ${iso(r.atMs)} on ${r.workerId}), and it could still run then${advice}`;
     }
+    case 'gangIncomplete': {
+      const free = p.freeNodes;
+      return `waiting for room on ${p.nodes} workers at once: it needs ${need()} on each, and ${free === 0 ? 'no online worker has' : `only ${plural(free, 'online worker')} ${free === 1 ? 'has' : 'have'}`} that free now`;
+    }
     case 'priority':
       return `waiting for room behind ${plural(p.ahead, 'earlier entry', 'earlier entries')} of the queue that need the same (${need()})`;
     case 'unsatisfiable':
@@ -68,9 +72,10 @@ function why(p: Pending): string {
         return limit === 0
           ? `${whose} of GPU-hours a month is 0: it runs only if an admin raises the quota`
           : `over ${whose} of ${limit} GPU-hours a month: ${work} took ${Number(held.toFixed(4))} this month (UTC); it waits for the next month, or for an admin to raise the quota`;
-      return p.resources.gpus > limit
-        ? `it asks for ${plural(p.resources.gpus, 'GPU')}, more than ${whose} of ${limit} at once: it runs only if an admin raises the quota`
-        : `over ${whose}: ${work} holds ${plural(held, 'GPU')} of the ${limit} it may hold at once (with what the next round places), and this needs ${p.resources.gpus} more`;
+      const gpus = p.resources.gpus * p.nodes;
+      return gpus > limit
+        ? `it asks for ${plural(gpus, 'GPU')}, more than ${whose} of ${limit} at once: it runs only if an admin raises the quota`
+        : `over ${whose}: ${work} holds ${plural(held, 'GPU')} of the ${limit} it may hold at once (with what the next round places), and this needs ${gpus} more`;
     }
   }
 }

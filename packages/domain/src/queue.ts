@@ -15,7 +15,8 @@ import {
   slotHolder,
   type JobState,
 } from './job/state.ts';
-import { couldEverHold, type WorkerShape } from './fit.ts';
+import { couldEverHold, fitOnWorker, type WorkerShape } from './fit.ts';
+import { membersOf } from './job/gang.ts';
 import { onlineWorkers, placeInOrder } from './placement.ts';
 import { overQuota, quotaBook, type OverQuota } from './quota.ts';
 import { TEAM_PREFIX, teamAccount } from './usage.ts';
@@ -38,6 +39,10 @@ export interface Pending {
   priority: number;
   effectivePriority: number;
   resources: Resources;
+  /** How many workers it spans at once (a gang job's `nodes`), `resources` on each. */
+  nodes: number;
+  /** For `gangIncomplete`: how many online workers could take one of its members now. */
+  freeNodes: number;
   container: boolean;
   reason: PendingReason;
   /** Entries ahead of it that wait for the same room. */
@@ -120,9 +125,8 @@ export function explainQueue(
   const online = onlineWorkers(cluster);
   const quota = quotaBook(cluster, now);
   const backfill = new Backfill(cluster, now.getTime(), policy, true);
-  const placed = new Set(
-    placeInOrder(ready, onlineWorkers(cluster), policy, quota, backfill).map((a) => a.id),
-  );
+  const afterRound = onlineWorkers(cluster);
+  const placed = new Set(placeInOrder(ready, afterRound, policy, quota, backfill).map((a) => a.id));
   const { reservation, keptOut } = backfill;
   const kinds = distinctWhenEmpty(online);
   const holdable = new Map<string, boolean>();
@@ -131,6 +135,7 @@ export function explainQueue(
     let reason: PendingReason;
     let ahead = 0;
     let over: Pending['quota'] = null;
+    let freeNodes = 0;
     if (placed.has(c.id)) reason = 'placing';
     else if (online.length === 0) reason = 'noWorkers';
     else if (keptOut.has(c.id)) reason = 'reserved';
@@ -138,7 +143,10 @@ export function explainQueue(
       const shape = c.shape;
       let canHold = holdable.get(shape);
       if (canHold === undefined) {
-        canHold = kinds.some((w) => couldEverHold(c, w, policy));
+        canHold =
+          c.nodes === 1
+            ? kinds.some((w) => couldEverHold(c, w, policy))
+            : workersThatCouldHold(c, online, policy) >= c.nodes;
         holdable.set(shape, canHold);
       }
       over = canHold ? overQuota(c, quota) : null;
@@ -146,7 +154,10 @@ export function explainQueue(
       if (canHold && !over) waitingByShape.set(shape, ahead + 1);
       if (!canHold) reason = 'unsatisfiable';
       else if (over) reason = 'overQuota';
-      else reason = ahead > 0 ? 'priority' : 'resources';
+      else if (c.nodes > 1) {
+        reason = 'gangIncomplete';
+        freeNodes = afterRound.filter((w) => fitOnWorker(c, w, policy) !== null).length;
+      } else reason = ahead > 0 ? 'priority' : 'resources';
     }
     const tracked = c.tracked!;
     const job = c.kind === 'job' ? (tracked as TrackedJob) : undefined;
@@ -160,6 +171,8 @@ export function explainQueue(
       priority: job?.state.spec?.priority ?? 0,
       effectivePriority: c.priority,
       resources: c.resources,
+      nodes: c.nodes,
+      freeNodes,
       container: c.container,
       reason,
       ahead,
@@ -182,7 +195,9 @@ export function explainQueue(
       continue;
     const attempt = slotHolder(state);
     if (attempt) {
-      holding.add(state.owner, attempt, 'jobs');
+      const members = membersOf(attempt);
+      const gpus = members.flatMap((m) => m.gpus);
+      holding.add(state.owner, { gpus, cpus: members.reduce((n, m) => n + m.cpus, 0) }, 'jobs');
       continue;
     }
     if (!state.spec) continue;
@@ -202,6 +217,8 @@ export function explainQueue(
       priority: state.spec.priority,
       effectivePriority: effectivePriority(state.spec.priority, job.queuedAtMs, now, policy),
       resources: state.spec.resources,
+      nodes: state.spec.nodes ?? 1,
+      freeNodes: 0,
       container: runsInContainer(state.spec),
       reason,
       ahead: 0,
@@ -299,7 +316,8 @@ function distinctWhenEmpty(workers: WorkerState[]): WorkerState[] {
 
 /**
  * Whether no worker of `workers` could ever hold a job or session of this need, even with
- * nothing else on it; false when there are no workers to judge by.
+ * nothing else on it (for a gang job, fewer workers than its `nodes` could); false when there
+ * are no workers to judge by.
  */
 export function noWorkerCouldHold(
   need: Need,
@@ -308,5 +326,18 @@ export function noWorkerCouldHold(
 ): boolean {
   if (workers.length === 0) return false;
   const candidate = needCandidate(need);
-  return !workers.some((w) => couldEverHold(candidate, w, policy));
+  return workersThatCouldHold(candidate, workers, policy) < need.nodes;
+}
+
+/** How many of `workers` could hold the candidate, each with nothing else on it (up to its `nodes`). */
+function workersThatCouldHold(
+  c: Candidate,
+  workers: readonly WorkerShape[],
+  policy: PlacementPolicy,
+): number {
+  let count = 0;
+  for (const w of workers) {
+    if (couldEverHold(c, w, policy) && ++count >= c.nodes) break;
+  }
+  return count;
 }

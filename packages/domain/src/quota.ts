@@ -60,7 +60,7 @@ function pastQuota(quota: QuotaBook, account: string, gpus: number): OverQuota['
  * placement loop's question: it allocates nothing).
  */
 export function heldBack(job: Candidate, quota: QuotaBook | undefined): boolean {
-  const gpus = job.resources.gpus;
+  const gpus = job.resources.gpus * job.nodes;
   if (!quota || gpus === 0) return false;
   if (pastQuota(quota, job.owner, gpus) !== null) return true;
   return job.teamAccount !== null && pastQuota(quota, job.teamAccount, gpus) !== null;
@@ -71,7 +71,7 @@ export function heldBack(job: Candidate, quota: QuotaBook | undefined): boolean 
  * when neither does (or neither has a quota, or it takes no GPU).
  */
 export function overQuota(job: Candidate, quota: QuotaBook | undefined): OverQuota | null {
-  const gpus = job.resources.gpus;
+  const gpus = job.resources.gpus * job.nodes;
   if (!quota || gpus === 0) return null;
   const over = (account: string, team: string | null): OverQuota | null => {
     const kind = pastQuota(quota, account, gpus);
@@ -86,7 +86,7 @@ export function overQuota(job: Candidate, quota: QuotaBook | undefined): OverQuo
 }
 
 export function bookQuota(job: Candidate, quota: QuotaBook | undefined): void {
-  const gpus = job.resources.gpus;
+  const gpus = job.resources.gpus * job.nodes;
   if (!quota || gpus === 0) return;
   if (quota.limits.has(job.owner))
     quota.held.set(job.owner, (quota.held.get(job.owner) ?? 0) + gpus);

@@ -113,6 +113,7 @@ export function commit(cluster: ClusterState) {
           gpus: a.gpus,
           vramBytes: a.vramBytes,
           cpus: a.cpus,
+          ...(a.members && { members: a.members }),
         },
       }),
     );
@@ -124,8 +125,16 @@ export function run(cluster: ClusterState, when = T0): string[] {
   const { assignments } = plan(cluster, when);
   for (const a of assignments) {
     const attemptId = `att-${a.id}`;
-    const { workerId, gpus, vramBytes, cpus } = a;
-    const data = { attemptId, attempt: 1, workerId, gpus, vramBytes, cpus };
+    const { workerId, gpus, vramBytes, cpus, members } = a;
+    const data = {
+      attemptId,
+      attempt: 1,
+      workerId,
+      gpus,
+      vramBytes,
+      cpus,
+      ...(members && { members }),
+    };
     evolveCluster(cluster, stored('job', a.id, { type: 'JobAssigned', data }, when));
     evolveCluster(cluster, stored('job', a.id, { type: 'JobStarted', data: { attemptId } }, when));
   }

@@ -21,6 +21,9 @@ export const JOB_NAME_MAX = 128;
 /** The most shards an array job may have. */
 export const MAX_SHARDS = 1000;
 
+/** The most workers a gang job may span. */
+export const MAX_NODES = 64;
+
 /** What a job needs to run. `gpus: 0` means CPU only. */
 export const ResourcesSchema = z.object({
   gpus: z.number().int().min(0).max(64),
@@ -151,6 +154,12 @@ export const JobSpecSchema = z.object({
    * cancelled alone; the array job succeeds when every shard has.
    */
   shards: z.number().int().min(1).max(MAX_SHARDS).optional(),
+  /**
+   * A gang job: one process on each of `nodes` workers, all placed at once or none, each with
+   * `resources` of its own and the variables torchrun reads (`WORLD_SIZE`, `RANK`, `LOCAL_RANK`,
+   * `MASTER_ADDR`, `MASTER_PORT`); the loss of one ends the attempt of all.
+   */
+  nodes: z.number().int().min(1).max(MAX_NODES).optional(),
   env: z
     .record(z.string().regex(ENV_NAME, 'must be a shell variable name'), z.string().max(65536))
     .default({}),
@@ -236,17 +245,31 @@ export const JobBuildFailed = z.object({
   data: z.object({ failure: FailureSchema }),
 });
 
+/** What one member of an attempt holds: the worker it runs on, and that worker's GPUs and CPUs. */
+export const PlacementSchema = z.object({
+  workerId: z.string().min(1),
+  gpus: z.array(z.number().int().min(0)),
+  vramBytes: z.number().int().nonnegative(),
+  cpus: z.number().int().min(0),
+});
+export type Placement = z.infer<typeof PlacementSchema>;
+
 export const JobAssigned = z.object({
   type: z.literal('JobAssigned'),
-  data: z.object({
+  data: PlacementSchema.extend({
     attemptId: z.string().min(1),
     attempt: z.number().int().min(1),
-    workerId: z.string().min(1),
-    gpus: z.array(z.number().int().min(0)),
-    vramBytes: z.number().int().nonnegative(),
-    cpus: z.number().int().min(0),
     /** The attempt is the job's probe: it measures the job's first steps, then stops it. */
     probe: z.boolean().optional(),
+    /**
+     * A gang job's other members, ranks 1 to `nodes - 1`, each on a worker of its own (rank 0 is
+     * the placement above): all placed in this one event.
+     */
+    members: z
+      .array(PlacementSchema)
+      .min(1)
+      .max(MAX_NODES - 1)
+      .optional(),
   }),
 });
 
@@ -276,6 +299,28 @@ export const JobEstimated = z.object({
 export const JobStarted = z.object({
   type: z.literal('JobStarted'),
   data: z.object({ attemptId: z.string().min(1), pid: z.number().int().optional() }),
+});
+
+/**
+ * One member of a gang job's attempt started (its worker confirmed it): the attempt is
+ * `JobStarted` once every member has.
+ */
+export const JobMemberStarted = z.object({
+  type: z.literal('JobMemberStarted'),
+  data: z.object({ attemptId: z.string().min(1), rank: z.number().int().min(0) }),
+});
+
+/**
+ * One member of a gang job's attempt exited 0 while others still run: the attempt succeeds once
+ * every member has.
+ */
+export const JobMemberSucceeded = z.object({
+  type: z.literal('JobMemberSucceeded'),
+  data: z.object({
+    attemptId: z.string().min(1),
+    rank: z.number().int().min(0),
+    durationMs: z.number().nonnegative(),
+  }),
 });
 
 export const JobOutputsSynced = z.object({

@@ -34,6 +34,7 @@ export const PendingReason = z.enum([
   'overQuota',
   'held',
   'reserved',
+  'gangIncomplete',
 ]);
 export type PendingReason = z.infer<typeof PendingReason>;
 

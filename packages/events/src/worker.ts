@@ -19,6 +19,15 @@ export const WorkerRegistered = z.object({
   data: z.object({
     name: z.string().min(1),
     hostname: z.string(),
+    /**
+     * Where the members of a gang job on other workers reach the member it runs
+     * (`MASTER_ADDR`): a host name or an IP address. Absent: its `hostname`.
+     */
+    address: z
+      .string()
+      .max(255)
+      .regex(/^[A-Za-z0-9][A-Za-z0-9.:-]*$/, 'a host name or an IP address')
+      .optional(),
     gpus: z.array(GpuSchema),
     cpuSlots: z.number().int().min(0),
     /**

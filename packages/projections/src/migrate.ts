@@ -15,6 +15,7 @@ import * as m012 from './migrations/012_teams.ts';
 import * as m013 from './migrations/013_gpu_hours.ts';
 import * as m014 from './migrations/014_job_preemptible.ts';
 import * as m015 from './migrations/015_array_jobs.ts';
+import * as m016 from './migrations/016_gang_jobs.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -33,6 +34,7 @@ const migrations: Record<string, Migration> = {
   '013_gpu_hours': m013,
   '014_job_preemptible': m014,
   '015_array_jobs': m015,
+  '016_gang_jobs': m016,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

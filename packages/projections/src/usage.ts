@@ -28,13 +28,13 @@ export interface JobUsage {
 /**
  * GPU time held within a window: each attempt holds its GPUs from its assignment to its end
  * (or now, while it runs), counted for the part of that which falls in the window, times the
- * number of its GPUs. Summed per user and per job from the attempts and jobs read models.
+ * number of its GPUs (on every worker, for a gang's). Summed per user and per job from the attempts and jobs read models.
  */
 export async function gpuUsage(
   db: Kysely<Database>,
   w: UsageWindow,
 ): Promise<{ users: UserUsage[]; jobs: JobUsage[] }> {
-  const held = sql<number>`sum(jsonb_array_length(a.gpus) * greatest(0, extract(epoch from (least(coalesce(a.finished_at, now()), ${w.to}::timestamptz) - greatest(a.assigned_at, ${w.from}::timestamptz)))))::float8`;
+  const held = sql<number>`sum(jsonb_array_length(a.gpus) * (1 + jsonb_array_length(a.members)) * greatest(0, extract(epoch from (least(coalesce(a.finished_at, now()), ${w.to}::timestamptz) - greatest(a.assigned_at, ${w.from}::timestamptz)))))::float8`;
   const base = db
     .selectFrom('attempts as a')
     .innerJoin('jobs as j', 'j.id', 'a.job_id')

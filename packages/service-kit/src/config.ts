@@ -72,6 +72,11 @@ export const BaseConfigSchema = z.object({
    */
   TRAINYARD_PRIORITY_AGING_PER_HOUR: z.coerce.number().min(0).max(1_000_000).optional(),
   /**
+   * A gang job's attempt whose members have not all started this long after its assignment is
+   * given up: every member is released and the job queued again (`gangIncomplete`).
+   */
+  TRAINYARD_GANG_ACCEPT_S: z.coerce.number().min(1).max(86_400).default(300),
+  /**
    * A session whose run has not started this long after it was placed is stopped
    * (`startTimeout`); a run that never started, whose worker has not answered its stop this long
    * after, is taken for gone.

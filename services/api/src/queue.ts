@@ -112,7 +112,9 @@ export async function refuseUnsatisfiable(
   const listed = workers.slice(0, 5).map(describeWorker).join('; ');
   throw new ApiError(
     'UNSATISFIABLE',
-    `no registered worker could ever run this ${need.kind}: it needs ${describeNeed(need.resources, need.container)}; the workers are ${listed}${workers.length > 5 ? '; …' : ''}`,
+    need.nodes > 1
+      ? `fewer than ${need.nodes} registered workers could ever run a member of this gang job: it needs ${describeNeed(need.resources, need.container)} on each of ${need.nodes} workers at once; the workers are ${listed}${workers.length > 5 ? '; …' : ''}`
+      : `no registered worker could ever run this ${need.kind}: it needs ${describeNeed(need.resources, need.container)}; the workers are ${listed}${workers.length > 5 ? '; …' : ''}`,
   );
 }
 

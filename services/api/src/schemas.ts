@@ -36,6 +36,10 @@ export const AttemptViewSchema = z
     id: z.string(),
     workerId: z.string(),
     gpus: z.array(z.number().int()),
+    members: z
+      .array(z.object({ workerId: z.string(), gpus: z.array(z.number().int()) }))
+      .optional()
+      .describe('a gang job’s: its members of rank 1 and on (rank 0 is workerId and gpus)'),
     probe: z.boolean().describe('the attempt was the job’s probe, which measured its first steps'),
     status: z.enum(Object.values(AttemptStatus)),
     exitCode: z.number().int().nullable(),
@@ -113,6 +117,7 @@ export const JobViewSchema = z
       .int()
       .nullable()
       .describe('an array job: how many shards it runs, each a job of its own (<id>_<index>)'),
+    nodes: z.number().int().nullable().describe('a gang job: how many workers it spans at once'),
     shardOf: z
       .object({ jobId: z.string(), index: z.number().int() })
       .nullable()
@@ -205,6 +210,9 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
   ),
   shards: JobSpecSchema.shape.shards.describe(
     'an array job of this many shards (at most 1000): each runs the command as a job of its own, <id>_<index>, with TRAINYARD_SHARD_INDEX and TRAINYARD_SHARD_COUNT, and is placed, retried and cancelled alone; the array job is built once and succeeds when every shard has (it fails if one failed); cancelling it cancels its shards',
+  ),
+  nodes: JobSpecSchema.shape.nodes.describe(
+    'a gang job over this many workers (at most 64), placed all at once or not at all, `resources` on each: every member runs the command with WORLD_SIZE, RANK (and NODE_RANK), LOCAL_RANK=0, MASTER_ADDR and MASTER_PORT, as torchrun --nnodes --node_rank reads them; when one member fails, the attempt of all ends; rank 0 keeps the outputs; not with shards or preemptible',
   ),
   image: JobSpecSchema.shape.image.describe(
     'the base image the job is built on and runs in (`python`: the default base); only where the cluster has a registry for images',

@@ -14,9 +14,14 @@ const iso = (d: Date | null) => (d ? d.toISOString() : null);
 /** Hours from seconds, to the hundredth of a second. */
 export const gpuHours = (seconds: number) => Math.round(seconds / 0.0036) / 1e6;
 
-/** The GPU-hours an attempt held: its GPUs, from its assignment to its end (or now). */
+/** The GPU-hours an attempt held: its GPUs (on each of a gang's workers), from its assignment to its end (or now). */
 const heldBy = (a: AttemptRow, now = Date.now()) =>
-  gpuHours((a.gpus.length * ((a.finished_at?.getTime() ?? now) - a.assigned_at.getTime())) / 1000);
+  gpuHours(
+    (a.gpus.length *
+      (1 + a.members.length) *
+      ((a.finished_at?.getTime() ?? now) - a.assigned_at.getTime())) /
+      1000,
+  );
 
 /** The public shape of a job. */
 export function jobView(job: JobRow, attempts?: AttemptRow[]) {
@@ -36,6 +41,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     timeLimit: job.time_limit,
     preemptible: job.preemptible,
     shards: job.shards,
+    nodes: job.nodes,
     shardOf: job.shard_of === null ? null : { jobId: job.shard_of, index: job.shard_index ?? 0 },
     dependsOn: job.depends_on,
     dependenciesMet: job.dependencies_met,
@@ -59,6 +65,9 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
         id: a.id,
         workerId: a.worker_id,
         gpus: a.gpus,
+        ...(a.members.length > 0 && {
+          members: a.members.map((m) => ({ workerId: m.workerId, gpus: m.gpus })),
+        }),
         probe: a.probe,
         status: a.status as AttemptStatus,
         exitCode: a.exit_code,

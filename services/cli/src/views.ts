@@ -7,6 +7,8 @@ export interface AttemptView {
   id: string;
   workerId: string;
   gpus: number[];
+  /** A gang job's members of rank 1 and on. */
+  members?: { workerId: string; gpus: number[] }[];
   /** The attempt was the job's probe. */
   probe?: boolean;
   status: string;
@@ -43,6 +45,8 @@ export interface JobView {
   shards?: number | null;
   shardStatuses?: Record<string, number>;
   shardOf?: { jobId: string; index: number } | null;
+  /** A gang job's worker count. */
+  nodes?: number | null;
   /** Where it stands in the queue while it waits, and why it waits (`trainyard why`). */
   queuePosition?: number | null;
   pendingReason?: string | null;

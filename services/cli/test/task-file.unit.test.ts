@@ -51,8 +51,11 @@ env:
     expect(await mistake('command: echo hi\nresources:\n  gpus: -1\n')).toBe(
       'FILE:3: resources.gpus: Too small: expected number to be >=0',
     );
-    expect(await mistake('command: echo hi\nresources: {gpus: 0}\nnodes: 4\n')).toBe(
-      'FILE:3: nodes: Unrecognized key: "nodes"',
+    expect(await mistake('command: echo hi\nresources: {gpus: 0}\nnodes: 0\n')).toBe(
+      'FILE:3: nodes: Too small: expected number to be >=1',
+    );
+    expect(await mistake('command: echo hi\nresources: {gpus: 0}\nworkers: 4\n')).toBe(
+      'FILE:3: workers: Unrecognized key: "workers"',
     );
     expect(await mistake('command: echo hi\nresources: {gpus: 0}\nshards: 0\n')).toBe(
       'FILE:3: shards: Too small: expected number to be >=1',

@@ -1,31 +1,81 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { DomainError, failure } from '@trainyard/domain';
+import { DomainError, failure, gangSize, membersOf, type AttemptState } from '@trainyard/domain';
 import { DISPATCH_VERSION, Subjects, type DispatchMessage } from '@trainyard/events';
 import { runJobCommand, type JobSnapshot } from '@trainyard/application';
 import { publishReliably, type ServiceContext } from '@trainyard/service-kit';
 
+/** The first port a gang's rank 0 may listen on for the others (torchrun's default). */
+const MASTER_PORT_BASE = 29_500;
+/** How many ports, from the first, a gang's rank 0 may be given. */
+const MASTER_PORTS = 1_000;
+
 /**
- * Sends a worker the attempt it was assigned; the message id makes resends harmless. A message
- * NATS could never carry fails the attempt at once, as a platform failure that says why, rather
- * than leaving it assigned, holding its slot.
+ * The port a gang's rank 0 listens on for the others: one of `MASTER_PORTS` from torchrun's
+ * default, by the attempt's id, so that gangs that share a worker seldom share one (a clash
+ * fails that attempt alone, and its retry draws another).
  */
-export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promise<void> {
+export function masterPort(attemptId: string): number {
+  let hash = 2_166_136_261;
+  for (let i = 0; i < attemptId.length; i++) {
+    hash = Math.imul(hash ^ attemptId.charCodeAt(i), 16_777_619) >>> 0;
+  }
+  return MASTER_PORT_BASE + (hash % MASTER_PORTS);
+}
+
+/** Where other workers reach a worker, by its id: its registered address. */
+export type AddressOf = (workerId: string) => string;
+
+/**
+ * Sends each worker of the attempt (one, or a gang's members) what it was assigned; the message
+ * id makes resends harmless. A message NATS could never carry fails the attempt at once, as a
+ * platform failure that says why, rather than leaving it assigned, holding its slot.
+ */
+export async function dispatchRun(
+  ctx: ServiceContext,
+  job: JobSnapshot,
+  addressOf: AddressOf,
+): Promise<void> {
   const { state } = job;
   const attempt = state.attempts[state.attempts.length - 1];
   if (!attempt || !state.spec) return;
+  const size = gangSize(attempt);
+  for (const member of membersOf(attempt)) {
+    const gang = size > 1 && {
+      WORLD_SIZE: String(size),
+      RANK: String(member.rank),
+      NODE_RANK: String(member.rank),
+      LOCAL_RANK: '0',
+      MASTER_ADDR: addressOf(attempt.workerId),
+      MASTER_PORT: String(masterPort(attempt.id)),
+    };
+    const sent = await dispatchMember(ctx, job, attempt, member, gang || {});
+    if (!sent) return;
+  }
+}
+
+/** Sends one member its part of the attempt: false when it could not be, and the attempt failed. */
+async function dispatchMember(
+  ctx: ServiceContext,
+  job: JobSnapshot,
+  attempt: AttemptState,
+  member: ReturnType<typeof membersOf>[number],
+  gangEnv: Record<string, string>,
+): Promise<boolean> {
+  const { state } = job;
+  const spec = state.spec!;
   const { config } = ctx;
   const message: DispatchMessage = {
     // A probe needs a worker that reads version 2; all else goes as 1, which every worker reads.
     v: attempt.probe ? DISPATCH_VERSION : 1,
     kind: 'run',
     jobId: state.id,
-    attemptId: attempt.id,
+    attemptId: member.id,
     attempt: attempt.number,
-    gpus: attempt.gpus,
-    command: state.spec.command,
-    ...(state.spec.setup && { setup: state.spec.setup }),
-    ...(!attempt.probe && state.spec.timeLimit && { timeLimitS: state.spec.timeLimit }),
-    env: state.spec.env,
+    gpus: member.gpus,
+    command: spec.command,
+    ...(spec.setup && { setup: spec.setup }),
+    ...(!attempt.probe && spec.timeLimit && { timeLimitS: spec.timeLimit }),
+    env: { ...spec.env, ...gangEnv },
     artifact: state.artifact,
     code: state.artifact ? null : state.code,
     ...(state.image && { image: state.image.ref }),
@@ -35,9 +85,9 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
         restore: { attemptId: state.outputsAttemptId, files: state.outputs },
       }),
     resources: {
-      vramBytes: attempt.vramBytes,
-      cpus: attempt.cpus,
-      ...(state.spec.resources.memoryGb && { memoryGb: state.spec.resources.memoryGb }),
+      vramBytes: member.vramBytes,
+      cpus: member.cpus,
+      ...(spec.resources.memoryGb && { memoryGb: spec.resources.memoryGb }),
     },
     ...(attempt.probe && {
       probe: {
@@ -49,16 +99,17 @@ export async function dispatchRun(ctx: ServiceContext, job: JobSnapshot): Promis
     headSeq: job.head.seq,
   };
   const subject =
-    attempt.gpus.length > 0
-      ? Subjects.dispatchGpu(attempt.workerId, attempt.gpus[0]!)
-      : Subjects.dispatchCpu(attempt.workerId);
+    member.gpus.length > 0
+      ? Subjects.dispatchGpu(member.workerId, member.gpus[0]!)
+      : Subjects.dispatchCpu(member.workerId);
   const payload = JSON.stringify(message);
   const limit = ctx.bus.nc.info?.max_payload ?? 1024 * 1024;
   if (Buffer.byteLength(payload) > limit) {
     await failUndeliverable(ctx, job, attempt.id, Buffer.byteLength(payload), limit);
-    return;
+    return false;
   }
-  await publishReliably(ctx.bus.js, subject, payload, `run-${attempt.id}`);
+  await publishReliably(ctx.bus.js, subject, payload, `run-${member.id}`);
+  return true;
 }
 
 async function failUndeliverable(
@@ -89,20 +140,28 @@ async function failUndeliverable(
   }
 }
 
-/** Tells a worker to stop an attempt whose job is being cancelled or reached its time limit. */
+/**
+ * Tells a worker to stop an attempt whose job is being cancelled or reached its time limit: each
+ * member's worker, for a gang's.
+ */
 export async function dispatchStop(js: JetStreamClient, job: JobSnapshot): Promise<void> {
   const attempt = job.state.attempts[job.state.attempts.length - 1];
-  if (!attempt) return;
-  const message: DispatchMessage = {
-    v: 1,
-    kind: 'stop',
-    jobId: job.state.id,
-    attemptId: attempt.id,
-  };
-  await publishReliably(
-    js,
-    Subjects.dispatchControl(attempt.workerId),
-    JSON.stringify(message),
-    `stop-${attempt.id}`,
-  );
+  if (attempt) await stopMembers(js, job.state.id, attempt);
+}
+
+/** Tells the worker of each member of an attempt to stop it. */
+export async function stopMembers(
+  js: JetStreamClient,
+  jobId: string,
+  attempt: AttemptState,
+): Promise<void> {
+  for (const member of membersOf(attempt)) {
+    const message: DispatchMessage = { v: 1, kind: 'stop', jobId, attemptId: member.id };
+    await publishReliably(
+      js,
+      Subjects.dispatchControl(member.workerId),
+      JSON.stringify(message),
+      `stop-${member.id}`,
+    );
+  }
 }

@@ -1,6 +1,8 @@
 import {
   currentAttempt,
   DomainError,
+  gangDeadline,
+  timeLimitDeadline,
   type Assignment,
   type JobCommand,
   type Preemption,
@@ -9,7 +11,9 @@ import type { StoredEvent } from '@trainyard/events';
 import { loadJob, runJobCommand } from '@trainyard/application';
 import { newId, type ServiceContext } from '@trainyard/service-kit';
 import { realClock, type Clock } from './clock.ts';
-import { dispatchRun, dispatchStop } from './dispatch.ts';
+import { dispatchRun, dispatchStop, stopMembers, type AddressOf } from './dispatch.ts';
+import { Deadlines } from './deadlines.ts';
+import { Gangs } from './gangs.ts';
 import { Folding } from './folding.ts';
 import type { SchedulerOptions } from './options.ts';
 import { react, recover } from './reactions.ts';
@@ -18,7 +22,6 @@ import { assignSession, dispatchSessionRun, dispatchSessionStop } from './sessio
 import { Dependencies } from './dependencies.ts';
 import { Shards } from './shards.ts';
 import { serveQueue, type QueueService } from './queue-service.ts';
-import { TimeLimits } from './time-limits.ts';
 
 /**
  * One term as leader: folds the log into the cluster state and, once it has caught up, sends
@@ -27,7 +30,10 @@ import { TimeLimits } from './time-limits.ts';
 export class Term {
   readonly #folding: Folding;
   readonly #rounds: Rounds;
-  readonly #timeLimits: TimeLimits;
+  readonly #timeLimits: Deadlines;
+  /** Gangs' attempts whose members have yet to start, given up on past the acceptance time. */
+  readonly #gangStarts: Deadlines;
+  readonly #gangs: Gangs;
   readonly #dependencies: Dependencies;
   readonly #shards: Shards;
   #queue: QueueService | undefined;
@@ -53,12 +59,39 @@ export class Term {
       signal,
       clock,
     });
-    this.#timeLimits = new TimeLimits({
+    this.#timeLimits = new Deadlines({
       jobs: () => this.#folding.cluster.jobs.values(),
+      deadline: (job) => timeLimitDeadline(job.state),
       enforce: (job, now) => this.#command(job.state.id, { type: 'EnforceTimeLimit', now }, now),
+      what: 'stop a job at its time limit',
       log: ctx.log,
       signal,
       clock,
+    });
+    const acceptMs = ctx.config.TRAINYARD_GANG_ACCEPT_S * 1000;
+    this.#gangStarts = new Deadlines({
+      jobs: () => this.#folding.cluster.jobs.values(),
+      deadline: (job) => gangDeadline(job.state, acceptMs),
+      enforce: (job, now) =>
+        this.#command(
+          job.state.id,
+          {
+            type: 'AbandonGang',
+            attemptId: currentAttempt(job.state)!.id,
+            now,
+            acceptMs,
+            jitter: Math.random(),
+          },
+          now,
+        ),
+      what: "give up on a gang's attempt whose members did not all start",
+      log: ctx.log,
+      signal,
+      clock,
+    });
+    this.#gangs = new Gangs({
+      stop: (jobId, attempt) => stopMembers(ctx.bus.js, jobId, attempt),
+      log: ctx.log,
     });
     this.#dependencies = new Dependencies({
       state: () => this.#folding.cluster,
@@ -96,6 +129,7 @@ export class Term {
     } finally {
       this.#rounds.stop();
       this.#timeLimits.stop();
+      this.#gangStarts.stop();
       this.#queue?.stop();
     }
     await this.#folding.finish();
@@ -107,7 +141,7 @@ export class Term {
     for (const job of cluster.jobs.values()) {
       const { cancelRequested, timeLimitReached, preemptRequested } = job.state;
       if (currentAttempt(job.state)?.status === 'assigned' && !cancelRequested && !preemptRequested)
-        this.#send(dispatchRun(this.ctx, job));
+        this.#send(dispatchRun(this.ctx, job, this.#addressOf));
       if (cancelRequested || timeLimitReached || preemptRequested)
         this.#send(dispatchStop(this.ctx.bus.js, job));
     }
@@ -117,6 +151,8 @@ export class Term {
     }
     this.#send(recover(this.ctx, cluster));
     this.#timeLimits.check();
+    this.#gangStarts.check();
+    this.#gangs.caughtUp(cluster.jobs.values());
     this.#dependencies.caughtUp();
     this.#shards.caughtUp();
     this.#queue = serveQueue(this.ctx, () => this.#folding.cluster, this.opts.policy);
@@ -128,11 +164,16 @@ export class Term {
     if (effect) this.#send(effect);
     this.#dependencies.live(event);
     this.#shards.live(event);
-    if (event.type === 'JobStarted') {
-      const job = this.#folding.cluster.jobs.get(event.aggregateId);
-      if (job) this.#timeLimits.watch(job);
-    }
+    if (event.aggregate !== 'job') return;
+    const job = this.#folding.cluster.jobs.get(event.aggregateId);
+    this.#gangs.folded(event, job);
+    if (job && event.type === 'JobStarted') this.#timeLimits.watch(job);
+    if (job && event.type === 'JobAssigned') this.#gangStarts.watch(job);
   }
+
+  /** Where other workers reach a worker: its registered address, else its id. */
+  readonly #addressOf: AddressOf = (workerId) =>
+    this.#folding.cluster.workers.get(workerId)?.address ?? workerId;
 
   /**
    * Runs a command on a job as the scheduler (the job as folded, else as the log has it); one the
@@ -175,12 +216,13 @@ export class Term {
           gpus: a.gpus,
           vramBytes: a.vramBytes,
           cpus: a.cpus,
+          ...(a.members && { members: a.members }),
         },
         { actor: { kind: 'service', id: this.ctx.instanceId }, now },
         { snapshot: { state: tracked.state, head: tracked.head } },
       );
       if (currentAttempt(result.state)?.status === 'assigned')
-        this.#send(dispatchRun(this.ctx, result));
+        this.#send(dispatchRun(this.ctx, result, this.#addressOf));
       return result.head.seq;
     } catch (err) {
       if (!(err instanceof DomainError)) throw err;

@@ -28,6 +28,8 @@ export interface WorkerFlags {
   simulateRuntime?: boolean;
   /** How attempts run: `process` (on the host, the default) or `docker` (in containers). */
   runtime?: string;
+  /** Where other workers reach this one (gang jobs' `MASTER_ADDR`): its host name unless said. */
+  address?: string;
 }
 
 /** Where a worker of the Docker runtime finds its engine and registry. */
@@ -191,6 +193,7 @@ function memoryBytesOf(gb: string): number {
 
 /** What every worker's options hold, whatever its runtime. */
 function common(flags: WorkerFlags, name: string) {
+  const address = addressOf(flags);
   return {
     name,
     cpuSlots: flags.cpuSlots !== undefined ? Number(flags.cpuSlots) : availableParallelism(),
@@ -201,5 +204,15 @@ function common(flags: WorkerFlags, name: string) {
     killGraceMs: 10_000,
     timeLimitMarginMs: 60_000,
     version: VERSION,
+    ...(address && { address }),
   };
+}
+
+/** `--address` (or `TRAINYARD_WORKER_ADDRESS`), checked: a host name or an IP address. */
+function addressOf(flags: WorkerFlags): string | undefined {
+  const address = flags.address ?? process.env.TRAINYARD_WORKER_ADDRESS;
+  if (address !== undefined && !/^[A-Za-z0-9][A-Za-z0-9.:-]{0,254}$/.test(address)) {
+    throw new CliError(`--address must be a host name or an IP address, not "${address}"`);
+  }
+  return address;
 }

@@ -111,6 +111,10 @@ export function startWorkerProcess(
     sandboxRoot: string;
     heartbeatMs?: number;
     docker?: { host: string; registry: string };
+    /** Simulated GPUs, as `--simulate-gpus` takes them (`2x24GiB`). */
+    simulateGpus?: string;
+    /** Where other workers reach it (`--address`). */
+    address?: string;
   },
 ): ServiceProcess {
   return startService(
@@ -124,6 +128,8 @@ export function startWorkerProcess(
       '--sandbox',
       join(opts.sandboxRoot, name),
       ...(opts.docker ? ['--runtime', 'docker'] : []),
+      ...(opts.simulateGpus ? ['--simulate-gpus', opts.simulateGpus] : []),
+      ...(opts.address ? ['--address', opts.address] : []),
     ],
     {
       TRAINYARD_NATS_URL: opts.natsUrl,

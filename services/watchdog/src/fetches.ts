@@ -1,5 +1,5 @@
 import type { Msg } from '@nats-io/nats-core';
-import { currentAttempt, isTerminal, runHolder } from '@trainyard/domain';
+import { currentAttempt, isTerminal, memberOnWorker, runHolder } from '@trainyard/domain';
 import { AttemptStatus, Subjects } from '@trainyard/events';
 import { loadJob, loadSession } from '@trainyard/application';
 import {
@@ -90,7 +90,8 @@ export function startFetches(ctx: ServiceContext): RunningFetches {
     const attempt = currentAttempt(state);
     const held =
       !isTerminal(state.status) &&
-      attempt?.workerId === workerId &&
+      attempt !== undefined &&
+      memberOnWorker(attempt, workerId) !== undefined &&
       (attempt.status === AttemptStatus.assigned || attempt.status === AttemptStatus.running);
     if (!held) return null;
     const hold = {

@@ -1,9 +1,11 @@
 import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
 import type { Msg } from '@nats-io/nats-core';
 import {
-  currentAttempt,
   DomainError,
   isTerminal,
+  memberOf,
+  memberOnWorker,
+  memberStatus,
   type JobCommand,
   type JobState,
   type WorkerCommand,
@@ -63,14 +65,17 @@ class Refused extends Error {
   }
 }
 
-/** Where a job stands, as far as `workerId` may know: its attempt only if that worker holds it. */
+/**
+ * Where a job stands, as far as `workerId` may know: its attempt (the member of a gang's that it
+ * runs) only if that worker holds it.
+ */
 const reportedJob = (state: JobState, workerId: string): ReportedJob => {
-  const attempt = currentAttempt(state);
-  const held = attempt?.workerId === workerId;
+  const attempt = state.attempts.at(-1);
+  const member = attempt && memberOnWorker(attempt, workerId);
   return {
     status: state.status,
-    attemptId: held ? attempt.id : null,
-    attemptStatus: held ? attempt.status : null,
+    attemptId: member?.id ?? null,
+    attemptStatus: member ? memberStatus(state, member.id) : null,
   };
 };
 
@@ -131,7 +136,7 @@ export function startReports(ctx: ServiceContext): RunningReports {
       ctx.bus.store,
       jobId,
       (state) => {
-        const holder = state.attempts.find((a) => a.id === report.attemptId)?.workerId;
+        const holder = memberOf(state, report.attemptId)?.member.workerId;
         if (holder !== workerId) {
           throw new Refused(
             'NOT_YOUR_ATTEMPT',

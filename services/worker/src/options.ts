@@ -22,6 +22,8 @@ export interface WorkerOptions {
    */
   timeLimitMarginMs: number;
   version: string;
+  /** Where other workers reach this one (gang jobs' `MASTER_ADDR`); its host name by default. */
+  address?: string;
   /**
    * Gives each attempt a uid of its own (a worker running as root); absent, attempts run as the
    * worker's own user.

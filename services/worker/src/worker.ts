@@ -122,6 +122,7 @@ export async function startWorker(
       data: {
         name: id,
         hostname: hostname(),
+        ...(opts.address && { address: opts.address }),
         gpus,
         cpuSlots: opts.cpuSlots,
         memoryBytes: opts.memoryBytes ?? totalmem(),

@@ -8,12 +8,15 @@ import type {
   JobSpec,
   JobStatus,
   OutputFile,
+  Placement,
   SshLogin,
 } from '@trainyard/events';
-import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
+import { type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
-import { classifyExit, exitCodeOf, failure as failureOf, type ProcessExit } from '../failures.ts';
+import { classifyExit, exitCodeOf, type ProcessExit } from '../failures.ts';
 import { decideDependencies } from './dependencies.ts';
+import { abandonGang, endAttempt, liveAttempt, liveMember } from './ends.ts';
+import { decideMemberStart, gangSize } from './gang.ts';
 import { decideHold, decideRelease } from './holds.ts';
 import {
   decideShardsEnded,
@@ -25,7 +28,6 @@ import { decidePreempt, decideTimeLimit, preemptedAttempt } from './stops.ts';
 import { probeOutcome, type ProbeReport } from './probe.ts';
 import {
   awaitsPlacement,
-  currentAttempt,
   isTerminal,
   needsBuild,
   needsEstimate,
@@ -51,14 +53,12 @@ export type JobCommand =
   | { type: 'ReclaimBuild'; builderId: string; goneBuilderId: string }
   | { type: 'CompleteBuild'; artifact: BlobRef; image?: BuiltImage; durationMs: number }
   | { type: 'FailBuild'; failure: Failure }
-  | {
+  | ({
       type: 'AssignJob';
       attemptId: string;
-      workerId: string;
-      gpus: number[];
-      vramBytes: number;
-      cpus: number;
-    }
+      /** A gang job's other members, ranks 1 and on, each on a worker of its own. */
+      members?: Placement[];
+    } & Placement)
   | { type: 'StartAttempt'; attemptId: string; pid?: number }
   | { type: 'SyncOutputs'; attemptId: string; files: OutputFile[] }
   | {
@@ -87,6 +87,11 @@ export type JobCommand =
       jitter: number;
     }
   | { type: 'FailAttempt'; attemptId: string; failure: Failure; now: Date; jitter: number }
+  /**
+   * Ends a gang job's attempt whose members did not all start within `acceptMs` of its
+   * assignment: all are released, and the job is queued again.
+   */
+  | { type: 'AbandonGang'; attemptId: string; now: Date; acceptMs: number; jitter: number }
   | { type: 'CancelJob' }
   /**
    * How the jobs this one depends on stand, as the log has them (`none`: not in the log): all
@@ -111,63 +116,6 @@ const reject = (code: DomainError['code'], message: string): never => {
   throw new DomainError(code, message);
 };
 
-function liveAttempt(state: JobState, attemptId: string) {
-  const attempt = currentAttempt(state);
-  if (
-    !attempt ||
-    attempt.id !== attemptId ||
-    attempt.finishedAt !== null ||
-    isTerminal(state.status)
-  ) {
-    return reject('STALE_ATTEMPT', `attempt ${attemptId} no longer holds job ${state.id}`);
-  }
-  return attempt;
-}
-
-function endAttempt(
-  state: JobState,
-  attemptId: string,
-  failure: Failure | null,
-  exitCode: number | null,
-  durationMs: number,
-  now: Date,
-  jitter: number,
-  policy: BackoffPolicy,
-  /**
-   * `endedInTime`: it ended by itself within the time limit, as its worker timed it;
-   * `stopped`: its worker stopped it when asked to; `pastLimit`: its worker stopped it past the
-   * time limit, no stop having come from the control plane.
-   */
-  how: { endedInTime?: boolean; stopped?: boolean; pastLimit?: boolean } = {},
-): JobEvent[] {
-  const attempt = liveAttempt(state, attemptId);
-  if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId } }];
-  if ((state.timeLimitReached || how.pastLimit) && !how.endedInTime) {
-    const limit = failureOf(
-      'timeLimit',
-      `the attempt ran past the job's time limit of ${state.spec?.timeLimit}s`,
-    );
-    const data = { attemptId, exitCode, failure: limit, durationMs, retry: null };
-    return [{ type: 'JobAttemptFailed', data }];
-  }
-  // Stopped for work of a higher priority (a script that checkpoints on SIGTERM may exit 0):
-  // queued again at once, without spending a retry; one that succeeded by itself succeeded.
-  if (state.preemptRequested && (failure || how.stopped)) {
-    return [preemptedAttempt(attemptId, exitCode, durationMs, now)];
-  }
-  if (!failure) return [{ type: 'JobSucceeded', data: { attemptId, durationMs } }];
-  const retriesUsed = state.attempts.filter(
-    (a) => a.failure?.retryable && a.failure.reason !== 'preempted',
-  ).length;
-  const maxRetries = state.spec?.maxRetries ?? 0;
-  const wait = backoffMs(attempt.number, jitter, policy);
-  const retry =
-    failure.retryable && retriesUsed < maxRetries
-      ? { retryAt: new Date(now.getTime() + wait).toISOString(), backoffMs: wait }
-      : null;
-  return [{ type: 'JobAttemptFailed', data: { attemptId, exitCode, failure, durationMs, retry } }];
-}
-
 /** Decides what a command on a job means, as events; throws `DomainError` when it may not. */
 export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
   if (command.type !== 'SubmitJob' && state.status === 'none') {
@@ -184,8 +132,13 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
             spec: command.spec,
             ...(command.code && { code: command.code }),
             build: !command.shardOf && needsBuild(command.spec, command.code),
-            // An array job is not run, and its shards take their GPUs whole: no probe each.
-            estimate: !command.shardOf && !command.spec.shards && needsEstimate(command.spec),
+            // An array job is not run, and its shards take their GPUs whole: no probe each; nor
+            // is a gang probed, whose members measured alone would not run as they do together.
+            estimate:
+              !command.shardOf &&
+              !command.spec.shards &&
+              (command.spec.nodes ?? 1) === 1 &&
+              needsEstimate(command.spec),
             ...(command.hold && { hold: command.hold }),
             ...(command.team !== undefined && { team: command.team }),
             ...(command.shardOf && { shardOf: command.shardOf }),
@@ -227,7 +180,11 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       if (!awaitsPlacement(state)) {
         return reject('INVALID_TRANSITION', `job ${state.id} is ${state.status}, not queued`);
       }
-      const { type: _t, ...rest } = command;
+      const { type: _t, members, ...rest } = command;
+      const nodes = state.spec?.nodes ?? 1;
+      if ((members?.length ?? 0) !== nodes - 1) {
+        return reject('INVALID_TRANSITION', `job ${state.id} runs on ${nodes} workers at once`);
+      }
       return [
         {
           type: 'JobAssigned',
@@ -235,17 +192,19 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
             ...rest,
             attempt: state.attempts.length + 1,
             ...(probesNext(state) && { probe: true }),
+            ...(members && members.length > 0 && { members }),
           },
         },
       ];
     }
     case 'StartAttempt': {
-      const attempt = liveAttempt(state, command.attemptId);
+      const { attempt, member } = liveMember(state, command.attemptId);
       if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId: attempt.id } }];
       // Preempted before it started: it never starts (its worker releases it), and queues again.
       if (state.preemptRequested && attempt.status === 'assigned') {
         return [preemptedAttempt(attempt.id, null, 0, new Date(attempt.assignedAt))];
       }
+      if (gangSize(attempt) > 1) return decideMemberStart(attempt, member.rank);
       // A start said twice (its first answer lost on the way back) is the start already recorded.
       if (attempt.status === 'running') return [];
       if (attempt.status !== 'assigned') {
@@ -261,16 +220,20 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         },
       ];
     }
-    case 'SyncOutputs':
-      if (liveAttempt(state, command.attemptId).probe) {
+    case 'SyncOutputs': {
+      const { attempt, member } = liveMember(state, command.attemptId);
+      if (attempt.probe) {
         return reject(
           'INVALID_TRANSITION',
           `attempt ${command.attemptId} is a probe: it keeps no outputs`,
         );
       }
+      // A gang keeps the outputs of its rank 0, as torch's convention has it save them.
+      if (member.rank !== 0) return [];
       return [
         { type: 'JobOutputsSynced', data: { attemptId: command.attemptId, files: command.files } },
       ];
+    }
     case 'FinishProbe': {
       const attempt = liveAttempt(state, command.attemptId);
       if (!attempt.probe) {
@@ -339,6 +302,8 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         command.jitter,
         DEFAULT_BACKOFF,
       );
+    case 'AbandonGang':
+      return abandonGang(state, command.attemptId, command.now, command.acceptMs, command.jitter);
     case 'CancelJob': {
       if (isTerminal(state.status)) {
         return reject('JOB_FINISHED', `job ${state.id} already ${state.status}`);

@@ -11,6 +11,7 @@ import type {
   JobStatus,
   JobSubmittedData,
   OutputFile,
+  Placement,
   Resources,
   ShardOf,
 } from '@trainyard/events';
@@ -31,6 +32,11 @@ export interface AttemptState {
   failure: Failure | null;
   /** The attempt is the job's probe, which measures its first steps and stops it. */
   probe: boolean;
+  /** A gang job's other members, ranks 1 and on (rank 0 is the placement above). */
+  members: Placement[];
+  /** The ranks of a gang's members that started, and those that exited 0. */
+  ranksStarted: number[];
+  ranksSucceeded: number[];
 }
 
 export interface JobState {
@@ -202,29 +208,6 @@ export function awaitsDependencies(state: JobState): boolean {
 
 const TERMINAL = new Set<string>(['succeeded', 'failed', 'cancelled']);
 
-/** Whether this event ends its job: nothing can follow it. */
-export function endsJob(event: JobEvent): boolean {
-  switch (event.type) {
-    case 'JobSucceeded':
-    case 'JobCancelled':
-    case 'JobBuildFailed':
-    case 'JobDependencyFailed':
-    case 'JobShardsEnded':
-      return true;
-    case 'JobAttemptFailed':
-      return event.data.retry === null;
-    default:
-      return false;
-  }
-}
-
-/** How an event that ends its job ended it. */
-export function outcomeOf(event: JobEvent): JobStatus {
-  if (event.type === 'JobShardsEnded') return event.data.status;
-  if (event.type === 'JobSucceeded') return 'succeeded';
-  return event.type === 'JobCancelled' ? 'cancelled' : 'failed';
-}
-
 export function isTerminal(status: JobState['status']): boolean {
   return TERMINAL.has(status);
 }
@@ -290,8 +273,25 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
             exitCode: null,
             failure: null,
             probe: event.data.probe ?? false,
+            members: event.data.members ?? [],
+            ranksStarted: [],
+            ranksSucceeded: [],
           },
         ],
+      };
+    case 'JobMemberStarted':
+      return {
+        ...state,
+        attempts: withAttempt(state, event.data.attemptId, (a) => ({
+          ranksStarted: [...a.ranksStarted, event.data.rank],
+        })),
+      };
+    case 'JobMemberSucceeded':
+      return {
+        ...state,
+        attempts: withAttempt(state, event.data.attemptId, (a) => ({
+          ranksSucceeded: [...a.ranksSucceeded, event.data.rank],
+        })),
       };
     case 'JobStarted':
       return {

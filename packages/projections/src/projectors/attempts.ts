@@ -29,6 +29,7 @@ function step(row: AttemptRow | undefined, event: StoredEvent): AttemptRow | und
       gpus: event.data.gpus,
       vram_bytes: event.data.vramBytes,
       probe: event.data.probe ?? false,
+      members: event.data.members ?? [],
       status: 'assigned',
       exit_code: null,
       failure: null,
@@ -63,7 +64,7 @@ function step(row: AttemptRow | undefined, event: StoredEvent): AttemptRow | und
 export const attemptsProjector: TableProjector<'attempts'> = {
   table: 'attempts',
   primaryKey: 'id',
-  jsonColumns: ['gpus', 'failure'],
+  jsonColumns: ['gpus', 'failure', 'members'],
   keyOf: attemptIdOf,
   apply: step,
 };

@@ -25,6 +25,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       time_limit: spec.timeLimit ?? null,
       preemptible: spec.preemptible ?? false,
       shards: spec.shards ?? null,
+      nodes: spec.nodes ?? null,
       shard_of: event.data.shardOf?.jobId ?? null,
       shard_index: event.data.shardOf?.index ?? null,
       depends_on: spec.dependsOn ?? [],
@@ -82,6 +83,8 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
         : { ...common, status: 'failed', retry_at: null, finished_at: at };
     }
     case 'JobCancelRequested':
+    case 'JobMemberStarted':
+    case 'JobMemberSucceeded':
     case 'JobTimeLimitReached':
     case 'JobPreempted':
     case 'JobLogin':

@@ -1,5 +1,5 @@
-import type { Insertable, Selectable } from 'kysely';
-import type { Failure } from '@trainyard/events';
+import type { Generated, Insertable, Selectable } from 'kysely';
+import type { Failure, Placement } from '@trainyard/events';
 
 export interface AttemptsTable {
   id: string;
@@ -10,6 +10,8 @@ export interface AttemptsTable {
   vram_bytes: number;
   /** The attempt was the job's probe. */
   probe: boolean;
+  /** A gang job's members beyond rank 0 (`worker_id`, `gpus`): one per worker. */
+  members: Generated<Placement[]>;
   status: string;
   exit_code: number | null;
   failure: Failure | null;

@@ -25,6 +25,8 @@ export interface JobsTable {
   preemptible: boolean;
   /** How many shards an array job has; null for any other job. */
   shards: number | null;
+  /** How many workers a gang job spans at once; null for any other job. */
+  nodes: number | null;
   /** For a shard, its array job and its index in it. */
   shard_of: string | null;
   shard_index: number | null;

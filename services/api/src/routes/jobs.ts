@@ -137,7 +137,17 @@ const priorityForbidden = () =>
 /** What an array job's shards may hold in all: each shard's `JobSubmitted` copies its spec. */
 const MAX_ARRAY_SPEC_BYTES = 16 * 1024 * 1024;
 
-function refuseHugeArray(spec: JobSpec): void {
+/** Refuses what an array or a gang job may not be: too large an array, a gang of arrays. */
+function refuseBadShape(spec: JobSpec): void {
+  if ((spec.nodes ?? 1) > 1 && spec.shards !== undefined) {
+    throw new ApiError(
+      'VALIDATION_FAILED',
+      'nodes: a job is an array (shards) or a gang (nodes), not both',
+    );
+  }
+  if ((spec.nodes ?? 1) > 1 && spec.preemptible) {
+    throw new ApiError('VALIDATION_FAILED', 'preemptible: a gang job (nodes) is not preemptible');
+  }
   if (spec.shards === undefined) return;
   const bytes = Buffer.byteLength(JSON.stringify(spec)) * spec.shards;
   if (bytes > MAX_ARRAY_SPEC_BYTES) {
@@ -184,7 +194,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       let team: string | undefined;
       try {
         spec = withImagePolicy(submitted.spec, deps.images);
-        refuseHugeArray(spec);
+        refuseBadShape(spec);
         if (spec.priority > 0 && caller.role !== 'admin') throw priorityForbidden();
         await checkDependencies(deps, caller, spec);
         await refuseUnsatisfiable(deps, jobNeed(spec));

@@ -163,6 +163,7 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
         await refuseUnsatisfiable(deps, {
           kind: 'session',
           resources: spec.resources,
+          nodes: 1,
           container: spec.image !== undefined || image !== undefined,
           probe: false,
         });

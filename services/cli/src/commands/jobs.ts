@@ -111,6 +111,8 @@ export function registerJobCommands(program: Command): void {
       if (job.preemptible) console.log('preemptible: work of a higher priority may stop it');
       if (job.shards) console.log(shardsLine(job.id, job.shards, job.shardStatuses ?? {}));
       if (job.shardOf) console.log(`shard ${job.shardOf.index} of array job ${job.shardOf.jobId}`);
+      if (job.nodes && job.nodes > 1)
+        console.log(`gang job on ${job.nodes} workers at once (rank 0 first in WORKER)`);
       if (job.dependsOn?.length)
         console.log(
           `after ${job.dependsOn.join(', ')}${job.dependenciesMet ? '' : ' (waiting for them)'}`,
@@ -139,7 +141,7 @@ export function registerJobCommands(program: Command): void {
         ['ATTEMPT', 'WORKER', 'GPUS', 'STATUS', 'EXIT', 'STARTED', 'FINISHED'],
         (job.attempts ?? []).map((a) => [
           a.probe ? `${a.number} (probe)` : String(a.number),
-          a.workerId,
+          [a.workerId, ...(a.members ?? []).map((m) => m.workerId)].join(','),
           a.gpus.join(',') || 'cpu',
           a.status,
           a.exitCode === null ? '' : String(a.exitCode),

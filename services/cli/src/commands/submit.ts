@@ -68,6 +68,7 @@ function specFrom(root: string, o: SubmitFlags) {
     ...(o.timeLimit !== undefined && { timeLimit: durationFlag(o.timeLimit as string) }),
     ...(o.preemptible === true && { preemptible: true }),
     ...(o.shards !== undefined && { shards: num('--shards', 'shards') }),
+    ...(o.nodes !== undefined && { nodes: num('--nodes', 'nodes') }),
     ...((o.dependsOn as string[] | undefined)?.length && { dependsOn: o.dependsOn as string[] }),
     env: {
       ...(o.envFile ? envFile(o.envFile as string) : {}),
@@ -93,6 +94,7 @@ const FLAGS: Record<string, string> = {
   timeLimit: '--time-limit',
   preemptible: '--preemptible',
   shards: '--shards',
+  nodes: '--nodes',
   dependsOn: '--depends-on',
   env: '--env',
 };
@@ -185,6 +187,7 @@ const SPEC_FLAGS = [
   'timeLimit',
   'preemptible',
   'shards',
+  'nodes',
   'dependsOn',
 ];
 
@@ -312,6 +315,10 @@ export function registerSubmitCommand(program: Command): void {
     .option(
       '--shards <n>',
       'an array job: run the command as N shards, each a job of its own (ID_0 … ID_N-1) with TRAINYARD_SHARD_INDEX and TRAINYARD_SHARD_COUNT; it succeeds when all do',
+    )
+    .option(
+      '--nodes <n>',
+      'a gang job: run the command on N workers at once, all or none, with WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for torchrun; --gpus and the rest are per worker',
     )
     .option(
       '--depends-on <id>',

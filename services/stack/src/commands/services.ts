@@ -298,6 +298,10 @@ export function registerServiceCommands(program: Command): void {
       'memory placement shares out among this worker’s attempts (default: the host’s)',
     )
     .option('--sandbox <dir>', 'where attempts run')
+    .option(
+      '--address <host>',
+      'where other workers reach this one, for gang jobs (MASTER_ADDR); or TRAINYARD_WORKER_ADDRESS (default: the host name)',
+    )
     .option('--heartbeat-ms <ms>', 'heartbeat interval', '2000')
     .option(
       '--token <token>',

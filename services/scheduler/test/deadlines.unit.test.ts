@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { decideJob, type TrackedJob } from '@trainyard/domain';
+import { decideJob, timeLimitDeadline, type TrackedJob } from '@trainyard/domain';
 import type { DomainEvent } from '@trainyard/events';
-import { TimeLimits } from '../src/time-limits.ts';
+import { Deadlines } from '../src/deadlines.ts';
 import { FakeClock, FakeLog, T0 } from './fakes.ts';
 
 const stops: (() => void)[] = [];
@@ -40,8 +40,10 @@ function harness(fail: (id: string) => boolean = () => false) {
   const enforced: { id: string; atS: number }[] = [];
   const warnings: string[] = [];
   const stop = new AbortController();
-  const limits = new TimeLimits({
+  const limits = new Deadlines({
     jobs: () => log.state.jobs.values(),
+    deadline: (job) => timeLimitDeadline(job.state),
+    what: 'stop a job at its time limit',
     enforce: (job: TrackedJob, now: Date) => {
       enforced.push({ id: job.state.id, atS: (now.getTime() - T0.getTime()) / 1000 });
       if (fail(job.state.id)) return Promise.reject(new Error('the log is away'));

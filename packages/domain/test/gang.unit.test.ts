@@ -1,0 +1,226 @@
+import { describe, expect, it } from 'vitest';
+import type { JobEvent } from '@trainyard/events';
+import {
+  decideJob,
+  emptyCluster,
+  evolveCluster,
+  evolveJob,
+  explainQueue,
+  memberAttemptId,
+  memberStatus,
+  plan,
+  staleAttempts,
+  type JobCommand,
+  type JobState,
+} from '../src/index.ts';
+import { describePending } from '../src/queue-words.ts';
+import { commit, given, spec, stored, submit, submitted, T0, worker } from './given.ts';
+
+const GB = 1024 ** 3;
+const gang = spec({ resources: { gpus: 1, vramGb: 8 }, nodes: 3, maxRetries: 1 });
+
+/** A gang of three assigned to w1 (rank 0), w2 and w3, one GPU each. */
+const assignedGang = (attemptId = 'a1', attempt = 1): JobEvent => ({
+  type: 'JobAssigned',
+  data: {
+    attemptId,
+    attempt,
+    workerId: 'w1',
+    gpus: [0],
+    vramBytes: 8 * GB,
+    cpus: 0,
+    members: [
+      { workerId: 'w2', gpus: [0], vramBytes: 8 * GB, cpus: 0 },
+      { workerId: 'w3', gpus: [1], vramBytes: 8 * GB, cpus: 0 },
+    ],
+  },
+});
+
+const evolve = (s: JobState, e: JobEvent) => evolveJob(s, e, T0.toISOString());
+
+/** Runs a command on the state and folds what it decides, as the log would. */
+function step(state: JobState, command: JobCommand): [JobState, JobEvent[]] {
+  const events = decideJob(command, state);
+  return [events.reduce(evolve, state), events];
+}
+
+const exit0 = { kind: 'exited', exitCode: 0 } as const;
+const finish = (attemptId: string, exit: { kind: 'exited'; exitCode: number } = exit0) => ({
+  type: 'FinishAttempt' as const,
+  attemptId,
+  exit,
+  durationMs: 1000,
+  now: T0,
+  jitter: 0,
+});
+
+describe('gang jobs', () => {
+  it('are placed on as many workers at once, or not at all, and hold GPUs on each', () => {
+    const cluster = emptyCluster();
+    for (const id of ['w1', 'w2', 'w3']) worker(cluster, id, [24]);
+    submit(cluster, 'job_small', { resources: { gpus: 1, vramGb: 8 } });
+    submit(cluster, 'job_gang', { resources: { gpus: 1 }, nodes: 3 });
+    // The small job takes a GPU of w1: two workers are left whole for a gang of three, which
+    // takes none of them.
+    expect(plan(cluster, T0).assignments.map((a) => a.id)).toEqual(['job_small']);
+    const pending = explainQueue(cluster, T0).entries.find((e) => e.id === 'job_gang')!;
+    expect(pending.reason).toBe('gangIncomplete');
+    expect(describePending(pending).message).toBe(
+      'waiting for room on 3 workers at once: it needs 1 GPU (whole) on each, and only 2 online workers have that free now',
+    );
+    commit(cluster);
+    worker(cluster, 'w4', [24, 24]);
+    const [placed] = plan(cluster, T0).assignments;
+    expect(placed).toMatchObject({ id: 'job_gang', workerId: 'w2', gpus: [0] });
+    expect(placed!.members!.map((m) => m.workerId)).toEqual(['w3', 'w4']);
+    commit(cluster);
+    const held = [...cluster.workers.values()].map((w) => [w.id, w.gpus.map((g) => g.attempts)]);
+    expect(held).toEqual([
+      ['w1', [1]],
+      ['w2', [1]],
+      ['w3', [1]],
+      ['w4', [1, 0]],
+    ]);
+    // Its owner holds its three GPUs, and the small job's one.
+    expect(cluster.gpusHeld.get('alice')).toBe(4);
+    expect(cluster.holding.jobs.get('job_gang#2')).toMatchObject({ workerId: 'w4', gpus: [0] });
+    // A lost member's worker names the member for the scheduler to fail.
+    evolveCluster(
+      cluster,
+      stored('worker', 'w3', {
+        type: 'WorkerLost',
+        data: { lastSeenAt: null, timeoutMs: 1000 },
+      }),
+    );
+    expect(staleAttempts(cluster)).toEqual([
+      { jobId: 'job_gang', attemptId: 'att-job_gang-r1', workerId: 'w3' },
+    ]);
+    // Its end gives back what it held on every worker.
+    evolveCluster(
+      cluster,
+      stored('job', 'job_gang', { type: 'JobCancelled', data: { attemptId: 'att-job_gang' } }),
+    );
+    expect(cluster.workers.get('w4')!.gpus[0]!.attempts).toBe(0);
+    expect(cluster.gpusHeld.get('alice')).toBe(1);
+    expect(cluster.holding.jobs.has('job_gang#2')).toBe(false);
+  });
+
+  it('refuses at submission, as no worker could hold it, a gang wider than the fleet', () => {
+    const cluster = emptyCluster();
+    worker(cluster, 'w1', [24, 24]);
+    submit(cluster, 'job_gang', { resources: { gpus: 1, vramGb: 8 }, nodes: 2 });
+    expect(explainQueue(cluster, T0).entries[0]!.reason).toBe('unsatisfiable');
+  });
+
+  it('starts once every member has, and succeeds once every member exited 0', () => {
+    let state = given([submitted(gang), assignedGang()]);
+    let events: JobEvent[];
+    [state, events] = step(state, { type: 'StartAttempt', attemptId: memberAttemptId('a1', 2) });
+    expect(events).toEqual([{ type: 'JobMemberStarted', data: { attemptId: 'a1', rank: 2 } }]);
+    expect(state.status).toBe('assigned');
+    // The member's worker is told it runs; another's, not yet.
+    expect(memberStatus(state, 'a1-r2')).toBe('running');
+    expect(memberStatus(state, 'a1-r1')).toBe('assigned');
+    // A start said twice is the start already recorded.
+    expect(decideJob({ type: 'StartAttempt', attemptId: 'a1-r2' }, state)).toEqual([]);
+    [state] = step(state, { type: 'StartAttempt', attemptId: 'a1' });
+    [state, events] = step(state, { type: 'StartAttempt', attemptId: 'a1-r1' });
+    expect(events.map((e) => e.type)).toEqual(['JobMemberStarted', 'JobStarted']);
+    expect(state.status).toBe('running');
+    [state, events] = step(state, finish('a1-r1'));
+    expect(events).toEqual([
+      { type: 'JobMemberSucceeded', data: { attemptId: 'a1', rank: 1, durationMs: 1000 } },
+    ]);
+    [state] = step(state, finish('a1'));
+    [state, events] = step(state, finish('a1-r2'));
+    expect(events).toEqual([{ type: 'JobSucceeded', data: { attemptId: 'a1', durationMs: 1000 } }]);
+    expect(state.status).toBe('succeeded');
+  });
+
+  it('ends the attempt of all with the first member that fails, naming it', () => {
+    let state = given([submitted(gang), assignedGang()]);
+    for (const id of ['a1', 'a1-r1', 'a1-r2'])
+      [state] = step(state, { type: 'StartAttempt', attemptId: id });
+    const [after, events] = step(state, {
+      type: 'FailAttempt',
+      attemptId: 'a1-r2',
+      failure: {
+        kind: 'system',
+        reason: 'workerLost',
+        message: 'worker w3 no longer runs it',
+        retryable: true,
+      },
+      now: T0,
+      jitter: 0,
+    });
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({
+      type: 'JobAttemptFailed',
+      data: {
+        attemptId: 'a1',
+        failure: {
+          reason: 'workerLost',
+          message: 'rank 2 (worker w3): worker w3 no longer runs it',
+        },
+      },
+    });
+    expect(after.status).toBe('retrying');
+    // What the others report of the ended attempt no longer applies.
+    expect(() => decideJob(finish('a1'), after)).toThrow(/no longer holds/);
+    // Outputs are rank 0's: another member's are not recorded.
+    expect(decideJob({ type: 'SyncOutputs', attemptId: 'a1-r1', files: [] }, state)).toEqual([]);
+  });
+
+  it('gives up on members that did not start in time, queued again without a retry spent, a few times', () => {
+    let state = given([submitted(gang), assignedGang()]);
+    [state] = step(state, { type: 'StartAttempt', attemptId: 'a1' });
+    const abandon = (attemptId: string, afterMs: number) => ({
+      type: 'AbandonGang' as const,
+      attemptId,
+      now: new Date(T0.getTime() + afterMs),
+      acceptMs: 60_000,
+      jitter: 0,
+    });
+    expect(() => decideJob(abandon('a1', 59_000), state)).toThrow(/may still start/);
+    const [after, events] = step(state, abandon('a1', 60_000));
+    expect(events[0]).toMatchObject({
+      type: 'JobAttemptFailed',
+      data: {
+        failure: {
+          reason: 'gangIncomplete',
+          message: 'ranks 1, 2 did not start within 60s of the assignment',
+        },
+        retry: { backoffMs: expect.any(Number) },
+      },
+    });
+    expect(after.status).toBe('retrying');
+    // Once every member started, it is not given up on.
+    let full = state;
+    for (const id of ['a1-r1', 'a1-r2'])
+      [full] = step(full, { type: 'StartAttempt', attemptId: id });
+    expect(() => decideJob(abandon('a1', 60_000), full)).toThrow(/not waiting/);
+    // The fifth time in all, the job fails rather than queue again; no retry was spent before.
+    let s = given([submitted(gang)]);
+    for (let n = 1; n <= 5; n++) {
+      s = evolve(s, assignedGang(`a${n}`, n));
+      [s] = step(s, abandon(`a${n}`, 60_000));
+    }
+    expect(s.status).toBe('failed');
+    expect(s.failure?.message).toMatch(/5 times: the job is not queued again/);
+  });
+
+  it('takes no probe, and refuses an assignment short of its members', () => {
+    const [sub] = decideJob(
+      { type: 'SubmitJob', owner: 'alice', spec: spec({ resources: { gpus: 1 }, nodes: 2 }) },
+      given([]),
+    );
+    expect(sub).toMatchObject({ data: { estimate: false } });
+    const state = given([submitted(gang)]);
+    expect(() =>
+      decideJob(
+        { type: 'AssignJob', attemptId: 'a1', workerId: 'w1', gpus: [0], vramBytes: GB, cpus: 0 },
+        state,
+      ),
+    ).toThrow(/runs on 3 workers at once/);
+  });
+});

@@ -1,0 +1,158 @@
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
+import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
+import { startWorkerProcess, type ServiceProcess } from './processes.ts';
+
+let t: TestStack;
+let token: string;
+let dir: Awaited<ReturnType<typeof tempDir>>;
+const workers: ServiceProcess[] = [];
+
+/**
+ * Each member joins a gloo process group from the variables it was given, sums the ranks, and
+ * rank 0 prints what every member was given.
+ */
+const DDP = `
+import json, os
+import torch
+import torch.distributed as dist
+
+names = ['WORLD_SIZE', 'RANK', 'NODE_RANK', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT']
+given = {n: os.environ[n] for n in names}
+dist.init_process_group('gloo')
+total = torch.tensor([float(dist.get_rank())])
+dist.all_reduce(total)
+every = [None] * dist.get_world_size()
+dist.all_gather_object(every, given)
+if dist.get_rank() == 0:
+    print('sum of ranks', int(total.item()), flush=True)
+    for g in every:
+        print('member', json.dumps(g, sort_keys=True), flush=True)
+dist.destroy_process_group()
+`;
+
+async function log(id: string): Promise<string> {
+  const res = await t.http(`/v1/jobs/${id}/logs`, { token });
+  return res.text();
+}
+
+beforeAll(async () => {
+  t = await startTestStack({ localWorker: false, heartbeatTimeoutMs: 5_000 });
+  token = await t.token();
+  dir = await tempDir('trainyard-gang-');
+  for (const name of ['gw1', 'gw2']) {
+    workers.push(
+      startWorkerProcess(name, {
+        natsUrl: t.natsUrl,
+        sandboxRoot: dir.path,
+        heartbeatMs: 300,
+        simulateGpus: '1x24GiB',
+        address: '127.0.0.1',
+      }),
+    );
+  }
+  await waitFor(
+    'both workers online',
+    async () => {
+      const list = (await (await t.http('/v1/workers', { token })).json()) as { status: string }[];
+      return list.filter((w) => w.status === 'online').length === 2;
+    },
+    { timeoutMs: 30_000 },
+  );
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all(workers.map((w) => w.stop()));
+  await t?.stop();
+  await dir?.remove();
+});
+
+describe('gang jobs on two workers', () => {
+  it('places both members at once, each with consistent torchrun variables', async () => {
+    const res = await submit(
+      t,
+      token,
+      {
+        name: 'ddp',
+        command: 'python3 ddp.py',
+        resources: { gpus: 1, vramGb: 4 },
+        nodes: 2,
+        maxRetries: 0,
+      },
+      await codeArchive({ 'ddp.py': DDP }),
+    );
+    expect(res.status).toBe(202);
+    const { id } = (await res.json()) as { id: string };
+    const job = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 90_000);
+    expect(job.nodes).toBe(2);
+    const [attempt] = job.attempts;
+    const members = (attempt as { members?: { workerId: string; gpus: number[] }[] }).members;
+    expect([attempt!.workerId, ...(members ?? []).map((m) => m.workerId)].sort()).toEqual([
+      'gw1',
+      'gw2',
+    ]);
+    // Both members' GPUs are counted.
+    expect(attempt!.gpuHours).toBeGreaterThan(0);
+    const text = await log(id);
+    expect(text).toContain('sum of ranks 1');
+    const given = [...text.matchAll(/^member (.*)$/gm)].map((m) => JSON.parse(m[1]!) as object);
+    const port = (given[0] as { MASTER_PORT: string }).MASTER_PORT;
+    expect(Number(port)).toBeGreaterThanOrEqual(29_500);
+    expect(given).toEqual(
+      ['0', '1'].map((rank) => ({
+        WORLD_SIZE: '2',
+        RANK: rank,
+        NODE_RANK: rank,
+        LOCAL_RANK: '0',
+        MASTER_ADDR: '127.0.0.1',
+        MASTER_PORT: port,
+      })),
+    );
+  }, 120_000);
+
+  it('ends the attempt of both when one member fails, and stops the other', async () => {
+    const res = await submit(t, token, {
+      name: 'broken',
+      command: 'if [ "$RANK" = 1 ]; then sleep 1; exit 3; fi; exec sleep 300',
+      resources: { gpus: 1, vramGb: 4 },
+      nodes: 2,
+      maxRetries: 0,
+    });
+    const { id } = (await res.json()) as { id: string };
+    const running = await t.waitForJob(id, token, (j) => j.attempts.length > 0, 30_000);
+    const rank0 = running.attempts[0]!.workerId;
+    const pid = await waitFor(
+      'the process group of rank 0',
+      async () =>
+        Number(
+          await readFile(join(dir.path, rank0, `${id}-1`, 'attempt.pid'), 'utf8').catch(() => ''),
+        ) || undefined,
+      { timeoutMs: 30_000 },
+    );
+    const job = await t.waitForJob(id, token, (j) => j.status === 'failed', 60_000);
+    expect(job.failure).toMatchObject({
+      reason: 'nonZeroExit',
+      message: expect.stringMatching(/^rank 1 \(worker gw[12]\): the command exited with code 3$/),
+    });
+    await waitFor('rank 0 stopped', async () => !processAlive(pid), { timeoutMs: 30_000 });
+  }, 120_000);
+
+  it('refuses a gang wider than the workers, and one of shards or preemptible', async () => {
+    const post = (spec: object) => submit(t, token, { name: 'x', command: 'true', ...spec });
+    const refusal = async (res: Response) => {
+      expect(res.status).toBe(400);
+      return ((await res.json()) as { error: { message: string } }).error.message;
+    };
+    expect(await refusal(await post({ resources: { gpus: 1, vramGb: 4 }, nodes: 3 }))).toMatch(
+      /^fewer than 3 registered workers could ever run a member of this gang job: it needs 1 GPU with 4 GiB free on each of 3 workers at once; the workers are /,
+    );
+    expect(await refusal(await post({ resources: { gpus: 0 }, nodes: 2, shards: 2 }))).toBe(
+      'nodes: a job is an array (shards) or a gang (nodes), not both',
+    );
+    expect(await refusal(await post({ resources: { gpus: 0 }, nodes: 2, preemptible: true }))).toBe(
+      'preemptible: a gang job (nodes) is not preemptible',
+    );
+  });
+});
