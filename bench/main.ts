@@ -250,7 +250,7 @@ ${p
       `  ${String(row.jobs).padStart(7)} jobs    first cycle ${row.firstCycle.ms} ms (placed ${row.firstCycle.placed}); steady p50 ${row.steadyCycleMs.p50} ms  p99 ${row.steadyCycleMs.p99} ms (placed ${row.placedPerSteadyCycle} a cycle, a reservation in ${row.cyclesWithReservation} of ${row.steadyCycleMs.n}, ${row.preemptionsPerSteadyCycle} preemptions); explain p50 ${row.explainMs.p50} ms`,
   )
   .join('\n')}
-  target           a cycle < 50 ms at 100k jobs; quotas, backfill and preemption on, no gangs yet`,
+  target           a cycle < 50 ms at 100k jobs; quotas, backfill, preemption and gangs on`,
     `written to ${file}`,
   ];
   console.log(`\n${sections.filter(Boolean).join('\n\n')}`);

@@ -98,14 +98,16 @@ class Fleet {
   /**
    * `n` jobs submitted over the last two days, priorities from -10 to 10: aging is at work; three
    * in five with a time limit of one to 24 hours, so that backfill has reservations to keep; one
-   * in five preemptible, so that preemption has victims to weigh.
+   * in five preemptible, so that preemption has victims to weigh; one in twenty a gang of two to
+   * eight workers (never preemptible).
    */
   submit(n: number, r: () => number): void {
     for (let i = 0; i < n; i++) {
       const resources = shapeOf(r);
       const at = new Date(this.now.getTime() - Math.floor(r() * 48 * HOUR));
       const timeLimit = r() < 0.6 ? (1 + Math.floor(r() * 24)) * 3600 : undefined;
-      const preemptible = r() < 0.2;
+      const nodes = r() < 0.05 ? 2 + Math.floor(r() * 7) : undefined;
+      const preemptible = nodes === undefined && r() < 0.2;
       this.fold(
         'job',
         `job_${i}`,
@@ -121,6 +123,7 @@ class Fleet {
               priority: Math.floor(r() * 21) - 10,
               ...(timeLimit !== undefined && { timeLimit }),
               ...(preemptible && { preemptible }),
+              ...(nodes !== undefined && { nodes }),
               maxRetries: 3,
               env: {},
             },
@@ -146,6 +149,7 @@ class Fleet {
           gpus: a.gpus,
           vramBytes: a.vramBytes,
           cpus: a.cpus,
+          ...(a.members && { members: a.members }),
         },
       });
       this.fold('job', a.id, { type: 'JobStarted', data: { attemptId } });
@@ -176,7 +180,7 @@ const round = (ms: number) => Math.round(ms * 10) / 10;
 
 /**
  * One placement cycle (`plan`, the pure policy the scheduler runs each round) over 10,000
- * simulated GPUs with 1k to 100k queued jobs of mixed shapes, aging, GPU quotas and backfill on: the first cycle, which
+ * simulated GPUs with 1k to 100k queued jobs of mixed shapes, gangs among them, aging, GPU quotas and backfill on: the first cycle, which
  * fills the idle fleet, then steady cycles after 50 jobs end each time; and the queue's
  * explanation (`explainQueue`, what `GET /v1/queue` costs the scheduler) on the full queue.
  */

@@ -53,6 +53,9 @@ export const BlobKeys = {
   /** An output file as workers kept them before each attempt's were its own. */
   output: (jobId: string, path: string) => `jobs/${jobId}/outputs/${path}`,
   log: (jobId: string, attempt: number) => `jobs/${jobId}/logs/${attempt}.log`,
+  /** The log of a gang's member of rank 1 and on: rank 0's is the attempt's. */
+  memberLog: (jobId: string, attempt: number, rank: number) =>
+    `jobs/${jobId}/logs/${attempt}-r${rank}.log`,
 } as const;
 
 /**

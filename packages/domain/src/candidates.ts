@@ -1,14 +1,8 @@
 import type { Estimate, JobSpec, Resources } from '@trainyard/events';
 import { sessionMemoryNeed } from './holding.ts';
 import { type ClusterState, type TrackedJob, type TrackedSession } from './cluster.ts';
-import {
-  awaitsPlacement,
-  limitBytes,
-  memoryNeed,
-  needsEstimate,
-  probesNext,
-  runsInContainer,
-} from './job/state.ts';
+import { awaitsPlacement, probesNext } from './job/state.ts';
+import { limitBytes, memoryNeed, needsEstimate, runsInContainer } from './job/needs.ts';
 import { effectivePriority, type PlacementPolicy } from './policy.ts';
 import { sessionAwaitsPlacement } from './session/state.ts';
 import { teamAccount } from './usage.ts';

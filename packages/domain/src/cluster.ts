@@ -22,10 +22,10 @@ import {
   evolveJob,
   initialJobState,
   isTerminal,
-  memoryNeed,
   slotHolder,
   type JobState,
 } from './job/state.ts';
+import { memoryNeed } from './job/needs.ts';
 import {
   evolveSession,
   initialSessionState,
@@ -253,6 +253,9 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
   });
 }
 
+/** A host name as a worker's address may be one: what other workers are told to reach. */
+const HOST_NAME = /^[A-Za-z0-9][A-Za-z0-9.:-]{0,254}$/;
+
 /** What placement reads of a worker beyond its GPUs and CPU slots, as its registration says. */
 export interface WorkerCapacity {
   memoryBytes: number | null;
@@ -278,7 +281,8 @@ function evolveWorkerInCluster(cluster: ClusterState, ev: StoredEvent<WorkerEven
       const worker: WorkerState = {
         id: ev.aggregateId,
         lifecycle: evolveWorker(existing?.lifecycle ?? initialWorker, ev),
-        address: ev.data.address ?? ev.data.hostname,
+        address:
+          ev.data.address ?? (HOST_NAME.test(ev.data.hostname) ? ev.data.hostname : ev.aggregateId),
         gpus: ev.data.gpus.map((g) => ({
           index: g.index,
           name: g.name,

@@ -1,4 +1,5 @@
-import { limitBytes, memoryNeed, slotHolder, type JobState } from './job/state.ts';
+import { slotHolder, type JobState } from './job/state.ts';
+import { limitBytes, memoryNeed } from './job/needs.ts';
 import { membersOf } from './job/gang.ts';
 import { runHolder, type SessionState } from './session/state.ts';
 import type { WorkerState } from './cluster.ts';

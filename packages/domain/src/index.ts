@@ -8,6 +8,7 @@ export * from './failures.ts';
 export * from './job/decide.ts';
 export * from './job/state.ts';
 export * from './job/outcome.ts';
+export * from './job/needs.ts';
 export * from './job/shards.ts';
 export * from './job/gang.ts';
 export * from './candidates.ts';

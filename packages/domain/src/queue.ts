@@ -11,10 +11,10 @@ import {
   awaitsDependencies,
   awaitsPlacement,
   isTerminal,
-  runsInContainer,
   slotHolder,
   type JobState,
 } from './job/state.ts';
+import { runsInContainer } from './job/needs.ts';
 import { couldEverHold, fitOnWorker, type WorkerShape } from './fit.ts';
 import { membersOf } from './job/gang.ts';
 import { onlineWorkers, placeInOrder } from './placement.ts';

@@ -24,6 +24,8 @@ export function staleAttempts(cluster: ClusterState, workerId?: string): HeldAtt
     if (!attempt) continue;
     for (const m of membersOf(attempt)) {
       if (workerId !== undefined && m.workerId !== workerId) continue;
+      // A gang's member that ended holds nothing of its worker's any more.
+      if (attempt.memberEnds.some((e) => e.rank === m.rank)) continue;
       const worker = cluster.workers.get(m.workerId);
       const gone =
         !worker ||

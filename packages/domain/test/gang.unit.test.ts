@@ -6,6 +6,7 @@ import {
   evolveCluster,
   evolveJob,
   explainQueue,
+  masterPortFor,
   memberAttemptId,
   memberStatus,
   plan,
@@ -105,6 +106,45 @@ describe('gang jobs', () => {
     expect(cluster.holding.jobs.has('job_gang#2')).toBe(false);
   });
 
+  it('does not take a member that ended for one lost with its worker', () => {
+    const cluster = emptyCluster();
+    for (const id of ['w1', 'w2']) worker(cluster, id, [24]);
+    submit(cluster, 'job_g', { resources: { gpus: 1 }, nodes: 2 });
+    commit(cluster);
+    const attemptId = 'att-job_g';
+    for (const rank of [0, 1])
+      evolveCluster(
+        cluster,
+        stored('job', 'job_g', { type: 'JobMemberStarted', data: { attemptId, rank } }),
+      );
+    const ended = { attemptId, rank: 1, exitCode: 0, failure: null, durationMs: 5 };
+    evolveCluster(cluster, stored('job', 'job_g', { type: 'JobMemberEnded', data: ended }));
+    const lost = { lastSeenAt: null, timeoutMs: 1000 };
+    evolveCluster(cluster, stored('worker', 'w2', { type: 'WorkerLost', data: lost }));
+    expect(staleAttempts(cluster)).toEqual([]);
+    evolveCluster(cluster, stored('worker', 'w1', { type: 'WorkerLost', data: lost }));
+    expect(staleAttempts(cluster)).toEqual([{ jobId: 'job_g', attemptId, workerId: 'w1' }]);
+  });
+
+  it('gives rank 0 a port by the attempt, past those of live gangs on its worker', () => {
+    const port = masterPortFor([], 'w1', 'a2');
+    expect(port).toBe(masterPortFor([], 'w1', 'a2'));
+    expect(port).toBeGreaterThanOrEqual(29_500);
+    expect(port).toBeLessThan(30_500);
+    const live = evolve(given([submitted(gang)]), {
+      ...assignedGang(),
+      data: { ...(assignedGang().data as object), masterPort: port },
+    } as JobEvent);
+    const next = masterPortFor([{ state: live }], 'w1', 'a2');
+    expect(next).not.toBe(port);
+    expect(next === port + 1 || next === 29_500).toBe(true);
+    // Another worker's gangs do not count.
+    expect(masterPortFor([{ state: live }], 'w2', 'a2')).toBe(port);
+    // Spread over the range: a thousand attempts draw some 630 of its thousand ports.
+    const ports = new Set(Array.from({ length: 1000 }, (_, i) => masterPortFor([], 'w', `a${i}`)));
+    expect(ports.size).toBeGreaterThan(550);
+  });
+
   it('refuses at submission, as no worker could hold it, a gang wider than the fleet', () => {
     const cluster = emptyCluster();
     worker(cluster, 'w1', [24, 24]);
@@ -129,51 +169,104 @@ describe('gang jobs', () => {
     expect(state.status).toBe('running');
     [state, events] = step(state, finish('a1-r1'));
     expect(events).toEqual([
-      { type: 'JobMemberSucceeded', data: { attemptId: 'a1', rank: 1, durationMs: 1000 } },
+      {
+        type: 'JobMemberEnded',
+        data: { attemptId: 'a1', rank: 1, exitCode: 0, failure: null, durationMs: 1000 },
+      },
     ]);
-    [state] = step(state, finish('a1'));
+    expect(memberStatus(state, 'a1-r1')).toBe('succeeded');
+    // An end said twice is the end already recorded: it does not count twice.
+    expect(decideJob(finish('a1-r1'), state)).toEqual([]);
+    [state, events] = step(state, finish('a1'));
+    expect(events.map((e) => e.type)).toEqual(['JobMemberEnded']);
     [state, events] = step(state, finish('a1-r2'));
     expect(events).toEqual([{ type: 'JobSucceeded', data: { attemptId: 'a1', durationMs: 1000 } }]);
     expect(state.status).toBe('succeeded');
   });
 
-  it('ends the attempt of all with the first member that fails, naming it', () => {
+  it('ends the attempt once every member that started ended, as the platform or the first failed it', () => {
     let state = given([submitted(gang), assignedGang()]);
     for (const id of ['a1', 'a1-r1', 'a1-r2'])
       [state] = step(state, { type: 'StartAttempt', attemptId: id });
-    const [after, events] = step(state, {
-      type: 'FailAttempt',
+    // Rank 0 fails first, for want of rank 2, whose worker is lost: the attempt holds its GPUs
+    // until every member ended, and fails as the platform failed it, retried.
+    let events: JobEvent[];
+    [state, events] = step(state, finish('a1', { kind: 'exited', exitCode: 1 }));
+    expect(events[0]).toMatchObject({
+      type: 'JobMemberEnded',
+      data: { rank: 0, failure: { reason: 'nonZeroExit' } },
+    });
+    expect(state.attempts[0]!.brokenAt).not.toBeNull();
+    expect(state.status).toBe('running');
+    [state, events] = step(state, finish('a1-r1', { kind: 'exited', exitCode: 1 }));
+    expect(events.map((e) => e.type)).toEqual(['JobMemberEnded']);
+    // Outputs are rank 0's: another member's are not recorded.
+    expect(decideJob({ type: 'SyncOutputs', attemptId: 'a1-r2', files: [] }, state)).toEqual([]);
+    const lost = {
+      type: 'FailAttempt' as const,
       attemptId: 'a1-r2',
       failure: {
-        kind: 'system',
+        kind: 'system' as const,
         reason: 'workerLost',
         message: 'worker w3 no longer runs it',
         retryable: true,
       },
       now: T0,
       jitter: 0,
-    });
-    expect(events).toHaveLength(1);
-    expect(events[0]).toMatchObject({
-      type: 'JobAttemptFailed',
-      data: {
-        attemptId: 'a1',
-        failure: {
-          reason: 'workerLost',
-          message: 'rank 2 (worker w3): worker w3 no longer runs it',
-        },
-      },
-    });
-    expect(after.status).toBe('retrying');
+    };
+    [state, events] = step(state, lost);
+    expect(events).toEqual([
+      expect.objectContaining({
+        type: 'JobAttemptFailed',
+        data: expect.objectContaining({
+          attemptId: 'a1',
+          failure: expect.objectContaining({
+            reason: 'workerLost',
+            message: 'rank 2 (worker w3): worker w3 no longer runs it',
+          }),
+        }),
+      }),
+    ]);
+    expect(state.status).toBe('retrying');
     // What the others report of the ended attempt no longer applies.
-    expect(() => decideJob(finish('a1'), after)).toThrow(/no longer holds/);
-    // Outputs are rank 0's: another member's are not recorded.
-    expect(decideJob({ type: 'SyncOutputs', attemptId: 'a1-r1', files: [] }, state)).toEqual([]);
+    expect(() => decideJob(finish('a1'), state)).toThrow(/no longer holds/);
+  });
+
+  it('fails as its first member to fail did, and a member that never started does not start', () => {
+    let state = given([submitted(gang), assignedGang()]);
+    for (const id of ['a1', 'a1-r1'])
+      [state] = step(state, { type: 'StartAttempt', attemptId: id });
+    [state] = step(state, finish('a1-r1', { kind: 'exited', exitCode: 3 }));
+    expect(() => decideJob({ type: 'StartAttempt', attemptId: 'a1-r2' }, state)).toThrow(
+      /being stopped: rank 2 does not start/,
+    );
+    // Rank 0, stopped, is the last that started: the attempt ends as rank 1 failed it.
+    const [after] = step(state, finish('a1', { kind: 'exited', exitCode: 143 }));
+    expect(after.status).toBe('failed');
+    expect(after.failure).toMatchObject({
+      reason: 'nonZeroExit',
+      message: 'rank 1 (worker w2): the command exited with code 3',
+    });
+  });
+
+  it('is cancelled once every member that started ended, or at once when none had', () => {
+    let state = given([submitted(gang), assignedGang()]);
+    [state] = step(state, { type: 'StartAttempt', attemptId: 'a1' });
+    [state] = step(state, { type: 'CancelJob' });
+    expect(() => decideJob({ type: 'StartAttempt', attemptId: 'a1-r1' }, state)).toThrow(
+      /being stopped/,
+    );
+    let events: JobEvent[];
+    [state, events] = step(state, finish('a1', { kind: 'exited', exitCode: 143 }));
+    expect(events.map((e) => e.type)).toEqual(['JobCancelled']);
+    let none = given([submitted(gang), assignedGang()]);
+    [none] = step(none, { type: 'CancelJob' });
+    [none, events] = step(none, { type: 'StartAttempt', attemptId: 'a1-r2' });
+    expect(events.map((e) => e.type)).toEqual(['JobCancelled']);
   });
 
   it('gives up on members that did not start in time, queued again without a retry spent, a few times', () => {
     let state = given([submitted(gang), assignedGang()]);
-    [state] = step(state, { type: 'StartAttempt', attemptId: 'a1' });
     const abandon = (attemptId: string, afterMs: number) => ({
       type: 'AbandonGang' as const,
       attemptId,
@@ -181,24 +274,37 @@ describe('gang jobs', () => {
       acceptMs: 60_000,
       jitter: 0,
     });
-    expect(() => decideJob(abandon('a1', 59_000), state)).toThrow(/may still start/);
-    const [after, events] = step(state, abandon('a1', 60_000));
+    [state] = step(state, { type: 'StartAttempt', attemptId: 'a1' });
+    expect(() => decideJob(abandon('a1', 59_000), state)).toThrow(/may still go on/);
+    let events: JobEvent[];
+    [state, events] = step(state, abandon('a1', 60_000));
+    // Rank 0 runs: it is stopped, and the attempt ends when it has.
     expect(events[0]).toMatchObject({
-      type: 'JobAttemptFailed',
+      type: 'JobMemberEnded',
       data: {
         failure: {
           reason: 'gangIncomplete',
           message: 'ranks 1, 2 did not start within 60s of the assignment',
         },
-        retry: { backoffMs: expect.any(Number) },
       },
     });
-    expect(after.status).toBe('retrying');
+    [state, events] = step(state, finish('a1', { kind: 'exited', exitCode: 143 }));
+    expect(events[0]).toMatchObject({
+      type: 'JobAttemptFailed',
+      data: { failure: { reason: 'gangIncomplete' }, retry: { backoffMs: expect.any(Number) } },
+    });
+    expect(state.status).toBe('retrying');
     // Once every member started, it is not given up on.
-    let full = state;
-    for (const id of ['a1-r1', 'a1-r2'])
+    let full = given([submitted(gang), assignedGang()]);
+    for (const id of ['a1', 'a1-r1', 'a1-r2'])
       [full] = step(full, { type: 'StartAttempt', attemptId: id });
-    expect(() => decideJob(abandon('a1', 60_000), full)).toThrow(/not waiting/);
+    expect(() => decideJob(abandon('a1', 60_000), full)).toThrow(/every member/);
+    // Members told to stop that do not answer within the time are given up on too.
+    [full] = step(full, finish('a1-r1', { kind: 'exited', exitCode: 2 }));
+    const [gone] = step(full, abandon('a1', 60_000));
+    expect(gone.failure).toMatchObject({
+      message: 'rank 1 (worker w2): the command exited with code 2',
+    });
     // The fifth time in all, the job fails rather than queue again; no retry was spent before.
     let s = given([submitted(gang)]);
     for (let n = 1; n <= 5; n++) {
@@ -206,7 +312,7 @@ describe('gang jobs', () => {
       [s] = step(s, abandon(`a${n}`, 60_000));
     }
     expect(s.status).toBe('failed');
-    expect(s.failure?.message).toMatch(/5 times: the job is not queued again/);
+    expect(s.failure?.message).toMatch(/, 5 times: not queued again$/);
   });
 
   it('takes no probe, and refuses an assignment short of its members', () => {
@@ -219,6 +325,22 @@ describe('gang jobs', () => {
     expect(() =>
       decideJob(
         { type: 'AssignJob', attemptId: 'a1', workerId: 'w1', gpus: [0], vramBytes: GB, cpus: 0 },
+        state,
+      ),
+    ).toThrow(/runs on 3 workers at once/);
+    // Nor may two members share a worker.
+    const twice = { workerId: 'w1', gpus: [1], vramBytes: GB, cpus: 0 };
+    expect(() =>
+      decideJob(
+        {
+          type: 'AssignJob',
+          attemptId: 'a1',
+          workerId: 'w1',
+          gpus: [0],
+          vramBytes: GB,
+          cpus: 0,
+          members: [twice, { ...twice, workerId: 'w2' }],
+        },
         state,
       ),
     ).toThrow(/runs on 3 workers at once/);

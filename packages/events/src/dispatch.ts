@@ -84,6 +84,11 @@ export const RunAttemptSchema = z.object({
    * later. Absent for a probe, and in a message sent before it was in the contract.
    */
   timeLimitS: z.number().int().min(1).optional(),
+  /**
+   * A gang job's member of this rank (1 and on; rank 0's message has none): its log is archived
+   * apart from rank 0's, which is the job's.
+   */
+  rank: z.number().int().min(1).optional(),
   /** The job's head in the log when the message was derived: its `JobAssigned`. */
   headSeq: z.number().int().min(1).optional(),
 });

@@ -270,6 +270,8 @@ export const JobAssigned = z.object({
       .min(1)
       .max(MAX_NODES - 1)
       .optional(),
+    /** The port a gang's rank 0 listens on for the others (`MASTER_PORT`). */
+    masterPort: z.number().int().min(1024).max(65535).optional(),
   }),
 });
 
@@ -311,15 +313,22 @@ export const JobMemberStarted = z.object({
 });
 
 /**
- * One member of a gang job's attempt exited 0 while others still run: the attempt succeeds once
- * every member has.
+ * One member of a gang job's attempt ended while others still run: exited 0 (`failure` null), or
+ * failed, which ends the attempt for all (the others are stopped). The attempt itself ends, and
+ * gives back what it holds, once every member that started has ended: succeeded when all exited
+ * 0, else failed as the first to fail did (one the platform failed, a member lost with its
+ * worker, first).
  */
-export const JobMemberSucceeded = z.object({
-  type: z.literal('JobMemberSucceeded'),
+export const JobMemberEnded = z.object({
+  type: z.literal('JobMemberEnded'),
   data: z.object({
     attemptId: z.string().min(1),
     rank: z.number().int().min(0),
+    exitCode: z.number().int().nullable(),
+    failure: FailureSchema.nullable(),
     durationMs: z.number().nonnegative(),
+    /** Its worker stopped it itself past the job's time limit. */
+    timeLimited: z.literal(true).optional(),
   }),
 });
 

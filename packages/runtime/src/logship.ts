@@ -31,6 +31,8 @@ export class LogShipper {
 
   readonly #keepsCopy: boolean;
 
+  readonly #archiveKey: string;
+
   /**
    * `localPath` is the copy archived at the end: the shipper writes it, unless `writtenBy` is
    * `'process'` (the process writes its output there itself). `offset` is where in the output
@@ -48,8 +50,13 @@ export class LogShipper {
       /** The worker that runs the attempt and the attempt's id; a build has neither. */
       workerId?: string;
       attemptId?: string;
+      /** A gang's member of rank 1 and on: its log is archived apart from rank 0's. */
+      rank?: number;
     } = {},
   ) {
+    this.#archiveKey = opts.rank
+      ? BlobKeys.memberLog(jobId, attempt, opts.rank)
+      : BlobKeys.log(jobId, attempt);
     this.#subject = Subjects.attemptLogs(jobId, attempt, opts.workerId ?? null);
     // Msg ids are unique across the stream: an attempt's are named by its id, which no other
     // worker knows beforehand, so that none can take them first and have its chunks dropped.
@@ -124,7 +131,7 @@ export class LogShipper {
   async archive(blobs: BlobStore): Promise<void> {
     const size = this.#keepsCopy ? this.#written : sizeOf(this.localPath);
     if (size === 0) return;
-    await putFile(blobs, BlobKeys.log(this.jobId, this.attempt), this.localPath);
+    await putFile(blobs, this.#archiveKey, this.localPath);
   }
 }
 

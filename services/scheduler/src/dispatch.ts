@@ -1,26 +1,15 @@
 import type { JetStreamClient } from '@nats-io/jetstream';
-import { DomainError, failure, gangSize, membersOf, type AttemptState } from '@trainyard/domain';
+import {
+  DomainError,
+  failure,
+  gangSize,
+  masterPortFor,
+  membersOf,
+  type AttemptState,
+} from '@trainyard/domain';
 import { DISPATCH_VERSION, Subjects, type DispatchMessage } from '@trainyard/events';
 import { runJobCommand, type JobSnapshot } from '@trainyard/application';
 import { publishReliably, type ServiceContext } from '@trainyard/service-kit';
-
-/** The first port a gang's rank 0 may listen on for the others (torchrun's default). */
-const MASTER_PORT_BASE = 29_500;
-/** How many ports, from the first, a gang's rank 0 may be given. */
-const MASTER_PORTS = 1_000;
-
-/**
- * The port a gang's rank 0 listens on for the others: one of `MASTER_PORTS` from torchrun's
- * default, by the attempt's id, so that gangs that share a worker seldom share one (a clash
- * fails that attempt alone, and its retry draws another).
- */
-export function masterPort(attemptId: string): number {
-  let hash = 2_166_136_261;
-  for (let i = 0; i < attemptId.length; i++) {
-    hash = Math.imul(hash ^ attemptId.charCodeAt(i), 16_777_619) >>> 0;
-  }
-  return MASTER_PORT_BASE + (hash % MASTER_PORTS);
-}
 
 /** Where other workers reach a worker, by its id: its registered address. */
 export type AddressOf = (workerId: string) => string;
@@ -46,7 +35,7 @@ export async function dispatchRun(
       NODE_RANK: String(member.rank),
       LOCAL_RANK: '0',
       MASTER_ADDR: addressOf(attempt.workerId),
-      MASTER_PORT: String(masterPort(attempt.id)),
+      MASTER_PORT: String(attempt.masterPort ?? masterPortFor([], attempt.workerId, attempt.id)),
     };
     const sent = await dispatchMember(ctx, job, attempt, member, gang || {});
     if (!sent) return;
@@ -75,6 +64,7 @@ async function dispatchMember(
     command: spec.command,
     ...(spec.setup && { setup: spec.setup }),
     ...(!attempt.probe && spec.timeLimit && { timeLimitS: spec.timeLimit }),
+    ...(member.rank > 0 && { rank: member.rank }),
     env: { ...spec.env, ...gangEnv },
     artifact: state.artifact,
     code: state.artifact ? null : state.code,

@@ -10,9 +10,9 @@ export interface GangDeps {
 }
 
 /**
- * Gang jobs' live attempts, for one term. An attempt ends with its first member to fail (or
- * with a cancel, or when its members did not all start in time): then every member's worker is
- * told to stop its part, since the others still run, or are yet to start.
+ * Gang jobs' live attempts, for one term. When a member fails, every member's worker is told to
+ * stop its part (the attempt ends once they all have); and when an attempt ends but by success
+ * (the acceptance time gave up on members that did not answer), again.
  */
 export class Gangs {
   /** Live attempts of gangs, by job: what to stop once they end. */
@@ -25,26 +25,23 @@ export class Gangs {
     const attempt = job && slotHolder(job.state);
     if (attempt && gangSize(attempt) > 1) {
       this.#live.set(event.aggregateId, attempt);
+      if (event.type === 'JobMemberEnded' && event.data.failure)
+        this.#stop(event.aggregateId, attempt);
       return;
     }
     const ended = this.#live.get(event.aggregateId);
     if (!ended) return;
     this.#live.delete(event.aggregateId);
-    // Every member exited 0: none runs any more.
-    if (event.type === 'JobSucceeded') return;
-    this.#stop(event.aggregateId, ended);
+    if (event.type !== 'JobSucceeded') this.#stop(event.aggregateId, ended);
   }
 
-  /**
-   * A takeover: the live gangs, and the members of a gang's last attempt that ended (while no
-   * leader was there to stop them, maybe) told again to stop.
-   */
+  /** A takeover: the live gangs, and the stops of those whose members are being stopped, again. */
   caughtUp(jobs: Iterable<TrackedJob>): void {
     for (const job of jobs) {
-      const attempt = job.state.attempts.at(-1);
+      const attempt = slotHolder(job.state);
       if (!attempt || gangSize(attempt) === 1) continue;
-      if (slotHolder(job.state) === attempt) this.#live.set(job.state.id, attempt);
-      else if (attempt.status !== 'succeeded') this.#stop(job.state.id, attempt);
+      this.#live.set(job.state.id, attempt);
+      if (attempt.brokenAt !== null) this.#stop(job.state.id, attempt);
     }
   }
 

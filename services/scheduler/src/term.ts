@@ -2,6 +2,7 @@ import {
   currentAttempt,
   DomainError,
   gangDeadline,
+  masterPortFor,
   timeLimitDeadline,
   type Assignment,
   type JobCommand,
@@ -168,7 +169,7 @@ export class Term {
     const job = this.#folding.cluster.jobs.get(event.aggregateId);
     this.#gangs.folded(event, job);
     if (job && event.type === 'JobStarted') this.#timeLimits.watch(job);
-    if (job && event.type === 'JobAssigned') this.#gangStarts.watch(job);
+    if (job) this.#gangStarts.watch(job);
   }
 
   /** Where other workers reach a worker: its registered address, else its id. */
@@ -205,18 +206,22 @@ export class Term {
     if (a.kind === 'session') return assignSession(this.ctx, this.#folding.cluster, a, now);
     const tracked = this.#folding.cluster.jobs.get(a.id);
     if (!tracked) return 0;
+    const attemptId = newId('att');
     try {
       const result = await runJobCommand(
         this.ctx.bus.store,
         a.id,
         {
           type: 'AssignJob',
-          attemptId: newId('att'),
+          attemptId,
           workerId: a.workerId,
           gpus: a.gpus,
           vramBytes: a.vramBytes,
           cpus: a.cpus,
-          ...(a.members && { members: a.members }),
+          ...(a.members && {
+            members: a.members,
+            masterPort: masterPortFor(this.#folding.cluster.jobs.values(), a.workerId, attemptId),
+          }),
         },
         { actor: { kind: 'service', id: this.ctx.instanceId }, now },
         { snapshot: { state: tracked.state, head: tracked.head } },

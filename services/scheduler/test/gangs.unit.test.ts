@@ -8,7 +8,6 @@ import {
   type TrackedJob,
 } from '@trainyard/domain';
 import { Deadlines } from '../src/deadlines.ts';
-import { masterPort } from '../src/dispatch.ts';
 import { Gangs } from '../src/gangs.ts';
 import { FakeClock, FakeLog, T0, worker } from './fakes.ts';
 
@@ -86,31 +85,48 @@ function harness() {
 const drain = () => new Promise((resolve) => setImmediate(resolve));
 
 describe('gang jobs in the scheduler', () => {
-  it('stops every member once one fails, and none once all succeeded', async () => {
+  it('stops every member once one fails, and ends the attempt once they all have', async () => {
     const { log, stopped, command } = harness();
     const attempt = log.state.jobs.get('job_g')!.state.attempts[0]!;
     expect(membersOf(attempt).map((m) => m.workerId)).toEqual(['w1', 'w2', 'w3']);
     for (const m of membersOf(attempt)) command('job_g', { type: 'StartAttempt', attemptId: m.id });
     expect(log.state.jobs.get('job_g')!.state.status).toBe('running');
-    const exit = { kind: 'exited', exitCode: 1 } as const;
-    const finish = { type: 'FinishAttempt', exit, durationMs: 5, now: T0, jitter: 0 } as const;
-    command('job_g', { ...finish, attemptId: 'att-job_g-r2' });
+    const finish = (attemptId: string, exitCode: number) =>
+      ({
+        type: 'FinishAttempt',
+        attemptId,
+        exit: { kind: 'exited', exitCode },
+        durationMs: 5,
+        now: T0,
+        jitter: 0,
+      }) as const;
+    command('job_g', finish('att-job_g-r2', 1));
     await drain();
-    // The job failed (its own fault: no retry), and every member's worker is told to stop.
-    expect(log.state.jobs.has('job_g')).toBe(false);
+    // Every member's worker is told to stop; the attempt holds its GPUs until they have.
     expect(stopped).toEqual(['att-job_g', 'att-job_g-r1', 'att-job_g-r2']);
+    expect(log.state.jobs.get('job_g')!.state.status).toBe('running');
+    expect(log.state.workers.get('w1')!.gpus[0]!.attempts).toBe(1);
+    command('job_g', finish('att-job_g', 143));
+    command('job_g', finish('att-job_g-r1', 143));
+    await drain();
+    // The job failed (its own fault: no retry), as rank 2 failed it.
+    expect(log.state.jobs.has('job_g')).toBe(false);
+    expect(log.state.workers.get('w1')!.gpus[0]!.attempts).toBe(0);
+    expect(log.events.at(-1)).toMatchObject({
+      type: 'JobAttemptFailed',
+      data: { failure: { message: 'rank 2 (worker w3): the command exited with code 1' } },
+    });
 
     const other = harness();
     const ids = membersOf(other.log.state.jobs.get('job_g')!.state.attempts[0]!).map((m) => m.id);
     for (const id of ids) other.command('job_g', { type: 'StartAttempt', attemptId: id });
-    for (const id of ids)
-      other.command('job_g', { ...finish, exit: { kind: 'exited', exitCode: 0 }, attemptId: id });
+    for (const id of ids) other.command('job_g', finish(id, 0));
     await drain();
     expect(other.log.events.at(-1)!.type).toBe('JobSucceeded');
     expect(other.stopped).toEqual([]);
   });
 
-  it('gives up on a gang whose members did not all start within the acceptance time', async () => {
+  it('gives up on members that did not start within the acceptance time, and on those that do not stop', async () => {
     const { log, clock, stopped, command, deadlines } = harness();
     command('job_g', { type: 'StartAttempt', attemptId: 'att-job_g' });
     deadlines.check();
@@ -119,22 +135,20 @@ describe('gang jobs in the scheduler', () => {
     expect(log.state.jobs.get('job_g')!.state.status).toBe('assigned');
     clock.advance(1);
     await drain();
+    // Rank 0 runs: it is told to stop, and holds its GPU until it has, or the time passes again.
+    expect(stopped).toEqual(['att-job_g', 'att-job_g-r1', 'att-job_g-r2']);
+    expect(log.events.at(-1)).toMatchObject({
+      type: 'JobMemberEnded',
+      data: { failure: { reason: 'gangIncomplete' } },
+    });
+    clock.advance(ACCEPT_MS + 1_000);
+    await drain();
     const state = log.state.jobs.get('job_g')!.state;
     expect(state.status).toBe('retrying');
     expect(state.failure).toMatchObject({
       reason: 'gangIncomplete',
       message: 'ranks 1, 2 did not start within 60s of the assignment',
     });
-    expect(stopped).toEqual(['att-job_g', 'att-job_g-r1', 'att-job_g-r2']);
-  });
-
-  it('gives rank 0 a port from the range, by the attempt', () => {
-    const port = masterPort('att_01HZX');
-    expect(port).toBe(masterPort('att_01HZX'));
-    expect(port).toBeGreaterThanOrEqual(29_500);
-    expect(port).toBeLessThan(30_500);
-    // Spread over the range: 1,000 attempts draw some 630 ports of the thousand.
-    const ports = new Set(Array.from({ length: 1000 }, (_, i) => masterPort(`att_${i}`)));
-    expect(ports.size).toBeGreaterThan(550);
+    expect(log.state.workers.get('w1')!.gpus[0]!.attempts).toBe(0);
   });
 });

@@ -9,6 +9,42 @@ let t: TestStack;
 let token: string;
 let dir: Awaited<ReturnType<typeof tempDir>>;
 const workers: ServiceProcess[] = [];
+/** The last process started under each name. */
+const byName = new Map<string, ServiceProcess>();
+
+function worker(name: string): ServiceProcess {
+  const w = startWorkerProcess(name, {
+    natsUrl: t.natsUrl,
+    sandboxRoot: dir.path,
+    heartbeatMs: 300,
+    simulateGpus: '1x24GiB',
+    address: '127.0.0.1',
+  });
+  workers.push(w);
+  byName.set(name, w);
+  return w;
+}
+
+async function online(count: number): Promise<void> {
+  await waitFor(
+    `${count} workers online`,
+    async () => {
+      const list = (await (await t.http('/v1/workers', { token })).json()) as { status: string }[];
+      return list.filter((w) => w.status === 'online').length === count;
+    },
+    { timeoutMs: 30_000 },
+  );
+}
+
+/** The process group of job `id`'s attempt on `workerName`, as its worker recorded it. */
+function attemptPid(workerName: string, id: string, attempt = 1): Promise<number> {
+  const file = join(dir.path, workerName, `${id}-${attempt}`, 'attempt.pid');
+  return waitFor(
+    `the process group of ${id}-${attempt} on ${workerName}`,
+    async () => Number(await readFile(file, 'utf8').catch(() => '')) || undefined,
+    { timeoutMs: 30_000 },
+  );
+}
 
 /**
  * Each member joins a gloo process group from the variables it was given, sums the ranks, and
@@ -42,29 +78,12 @@ beforeAll(async () => {
   t = await startTestStack({ localWorker: false, heartbeatTimeoutMs: 5_000 });
   token = await t.token();
   dir = await tempDir('trainyard-gang-');
-  for (const name of ['gw1', 'gw2']) {
-    workers.push(
-      startWorkerProcess(name, {
-        natsUrl: t.natsUrl,
-        sandboxRoot: dir.path,
-        heartbeatMs: 300,
-        simulateGpus: '1x24GiB',
-        address: '127.0.0.1',
-      }),
-    );
-  }
-  await waitFor(
-    'both workers online',
-    async () => {
-      const list = (await (await t.http('/v1/workers', { token })).json()) as { status: string }[];
-      return list.filter((w) => w.status === 'online').length === 2;
-    },
-    { timeoutMs: 30_000 },
-  );
+  for (const name of ['gw1', 'gw2']) worker(name);
+  await online(2);
 }, 60_000);
 
 afterAll(async () => {
-  await Promise.all(workers.map((w) => w.stop()));
+  for (const w of workers) await w.kill9();
   await t?.stop();
   await dir?.remove();
 });
@@ -122,21 +141,46 @@ describe('gang jobs on two workers', () => {
     });
     const { id } = (await res.json()) as { id: string };
     const running = await t.waitForJob(id, token, (j) => j.attempts.length > 0, 30_000);
-    const rank0 = running.attempts[0]!.workerId;
-    const pid = await waitFor(
-      'the process group of rank 0',
-      async () =>
-        Number(
-          await readFile(join(dir.path, rank0, `${id}-1`, 'attempt.pid'), 'utf8').catch(() => ''),
-        ) || undefined,
-      { timeoutMs: 30_000 },
-    );
+    const pid = await attemptPid(running.attempts[0]!.workerId, id);
     const job = await t.waitForJob(id, token, (j) => j.status === 'failed', 60_000);
     expect(job.failure).toMatchObject({
       reason: 'nonZeroExit',
       message: expect.stringMatching(/^rank 1 \(worker gw[12]\): the command exited with code 3$/),
     });
     await waitFor('rank 0 stopped', async () => !processAlive(pid), { timeoutMs: 30_000 });
+  }, 120_000);
+
+  it('fails the attempt of both, as the platform, when one member is lost with its worker', async () => {
+    const res = await submit(t, token, {
+      name: 'lossy',
+      command: 'if [ "$TRAINYARD_ATTEMPT" = 1 ]; then exec sleep 300; fi; echo "rank $RANK done"',
+      resources: { gpus: 1, vramGb: 4 },
+      nodes: 2,
+      maxRetries: 1,
+    });
+    const { id } = (await res.json()) as { id: string };
+    const running = await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
+    const [attempt] = running.attempts;
+    const rank1 = (attempt as { members?: { workerId: string }[] }).members![0]!.workerId;
+    const rank0Pid = await attemptPid(attempt!.workerId, id);
+    const orphan = await attemptPid(rank1, id);
+    await byName.get(rank1)!.kill9();
+    const retrying = await t.waitForJob(id, token, (j) => j.status === 'retrying', 30_000);
+    expect(retrying.failure).toMatchObject({
+      kind: 'system',
+      reason: 'workerLost',
+      message: expect.stringMatching(new RegExp(`^rank 1 \\(worker ${rank1}\\): `)),
+    });
+    // Rank 0 was stopped before the attempt gave back its GPUs.
+    expect(processAlive(rank0Pid)).toBe(false);
+    // The lost worker comes back, stops what it left running, and the gang runs again on both.
+    worker(rank1);
+    await waitFor('the orphaned member stopped', () => !processAlive(orphan), {
+      timeoutMs: 30_000,
+    });
+    const done = await t.waitForJob(id, token, (j) => j.status === 'succeeded', 60_000);
+    expect(done.attempts.map((a) => a.status)).toEqual(['failed', 'succeeded']);
+    expect(await log(id)).toContain('rank 0 done');
   }, 120_000);
 
   it('refuses a gang wider than the workers, and one of shards or preemptible', async () => {

@@ -120,6 +120,7 @@ export class AttemptRun {
       writtenBy: 'process',
       workerId: this.opts.name,
       attemptId: this.attemptId,
+      ...(this.msg.rank && { rank: this.msg.rank }),
     });
     const outputs = new OutputMirror(
       box.outputDir,
@@ -162,6 +163,7 @@ export class AttemptRun {
       offset,
       workerId: this.opts.name,
       attemptId: this.attemptId,
+      ...(this.msg.rank && { rank: this.msg.rank }),
     });
     const metrics = this.#metricsOf(box, true);
     await metrics?.rescan(box.logFile, offset);

@@ -15,8 +15,9 @@ import { type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
 import { classifyExit, exitCodeOf, type ProcessExit } from '../failures.ts';
 import { decideDependencies } from './dependencies.ts';
-import { abandonGang, endAttempt, liveAttempt, liveMember } from './ends.ts';
-import { decideMemberStart, gangSize } from './gang.ts';
+import { endAttempt, liveAttempt, liveMember } from './ends.ts';
+import { gangSize } from './gang.ts';
+import { abandonGang, decideMemberStart } from './gang-decide.ts';
 import { decideHold, decideRelease } from './holds.ts';
 import {
   decideShardsEnded,
@@ -26,15 +27,8 @@ import {
 } from './shards.ts';
 import { decidePreempt, decideTimeLimit, preemptedAttempt } from './stops.ts';
 import { probeOutcome, type ProbeReport } from './probe.ts';
-import {
-  awaitsPlacement,
-  isTerminal,
-  needsBuild,
-  needsEstimate,
-  probesNext,
-  slotHolder,
-  type JobState,
-} from './state.ts';
+import { awaitsPlacement, isTerminal, probesNext, slotHolder, type JobState } from './state.ts';
+import { needsBuild, needsEstimate } from './needs.ts';
 
 /** Commands on a job. Time and randomness arrive inside them; `decide` has neither. */
 export type JobCommand =
@@ -182,7 +176,8 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       }
       const { type: _t, members, ...rest } = command;
       const nodes = state.spec?.nodes ?? 1;
-      if ((members?.length ?? 0) !== nodes - 1) {
+      const workers = new Set([command.workerId, ...(members ?? []).map((m) => m.workerId)]);
+      if ((members?.length ?? 0) !== nodes - 1 || workers.size !== nodes) {
         return reject('INVALID_TRANSITION', `job ${state.id} runs on ${nodes} workers at once`);
       }
       return [
@@ -199,12 +194,12 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
     }
     case 'StartAttempt': {
       const { attempt, member } = liveMember(state, command.attemptId);
+      if (gangSize(attempt) > 1) return decideMemberStart(state, attempt, member.rank);
       if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId: attempt.id } }];
       // Preempted before it started: it never starts (its worker releases it), and queues again.
       if (state.preemptRequested && attempt.status === 'assigned') {
         return [preemptedAttempt(attempt.id, null, 0, new Date(attempt.assignedAt))];
       }
-      if (gangSize(attempt) > 1) return decideMemberStart(attempt, member.rank);
       // A start said twice (its first answer lost on the way back) is the start already recorded.
       if (attempt.status === 'running') return [];
       if (attempt.status !== 'assigned') {
@@ -255,16 +250,14 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       const why = 'failure' in outcome ? outcome.failure : null;
       // A command the probe could not watch ended as it would have: its exit code says nothing.
       const unwatched = why?.reason === 'probeNotPython' || why?.reason === 'probeNoStep';
-      return endAttempt(
-        state,
-        attempt.id,
-        why,
-        unwatched ? null : exitCodeOf(command.exit),
-        command.durationMs,
-        command.now,
-        command.jitter,
-        DEFAULT_BACKOFF,
-      );
+      return endAttempt(state, attempt.id, {
+        failure: why,
+        exitCode: unwatched ? null : exitCodeOf(command.exit),
+        durationMs: command.durationMs,
+        now: command.now,
+        jitter: command.jitter,
+        policy: DEFAULT_BACKOFF,
+      });
     }
     case 'FinishAttempt':
       if (liveAttempt(state, command.attemptId).probe) {
@@ -276,12 +269,14 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       return endAttempt(
         state,
         command.attemptId,
-        classifyExit(command.exit),
-        exitCodeOf(command.exit),
-        command.durationMs,
-        command.now,
-        command.jitter,
-        command.backoff ?? DEFAULT_BACKOFF,
+        {
+          failure: classifyExit(command.exit),
+          exitCode: exitCodeOf(command.exit),
+          durationMs: command.durationMs,
+          now: command.now,
+          jitter: command.jitter,
+          policy: command.backoff ?? DEFAULT_BACKOFF,
+        },
         {
           // One that ended by itself within the limit, as its worker timed it, ended as it did,
           // however late its report came.
@@ -292,16 +287,14 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         },
       );
     case 'FailAttempt':
-      return endAttempt(
-        state,
-        command.attemptId,
-        command.failure,
-        null,
-        0,
-        command.now,
-        command.jitter,
-        DEFAULT_BACKOFF,
-      );
+      return endAttempt(state, command.attemptId, {
+        failure: command.failure,
+        exitCode: null,
+        durationMs: 0,
+        now: command.now,
+        jitter: command.jitter,
+        policy: DEFAULT_BACKOFF,
+      });
     case 'AbandonGang':
       return abandonGang(state, command.attemptId, command.now, command.acceptMs, command.jitter);
     case 'CancelJob': {

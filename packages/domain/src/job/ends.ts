@@ -1,22 +1,21 @@
 /**
  * How an attempt ends: succeeded, failed (retried after a backoff, or the end of the job),
- * cancelled, past its time limit, preempted; for a gang job's attempt, with the first of its
- * members to fail, or once every member succeeded.
+ * cancelled, past its time limit, preempted; for a gang job's attempt, once each of its members
+ * that started has ended.
  */
 import type { Failure, JobEvent } from '@trainyard/events';
-import { backoffMs, type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
+import { backoffMs, type BackoffPolicy } from '../backoff.ts';
 import { DomainError } from '../errors.ts';
 import { failure as failureOf } from '../failures.ts';
-import {
-  gangSize,
-  incompleteGang,
-  MAX_GANG_INCOMPLETE,
-  memberOf,
-  othersSucceeded,
-  type Member,
-} from './gang.ts';
+import { gangSize, MAX_GANG_INCOMPLETE, memberOf, membersOf, type Member } from './gang.ts';
 import { preemptedAttempt } from './stops.ts';
-import { currentAttempt, isTerminal, type AttemptState, type JobState } from './state.ts';
+import {
+  currentAttempt,
+  isTerminal,
+  type AttemptState,
+  type JobState,
+  type MemberEnd,
+} from './state.ts';
 
 /** Failures that queue a job again without spending one of its retries. */
 const FREE_RETRIES = new Set(['preempted', 'gangIncomplete']);
@@ -54,22 +53,116 @@ export interface EndedHow {
   pastLimit?: boolean;
 }
 
+/** What one end of an attempt is made of. */
+interface Ending {
+  failure: Failure | null;
+  exitCode: number | null;
+  durationMs: number;
+  now: Date;
+  jitter: number;
+  policy: BackoffPolicy;
+}
+
 /**
- * What the end of the attempt (or gang member) `id` means. For a gang, a failure names the
- * member, and a member that succeeded while others run is recorded as such.
+ * What the end of the attempt (or gang member) `id` means. A gang's member that ended while
+ * others run is recorded (`JobMemberEnded`); the attempt ends with the last.
  */
 export function endAttempt(
   state: JobState,
   id: string,
-  failure: Failure | null,
-  exitCode: number | null,
-  durationMs: number,
-  now: Date,
-  jitter: number,
-  policy: BackoffPolicy,
+  ending: Ending,
   how: EndedHow = {},
 ): JobEvent[] {
   const { attempt, member } = liveMember(state, id);
+  if (gangSize(attempt) === 1) return endWhole(state, attempt, ending, how);
+  return endMember(state, attempt, member, ending, how.pastLimit === true);
+}
+
+/** Whether a gang's members are being stopped: one failed, a cancel, the time limit. */
+export function gangBroken(state: JobState, attempt: AttemptState): boolean {
+  return attempt.brokenAt !== null || state.cancelRequested || state.timeLimitReached;
+}
+
+/**
+ * The members of a gang's attempt yet to end: each that has not, but, once its members are
+ * being stopped, one that never started (it never will).
+ */
+export function membersRunning(
+  attempt: AttemptState,
+  ends: readonly MemberEnd[],
+  broken: boolean,
+): Member[] {
+  return membersOf(attempt).filter(
+    (m) =>
+      !ends.some((e) => e.rank === m.rank) && (!broken || attempt.ranksStarted.includes(m.rank)),
+  );
+}
+
+/**
+ * A member of a gang ended: recorded, or, the last of those that started, the attempt's end. Its
+ * failure names it, unless `gangWide` (the failure is the gang's, such as `gangIncomplete`).
+ */
+export function endMember(
+  state: JobState,
+  attempt: AttemptState,
+  member: Member,
+  ending: Ending,
+  timeLimited: boolean,
+  gangWide = false,
+): JobEvent[] {
+  // An end said twice (its first answer lost on the way back) is the end already recorded.
+  if (attempt.memberEnds.some((e) => e.rank === member.rank)) return [];
+  const failure =
+    ending.failure && !gangWide
+      ? {
+          ...ending.failure,
+          message: `rank ${member.rank} (worker ${member.workerId}): ${ending.failure.message}`,
+        }
+      : ending.failure;
+  const end: MemberEnd = { rank: member.rank, exitCode: ending.exitCode, failure, timeLimited };
+  const ends = [...attempt.memberEnds, end];
+  const broken = gangBroken(state, attempt) || failure !== null;
+  if (membersRunning(attempt, ends, broken).length > 0) {
+    const data = {
+      attemptId: attempt.id,
+      rank: member.rank,
+      exitCode: ending.exitCode,
+      failure,
+      durationMs: ending.durationMs,
+      ...(timeLimited && { timeLimited: true as const }),
+    };
+    return [{ type: 'JobMemberEnded', data }];
+  }
+  return endGang(state, attempt, ends, ending);
+}
+
+/**
+ * A gang's attempt ends as its members did: failed as the first to fail (one the platform
+ * failed, such as a member lost with its worker, before any other: the others fail for want of
+ * it), else succeeded.
+ */
+export function endGang(
+  state: JobState,
+  attempt: AttemptState,
+  ends: readonly MemberEnd[],
+  ending: Omit<Ending, 'failure' | 'exitCode'>,
+): JobEvent[] {
+  const failed = ends.find((e) => e.failure?.kind === 'system') ?? ends.find((e) => e.failure);
+  return endWhole(
+    state,
+    attempt,
+    { ...ending, failure: failed?.failure ?? null, exitCode: failed?.exitCode ?? null },
+    { pastLimit: ends.some((e) => e.timeLimited), endedInTime: failed === undefined },
+  );
+}
+
+/** The end of an attempt, as a whole. */
+function endWhole(
+  state: JobState,
+  attempt: AttemptState,
+  { failure, exitCode, durationMs, now, jitter, policy }: Ending,
+  how: EndedHow,
+): JobEvent[] {
   const attemptId = attempt.id;
   if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId } }];
   if ((state.timeLimitReached || how.pastLimit) && !how.endedInTime) {
@@ -85,60 +178,26 @@ export function endAttempt(
   if (state.preemptRequested && (failure || how.stopped)) {
     return [preemptedAttempt(attemptId, exitCode, durationMs, now)];
   }
-  const gang = gangSize(attempt) > 1;
-  if (!failure) {
-    if (gang && !othersSucceeded(attempt, member.rank)) {
-      return [{ type: 'JobMemberSucceeded', data: { attemptId, rank: member.rank, durationMs } }];
-    }
-    return [{ type: 'JobSucceeded', data: { attemptId, durationMs } }];
-  }
-  const why = gang
-    ? { ...failure, message: `rank ${member.rank} (worker ${member.workerId}): ${failure.message}` }
-    : failure;
+  if (!failure) return [{ type: 'JobSucceeded', data: { attemptId, durationMs } }];
   const retriesUsed = state.attempts.filter(
     (a) => a.failure?.retryable && !FREE_RETRIES.has(a.failure.reason),
   ).length;
-  const maxRetries = state.spec?.maxRetries ?? 0;
+  const incomplete = state.attempts.filter((a) => a.failure?.reason === 'gangIncomplete').length;
+  let why = failure;
+  let again = failure.retryable && retriesUsed < (state.spec?.maxRetries ?? 0);
+  if (failure.reason === 'gangIncomplete') {
+    again = incomplete + 1 < MAX_GANG_INCOMPLETE;
+    if (!again)
+      why = {
+        ...failure,
+        message: `${failure.message}, ${incomplete + 1} times: not queued again`,
+      };
+  }
   const wait = backoffMs(attempt.number, jitter, policy);
-  const retry =
-    why.retryable && retriesUsed < maxRetries
-      ? { retryAt: new Date(now.getTime() + wait).toISOString(), backoffMs: wait }
-      : null;
-  return [
-    { type: 'JobAttemptFailed', data: { attemptId, exitCode, failure: why, durationMs, retry } },
-  ];
-}
-
-/**
- * Ends a gang's attempt whose members did not all start within `acceptMs`: each is released,
- * and the job is queued again after a backoff without spending a retry, up to
- * `MAX_GANG_INCOMPLETE` times; then it fails.
- */
-export function abandonGang(
-  state: JobState,
-  attemptId: string,
-  now: Date,
-  acceptMs: number,
-  jitter: number,
-): JobEvent[] {
-  const { attempt, missing } = incompleteGang(state, attemptId, now, acceptMs);
-  if (state.cancelRequested) return [{ type: 'JobCancelled', data: { attemptId } }];
-  const tries = state.attempts.filter((a) => a.failure?.reason === 'gangIncomplete').length + 1;
-  const ranks = `${missing.length === 1 ? 'rank' : 'ranks'} ${missing.join(', ')}`;
-  const again = tries < MAX_GANG_INCOMPLETE;
-  const why = failureOf(
-    'gangIncomplete',
-    `${ranks} did not start within ${Math.round(acceptMs / 1000)}s of the assignment` +
-      (again ? '' : `, ${tries} times: the job is not queued again`),
-  );
-  const wait = backoffMs(attempt.number, jitter, DEFAULT_BACKOFF);
   const retry = again
     ? { retryAt: new Date(now.getTime() + wait).toISOString(), backoffMs: wait }
     : null;
   return [
-    {
-      type: 'JobAttemptFailed',
-      data: { attemptId, exitCode: null, failure: why, durationMs: 0, retry },
-    },
+    { type: 'JobAttemptFailed', data: { attemptId, exitCode, failure: why, durationMs, retry } },
   ];
 }

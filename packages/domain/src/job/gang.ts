@@ -4,9 +4,8 @@
  * once every member has, succeeds once every member exited 0, and ends, for all, with the first
  * member that fails.
  */
-import type { AttemptStatus, JobEvent, Placement } from '@trainyard/events';
-import { DomainError } from '../errors.ts';
-import { currentAttempt, isTerminal, type AttemptState, type JobState } from './state.ts';
+import type { AttemptStatus, Placement } from '@trainyard/events';
+import { isTerminal, slotHolder, type AttemptState, type JobState } from './state.ts';
 
 /** How many `gangIncomplete` ends a job takes before it fails rather than queue again. */
 export const MAX_GANG_INCOMPLETE = 5;
@@ -68,7 +67,8 @@ export function memberOf(
 
 /**
  * Where the member `id` stands, as its worker may know it: `running` once it started, while the
- * attempt lives (a gang's attempt is `assigned` until all its members have); null for none.
+ * attempt lives (a gang's attempt is `assigned` until all its members have), and as it ended
+ * once it has; null for none.
  */
 export function memberStatus(state: JobState, id: string): AttemptStatus | null {
   const found = memberOf(state, id);
@@ -76,54 +76,51 @@ export function memberStatus(state: JobState, id: string): AttemptStatus | null 
   const { attempt, member } = found;
   const live = attempt.status === 'assigned' || attempt.status === 'running';
   if (!live || isTerminal(state.status)) return attempt.status;
+  const end = attempt.memberEnds.find((e) => e.rank === member.rank);
+  if (end) return end.failure ? 'failed' : 'succeeded';
   return attempt.ranksStarted.includes(member.rank) ? 'running' : attempt.status;
 }
 
-/** A member of a gang started: the attempt starts with its last member. */
-export function decideMemberStart(attempt: AttemptState, rank: number): JobEvent[] {
-  if (attempt.ranksStarted.includes(rank)) return [];
-  const events: JobEvent[] = [{ type: 'JobMemberStarted', data: { attemptId: attempt.id, rank } }];
-  if (attempt.ranksStarted.length + 1 === gangSize(attempt)) {
-    events.push({ type: 'JobStarted', data: { attemptId: attempt.id } });
-  }
-  return events;
+/**
+ * When a gang's attempt is given up on (ms since the epoch): `acceptMs` after its assignment,
+ * while its members have not all started, or after its members were told to stop, while some
+ * have not ended. Null for any other attempt.
+ */
+export function gangDeadline(state: JobState, acceptMs: number): number | null {
+  const attempt = slotHolder(state);
+  if (!attempt || gangSize(attempt) === 1) return null;
+  if (attempt.brokenAt !== null) return Date.parse(attempt.brokenAt) + acceptMs;
+  if (attempt.status !== 'assigned') return null;
+  return Date.parse(attempt.assignedAt) + acceptMs;
 }
 
-/** Whether every other member of a gang's attempt has exited 0. */
-export function othersSucceeded(attempt: AttemptState, rank: number): boolean {
-  return attempt.ranksSucceeded.filter((r) => r !== rank).length === gangSize(attempt) - 1;
-}
+/** The first port a gang's rank 0 may listen on for the others (torchrun's default). */
+const MASTER_PORT_BASE = 29_500;
+/** How many ports, from the first, a gang's rank 0 may be given. */
+export const MASTER_PORTS = 1_000;
 
 /**
- * Gives up on a gang's attempt whose members have not all started within `acceptMs` of its
- * assignment: the ranks that did not, and the attempt to end.
+ * The port a new gang attempt's rank 0 listens on for the others, on `workerId`: one of
+ * `MASTER_PORTS` from torchrun's default, drawn by the attempt's id, past those that live gangs
+ * whose rank 0 runs there hold.
  */
-export function incompleteGang(
-  state: JobState,
+export function masterPortFor(
+  jobs: Iterable<{ state: JobState }>,
+  workerId: string,
   attemptId: string,
-  now: Date,
-  acceptMs: number,
-): { attempt: AttemptState; missing: number[] } {
-  const attempt = currentAttempt(state);
-  if (!attempt || attempt.id !== attemptId || attempt.status !== 'assigned') {
-    throw new DomainError('STALE_ATTEMPT', `attempt ${attemptId} is not waiting for its members`);
+): number {
+  const taken = new Set<number>();
+  for (const { state } of jobs) {
+    const live = slotHolder(state);
+    if (live?.workerId === workerId && live.masterPort !== null) taken.add(live.masterPort);
   }
-  if (gangSize(attempt) === 1) {
-    throw new DomainError('INVALID_TRANSITION', `attempt ${attemptId} is not a gang's`);
+  let hash = 2_166_136_261;
+  for (let i = 0; i < attemptId.length; i++) {
+    hash = Math.imul(hash ^ attemptId.charCodeAt(i), 16_777_619) >>> 0;
   }
-  if (now.getTime() - Date.parse(attempt.assignedAt) < acceptMs) {
-    throw new DomainError('INVALID_TRANSITION', `attempt ${attemptId} may still start`);
+  for (let i = 0; i < MASTER_PORTS; i++) {
+    const port = MASTER_PORT_BASE + ((hash + i) % MASTER_PORTS);
+    if (!taken.has(port)) return port;
   }
-  const missing = membersOf(attempt)
-    .map((m) => m.rank)
-    .filter((r) => !attempt.ranksStarted.includes(r));
-  return { attempt, missing };
-}
-
-/** The deadline (ms since the epoch) by which every member of the job's attempt must start. */
-export function gangDeadline(state: JobState, acceptMs: number): number | null {
-  const attempt = currentAttempt(state);
-  if (!attempt || attempt.status !== 'assigned' || gangSize(attempt) === 1) return null;
-  if (isTerminal(state.status)) return null;
-  return Date.parse(attempt.assignedAt) + acceptMs;
+  return MASTER_PORT_BASE + (hash % MASTER_PORTS);
 }

@@ -12,7 +12,6 @@ import type {
   JobSubmittedData,
   OutputFile,
   Placement,
-  Resources,
   ShardOf,
 } from '@trainyard/events';
 import { assertNever } from '../errors.ts';
@@ -34,9 +33,24 @@ export interface AttemptState {
   probe: boolean;
   /** A gang job's other members, ranks 1 and on (rank 0 is the placement above). */
   members: Placement[];
-  /** The ranks of a gang's members that started, and those that exited 0. */
+  /** The port a gang's rank 0 listens on for the others, where the assignment chose one. */
+  masterPort: number | null;
+  /** The ranks of a gang's members that started, and how those that ended did. */
   ranksStarted: number[];
-  ranksSucceeded: number[];
+  memberEnds: MemberEnd[];
+  /**
+   * When a gang's members were told to stop (a member failed, a cancel, the time limit): from
+   * then, the attempt ends once every member that started has, or after the acceptance time.
+   */
+  brokenAt: string | null;
+}
+
+/** How one member of a gang's attempt ended. */
+export interface MemberEnd {
+  rank: number;
+  exitCode: number | null;
+  failure: Failure | null;
+  timeLimited: boolean;
 }
 
 export interface JobState {
@@ -116,46 +130,14 @@ export function buildsFirst(data: JobSubmittedData): boolean {
   return data.build ?? (!data.spec.image && (data.code != null || data.spec.setup != null));
 }
 
-/** A job needs the builder when it has an image to build, or brings code or a setup step. */
-export function needsBuild(spec: JobSpec, code: CodeArchive | undefined | null): boolean {
-  return spec.image !== undefined || code != null || spec.setup != null;
-}
-
-/**
- * Whether a probe measures a job before it is placed: it asks for GPUs and declares no VRAM.
- */
-export function needsEstimate(spec: JobSpec): boolean {
-  return spec.resources.gpus > 0 && spec.resources.vramGb === undefined;
-}
-
 /** Whether the job's next attempt is its probe: it is to be measured and has not been. */
 export function probesNext(state: JobState): boolean {
   return state.estimates && !state.estimate;
 }
 
-/**
- * The host memory an attempt of the job needs: the limit it asked for, else what its probe
- * measured, else nothing counted.
- */
-export function memoryNeed(state: JobState): number {
-  if (state.spec?.resources.memoryGb !== undefined) return limitBytes(state.spec.resources);
-  return state.estimate?.ramBytes ?? 0;
-}
-
-/** The memory limit resources ask for, in bytes; 0 without one. */
-export function limitBytes(resources: Resources): number {
-  const gb = resources.memoryGb;
-  return gb === undefined ? 0 : Math.ceil(gb * 1024 ** 3);
-}
-
 /** The status of a job that waits to be placed: `estimating` until its probe has measured it. */
 function waiting(state: JobState): JobStatus {
   return probesNext(state) ? 'estimating' : 'queued';
-}
-
-/** Whether a job runs in a container (it names an image), on a worker of the Docker runtime. */
-export function runsInContainer(spec: JobSpec): boolean {
-  return spec.image !== undefined;
 }
 
 /** The attempt that holds (or last held) the job's slot. */
@@ -210,6 +192,14 @@ const TERMINAL = new Set<string>(['succeeded', 'failed', 'cancelled']);
 
 export function isTerminal(status: JobState['status']): boolean {
   return TERMINAL.has(status);
+}
+
+/** The attempts, with the live one's members told to stop at `at`, if not before. */
+function broken(state: JobState, at: string): AttemptState[] {
+  const live = slotHolder(state);
+  return live && live.brokenAt === null
+    ? withAttempt(state, live.id, () => ({ brokenAt: at }))
+    : state.attempts;
 }
 
 function withAttempt(
@@ -274,8 +264,10 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
             failure: null,
             probe: event.data.probe ?? false,
             members: event.data.members ?? [],
+            masterPort: event.data.masterPort ?? null,
             ranksStarted: [],
-            ranksSucceeded: [],
+            memberEnds: [],
+            brokenAt: null,
           },
         ],
       };
@@ -286,13 +278,19 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
           ranksStarted: [...a.ranksStarted, event.data.rank],
         })),
       };
-    case 'JobMemberSucceeded':
+    case 'JobMemberEnded': {
+      const { rank, exitCode, failure, timeLimited } = event.data;
       return {
         ...state,
         attempts: withAttempt(state, event.data.attemptId, (a) => ({
-          ranksSucceeded: [...a.ranksSucceeded, event.data.rank],
+          memberEnds: [
+            ...a.memberEnds.filter((e) => e.rank !== rank),
+            { rank, exitCode, failure, timeLimited: timeLimited === true },
+          ],
+          brokenAt: a.brokenAt ?? (failure ? at : null),
         })),
       };
+    }
     case 'JobStarted':
       return {
         ...state,
@@ -350,9 +348,9 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
       };
     }
     case 'JobCancelRequested':
-      return { ...state, cancelRequested: true };
+      return { ...state, cancelRequested: true, attempts: broken(state, at) };
     case 'JobTimeLimitReached':
-      return { ...state, timeLimitReached: true };
+      return { ...state, timeLimitReached: true, attempts: broken(state, at) };
     case 'JobPreempted':
       return { ...state, preemptRequested: true };
     case 'JobDependenciesMet':

@@ -84,7 +84,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
     }
     case 'JobCancelRequested':
     case 'JobMemberStarted':
-    case 'JobMemberSucceeded':
+    case 'JobMemberEnded':
     case 'JobTimeLimitReached':
     case 'JobPreempted':
     case 'JobLogin':
