@@ -1,7 +1,7 @@
 import { Backfill, withoutKept, type Reservation } from './backfill.ts';
 import { anyPreemptible, type Preemption } from './preemption.ts';
 import { cloneWorker, type ClusterState, type WorkerState } from './cluster.ts';
-import { fitOnWorker, takesWholeGpus, type Assignment } from './fit.ts';
+import { couldEverHold, fitOnWorker, takesWholeGpus, type Assignment } from './fit.ts';
 import { inPlacementOrder, placeable, type Candidate } from './candidates.ts';
 import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
 import { bookQuota, heldBack, quotaBook, type QuotaBook } from './quota.ts';
@@ -49,7 +49,8 @@ function withBooked(quota: QuotaBook | undefined, head: Candidate): QuotaBook | 
 /**
  * Where a job goes: the first worker it fits on, from `from`; a probe, the one with the largest
  * GPUs. `firstFit` is the first worker it fits on: none before it can take its shape again in
- * this round. With `kept`, the reserved worker is judged as `kept.view` sees it.
+ * this round. With `kept`, the reserved worker is judged as `kept.view` sees it; workers `held`
+ * for a gang are passed over.
  */
 function place(
   job: Candidate,
@@ -58,12 +59,13 @@ function place(
   policy: PlacementPolicy,
   from: number,
   kept: Kept | null,
+  held: ReadonlySet<number> | null,
 ) {
   let best: { worker: WorkerState; a: Assignment; firstFit: number; index: number } | null = null;
   const least = leastRoom(job, policy);
   for (let i = from; i < workers.length; i++) {
     const worker = workers[i]!;
-    if (least && !roomFor(least, room[i]!)) continue;
+    if (held?.has(i) || (least && !roomFor(least, room[i]!))) continue;
     const a = fitOnWorker(job, i === kept?.index ? kept.view : worker, policy);
     if (!a) continue;
     if (!job.probe || a.gpus.length === 0) return { worker, a, firstFit: i, index: i };
@@ -85,12 +87,13 @@ function placeGang(
   policy: PlacementPolicy,
   from: number,
   kept: Kept | null,
+  held: ReadonlySet<number> | null,
 ) {
   const members: { worker: WorkerState; a: Assignment; index: number }[] = [];
   const least = leastRoom(job, policy);
   for (let i = from; i < workers.length && members.length < job.nodes; i++) {
     const worker = workers[i]!;
-    if (least && !roomFor(least, room[i]!)) continue;
+    if (held?.has(i) || (least && !roomFor(least, room[i]!))) continue;
     const a = fitOnWorker(job, i === kept?.index ? kept.view : worker, policy);
     if (a) members.push({ worker, a, index: i });
   }
@@ -105,6 +108,22 @@ function apply(worker: WorkerState, a: Assignment, job: Candidate): void {
     gpu.attempts += 1;
   }
   worker.cpusUsed += a.cpus;
+}
+
+/**
+ * The workers a gang that fits on too few could take a member on now, held for it; null when
+ * too few online workers could ever hold a member of it, even empty (holding them would only
+ * keep them idle).
+ */
+function holdForGang(job: Candidate, workers: WorkerState[], policy: PlacementPolicy) {
+  let could = 0;
+  for (const w of workers) if (couldEverHold(job, w, policy) && ++could >= job.nodes) break;
+  if (could < job.nodes) return null;
+  const held = new Set<number>();
+  workers.forEach((w, i) => {
+    if (fitOnWorker(job, w, policy)) held.add(i);
+  });
+  return { workers: held, gpus: job.resources.gpus > 0 };
 }
 
 /** A placement on one worker, as a gang's is: its only member. */
@@ -187,6 +206,12 @@ export function placeInOrder(
   const round = {};
   const room = workers.map(roomOf);
   let kept: Kept | null = null;
+  /**
+   * The workers that the first gang that found too few, with no reservation kept before it,
+   * could take a member on now: later work may not take them, so that it gathers workers as
+   * they free up rather than wait behind smaller work for ever.
+   */
+  let held: { workers: Set<number>; gpus: boolean } | null = null;
   const fit = (c: Candidate, w: WorkerState) => fitOnWorker(c, w, policy);
   for (const job of ordered) {
     // Capacity only shrinks within a round: a worker a shape did not fit on stays so.
@@ -220,10 +245,12 @@ export function placeInOrder(
       continue;
     }
     const from = late ? Math.max(mark.startAt, mark.lateStartAt) : mark.startAt;
+    // What is held for a gang is kept from work that takes what it needs: GPUs, or CPU slots.
+    const passOver = held && held.gpus === job.resources.gpus > 0 ? held.workers : null;
     const placed =
       job.nodes === 1
-        ? oneMember(place(job, workers, room, policy, from, late ? kept : null))
-        : placeGang(job, workers, room, policy, from, late ? kept : null);
+        ? oneMember(place(job, workers, room, policy, from, late ? kept : null, passOver))
+        : placeGang(job, workers, room, policy, from, late ? kept : null, passOver);
     if (!placed) {
       if (late) {
         mark.unplaceableLate = true;
@@ -233,7 +260,11 @@ export function placeInOrder(
         continue;
       }
       mark.unplaceable = true;
-      if (backfill && !backfill.tried && job.resources.gpus > 0 && job.nodes === 1) {
+      if (backfill && job.nodes > 1 && kept === null && held === null) {
+        held = holdForGang(job, workers, policy);
+        if (held) continue;
+      }
+      if (backfill && !backfill.tried && !held && job.resources.gpus > 0 && job.nodes === 1) {
         const r = backfill.forHead(job, workers, fit);
         if (r) {
           const view = withoutKept(workers[r.index]!, r, job);
@@ -260,7 +291,7 @@ export function placeInOrder(
       others.length === 0 ? rank0! : { ...rank0!, members: others.map(memberPlacement) },
     );
     if (!placed.members.some((m) => hasRoom(m.worker)) && !workers.some(hasRoom)) {
-      if (backfill && !backfill.tried) {
+      if (backfill && !backfill.tried && !held) {
         const rest = ordered.slice(ordered.indexOf(job) + 1);
         roomForFirst(rest, workers, policy, quota, backfill);
       }

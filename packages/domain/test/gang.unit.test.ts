@@ -106,6 +106,40 @@ describe('gang jobs', () => {
     expect(cluster.holding.jobs.has('job_gang#2')).toBe(false);
   });
 
+  it('gathers workers as they free up, later work of GPUs kept off them, rather than wait for ever', () => {
+    const cluster = emptyCluster();
+    for (const id of ['w1', 'w2', 'w3']) worker(cluster, id, [24], 4);
+    // w1 and w2 run work; w3 is free.
+    submit(cluster, 'job_a', { resources: { gpus: 1 }, priority: 5 });
+    submit(cluster, 'job_b', { resources: { gpus: 1 }, priority: 5 });
+    commit(cluster);
+    submit(cluster, 'job_gang', { resources: { gpus: 1 }, nodes: 2, priority: 1 });
+    submit(cluster, 'job_small', { resources: { gpus: 1, vramGb: 4 } });
+    submit(cluster, 'job_cpu', { resources: { gpus: 0, cpus: 1 } });
+    // w3 is held for the gang: the small GPU job behind it may not take it; CPU work may.
+    expect(plan(cluster, T0).assignments.map((a) => [a.id, a.workerId])).toEqual([
+      ['job_cpu', 'w1'],
+    ]);
+    evolveCluster(
+      cluster,
+      stored('job', 'job_a', {
+        type: 'JobSucceeded',
+        data: { attemptId: 'att-job_a', durationMs: 1 },
+      }),
+    );
+    const [gang, ...rest] = plan(cluster, T0).assignments;
+    expect(gang).toMatchObject({ id: 'job_gang', workerId: 'w1', members: [{ workerId: 'w3' }] });
+    expect(rest.map((a) => a.id)).toEqual(['job_cpu']);
+  });
+
+  it('holds nothing for a gang that too few workers could ever hold', () => {
+    const cluster = emptyCluster();
+    worker(cluster, 'w1', [24]);
+    submit(cluster, 'job_gang', { resources: { gpus: 1 }, nodes: 2, priority: 1 });
+    submit(cluster, 'job_small', { resources: { gpus: 1, vramGb: 4 } });
+    expect(plan(cluster, T0).assignments.map((a) => a.id)).toEqual(['job_small']);
+  });
+
   it('does not take a member that ended for one lost with its worker', () => {
     const cluster = emptyCluster();
     for (const id of ['w1', 'w2']) worker(cluster, id, [24]);
