@@ -1,29 +1,18 @@
-import { readFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
-import { startWorkerProcess, type ServiceProcess } from './processes.ts';
+import { WorkerProcesses } from './processes.ts';
 
 let t: TestStack;
 let token: string;
 let dir: Awaited<ReturnType<typeof tempDir>>;
-const workers: ServiceProcess[] = [];
-/** The last process started under each name. */
-const byName = new Map<string, ServiceProcess>();
-
-function worker(name: string): ServiceProcess {
-  const w = startWorkerProcess(name, {
-    natsUrl: t.natsUrl,
-    sandboxRoot: dir.path,
-    heartbeatMs: 300,
-    simulateGpus: '1x24GiB',
-    address: '127.0.0.1',
-  });
-  workers.push(w);
-  byName.set(name, w);
-  return w;
-}
+const pool = new WorkerProcesses(() => ({
+  natsUrl: t.natsUrl,
+  sandboxRoot: dir.path,
+  heartbeatMs: 300,
+  simulateGpus: '1x24GiB',
+  address: '127.0.0.1',
+}));
 
 async function online(count: number): Promise<void> {
   await waitFor(
@@ -32,16 +21,6 @@ async function online(count: number): Promise<void> {
       const list = (await (await t.http('/v1/workers', { token })).json()) as { status: string }[];
       return list.filter((w) => w.status === 'online').length === count;
     },
-    { timeoutMs: 30_000 },
-  );
-}
-
-/** The process group of job `id`'s attempt on `workerName`, as its worker recorded it. */
-function attemptPid(workerName: string, id: string, attempt = 1): Promise<number> {
-  const file = join(dir.path, workerName, `${id}-${attempt}`, 'attempt.pid');
-  return waitFor(
-    `the process group of ${id}-${attempt} on ${workerName}`,
-    async () => Number(await readFile(file, 'utf8').catch(() => '')) || undefined,
     { timeoutMs: 30_000 },
   );
 }
@@ -78,12 +57,12 @@ beforeAll(async () => {
   t = await startTestStack({ localWorker: false, heartbeatTimeoutMs: 5_000 });
   token = await t.token();
   dir = await tempDir('trainyard-gang-');
-  for (const name of ['gw1', 'gw2']) worker(name);
+  for (const name of ['gw1', 'gw2']) pool.start(name);
   await online(2);
 }, 60_000);
 
 afterAll(async () => {
-  for (const w of workers) await w.kill9();
+  await pool.killAll();
   await t?.stop();
   await dir?.remove();
 });
@@ -141,7 +120,7 @@ describe('gang jobs on two workers', () => {
     });
     const { id } = (await res.json()) as { id: string };
     const running = await t.waitForJob(id, token, (j) => j.attempts.length > 0, 30_000);
-    const pid = await attemptPid(running.attempts[0]!.workerId, id);
+    const pid = await pool.attemptPid(running.attempts[0]!.workerId, id);
     const job = await t.waitForJob(id, token, (j) => j.status === 'failed', 60_000);
     expect(job.failure).toMatchObject({
       reason: 'nonZeroExit',
@@ -162,9 +141,9 @@ describe('gang jobs on two workers', () => {
     const running = await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
     const [attempt] = running.attempts;
     const rank1 = (attempt as { members?: { workerId: string }[] }).members![0]!.workerId;
-    const rank0Pid = await attemptPid(attempt!.workerId, id);
-    const orphan = await attemptPid(rank1, id);
-    await byName.get(rank1)!.kill9();
+    const rank0Pid = await pool.attemptPid(attempt!.workerId, id);
+    const orphan = await pool.attemptPid(rank1, id);
+    await pool.byName.get(rank1)!.kill9();
     const retrying = await t.waitForJob(id, token, (j) => j.status === 'retrying', 30_000);
     expect(retrying.failure).toMatchObject({
       kind: 'system',
@@ -174,7 +153,7 @@ describe('gang jobs on two workers', () => {
     // Rank 0 was stopped before the attempt gave back its GPUs.
     expect(processAlive(rank0Pid)).toBe(false);
     // The lost worker comes back, stops what it left running, and the gang runs again on both.
-    worker(rank1);
+    pool.start(rank1);
     await waitFor('the orphaned member stopped', () => !processAlive(orphan), {
       timeoutMs: 30_000,
     });

@@ -1,6 +1,8 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { waitFor } from '@trainyard/testkit';
 
 export const BIN = resolve(fileURLToPath(new URL('../../cli/bin/trainyard.js', import.meta.url)));
 
@@ -139,4 +141,41 @@ export function startWorkerProcess(
       }),
     },
   );
+}
+
+/** Worker processes a test starts, each in a sandbox of its own under `sandboxRoot`. */
+export class WorkerProcesses {
+  readonly all: ServiceProcess[] = [];
+  /** The last process started under each name. */
+  readonly byName = new Map<string, ServiceProcess>();
+
+  constructor(
+    private readonly opts: () => Omit<Parameters<typeof startWorkerProcess>[1], 'sandboxRoot'> & {
+      sandboxRoot: string;
+    },
+  ) {}
+
+  start(name: string): ServiceProcess {
+    const w = startWorkerProcess(name, this.opts());
+    this.all.push(w);
+    this.byName.set(name, w);
+    return w;
+  }
+
+  /**
+   * The process group an attempt runs in, as its worker recorded it in the sandbox (the attempt
+   * itself runs in a PID namespace of its own, where its pids mean nothing here).
+   */
+  attemptPid(workerName: string, jobId: string, attempt = 1): Promise<number> {
+    const file = join(this.opts().sandboxRoot, workerName, `${jobId}-${attempt}`, 'attempt.pid');
+    return waitFor(
+      `the process group of ${jobId}-${attempt} on ${workerName}`,
+      async () => Number(await readFile(file, 'utf8').catch(() => '')) || undefined,
+      { timeoutMs: 30_000 },
+    );
+  }
+
+  async killAll(): Promise<void> {
+    for (const w of this.all) await w.kill9();
+  }
 }

@@ -5,27 +5,23 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runJobCommand, loadJob } from '@trainyard/application';
 import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
-import { startWorkerProcess, type ServiceProcess } from './processes.ts';
+import { WorkerProcesses } from './processes.ts';
 
 const EXAMPLES = resolve(fileURLToPath(new URL('../../../examples', import.meta.url)));
 
 let t: TestStack;
 let token: string;
 let dir: Awaited<ReturnType<typeof tempDir>>;
-const workers: ServiceProcess[] = [];
-/** The last process started under each name. */
-const byName = new Map<string, ServiceProcess>();
-
-function worker(name: string): ServiceProcess {
-  const w = startWorkerProcess(name, {
-    natsUrl: t.natsUrl,
-    sandboxRoot: dir.path,
-    heartbeatMs: 200,
-  });
-  workers.push(w);
-  byName.set(name, w);
-  return w;
-}
+const pool = new WorkerProcesses(() => ({
+  natsUrl: t.natsUrl,
+  sandboxRoot: dir.path,
+  heartbeatMs: 200,
+}));
+const workers = pool.all;
+const byName = pool.byName;
+const worker = (name: string) => pool.start(name);
+const attemptPid = (workerName: string, id: string, attempt = 1) =>
+  pool.attemptPid(workerName, id, attempt);
 
 async function workerList() {
   return (await (await t.http('/v1/workers', { token })).json()) as {
@@ -37,18 +33,6 @@ async function workerList() {
 async function online(name: string) {
   await waitFor(`worker ${name} online`, async () =>
     (await workerList()).some((w) => w.id === name && w.status === 'online'),
-  );
-}
-
-/**
- * The process group an attempt runs in, as its worker recorded it in the sandbox (the attempt
- * itself runs in a PID namespace of its own, where its pids mean nothing here).
- */
-function attemptPid(workerName: string, id: string, attempt = 1): Promise<number> {
-  const file = join(dir.path, workerName, `${id}-${attempt}`, 'attempt.pid');
-  return waitFor(
-    `the process group of ${id}-${attempt}`,
-    async () => Number(await readFile(file, 'utf8').catch(() => '')) || undefined,
   );
 }
 
