@@ -81,7 +81,7 @@ class Fleet {
           cpuSlots: 16,
           runtime: 'process',
           version: 'bench',
-          dispatchVersion: 4,
+          dispatchVersion: 5,
           runningAttempts: [],
           gpus: Array.from({ length: GPUS_PER_WORKER }, (_, index) => ({
             index,

@@ -84,15 +84,18 @@ function runtimeFits(job: Candidate, worker: WorkerState): boolean {
 
 /**
  * The dispatch contract a worker must read for it: 2 for a probe, 3 for a session, 4 for a
- * session in a container.
+ * session in a container, 5 for a gang's member.
  */
 function dispatchNeeded(job: Candidate): number {
   if (job.kind === 'session') return SESSION_DISPATCH_VERSION + (job.container ? 1 : 0);
+  if (job.nodes > 1) return GANG_DISPATCH_VERSION;
   return job.probe ? 2 : 1;
 }
 
 /** The dispatch version that carries sessions' runs. */
 export const SESSION_DISPATCH_VERSION = 3;
+/** The dispatch version that carries a gang's members. */
+const GANG_DISPATCH_VERSION = 5;
 
 export function fitOnWorker(
   job: Candidate,

@@ -111,19 +111,25 @@ function apply(worker: WorkerState, a: Assignment, job: Candidate): void {
 }
 
 /**
- * The workers a gang that fits on too few could take a member on now, held for it; null when
- * too few online workers could ever hold a member of it, even empty (holding them would only
- * keep them idle).
+ * The workers a gang that fits on too few could take a member on now, held for it; null unless
+ * enough workers could hold a member once what runs on them is expected to end (time limits,
+ * maximum lives): holding some while the rest run unbounded work would only keep them idle.
  */
-function holdForGang(job: Candidate, workers: WorkerState[], policy: PlacementPolicy) {
-  let could = 0;
-  for (const w of workers) if (couldEverHold(job, w, policy) && ++could >= job.nodes) break;
-  if (could < job.nodes) return null;
+function holdForGang(
+  job: Candidate,
+  workers: WorkerState[],
+  policy: PlacementPolicy,
+  backfill: Backfill,
+) {
   const held = new Set<number>();
+  let could = 0;
   workers.forEach((w, i) => {
-    if (fitOnWorker(job, w, policy)) held.add(i);
+    if (fitOnWorker(job, w, policy)) {
+      held.add(i);
+      could++;
+    } else if (backfill.freesUp(w.id) && couldEverHold(job, w, policy)) could++;
   });
-  return { workers: held, gpus: job.resources.gpus > 0 };
+  return could >= job.nodes ? { workers: held, gpus: job.resources.gpus > 0 } : null;
 }
 
 /** A placement on one worker, as a gang's is: its only member. */
@@ -261,7 +267,7 @@ export function placeInOrder(
       }
       mark.unplaceable = true;
       if (backfill && job.nodes > 1 && kept === null && held === null) {
-        held = holdForGang(job, workers, policy);
+        held = holdForGang(job, workers, policy, backfill);
         if (held) continue;
       }
       if (backfill && !backfill.tried && !held && job.resources.gpus > 0 && job.nodes === 1) {

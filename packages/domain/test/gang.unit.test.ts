@@ -11,13 +11,27 @@ import {
   memberStatus,
   plan,
   staleAttempts,
+  type ClusterState,
   type JobCommand,
   type JobState,
 } from '../src/index.ts';
 import { describePending } from '../src/queue-words.ts';
-import { commit, given, spec, stored, submit, submitted, T0, worker } from './given.ts';
+import {
+  commit,
+  given,
+  spec,
+  stored,
+  submit,
+  submitted,
+  T0,
+  worker as anyWorker,
+} from './given.ts';
 
 const GB = 1024 ** 3;
+
+/** A worker of the dispatch contract that carries gangs' members. */
+const worker = (cluster: ClusterState, id: string, gpuGb: number[], cpuSlots = 0) =>
+  anyWorker(cluster, id, gpuGb, cpuSlots, 'sim', 'process', undefined, 5);
 const gang = spec({ resources: { gpus: 1, vramGb: 8 }, nodes: 3, maxRetries: 1 });
 
 /** A gang of three assigned to w1 (rank 0), w2 and w3, one GPU each. */
@@ -109,9 +123,9 @@ describe('gang jobs', () => {
   it('gathers workers as they free up, later work of GPUs kept off them, rather than wait for ever', () => {
     const cluster = emptyCluster();
     for (const id of ['w1', 'w2', 'w3']) worker(cluster, id, [24], 4);
-    // w1 and w2 run work; w3 is free.
-    submit(cluster, 'job_a', { resources: { gpus: 1 }, priority: 5 });
-    submit(cluster, 'job_b', { resources: { gpus: 1 }, priority: 5 });
+    // w1 and w2 run work that ends within an hour; w3 is free.
+    submit(cluster, 'job_a', { resources: { gpus: 1 }, priority: 5, timeLimit: 3600 });
+    submit(cluster, 'job_b', { resources: { gpus: 1 }, priority: 5, timeLimit: 3600 });
     commit(cluster);
     submit(cluster, 'job_gang', { resources: { gpus: 1 }, nodes: 2, priority: 1 });
     submit(cluster, 'job_small', { resources: { gpus: 1, vramGb: 4 } });
@@ -132,12 +146,23 @@ describe('gang jobs', () => {
     expect(rest.map((a) => a.id)).toEqual(['job_cpu']);
   });
 
-  it('holds nothing for a gang that too few workers could ever hold', () => {
+  it('holds nothing for a gang that too few workers could hold, now or once their work ends', () => {
     const cluster = emptyCluster();
     worker(cluster, 'w1', [24]);
     submit(cluster, 'job_gang', { resources: { gpus: 1 }, nodes: 2, priority: 1 });
     submit(cluster, 'job_small', { resources: { gpus: 1, vramGb: 4 } });
     expect(plan(cluster, T0).assignments.map((a) => a.id)).toEqual(['job_small']);
+    // Two workers, one running work without an end: holding the other would only keep it idle.
+    const busy = emptyCluster();
+    worker(busy, 'w1', [24]);
+    worker(busy, 'w2', [24]);
+    submit(busy, 'job_a', { resources: { gpus: 1 }, priority: 5 });
+    commit(busy);
+    submit(busy, 'job_gang', { resources: { gpus: 1 }, nodes: 2, priority: 1 });
+    submit(busy, 'job_small', { resources: { gpus: 1, vramGb: 4 } });
+    expect(plan(busy, T0).assignments.map((a) => [a.id, a.workerId])).toEqual([
+      ['job_small', 'w2'],
+    ]);
   });
 
   it('does not take a member that ended for one lost with its worker', () => {
@@ -184,6 +209,14 @@ describe('gang jobs', () => {
     worker(cluster, 'w1', [24, 24]);
     submit(cluster, 'job_gang', { resources: { gpus: 1, vramGb: 8 }, nodes: 2 });
     expect(explainQueue(cluster, T0).entries[0]!.reason).toBe('unsatisfiable');
+    // Workers of a version that cannot carry a gang's members do not count.
+    anyWorker(cluster, 'old', [24, 24], 0, 'sim', 'process', undefined, 4);
+    expect(explainQueue(cluster, T0).entries[0]!.reason).toBe('unsatisfiable');
+    worker(cluster, 'new', [24]);
+    expect(plan(cluster, T0).assignments[0]).toMatchObject({
+      workerId: 'new',
+      members: [{ workerId: 'w1' }],
+    });
   });
 
   it('starts once every member has, and succeeds once every member exited 0', () => {
@@ -281,6 +314,41 @@ describe('gang jobs', () => {
       reason: 'nonZeroExit',
       message: 'rank 1 (worker w2): the command exited with code 3',
     });
+  });
+
+  it('fails at its time limit though its members exit 0 when stopped, or do not answer', () => {
+    const limited = spec({ resources: { gpus: 1, vramGb: 8 }, nodes: 3, timeLimit: 60 });
+    let state = given([submitted(limited), assignedGang()]);
+    for (const id of ['a1', 'a1-r1', 'a1-r2'])
+      [state] = step(state, { type: 'StartAttempt', attemptId: id });
+    const past = new Date(T0.getTime() + 61_000);
+    [state] = step(state, { type: 'EnforceTimeLimit', now: past });
+    const stopped = (attemptId: string) => ({ ...finish(attemptId), stopped: true });
+    let ended = state;
+    for (const id of ['a1', 'a1-r1', 'a1-r2']) [ended] = step(ended, stopped(id));
+    expect(ended.failure).toMatchObject({ reason: 'timeLimit' });
+    // None answers its stop: given up on after the acceptance time, it fails all the same.
+    const abandon = {
+      type: 'AbandonGang' as const,
+      attemptId: 'a1',
+      now: new Date(T0.getTime() + 10 * 60_000),
+      acceptMs: 60_000,
+      jitter: 0,
+    };
+    const [gone] = step(state, abandon);
+    expect(gone.status).toBe('failed');
+    expect(gone.failure).toMatchObject({ reason: 'timeLimit' });
+    // A member its worker stopped past the limit, exit 0 or not, stops the others too.
+    let self = given([submitted(limited), assignedGang()]);
+    for (const id of ['a1', 'a1-r1', 'a1-r2'])
+      [self] = step(self, { type: 'StartAttempt', attemptId: id });
+    [self] = step(self, { ...finish('a1-r1'), durationMs: 120_000, timeLimited: true });
+    expect(self.attempts[0]!.brokenAt).not.toBeNull();
+    // Preempting a gang is refused, whatever its spec says: it is never preemptible.
+    const preemptible = given([submitted({ ...limited, preemptible: true }), assignedGang()]);
+    expect(() =>
+      decideJob({ type: 'PreemptJob', attemptId: 'a1', by: 'job_x' }, preemptible),
+    ).toThrow(/not preemptible/);
   });
 
   it('is cancelled once every member that started ended, or at once when none had', () => {

@@ -67,6 +67,7 @@ export function worker(
   model = 'sim',
   runtime = 'process',
   limitsMemory?: boolean,
+  dispatchVersion?: number,
 ) {
   evolveCluster(
     cluster,
@@ -78,6 +79,7 @@ export function worker(
         cpuSlots,
         runtime,
         ...(limitsMemory !== undefined && { limitsMemory }),
+        ...(dispatchVersion !== undefined && { dispatchVersion }),
         version: 't',
         gpus: gpuGb.map((gb, index) => ({
           index,

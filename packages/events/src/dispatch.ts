@@ -22,10 +22,16 @@ import { CodeArchiveSchema, OutputFileSchema } from './job.ts';
  * workers of either version read. Version 3 adds sessions' runs (`session`, `sessionStop`),
  * which only workers that read version 3 are given. Version 4 adds a session run's `image`: a
  * worker of version 3 would run it on its host, so a session in a container is sent as version 4.
+ * Version 5 adds a gang member's `rank`: a worker of version 4 would archive every member's log
+ * over rank 0's, so a gang's members are sent as version 5, to workers that read it.
  */
-export const DISPATCH_VERSION = 4;
+export const DISPATCH_VERSION = 5;
+/** The version a gang job's members are sent as. */
+export const GANG_DISPATCH_VERSION = 5;
 /** A message without a version was sent before versions were, as version 1. */
-const Version = z.union([z.literal(1), z.literal(2), z.literal(3), z.literal(4)]).default(1);
+const Version = z
+  .union([z.literal(1), z.literal(2), z.literal(3), z.literal(4), z.literal(5)])
+  .default(1);
 
 /** How a probe stops: after `maxSteps` optimizer steps, or once the peak has not grown for `plateauSteps`. */
 export const ProbeLimitsSchema = z.object({

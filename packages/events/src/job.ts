@@ -329,6 +329,8 @@ export const JobMemberEnded = z.object({
     durationMs: z.number().nonnegative(),
     /** Its worker stopped it itself past the job's time limit. */
     timeLimited: z.literal(true).optional(),
+    /** Its worker stopped it when told to (its peers' failure, a cancel, the time limit). */
+    stopped: z.literal(true).optional(),
   }),
 });
 

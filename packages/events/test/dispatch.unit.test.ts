@@ -18,8 +18,10 @@ describe('the dispatch contract', () => {
     expect(DispatchMessageSchema.parse({ ...run, v: 1 })).toEqual({ ...run, v: 1 });
     const probe = { maxSteps: 20, plateauSteps: 2, timeoutMs: 600_000 };
     expect(DispatchMessageSchema.parse({ ...run, v: 2, probe })).toEqual({ ...run, v: 2, probe });
+    const member = { ...run, v: 5, rank: 1 };
+    expect(DispatchMessageSchema.parse(member)).toEqual(member);
     const session = {
-      v: DISPATCH_VERSION,
+      v: 4,
       kind: 'session',
       sessionId: 'ses_1',
       runId: 'run_1',

@@ -7,7 +7,7 @@ import {
   membersOf,
   type AttemptState,
 } from '@trainyard/domain';
-import { DISPATCH_VERSION, Subjects, type DispatchMessage } from '@trainyard/events';
+import { GANG_DISPATCH_VERSION, Subjects, type DispatchMessage } from '@trainyard/events';
 import { runJobCommand, type JobSnapshot } from '@trainyard/application';
 import { publishReliably, type ServiceContext } from '@trainyard/service-kit';
 
@@ -54,8 +54,9 @@ async function dispatchMember(
   const spec = state.spec!;
   const { config } = ctx;
   const message: DispatchMessage = {
-    // A probe needs a worker that reads version 2; all else goes as 1, which every worker reads.
-    v: attempt.probe ? DISPATCH_VERSION : 1,
+    // A probe needs a worker that reads version 2, a gang's member 5; all else goes as 1, which
+    // every worker reads.
+    v: attempt.probe ? 2 : gangSize(attempt) > 1 ? GANG_DISPATCH_VERSION : 1,
     kind: 'run',
     jobId: state.id,
     attemptId: member.id,
@@ -136,14 +137,18 @@ async function failUndeliverable(
  */
 export async function dispatchStop(js: JetStreamClient, job: JobSnapshot): Promise<void> {
   const attempt = job.state.attempts[job.state.attempts.length - 1];
-  if (attempt) await stopMembers(js, job.state.id, attempt);
+  if (attempt) await stopMembers(js, job.state.id, attempt, job.head.seq);
 }
 
-/** Tells the worker of each member of an attempt to stop it. */
+/**
+ * Tells the worker of each member of an attempt to stop it, for the event at `causeSeq`: a stop
+ * sent again for the same event is dropped as a duplicate, one for a later event is not.
+ */
 export async function stopMembers(
   js: JetStreamClient,
   jobId: string,
   attempt: AttemptState,
+  causeSeq: number,
 ): Promise<void> {
   for (const member of membersOf(attempt)) {
     const message: DispatchMessage = { v: 1, kind: 'stop', jobId, attemptId: member.id };
@@ -151,7 +156,7 @@ export async function stopMembers(
       js,
       Subjects.dispatchControl(member.workerId),
       JSON.stringify(message),
-      `stop-${member.id}`,
+      `stop-${member.id}-${causeSeq}`,
     );
   }
 }

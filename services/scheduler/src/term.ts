@@ -35,6 +35,8 @@ export class Term {
   /** Gangs' attempts whose members have yet to start, given up on past the acceptance time. */
   readonly #gangStarts: Deadlines;
   readonly #gangs: Gangs;
+  /** Ports chosen for gangs' rank 0 by worker, while their assignments are on their way. */
+  readonly #portsChosen = new Map<string, Set<number>>();
   readonly #dependencies: Dependencies;
   readonly #shards: Shards;
   #queue: QueueService | undefined;
@@ -91,7 +93,7 @@ export class Term {
       clock,
     });
     this.#gangs = new Gangs({
-      stop: (jobId, attempt) => stopMembers(ctx.bus.js, jobId, attempt),
+      stop: (jobId, attempt, seq) => stopMembers(ctx.bus.js, jobId, attempt, seq),
       log: ctx.log,
     });
     this.#dependencies = new Dependencies({
@@ -141,7 +143,10 @@ export class Term {
     const cluster = this.#folding.cluster;
     for (const job of cluster.jobs.values()) {
       const { cancelRequested, timeLimitReached, preemptRequested } = job.state;
-      if (currentAttempt(job.state)?.status === 'assigned' && !cancelRequested && !preemptRequested)
+      const attempt = currentAttempt(job.state);
+      // A gang whose members are being stopped starts none of those that did not start.
+      const resend = attempt?.status === 'assigned' && attempt.brokenAt === null;
+      if (resend && !cancelRequested && !preemptRequested)
         this.#send(dispatchRun(this.ctx, job, this.#addressOf));
       if (cancelRequested || timeLimitReached || preemptRequested)
         this.#send(dispatchStop(this.ctx.bus.js, job));
@@ -207,6 +212,13 @@ export class Term {
     const tracked = this.#folding.cluster.jobs.get(a.id);
     if (!tracked) return 0;
     const attemptId = newId('att');
+    // The ports of the gangs this round assigns on the same worker, which the state has yet to
+    // hold: every assignment of a round chooses its port before any of them lands.
+    const chosen = this.#portsChosen.get(a.workerId) ?? new Set<number>();
+    const port = a.members
+      ? masterPortFor(this.#folding.cluster.jobs.values(), a.workerId, attemptId, chosen)
+      : undefined;
+    if (port !== undefined) this.#portsChosen.set(a.workerId, chosen.add(port));
     try {
       const result = await runJobCommand(
         this.ctx.bus.store,
@@ -218,10 +230,7 @@ export class Term {
           gpus: a.gpus,
           vramBytes: a.vramBytes,
           cpus: a.cpus,
-          ...(a.members && {
-            members: a.members,
-            masterPort: masterPortFor(this.#folding.cluster.jobs.values(), a.workerId, attemptId),
-          }),
+          ...(a.members && { members: a.members, masterPort: port }),
         },
         { actor: { kind: 'service', id: this.ctx.instanceId }, now },
         { snapshot: { state: tracked.state, head: tracked.head } },
@@ -233,6 +242,8 @@ export class Term {
       if (!(err instanceof DomainError)) throw err;
       this.ctx.log.debug({ jobId: a.id, code: err.code }, 'assignment no longer applies');
       return 0;
+    } finally {
+      if (port !== undefined) chosen.delete(port);
     }
   }
 

@@ -77,9 +77,10 @@ export class FakeLog {
 }
 
 /** A worker registering with one GPU per entry of `gpuGb`, of that many GiB. */
-export const worker = (id: string, gpuGb: number[]): DomainEvent => ({
+export const worker = (id: string, gpuGb: number[], dispatchVersion?: number): DomainEvent => ({
   type: 'WorkerRegistered',
   data: {
+    ...(dispatchVersion !== undefined && { dispatchVersion }),
     name: id,
     hostname: 'h',
     cpuSlots: 0,

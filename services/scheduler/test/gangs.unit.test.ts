@@ -39,7 +39,7 @@ function harness() {
     for (const e of log.events.slice(from))
       if (e.aggregate === 'job') gangs.folded(e, log.state.jobs.get(e.aggregateId));
   };
-  for (const id of ['w1', 'w2', 'w3']) log.append('worker', id, worker(id, [24]));
+  for (const id of ['w1', 'w2', 'w3']) log.append('worker', id, worker(id, [24], 5));
   log.append('job', 'job_g', {
     type: 'JobSubmitted',
     data: {

@@ -139,6 +139,8 @@ export class AttemptRun {
         metrics?.output(chunk);
       },
     );
+    // A stop that came while the start was confirmed found no process yet: it stops it now.
+    if (this.#stopAsked) void this.cancel();
     void this.#supervise(await this.#process, shipper, outputs, metrics);
   }
 

@@ -75,7 +75,7 @@ export function endAttempt(
 ): JobEvent[] {
   const { attempt, member } = liveMember(state, id);
   if (gangSize(attempt) === 1) return endWhole(state, attempt, ending, how);
-  return endMember(state, attempt, member, ending, how.pastLimit === true);
+  return endMember(state, attempt, member, ending, how);
 }
 
 /** Whether a gang's members are being stopped: one failed, a cancel, the time limit. */
@@ -107,7 +107,7 @@ export function endMember(
   attempt: AttemptState,
   member: Member,
   ending: Ending,
-  timeLimited: boolean,
+  how: EndedHow,
   gangWide = false,
 ): JobEvent[] {
   // An end said twice (its first answer lost on the way back) is the end already recorded.
@@ -119,9 +119,18 @@ export function endMember(
           message: `rank ${member.rank} (worker ${member.workerId}): ${ending.failure.message}`,
         }
       : ending.failure;
-  const end: MemberEnd = { rank: member.rank, exitCode: ending.exitCode, failure, timeLimited };
+  const timeLimited = how.pastLimit === true;
+  const stopped = how.stopped === true || timeLimited;
+  const end: MemberEnd = {
+    rank: member.rank,
+    exitCode: ending.exitCode,
+    failure,
+    durationMs: ending.durationMs,
+    stopped,
+    timeLimited,
+  };
   const ends = [...attempt.memberEnds, end];
-  const broken = gangBroken(state, attempt) || failure !== null;
+  const broken = gangBroken(state, attempt) || failure !== null || timeLimited;
   if (membersRunning(attempt, ends, broken).length > 0) {
     const data = {
       attemptId: attempt.id,
@@ -130,6 +139,7 @@ export function endMember(
       failure,
       durationMs: ending.durationMs,
       ...(timeLimited && { timeLimited: true as const }),
+      ...(stopped && { stopped: true as const }),
     };
     return [{ type: 'JobMemberEnded', data }];
   }
@@ -139,20 +149,27 @@ export function endMember(
 /**
  * A gang's attempt ends as its members did: failed as the first to fail (one the platform
  * failed, such as a member lost with its worker, before any other: the others fail for want of
- * it), else succeeded.
+ * it), else succeeded. It ended within its time limit only if every member ended by itself
+ * within it; `givenUp`: members told to stop did not all answer.
  */
 export function endGang(
   state: JobState,
   attempt: AttemptState,
   ends: readonly MemberEnd[],
   ending: Omit<Ending, 'failure' | 'exitCode'>,
+  givenUp = false,
 ): JobEvent[] {
   const failed = ends.find((e) => e.failure?.kind === 'system') ?? ends.find((e) => e.failure);
+  const limitMs = (state.spec?.timeLimit ?? Infinity) * 1000;
   return endWhole(
     state,
     attempt,
     { ...ending, failure: failed?.failure ?? null, exitCode: failed?.exitCode ?? null },
-    { pastLimit: ends.some((e) => e.timeLimited), endedInTime: failed === undefined },
+    {
+      pastLimit: ends.some((e) => e.timeLimited),
+      stopped: givenUp || ends.some((e) => e.stopped),
+      endedInTime: !givenUp && ends.every((e) => !e.stopped && e.durationMs < limitMs),
+    },
   );
 }
 

@@ -61,7 +61,7 @@ export function abandonGang(
   if (now.getTime() - since < acceptMs) {
     throw new DomainError('INVALID_TRANSITION', `attempt ${attemptId} may still go on`);
   }
-  if (gangBroken(state, attempt)) return endGang(state, attempt, attempt.memberEnds, ending);
+  if (gangBroken(state, attempt)) return endGang(state, attempt, attempt.memberEnds, ending, true);
   if (attempt.status !== 'assigned') {
     throw new DomainError('STALE_ATTEMPT', `every member of attempt ${attemptId} started`);
   }
@@ -76,7 +76,7 @@ export function abandonGang(
     attempt,
     missing[0]!,
     { ...ending, failure: why, exitCode: null },
-    false,
+    {},
     true,
   );
 }

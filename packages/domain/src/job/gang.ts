@@ -102,14 +102,15 @@ export const MASTER_PORTS = 1_000;
 /**
  * The port a new gang attempt's rank 0 listens on for the others, on `workerId`: one of
  * `MASTER_PORTS` from torchrun's default, drawn by the attempt's id, past those that live gangs
- * whose rank 0 runs there hold.
+ * whose rank 0 runs there hold, and those `chosen` for gangs being assigned there.
  */
 export function masterPortFor(
   jobs: Iterable<{ state: JobState }>,
   workerId: string,
   attemptId: string,
+  chosen: Iterable<number> = [],
 ): number {
-  const taken = new Set<number>();
+  const taken = new Set<number>(chosen);
   for (const { state } of jobs) {
     const live = slotHolder(state);
     if (live?.workerId === workerId && live.masterPort !== null) taken.add(live.masterPort);

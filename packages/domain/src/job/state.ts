@@ -50,6 +50,9 @@ export interface MemberEnd {
   rank: number;
   exitCode: number | null;
   failure: Failure | null;
+  durationMs: number;
+  /** Its worker stopped it: when told to, or itself past the job's time limit. */
+  stopped: boolean;
   timeLimited: boolean;
 }
 
@@ -165,6 +168,8 @@ export function timeLimitDeadline(state: JobState): number | null {
   if (limit === undefined || state.timeLimitReached || state.cancelRequested) return null;
   const attempt = slotHolder(state);
   if (!attempt || attempt.probe || attempt.status !== 'running' || !attempt.startedAt) return null;
+  // A gang's members being stopped end it as they end, not at its time limit.
+  if (attempt.brokenAt !== null) return null;
   return Date.parse(attempt.startedAt) + limit * 1000;
 }
 
@@ -279,15 +284,17 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
         })),
       };
     case 'JobMemberEnded': {
-      const { rank, exitCode, failure, timeLimited } = event.data;
+      const { rank, exitCode, failure, durationMs } = event.data;
+      const timeLimited = event.data.timeLimited === true;
+      const stopped = event.data.stopped === true || timeLimited;
       return {
         ...state,
         attempts: withAttempt(state, event.data.attemptId, (a) => ({
           memberEnds: [
             ...a.memberEnds.filter((e) => e.rank !== rank),
-            { rank, exitCode, failure, timeLimited: timeLimited === true },
+            { rank, exitCode, failure, durationMs, stopped, timeLimited },
           ],
-          brokenAt: a.brokenAt ?? (failure ? at : null),
+          brokenAt: a.brokenAt ?? (failure || timeLimited ? at : null),
         })),
       };
     }

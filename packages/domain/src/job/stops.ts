@@ -6,6 +6,7 @@
 import type { JobEvent } from '@trainyard/events';
 import { DomainError } from '../errors.ts';
 import { failure } from '../failures.ts';
+import { gangSize } from './gang.ts';
 import { slotHolder, timeLimitDeadline, type JobState } from './state.ts';
 
 /** Stops the running attempt of a preemptible job to make room for `by`; once. */
@@ -14,7 +15,7 @@ export function decidePreempt(state: JobState, attemptId: string, by: string): J
   if (!attempt || attempt.id !== attemptId) {
     throw new DomainError('STALE_ATTEMPT', `attempt ${attemptId} no longer holds the job`);
   }
-  if (!state.spec?.preemptible || attempt.probe) {
+  if (!state.spec?.preemptible || attempt.probe || gangSize(attempt) > 1) {
     throw new DomainError('INVALID_TRANSITION', `job ${state.id} is not preemptible`);
   }
   if (state.preemptRequested || state.cancelRequested || state.timeLimitReached) return [];

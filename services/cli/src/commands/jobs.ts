@@ -142,7 +142,9 @@ export function registerJobCommands(program: Command): void {
         (job.attempts ?? []).map((a) => [
           a.probe ? `${a.number} (probe)` : String(a.number),
           [a.workerId, ...(a.members ?? []).map((m) => m.workerId)].join(','),
-          a.gpus.join(',') || 'cpu',
+          [a.gpus, ...(a.members ?? []).map((m) => m.gpus)]
+            .map((gpus) => gpus.join(',') || 'cpu')
+            .join(' '),
           a.status,
           a.exitCode === null ? '' : String(a.exitCode),
           a.startedAt ?? '',
