@@ -1,5 +1,5 @@
 import { DeliverPolicy, type Consumer, type JsMsg } from '@nats-io/jetstream';
-import { endsJob } from '@trainyard/domain';
+import { endsJob, type AttemptState } from '@trainyard/domain';
 import {
   getStoredMessage,
   ofAggregate,
@@ -61,26 +61,40 @@ export interface LogOwner {
   workerOf(attempt: number): Promise<string | null>;
   /** The parts whose archived copies there may be, in order, with the worker that wrote each. */
   parts(): Promise<{ attempt: number; workerId?: string }[]>;
+  /**
+   * A gang member's log (rank 1 and on): only what its workers wrote counts (no build, nothing
+   * unnamed), archived under its own key.
+   */
+  rank?: number;
 }
 
-/** A job's log: its build's, then each attempt's, written by the worker that held it. */
-export function jobLog(bus: Bus, jobId: string): LogOwner {
+/**
+ * A job's log: its build's, then each attempt's, written by the worker that held it; with `rank`
+ * (1 and on), what that member of a gang wrote of each attempt, on the worker that ran it.
+ */
+export function jobLog(bus: Bus, jobId: string, rank = 0): LogOwner {
   return {
     id: jobId,
     ended: async () => {
       const last = await bus.store.last('job', jobId);
       return last !== null && ofAggregate(last, 'job') && endsJob(last);
     },
-    workerOf: attemptWorkers(bus, jobId),
+    workerOf: attemptWorkers(bus, jobId, rank),
     parts: async () => {
       const { state } = await loadJob(bus.store, jobId);
-      return [
-        { attempt: 0 },
-        ...state.attempts.map((a) => ({ attempt: a.number, workerId: a.workerId })),
-      ];
+      const parts = state.attempts.flatMap((a) => {
+        const workerId = memberWorker(a, rank);
+        return workerId === undefined ? [] : [{ attempt: a.number, workerId }];
+      });
+      return rank === 0 ? [{ attempt: 0 }, ...parts] : parts;
     },
+    ...(rank > 0 && { rank }),
   };
 }
+
+/** The worker that ran rank `rank` of an attempt (0: the attempt's own), if it had one. */
+const memberWorker = (a: AttemptState, rank: number) =>
+  rank === 0 ? a.workerId : a.members[rank - 1]?.workerId;
 
 /** A session's log: the build of its image, ended once the session no longer builds. */
 export function sessionBuildLog(bus: Bus, sessionId: string): LogOwner {
@@ -129,7 +143,7 @@ function placeOf(msg: JsMsg): { attempt: number; offset: number; writer: string 
  * chunk counts only when the worker that held its attempt wrote it, and chunks for attempts
  * that never were cost one lookup each.
  */
-function attemptWorkers(bus: Bus, jobId: string) {
+function attemptWorkers(bus: Bus, jobId: string, rank: number) {
   const known = new Map<number, string>();
   let readAt = -1;
   return async (attempt: number): Promise<string | null> => {
@@ -138,7 +152,10 @@ function attemptWorkers(bus: Bus, jobId: string) {
     if (newest !== readAt) {
       const { state, head } = await loadJob(bus.store, jobId);
       readAt = head.seq;
-      for (const a of state.attempts) known.set(a.number, a.workerId);
+      for (const a of state.attempts) {
+        const workerId = memberWorker(a, rank);
+        if (workerId !== undefined) known.set(a.number, workerId);
+      }
     }
     return known.get(attempt) ?? null;
   };
@@ -152,7 +169,10 @@ async function* readArchived(
 ): AsyncGenerator<LogPiece> {
   for (const { attempt: n, workerId } of await owner.parts()) {
     if (n > 0 && !workerId) continue;
-    const blob = await getWritten(blobs, workerId, BlobKeys.log(owner.id, n));
+    const key = owner.rank
+      ? BlobKeys.memberLog(owner.id, n, owner.rank)
+      : BlobKeys.log(owner.id, n);
+    const blob = await getWritten(blobs, workerId, key);
     if (!blob) continue;
     let offset = 0;
     for await (const chunk of blob) {
@@ -202,13 +222,12 @@ async function* readLive(
       lastRead = msg.seq;
       const place = placeOf(msg);
       // A chunk of an attempt that names no writer was shipped before writers were named: only
-      // the control plane may still publish such a subject.
-      const ours =
-        place !== null &&
-        (place.attempt === 0 ||
-          place.writer === null ||
-          place.writer === (await owner.workerOf(place.attempt)));
-      const part = ours && after(opts.from, place.attempt, place.offset, msg.data);
+      // the control plane may still publish such a subject. A gang member's log holds neither
+      // those nor the build.
+      let ours = false;
+      if (place !== null && (place.attempt === 0 || place.writer === null)) ours = !owner.rank;
+      else if (place !== null) ours = place.writer === (await owner.workerOf(place.attempt));
+      const part = ours && place && after(opts.from, place.attempt, place.offset, msg.data);
       if (part) yield { kind: 'chunk', attempt: place.attempt, ...part };
       if (!caughtUp && msg.seq >= until) {
         caughtUp = true;

@@ -30,6 +30,8 @@ export interface LogOptions {
   json?: boolean;
   /** Print the log as the job wrote it, escape sequences and all. */
   raw?: boolean;
+  /** A gang job's member of this rank (1 and on): its own log. */
+  rank?: number;
   write?: (text: string) => void;
   /** Where word of a lost connection goes. */
   note?: (text: string) => void;
@@ -109,8 +111,12 @@ export async function printLog(
   const reconnecting = (err: unknown) => opts.follow === true && worthReconnecting(err);
   const of = opts.of ?? 'job';
   const read = async (): Promise<LogEnd | null> => {
+    const query = new URLSearchParams({
+      ...(opts.follow && { follow: 'true' }),
+      ...(opts.rank !== undefined && { rank: String(opts.rank) }),
+    }).toString();
     const res = await client.request(
-      `/v1/${of}s/${encodeURIComponent(id)}/logs${opts.follow ? '?follow=true' : ''}`,
+      `/v1/${of}s/${encodeURIComponent(id)}/logs${query ? `?${query}` : ''}`,
       {
         headers: {
           accept: 'text/event-stream',

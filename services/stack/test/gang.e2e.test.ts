@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, tempDir, waitFor } from '@trainyard/testkit';
 import { codeArchive, startTestStack, submit, type TestStack } from './harness.ts';
-import { WorkerProcesses } from './processes.ts';
+import { cliEnv, runCli, WorkerProcesses } from './processes.ts';
 
 let t: TestStack;
 let token: string;
@@ -36,6 +36,7 @@ import torch.distributed as dist
 
 names = ['WORLD_SIZE', 'RANK', 'NODE_RANK', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT']
 given = {n: os.environ[n] for n in names}
+print('hello from rank', given['RANK'], flush=True)
 dist.init_process_group('gloo')
 total = torch.tensor([float(dist.get_rank())])
 dist.all_reduce(total)
@@ -95,6 +96,25 @@ describe('gang jobs on two workers', () => {
     expect(attempt!.gpuHours).toBeGreaterThan(0);
     const text = await log(id);
     expect(text).toContain('sum of ranks 1');
+    // Each member's log is its own: rank 0's is the job's, rank 1's is asked for by its rank.
+    expect(text).toContain('hello from rank 0');
+    expect(text).not.toContain('hello from rank 1');
+    const rank1 = await t.http(`/v1/jobs/${id}/logs?rank=1`, { token });
+    expect(rank1.status).toBe(200);
+    const rank1Text = await rank1.text();
+    expect(rank1Text).toContain('hello from rank 1');
+    expect(rank1Text).not.toContain('hello from rank 0');
+    const cli = await runCli(['logs', id, '--rank', '1'], {
+      env: cliEnv(t.url, token, dir.path),
+    });
+    expect(cli.code).toBe(0);
+    expect(cli.stdout).toContain('hello from rank 1');
+    expect(cli.stdout).toMatch(/worker gw[12]/);
+    const none = await t.http(`/v1/jobs/${id}/logs?rank=2`, { token });
+    expect(none.status).toBe(400);
+    expect(((await none.json()) as { error: { message: string } }).error.message).toBe(
+      `rank: job ${id} runs on 2 workers, ranks 0 to 1`,
+    );
     const given = [...text.matchAll(/^member (.*)$/gm)].map((m) => JSON.parse(m[1]!) as object);
     const port = (given[0] as { MASTER_PORT: string }).MASTER_PORT;
     expect(Number(port)).toBeGreaterThanOrEqual(29_500);

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { MAX_NODES } from '@trainyard/events';
 import { loadJob } from '@trainyard/application';
 import { BlobKeys, getWritten } from '@trainyard/blobs';
 import type { Api, ApiDeps } from '../deps.ts';
@@ -36,10 +37,27 @@ async function jobAndAttempts(deps: ApiDeps, caller: Caller, id: string) {
   return { job, attempts: await readModel(() => listAttempts(deps.db, id)) };
 }
 
-function headerOf(attempts: AttemptRow[], attempt: number): AttemptHeader {
+function headerOf(attempts: AttemptRow[], attempt: number, rank: number): AttemptHeader {
   const a = attempts.find((x) => x.number === attempt);
-  return { attempt, build: attempt === 0, workerId: a?.worker_id ?? null, gpus: a?.gpus ?? [] };
+  const member = rank === 0 ? a && { workerId: a.worker_id, gpus: a.gpus } : a?.members[rank - 1];
+  return {
+    attempt,
+    build: attempt === 0,
+    workerId: member?.workerId ?? null,
+    gpus: member?.gpus ?? [],
+  };
 }
+
+/** A job's log query: a gang's member may be named. */
+const JobLogQuery = LogQuery.extend({
+  rank: z.coerce
+    .number()
+    .int()
+    .min(1)
+    .max(MAX_NODES - 1)
+    .optional()
+    .describe("a gang job's: the log of its member of this rank (rank 0's is the job's)"),
+});
 
 function endOf(job: JobRow, attempts: AttemptRow[]): LogEnd {
   return {
@@ -85,22 +103,34 @@ export function jobDataRoutes(app: Api, deps: ApiDeps): void {
       schema: {
         tags: ['jobs'],
         summary: "The job's log",
-        description: `Plain text by default. ${LOG_EVENTS}`,
+        description: `Plain text by default. ${LOG_EVENTS} A gang job's members of rank 1 and on each have a log of their own (\`rank\`).`,
         params: IdParamsSchema,
-        querystring: LogQuery,
+        querystring: JobLogQuery,
         response: { 200: LOG_RESPONSE, ...errorResponses(400, 401, 404, 503) },
       },
     },
     async (req, reply) => {
       const id = jobIdParam(req);
       const caller = callerOf(req);
-      let { attempts } = await jobAndAttempts(deps, caller, id);
-      return sendLog(deps, req, reply, jobLog(deps.bus, id), {
+      const rank = req.query.rank ?? 0;
+      const first = await jobAndAttempts(deps, caller, id);
+      const { job } = first;
+      let { attempts } = first;
+      const nodes = job.nodes ?? 1;
+      if (rank >= nodes) {
+        throw new ApiError(
+          'VALIDATION_FAILED',
+          nodes === 1
+            ? `rank: job ${id} is no gang job: its log is the job's`
+            : `rank: job ${id} runs on ${nodes} workers, ranks 0 to ${nodes - 1}`,
+        );
+      }
+      return sendLog(deps, req, reply, jobLog(deps.bus, id, rank), {
         header: async (attempt) => {
           if (attempt > 0 && !attempts.some((a) => a.number === attempt)) {
             ({ attempts } = await jobAndAttempts(deps, caller, id));
           }
-          return headerOf(attempts, attempt);
+          return headerOf(attempts, attempt, rank);
         },
         end: async () => {
           const now = await jobAndAttempts(deps, caller, id);

@@ -161,17 +161,25 @@ export function registerJobCommands(program: Command): void {
     .option('-n, --tail <lines>', 'only the last N lines (then follow on, with -f)')
     .option('--json', 'one JSON object a line: attempt, log and end events')
     .option('--raw', "print the job's escape sequences and control characters as they are")
+    .option('--rank <n>', "a gang job's member of rank N (1 and on): its own log")
     .action(
-      async (id: string, o: { follow?: boolean; tail?: string; json?: boolean; raw?: boolean }) => {
+      async (
+        id: string,
+        o: { follow?: boolean; tail?: string; json?: boolean; raw?: boolean; rank?: string },
+      ) => {
         const tail = wholeNumber('--tail', o.tail);
         if (tail !== undefined && (tail < 0 || !Number.isInteger(tail)))
           throw new CliError('--tail wants a whole number of lines');
+        const rank = wholeNumber('--rank', o.rank);
+        if (rank !== undefined && (rank < 1 || !Number.isInteger(rank)))
+          throw new CliError('--rank wants a whole number from 1 (rank 0 is the job’s own log)');
         const client = ApiClient.fromEnv();
         const end = await printLog(client, id, {
           follow: Boolean(o.follow),
           json: Boolean(o.json),
           raw: Boolean(o.raw),
           ...(tail !== undefined && { tail }),
+          ...(rank !== undefined && { rank }),
         });
         if (o.follow) {
           if (!o.json) console.error(outcomeLine(id, end));
