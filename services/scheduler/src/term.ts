@@ -32,7 +32,10 @@ export class Term {
   readonly #folding: Folding;
   readonly #rounds: Rounds;
   readonly #timeLimits: Deadlines;
-  /** Gangs' attempts whose members have yet to start, given up on past the acceptance time. */
+  /**
+   * Gangs' attempts whose members have not all started, or not all ended once told to stop:
+   * given up on past the acceptance time.
+   */
   readonly #gangStarts: Deadlines;
   readonly #gangs: Gangs;
   /** Ports chosen for gangs' rank 0 by worker, while their assignments are on their way. */
@@ -87,7 +90,7 @@ export class Term {
           },
           now,
         ),
-      what: "give up on a gang's attempt whose members did not all start",
+      what: "give up on a gang's attempt whose members did not all start or stop",
       log: ctx.log,
       signal,
       clock,
