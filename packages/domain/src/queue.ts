@@ -131,6 +131,8 @@ export function explainQueue(
   const kinds = distinctWhenEmpty(online);
   const holdable = new Map<string, boolean>();
   const waitingByShape = new Map<string, number>();
+  /** For gangs: how many workers could take one of a shape's members after the round. */
+  const freeByShape = new Map<string, number>();
   const entries: Pending[] = ready.map((c, i) => {
     let reason: PendingReason;
     let ahead = 0;
@@ -156,7 +158,11 @@ export function explainQueue(
       else if (over) reason = 'overQuota';
       else if (c.nodes > 1) {
         reason = 'gangIncomplete';
-        freeNodes = afterRound.filter((w) => fitOnWorker(c, w, policy) !== null).length;
+        freeNodes = freeByShape.get(shape) ?? -1;
+        if (freeNodes < 0) {
+          freeNodes = afterRound.filter((w) => fitOnWorker(c, w, policy) !== null).length;
+          freeByShape.set(shape, freeNodes);
+        }
       } else reason = ahead > 0 ? 'priority' : 'resources';
     }
     const tracked = c.tracked!;
