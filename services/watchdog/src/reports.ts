@@ -1,6 +1,7 @@
 import { AckPolicy, DeliverPolicy } from '@nats-io/jetstream';
 import type { Msg } from '@nats-io/nats-core';
 import {
+  currentAttempt,
   DomainError,
   isTerminal,
   memberOf,
@@ -70,7 +71,7 @@ class Refused extends Error {
  * runs) only if that worker holds it.
  */
 const reportedJob = (state: JobState, workerId: string): ReportedJob => {
-  const attempt = state.attempts.at(-1);
+  const attempt = currentAttempt(state);
   const member = attempt && memberOnWorker(attempt, workerId);
   return {
     status: state.status,
