@@ -65,6 +65,8 @@ export const AttemptReportSchema = z.discriminatedUnion('type', [
     stopped: z.boolean().optional(),
     /** The worker stopped it itself, past its job's time limit, no stop having come. */
     timeLimited: z.boolean().optional(),
+    /** The worker stopped it, a service, for failing its health check: why. */
+    unhealthy: z.string().min(1).max(1024).optional(),
   }),
   z.object({
     type: z.literal('FinishProbe'),

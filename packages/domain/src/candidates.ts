@@ -3,6 +3,7 @@ import { sessionMemoryNeed } from './holding.ts';
 import { type ClusterState, type TrackedJob, type TrackedSession } from './cluster.ts';
 import { awaitsPlacement, probesNext } from './job/state.ts';
 import { limitBytes, memoryNeed, needsEstimate, runsInContainer } from './job/needs.ts';
+import { isService } from './job/service.ts';
 import { effectivePriority, type PlacementPolicy } from './policy.ts';
 import { sessionAwaitsPlacement } from './session/state.ts';
 import { teamAccount } from './usage.ts';
@@ -23,6 +24,8 @@ export interface Candidate {
   resources: Resources;
   /** How many workers it spans at once, `resources` on each: a gang job's `nodes`, else 1. */
   nodes: number;
+  /** A service's job: its worker must watch its health. */
+  service: boolean;
   /** Its priority, aged: see `effectivePriority`. */
   priority: number;
   /** Its own priority, before aging (a session's is 0): what preemption compares. */
@@ -113,6 +116,7 @@ function withShape(f: CandidateFields, priority: number): Candidate {
     teamAccount: f.team === null ? null : teamAccount(f.team),
     resources: f.resources,
     nodes: f.nodes,
+    service: f.service,
     priority,
     basePriority: f.basePriority,
     queuedSeq: f.queuedSeq,
@@ -154,6 +158,7 @@ function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
     team: state.team,
     resources: spec.resources,
     nodes: spec.nodes ?? 1,
+    service: isService(spec),
     basePriority: spec.priority,
     queuedSeq: job.queuedSeq,
     container: runsInContainer(spec),
@@ -176,6 +181,7 @@ function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null
     team: state.team,
     resources: spec.resources,
     nodes: 1,
+    service: false,
     basePriority: 0,
     queuedSeq: session.queuedSeq,
     container: state.image !== null,
@@ -193,6 +199,7 @@ export interface Need {
   resources: Resources;
   /** How many workers it spans at once. */
   nodes: number;
+  service: boolean;
   container: boolean;
   /** Its first placement is a probe's (a job with GPUs and no VRAM declared). */
   probe: boolean;
@@ -203,6 +210,7 @@ export const jobNeed = (spec: JobSpec): Need => ({
   kind: 'job',
   resources: spec.resources,
   nodes: spec.nodes ?? 1,
+  service: isService(spec),
   container: runsInContainer(spec),
   probe: (spec.nodes ?? 1) === 1 && needsEstimate(spec),
 });
@@ -296,5 +304,6 @@ export function shapeKey(c: CandidateFields): string {
     c.probe,
     c.memoryBytes,
     c.nodes,
+    c.service,
   ]);
 }

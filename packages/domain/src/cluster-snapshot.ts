@@ -11,7 +11,7 @@ import {
 } from './cluster.ts';
 
 /** The shape of scheduler snapshots: one of another version is ignored, the log replayed. */
-export const CLUSTER_SNAPSHOT_VERSION = 16;
+export const CLUSTER_SNAPSHOT_VERSION = 17;
 
 /** The cluster state in plain JSON, for scheduler snapshots. */
 export interface ClusterSnapshot {

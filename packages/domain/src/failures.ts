@@ -37,6 +37,10 @@ export const FailureReasons = {
    * is released and the job queued again, without spending a retry (a few times at most).
    */
   gangIncomplete: { kind: 'system', retryable: true },
+  /** A service's health check failed too many times in a row: it is stopped and started again. */
+  unhealthy: { kind: 'user', retryable: true },
+  /** A service's command exited by itself (services run until stopped): it is started again. */
+  serviceExited: { kind: 'user', retryable: true },
   /** The attempt could not be sent to its worker, and sending it again would not help. */
   dispatchFailed: { kind: 'system', retryable: false },
 } as const satisfies Record<string, { kind: FailureKind; retryable: boolean }>;

@@ -84,11 +84,12 @@ function runtimeFits(job: Candidate, worker: WorkerState): boolean {
 
 /**
  * The dispatch contract a worker must read for it: 2 for a probe, 3 for a session, 4 for a
- * session in a container, 5 for a gang's member.
+ * session in a container, 5 for a gang's member, 6 for a service.
  */
 function dispatchNeeded(job: Candidate): number {
   if (job.kind === 'session') return SESSION_DISPATCH_VERSION + (job.container ? 1 : 0);
   if (job.nodes > 1) return GANG_DISPATCH_VERSION;
+  if (job.service) return SERVICE_DISPATCH_VERSION;
   return job.probe ? 2 : 1;
 }
 
@@ -96,6 +97,8 @@ function dispatchNeeded(job: Candidate): number {
 export const SESSION_DISPATCH_VERSION = 3;
 /** The dispatch version that carries a gang's members. */
 const GANG_DISPATCH_VERSION = 5;
+/** The dispatch version that carries a service's ports and health check. */
+const SERVICE_DISPATCH_VERSION = 6;
 
 export function fitOnWorker(
   job: Candidate,

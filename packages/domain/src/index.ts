@@ -11,6 +11,7 @@ export * from './job/outcome.ts';
 export * from './job/needs.ts';
 export * from './job/shards.ts';
 export * from './job/gang.ts';
+export * from './job/service.ts';
 export * from './candidates.ts';
 export * from './fit.ts';
 export * from './placement.ts';

@@ -14,6 +14,7 @@ worker sent a version it does not read fails that attempt, saying to upgrade it.
 import { z } from 'zod';
 import { BlobRefSchema } from './common.ts';
 import { CodeArchiveSchema, OutputFileSchema } from './job.ts';
+import { HealthCheckSchema, MAX_SERVICE_PORTS, PortSchema } from './service.ts';
 
 /**
  * The newest version, which workers read along with every older one listed in `Version`.
@@ -23,14 +24,18 @@ import { CodeArchiveSchema, OutputFileSchema } from './job.ts';
  * which only workers that read version 3 are given. Version 4 adds a session run's `image`: a
  * worker of version 3 would run it on its host, so a session in a container is sent as version 4.
  * Version 5 adds a gang member's `rank`: a worker of version 4 would archive every member's log
- * over rank 0's, so a gang's members are sent as version 5, to workers that read it.
+ * over rank 0's, so a gang's members are sent as version 5, to workers that read it. Version 6
+ * adds a service's `service` (its ports and health check): a worker of version 5 would not
+ * watch its health, so a service's attempts are sent as version 6.
  */
-export const DISPATCH_VERSION = 5;
+export const DISPATCH_VERSION = 6;
 /** The version a gang job's members are sent as. */
 export const GANG_DISPATCH_VERSION = 5;
+/** The version a service's attempts are sent as. */
+export const SERVICE_DISPATCH_VERSION = 6;
 /** A message without a version was sent before versions were, as version 1. */
 const Version = z
-  .union([z.literal(1), z.literal(2), z.literal(3), z.literal(4), z.literal(5)])
+  .union([z.literal(1), z.literal(2), z.literal(3), z.literal(4), z.literal(5), z.literal(6)])
   .default(1);
 
 /** How a probe stops: after `maxSteps` optimizer steps, or once the peak has not grown for `plateauSteps`. */
@@ -95,6 +100,16 @@ export const RunAttemptSchema = z.object({
    * apart from rank 0's, which is the job's.
    */
   rank: z.number().int().min(1).optional(),
+  /**
+   * The attempt is a service's (version 6): the ports it was given (also in its environment),
+   * and the health check its worker runs, which stops it once it fails.
+   */
+  service: z
+    .object({
+      ports: z.array(PortSchema).min(1).max(MAX_SERVICE_PORTS),
+      health: HealthCheckSchema.optional(),
+    })
+    .optional(),
   /** The job's head in the log when the message was derived: its `JobAssigned`. */
   headSeq: z.number().int().min(1).optional(),
 });

@@ -7,6 +7,7 @@ export * from './hash.ts';
 export * from './job.ts';
 export * from './job-events.ts';
 export * from './retry.ts';
+export * from './service.ts';
 export * from './session.ts';
 export * from './signing.ts';
 export * from './store.ts';

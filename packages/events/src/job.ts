@@ -11,6 +11,13 @@
  */
 import { z } from 'zod';
 import { BlobRefSchema, FailureSchema } from './common.ts';
+import {
+  HealthCheckSchema,
+  JobKindSchema,
+  MAX_SERVICE_PORTS,
+  PortSchema,
+  ServicePortCountSchema,
+} from './service.ts';
 import { TEAM_NAME } from './team.ts';
 
 /** A job's id, as Trainyard makes them; an SSH username of this shape names a job. */
@@ -116,7 +123,6 @@ export const TimeLimitSchema = z
   .pipe(z.number().int().min(1).max(MAX_TIME_LIMIT_SECONDS));
 
 /** The user's description of a job, as accepted by the API. */
-
 export const JobSpecSchema = z.object({
   name: z.string().trim().min(1).max(JOB_NAME_MAX),
   command: z.string().trim().min(1).max(8192),
@@ -160,6 +166,10 @@ export const JobSpecSchema = z.object({
    * `MASTER_ADDR`, `MASTER_PORT`); the loss of one ends the attempt of all.
    */
   nodes: z.number().int().min(1).max(MAX_NODES).optional(),
+  /** A `service` runs until stopped, on `ports` (1 by default) watched by `health`. */
+  kind: JobKindSchema.optional(),
+  ports: ServicePortCountSchema.optional(),
+  health: HealthCheckSchema.optional(),
   env: z
     .record(z.string().regex(ENV_NAME, 'must be a shell variable name'), z.string().max(65536))
     .default({}),
@@ -271,7 +281,9 @@ export const JobAssigned = z.object({
       .max(MAX_NODES - 1)
       .optional(),
     /** The port a gang's rank 0 listens on for the others (`MASTER_PORT`). */
-    masterPort: z.number().int().min(1024).max(65535).optional(),
+    masterPort: PortSchema.optional(),
+    /** A service's ports on its worker (`TRAINYARD_PORT`, `TRAINYARD_PORTS`). */
+    ports: z.array(PortSchema).min(1).max(MAX_SERVICE_PORTS).optional(),
   }),
 });
 

@@ -16,6 +16,7 @@ import * as m013 from './migrations/013_gpu_hours.ts';
 import * as m014 from './migrations/014_job_preemptible.ts';
 import * as m015 from './migrations/015_array_jobs.ts';
 import * as m016 from './migrations/016_gang_jobs.ts';
+import * as m017 from './migrations/017_services.ts';
 
 /** Migrations are numbered and forward-only; add the next one here. */
 const migrations: Record<string, Migration> = {
@@ -35,6 +36,7 @@ const migrations: Record<string, Migration> = {
   '014_job_preemptible': m014,
   '015_array_jobs': m015,
   '016_gang_jobs': m016,
+  '017_services': m017,
 };
 
 const provider: MigrationProvider = { getMigrations: async () => migrations };

@@ -20,6 +20,8 @@ export function jobOwnersAndStatuses(
 export interface JobListQuery {
   owner?: string;
   status?: string;
+  /** Only jobs of this kind (`job`, `service`). */
+  kind?: string;
   limit: number;
   /** Only jobs created before this one (keyset pagination, newest first). */
   before?: { createdAt: Date; id: string };
@@ -30,6 +32,7 @@ export function listJobs(db: Kysely<Database>, q: JobListQuery): Promise<JobRow[
   let query = db.selectFrom('jobs').selectAll();
   if (q.owner) query = query.where('owner', '=', q.owner);
   if (q.status) query = query.where('status', '=', q.status);
+  if (q.kind) query = query.where('kind', '=', q.kind);
   if (q.before) {
     const { createdAt, id } = q.before;
     query = query.where((eb) =>

@@ -14,6 +14,7 @@ import {
   ResourcesSchema,
 } from '@trainyard/events';
 import { STATUS_BY_CODE, type ApiErrorCode } from './errors.ts';
+import { AttemptPortsSchema, ServiceViewFields } from './service-schemas.ts';
 
 /**
  * The shapes the API answers with. Routes declare them, the serializer holds answers to them,
@@ -40,6 +41,7 @@ export const AttemptViewSchema = z
       .array(z.object({ workerId: z.string(), gpus: z.array(z.number().int()) }))
       .optional()
       .describe('a gang job’s: its members of rank 1 and on (rank 0 is workerId and gpus)'),
+    ports: AttemptPortsSchema,
     probe: z.boolean().describe('the attempt was the job’s probe, which measured its first steps'),
     status: z.enum(Object.values(AttemptStatus)),
     exitCode: z.number().int().nullable(),
@@ -118,6 +120,7 @@ export const JobViewSchema = z
       .nullable()
       .describe('an array job: how many shards it runs, each a job of its own (<id>_<index>)'),
     nodes: z.number().int().nullable().describe('a gang job: how many workers it spans at once'),
+    ...ServiceViewFields,
     shardOf: z
       .object({ jobId: z.string(), index: z.number().int() })
       .nullable()

@@ -1,6 +1,7 @@
 import type {
   AttemptStatus,
   HoldBy,
+  JobKind,
   JobStatus,
   SessionStatus,
   SessionStopReason,
@@ -42,6 +43,8 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
     preemptible: job.preemptible,
     shards: job.shards,
     nodes: job.nodes,
+    kind: job.kind as JobKind,
+    health: job.health,
     shardOf: job.shard_of === null ? null : { jobId: job.shard_of, index: job.shard_index ?? 0 },
     dependsOn: job.depends_on,
     dependenciesMet: job.dependencies_met,
@@ -68,6 +71,7 @@ export function jobView(job: JobRow, attempts?: AttemptRow[]) {
         ...(a.members.length > 0 && {
           members: a.members.map((m) => ({ workerId: m.workerId, gpus: m.gpus })),
         }),
+        ...(a.ports.length > 0 && { ports: a.ports }),
         probe: a.probe,
         status: a.status as AttemptStatus,
         exitCode: a.exit_code,

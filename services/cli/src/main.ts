@@ -6,6 +6,7 @@ import { registerJobCommands } from './commands/jobs.ts';
 import { registerTeamCommands } from './commands/teams.ts';
 import { registerMetricsCommand } from './commands/metrics.ts';
 import { registerQueueCommands } from './commands/queue.ts';
+import { registerServiceJobCommands } from './commands/services.ts';
 import { registerSessionCommands } from './commands/sessions.ts';
 import { registerSshKeyCommands } from './commands/ssh-keys.ts';
 import { registerSshCommands } from './commands/ssh.ts';
@@ -39,6 +40,7 @@ export function buildProgram(server: ServerCommands): Command {
   registerJobCommands(program);
   registerQueueCommands(program);
   registerMetricsCommand(program);
+  registerServiceJobCommands(program);
   registerSessionCommands(program);
   registerSshCommands(program);
   registerSshKeyCommands(program);

@@ -98,6 +98,8 @@ export async function runSsh(opts: {
   username: string;
   password: string;
   command: string[];
+  /** More of `ssh`'s options, before the destination (`-N`, `-L …`). */
+  options?: string[];
   env?: NodeJS.ProcessEnv;
 }): Promise<number> {
   const env = opts.env ?? process.env;
@@ -113,6 +115,7 @@ export async function runSsh(opts: {
     'StrictHostKeyChecking=yes',
     '-o',
     'PreferredAuthentications=publickey,password',
+    ...(opts.options ?? []),
     `${opts.username}@${gateway.host}`,
     ...opts.command,
   ];

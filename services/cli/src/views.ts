@@ -9,6 +9,8 @@ export interface AttemptView {
   gpus: number[];
   /** A gang job's members of rank 1 and on. */
   members?: { workerId: string; gpus: number[] }[];
+  /** A service's ports on its worker. */
+  ports?: number[];
   /** The attempt was the job's probe. */
   probe?: boolean;
   status: string;
@@ -47,6 +49,9 @@ export interface JobView {
   shardOf?: { jobId: string; index: number } | null;
   /** A gang job's worker count. */
   nodes?: number | null;
+  /** `service`: it runs until stopped. */
+  kind?: string;
+  health?: { http?: string; command?: string } | null;
   /** Where it stands in the queue while it waits, and why it waits (`trainyard why`). */
   queuePosition?: number | null;
   pendingReason?: string | null;

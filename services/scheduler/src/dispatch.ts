@@ -7,7 +7,12 @@ import {
   membersOf,
   type AttemptState,
 } from '@trainyard/domain';
-import { GANG_DISPATCH_VERSION, Subjects, type DispatchMessage } from '@trainyard/events';
+import {
+  GANG_DISPATCH_VERSION,
+  SERVICE_DISPATCH_VERSION,
+  Subjects,
+  type DispatchMessage,
+} from '@trainyard/events';
 import { runJobCommand, type JobSnapshot } from '@trainyard/application';
 import { publishReliably, type ServiceContext } from '@trainyard/service-kit';
 
@@ -42,6 +47,16 @@ export async function dispatchRun(
   }
 }
 
+/** What a service's command is told of its ports: the first as `TRAINYARD_PORT` and `PORT`. */
+function serviceEnv(ports: readonly number[]): Record<string, string> {
+  if (ports.length === 0) return {};
+  return {
+    TRAINYARD_PORT: String(ports[0]),
+    PORT: String(ports[0]),
+    TRAINYARD_PORTS: ports.join(','),
+  };
+}
+
 /** Sends one member its part of the attempt: false when it could not be, and the attempt failed. */
 async function dispatchMember(
   ctx: ServiceContext,
@@ -54,9 +69,15 @@ async function dispatchMember(
   const spec = state.spec!;
   const { config } = ctx;
   const message: DispatchMessage = {
-    // A probe needs a worker that reads version 2, a gang's member 5; all else goes as 1, which
-    // every worker reads.
-    v: attempt.probe ? 2 : gangSize(attempt) > 1 ? GANG_DISPATCH_VERSION : 1,
+    // A probe needs a worker that reads version 2, a gang's member 5, a service 6; all else goes
+    // as 1, which every worker reads.
+    v: attempt.probe
+      ? 2
+      : gangSize(attempt) > 1
+        ? GANG_DISPATCH_VERSION
+        : attempt.ports.length > 0
+          ? SERVICE_DISPATCH_VERSION
+          : 1,
     kind: 'run',
     jobId: state.id,
     attemptId: member.id,
@@ -66,7 +87,10 @@ async function dispatchMember(
     ...(spec.setup && { setup: spec.setup }),
     ...(!attempt.probe && spec.timeLimit && { timeLimitS: spec.timeLimit }),
     ...(member.rank > 0 && { rank: member.rank }),
-    env: { ...spec.env, ...gangEnv },
+    ...(attempt.ports.length > 0 && {
+      service: { ports: attempt.ports, ...(spec.health && { health: spec.health }) },
+    }),
+    env: { ...spec.env, ...gangEnv, ...serviceEnv(attempt.ports) },
     artifact: state.artifact,
     code: state.artifact ? null : state.code,
     ...(state.image && { image: state.image.ref }),

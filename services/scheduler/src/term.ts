@@ -3,6 +3,8 @@ import {
   DomainError,
   gangDeadline,
   masterPortFor,
+  servicePortCount,
+  servicePortsFor,
   timeLimitDeadline,
   type Assignment,
   type JobCommand,
@@ -218,10 +220,16 @@ export class Term {
     // The ports of the gangs this round assigns on the same worker, which the state has yet to
     // hold: every assignment of a round chooses its port before any of them lands.
     const chosen = this.#portsChosen.get(a.workerId) ?? new Set<number>();
+    const jobs = this.#folding.cluster.jobs;
     const port = a.members
-      ? masterPortFor(this.#folding.cluster.jobs.values(), a.workerId, attemptId, chosen)
+      ? masterPortFor(jobs.values(), a.workerId, attemptId, chosen)
       : undefined;
-    if (port !== undefined) this.#portsChosen.set(a.workerId, chosen.add(port));
+    const count = servicePortCount(tracked.state.spec);
+    const ports =
+      count > 0 ? servicePortsFor(jobs.values(), a.workerId, attemptId, count, chosen) : undefined;
+    const mine = [...(port === undefined ? [] : [port]), ...(ports ?? [])];
+    for (const p of mine) chosen.add(p);
+    this.#portsChosen.set(a.workerId, chosen);
     try {
       const result = await runJobCommand(
         this.ctx.bus.store,
@@ -234,6 +242,7 @@ export class Term {
           vramBytes: a.vramBytes,
           cpus: a.cpus,
           ...(a.members && { members: a.members, masterPort: port }),
+          ...(ports && { ports }),
         },
         { actor: { kind: 'service', id: this.ctx.instanceId }, now },
         { snapshot: { state: tracked.state, head: tracked.head } },
@@ -246,7 +255,7 @@ export class Term {
       this.ctx.log.debug({ jobId: a.id, code: err.code }, 'assignment no longer applies');
       return 0;
     } finally {
-      if (port !== undefined) chosen.delete(port);
+      for (const p of mine) chosen.delete(p);
     }
   }
 

@@ -6,6 +6,7 @@ import { LogShipper, shippedBytes, type RunningAttempt } from '@trainyard/runtim
 import { type Channel, ChannelRefused, type ChannelRequest } from '@trainyard/tunnel';
 import { MetricsCollector } from './metrics.ts';
 import { untilDone } from './until-done.ts';
+import { watchHealth } from './health.ts';
 import { probeReportIn, watchProbe, watchTimeLimit } from './watches.ts';
 import { OutputMirror } from './outputs.ts';
 import {
@@ -36,6 +37,8 @@ export class AttemptRun {
   #timeLimited = false;
   /** The probe ran out its time and was stopped. */
   #probeTimedOut = false;
+  /** Why the worker stopped it, a service, for failing its health check. */
+  #unhealthy: string | undefined;
   #startedAt = 0;
   #box: Sandbox | null = null;
   /** The account the attempt runs as, when the worker gives each attempt one. */
@@ -245,8 +248,7 @@ export class AttemptRun {
           deadlineMs: this.#startedAt + probe.timeoutMs,
           killGraceMs: this.opts.killGraceMs,
           onTimedOut: () => (this.#probeTimedOut = true),
-          onStopFailed: (err, why) =>
-            this.ctx.log.error({ err, jobId: this.msg.jobId }, `could not stop the probe ${why}`),
+          onStopFailed: (err, why) => this.#logError(`could not stop the probe ${why}`)(err),
         })
       : limit === undefined
         ? undefined
@@ -259,12 +261,18 @@ export class AttemptRun {
                 'no stop came from the control plane at the job’s time limit: the worker stops it',
               );
             },
-            onStopFailed: (err) =>
-              this.ctx.log.error({ err, jobId: this.msg.jobId }, 'could not stop the attempt'),
+            onStopFailed: this.#logError('could not stop the attempt'),
           });
+    const unwatchHealth = watchHealth(proc, this.msg.service, {
+      open: this.opts.runtime.channel ? (request) => this.openShell(request) : null,
+      killGraceMs: this.opts.killGraceMs,
+      onUnhealthy: (why) => (this.#unhealthy = why),
+      onStopFailed: this.#logError('could not stop the unhealthy service'),
+    });
     try {
       const exit = await proc.exited;
       this.#exited = true;
+      unwatchHealth();
       await this.#shells?.close();
       clearInterval(timer);
       unwatch?.();
@@ -301,20 +309,18 @@ export class AttemptRun {
     const attached = this.#box !== null && new Shells(this.#box.root).opened;
     await this.opts.runtime
       .remove?.(this.attemptId)
-      .catch((err: unknown) =>
-        this.ctx.log.error(
-          { err, jobId: this.msg.jobId },
-          'could not remove the attempt’s container',
-        ),
-      );
+      .catch(this.#logError('could not remove the attempt’s container'));
     if (this.#user) {
       await this.opts.users
         ?.release(this.#user, !attached)
-        .catch((err: unknown) =>
-          this.ctx.log.error({ err, jobId: this.msg.jobId }, 'could not release the attempt’s uid'),
-        );
+        .catch(this.#logError('could not release the attempt’s uid'));
     }
     await removeSandbox(this.#box);
+  }
+
+  /** Logs what went wrong as `what`. */
+  #logError(what: string): (err: unknown) => void {
+    return (err) => this.ctx.log.error({ err, jobId: this.msg.jobId }, what);
   }
 
   /** Runs `step` until it succeeds, or until the worker stops (false then). */
@@ -345,6 +351,7 @@ export class AttemptRun {
       durationMs: Date.now() - this.#startedAt,
       ...(this.#stopAsked && { stopped: true }),
       ...(this.#timeLimited && { timeLimited: true }),
+      ...(this.#unhealthy && !this.#stopAsked && { unhealthy: this.#unhealthy }),
     });
   }
 

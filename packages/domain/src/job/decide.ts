@@ -13,10 +13,11 @@ import type {
 } from '@trainyard/events';
 import { type BackoffPolicy, DEFAULT_BACKOFF } from '../backoff.ts';
 import { assertNever, DomainError } from '../errors.ts';
-import { classifyExit, exitCodeOf, type ProcessExit } from '../failures.ts';
+import { classifyExit, exitCodeOf, failure, type ProcessExit } from '../failures.ts';
 import { decideDependencies } from './dependencies.ts';
 import { endAttempt, liveAttempt, liveMember } from './ends.ts';
 import { gangSize } from './gang.ts';
+import { servicePortCount } from './service.ts';
 import { abandonGang, decideMemberStart } from './gang-decide.ts';
 import { decideHold, decideRelease } from './holds.ts';
 import {
@@ -52,6 +53,8 @@ export type JobCommand =
       attemptId: string;
       /** A gang job's other members, ranks 1 and on, each on a worker of its own. */
       members?: Placement[];
+      /** A service's ports on its worker, as many as its spec asks for. */
+      ports?: number[];
     } & Placement)
   | { type: 'StartAttempt'; attemptId: string; pid?: number }
   | { type: 'SyncOutputs'; attemptId: string; files: OutputFile[] }
@@ -64,6 +67,8 @@ export type JobCommand =
       stopped?: boolean;
       /** Its worker stopped it itself past the job's time limit, no stop having come. */
       timeLimited?: boolean;
+      /** Its worker stopped it, a service, for failing its health check: why. */
+      unhealthy?: string;
       now: Date;
       jitter: number;
       backoff?: BackoffPolicy;
@@ -180,6 +185,12 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
       if ((members?.length ?? 0) !== nodes - 1 || workers.size !== nodes) {
         return reject('INVALID_TRANSITION', `job ${state.id} runs on ${nodes} workers at once`);
       }
+      if ((command.ports?.length ?? 0) !== servicePortCount(state.spec)) {
+        return reject(
+          'INVALID_TRANSITION',
+          `job ${state.id} is given ${servicePortCount(state.spec)} ports`,
+        );
+      }
       return [
         {
           type: 'JobAssigned',
@@ -270,7 +281,9 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         state,
         command.attemptId,
         {
-          failure: classifyExit(command.exit),
+          failure: command.unhealthy
+            ? failure('unhealthy', command.unhealthy)
+            : classifyExit(command.exit),
           exitCode: exitCodeOf(command.exit),
           durationMs: command.durationMs,
           now: command.now,

@@ -8,6 +8,7 @@ import { backoffMs, type BackoffPolicy } from '../backoff.ts';
 import { DomainError } from '../errors.ts';
 import { failure as failureOf } from '../failures.ts';
 import { gangSize, MAX_GANG_INCOMPLETE, memberOf, membersOf, type Member } from './gang.ts';
+import { isService, restartService } from './service.ts';
 import { preemptedAttempt } from './stops.ts';
 import {
   currentAttempt,
@@ -194,6 +195,9 @@ function endWhole(
   // queued again at once, without spending a retry; one that succeeded by itself succeeded.
   if (state.preemptRequested && (failure || how.stopped)) {
     return [preemptedAttempt(attemptId, exitCode, durationMs, now)];
+  }
+  if (isService(state.spec)) {
+    return [restartService(state, attempt, { failure, exitCode, durationMs, now, jitter, policy })];
   }
   if (!failure) return [{ type: 'JobSucceeded', data: { attemptId, durationMs } }];
   const retriesUsed = state.attempts.filter(

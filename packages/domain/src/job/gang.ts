@@ -5,6 +5,7 @@
  * member that fails.
  */
 import type { AttemptStatus, Placement } from '@trainyard/events';
+import { drawPorts } from './service.ts';
 import { isTerminal, slotHolder, type AttemptState, type JobState } from './state.ts';
 
 /** How many `gangIncomplete` ends a job takes before it fails rather than queue again. */
@@ -115,13 +116,5 @@ export function masterPortFor(
     const live = slotHolder(state);
     if (live?.workerId === workerId && live.masterPort !== null) taken.add(live.masterPort);
   }
-  let hash = 2_166_136_261;
-  for (let i = 0; i < attemptId.length; i++) {
-    hash = Math.imul(hash ^ attemptId.charCodeAt(i), 16_777_619) >>> 0;
-  }
-  for (let i = 0; i < MASTER_PORTS; i++) {
-    const port = MASTER_PORT_BASE + ((hash + i) % MASTER_PORTS);
-    if (!taken.has(port)) return port;
-  }
-  return MASTER_PORT_BASE + (hash % MASTER_PORTS);
+  return drawPorts(MASTER_PORT_BASE, MASTER_PORTS, 1, attemptId, taken)[0]!;
 }

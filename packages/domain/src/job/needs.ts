@@ -8,10 +8,11 @@ export function needsBuild(spec: JobSpec, code: CodeArchive | undefined | null):
 }
 
 /**
- * Whether a probe measures a job before it is placed: it asks for GPUs and declares no VRAM.
+ * Whether a probe measures a job before it is placed: it asks for GPUs and declares no VRAM, and
+ * is no service (whose first steps are not training steps).
  */
 export function needsEstimate(spec: JobSpec): boolean {
-  return spec.resources.gpus > 0 && spec.resources.vramGb === undefined;
+  return spec.kind !== 'service' && spec.resources.gpus > 0 && spec.resources.vramGb === undefined;
 }
 
 /**

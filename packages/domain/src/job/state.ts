@@ -35,6 +35,8 @@ export interface AttemptState {
   members: Placement[];
   /** The port a gang's rank 0 listens on for the others, where the assignment chose one. */
   masterPort: number | null;
+  /** A service's ports on its worker (none for any other job). */
+  ports: number[];
   /** The ranks of a gang's members that started, and how those that ended did. */
   ranksStarted: number[];
   memberEnds: MemberEnd[];
@@ -270,6 +272,7 @@ export function evolveJob(state: JobState, event: JobEvent, at: string): JobStat
             probe: event.data.probe ?? false,
             members: event.data.members ?? [],
             masterPort: event.data.masterPort ?? null,
+            ports: event.data.ports ?? [],
             ranksStarted: [],
             memberEnds: [],
             brokenAt: null,

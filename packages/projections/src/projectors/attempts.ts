@@ -30,6 +30,7 @@ function step(row: AttemptRow | undefined, event: StoredEvent): AttemptRow | und
       vram_bytes: event.data.vramBytes,
       probe: event.data.probe ?? false,
       members: event.data.members ?? [],
+      ports: event.data.ports ?? [],
       status: 'assigned',
       exit_code: null,
       failure: null,
@@ -64,7 +65,7 @@ function step(row: AttemptRow | undefined, event: StoredEvent): AttemptRow | und
 export const attemptsProjector: TableProjector<'attempts'> = {
   table: 'attempts',
   primaryKey: 'id',
-  jsonColumns: ['gpus', 'failure', 'members'],
+  jsonColumns: ['gpus', 'failure', 'members', 'ports'],
   keyOf: attemptIdOf,
   apply: step,
 };

@@ -26,6 +26,8 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
       preemptible: spec.preemptible ?? false,
       shards: spec.shards ?? null,
       nodes: spec.nodes ?? null,
+      kind: spec.kind ?? 'job',
+      health: spec.health ?? null,
       shard_of: event.data.shardOf?.jobId ?? null,
       shard_index: event.data.shardOf?.index ?? null,
       depends_on: spec.dependsOn ?? [],
@@ -121,7 +123,7 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
 export const jobsProjector: TableProjector<'jobs'> = {
   table: 'jobs',
   primaryKey: 'id',
-  jsonColumns: ['resources', 'env_names', 'failure', 'outputs', 'estimate', 'depends_on'],
+  jsonColumns: ['resources', 'env_names', 'failure', 'outputs', 'estimate', 'depends_on', 'health'],
   keyOf: (event) => (event.aggregate === 'job' ? event.aggregateId : null),
   apply: step,
 };

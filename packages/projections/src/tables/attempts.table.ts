@@ -12,6 +12,8 @@ export interface AttemptsTable {
   probe: boolean;
   /** A gang job's members beyond rank 0 (`worker_id`, `gpus`): one per worker. */
   members: Generated<Placement[]>;
+  /** A service's ports on its worker. */
+  ports: Generated<number[]>;
   status: string;
   exit_code: number | null;
   failure: Failure | null;

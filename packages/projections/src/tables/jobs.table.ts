@@ -1,5 +1,5 @@
 import type { Insertable, Selectable } from 'kysely';
-import type { Estimate, Failure, OutputFile, Resources } from '@trainyard/events';
+import type { Estimate, Failure, HealthCheck, OutputFile, Resources } from '@trainyard/events';
 
 export interface JobsTable {
   id: string;
@@ -27,6 +27,9 @@ export interface JobsTable {
   shards: number | null;
   /** How many workers a gang job spans at once; null for any other job. */
   nodes: number | null;
+  /** `job`, or a `service` that runs until stopped; and a service's health check. */
+  kind: string;
+  health: HealthCheck | null;
   /** For a shard, its array job and its index in it. */
   shard_of: string | null;
   shard_index: number | null;

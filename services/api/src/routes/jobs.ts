@@ -1,6 +1,12 @@
 import { z } from 'zod';
 import { initialJobState, jobNeed, refusedBase } from '@trainyard/domain';
-import { EMPTY_HEAD, JobStatus, PrioritySchema, type JobSpec } from '@trainyard/events';
+import {
+  EMPTY_HEAD,
+  JobKindSchema,
+  JobStatus,
+  PrioritySchema,
+  type JobSpec,
+} from '@trainyard/events';
 import { runJobCommand } from '@trainyard/application';
 import { BlobKeys } from '@trainyard/blobs';
 import { newId } from '@trainyard/service-kit';
@@ -106,6 +112,7 @@ const SubmitQuery = z.object({
 
 const ListQuery = z.object({
   status: z.enum(Object.values(JobStatus)).optional(),
+  kind: JobKindSchema.optional().describe('only jobs of this kind: `job` or `service`'),
   owner: z.string().optional().describe("admins: only this user's jobs"),
   limit: z.coerce.number().int().min(1).max(MAX_LIST_LIMIT).default(50),
   cursor: z
@@ -137,8 +144,23 @@ const priorityForbidden = () =>
 /** What an array job's shards may hold in all: each shard's `JobSubmitted` copies its spec. */
 const MAX_ARRAY_SPEC_BYTES = 16 * 1024 * 1024;
 
-/** Refuses what an array or a gang job may not be: too large an array, a gang of arrays. */
+/**
+ * Refuses what an array, a gang or a service may not be: too large an array, a gang of arrays, a
+ * service of either, ports on a job that is no service.
+ */
 function refuseBadShape(spec: JobSpec): void {
+  const service = spec.kind === 'service';
+  if (!service && (spec.ports !== undefined || spec.health !== undefined)) {
+    const field = spec.ports !== undefined ? 'ports' : 'health';
+    throw new ApiError('VALIDATION_FAILED', `${field}: only a service (kind "service") has this`);
+  }
+  if (service && (spec.shards !== undefined || (spec.nodes ?? 1) > 1)) {
+    const field = spec.shards !== undefined ? 'shards' : 'nodes';
+    throw new ApiError(
+      'VALIDATION_FAILED',
+      `${field}: a service runs alone, not as an array or a gang`,
+    );
+  }
   if ((spec.nodes ?? 1) > 1 && spec.shards !== undefined) {
     throw new ApiError(
       'VALIDATION_FAILED',
@@ -255,6 +277,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
           limit: q.limit,
           ...(owner && { owner }),
           ...(q.status && { status: q.status }),
+          ...(q.kind && { kind: q.kind }),
           ...(before && { before }),
         }),
       );

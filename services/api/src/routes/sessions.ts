@@ -164,6 +164,7 @@ export function sessionRoutes(app: Api, deps: ApiDeps): void {
           kind: 'session',
           resources: spec.resources,
           nodes: 1,
+          service: false,
           container: spec.image !== undefined || image !== undefined,
           probe: false,
         });

@@ -12,6 +12,20 @@ import { bytes, printJson, printTable } from './table.ts';
 
 const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
 
+/** A service: its health check, and its ports while it runs. */
+function serviceLine(job: JobView): string {
+  const ports = job.status === 'running' ? job.attempts?.at(-1)?.ports : undefined;
+  const health = job.health?.http
+    ? `health GET ${job.health.http}`
+    : job.health?.command
+      ? `health \`${cleanName(job.health.command)}\``
+      : 'no health check';
+  const reach = ports?.length
+    ? `, on port${ports.length > 1 ? 's' : ''} ${ports.join(', ')}: \`trainyard service open ${job.id}\``
+    : '';
+  return `service (runs until stopped; ${health})${reach}`;
+}
+
 /** An array job's shards: how many, how they stand, and how to name one. */
 function shardsLine(id: string, count: number, statuses: Record<string, number>): string {
   const stand = Object.entries(statuses)
@@ -111,6 +125,7 @@ export function registerJobCommands(program: Command): void {
       if (job.preemptible) console.log('preemptible: work of a higher priority may stop it');
       if (job.shards) console.log(shardsLine(job.id, job.shards, job.shardStatuses ?? {}));
       if (job.shardOf) console.log(`shard ${job.shardOf.index} of array job ${job.shardOf.jobId}`);
+      if (job.kind === 'service') console.log(serviceLine(job));
       if (job.nodes && job.nodes > 1)
         console.log(`gang job on ${job.nodes} workers at once (rank 0 first in WORKER)`);
       if (job.dependsOn?.length)

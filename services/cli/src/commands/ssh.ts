@@ -16,7 +16,7 @@ import type { SessionConnect, SessionView } from '../views.ts';
  * Asks for a one-time password for a session, or for a shell beside a job (an id `job_…`); one
  * that is not running is told in words.
  */
-async function connect(client: ApiClient, id: string): Promise<SessionConnect> {
+export async function connect(client: ApiClient, id: string): Promise<SessionConnect> {
   const job = id.startsWith('job_');
   const path = `/v1/${job ? 'jobs' : 'sessions'}/${encodeURIComponent(id)}/connect`;
   try {

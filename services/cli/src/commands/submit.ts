@@ -69,11 +69,27 @@ function specFrom(root: string, o: SubmitFlags) {
     ...(o.preemptible === true && { preemptible: true }),
     ...(o.shards !== undefined && { shards: num('--shards', 'shards') }),
     ...(o.nodes !== undefined && { nodes: num('--nodes', 'nodes') }),
+    ...serviceFrom(o),
     ...((o.dependsOn as string[] | undefined)?.length && { dependsOn: o.dependsOn as string[] }),
     env: {
       ...(o.envFile ? envFile(o.envFile as string) : {}),
       ...parseEnv((o.env as string[]) ?? []),
     },
+  };
+}
+
+/** A service's fields, from `--service`, `--ports` and `--health-http` or `--health-cmd`. */
+function serviceFrom(o: SubmitFlags) {
+  const health =
+    o.healthHttp !== undefined
+      ? { http: o.healthHttp as string }
+      : o.healthCmd !== undefined
+        ? { command: o.healthCmd as string }
+        : undefined;
+  return {
+    ...(o.service === true && { kind: 'service' }),
+    ...(o.ports !== undefined && { ports: wholeNumber('--ports', o.ports) }),
+    ...(health && { health }),
   };
 }
 
@@ -95,6 +111,11 @@ const FLAGS: Record<string, string> = {
   preemptible: '--preemptible',
   shards: '--shards',
   nodes: '--nodes',
+  kind: '--service',
+  ports: '--ports',
+  health: '--health-http',
+  'health.http': '--health-http',
+  'health.command': '--health-cmd',
   dependsOn: '--depends-on',
   env: '--env',
 };
@@ -188,6 +209,10 @@ const SPEC_FLAGS = [
   'preemptible',
   'shards',
   'nodes',
+  'service',
+  'ports',
+  'healthHttp',
+  'healthCmd',
   'dependsOn',
 ];
 
@@ -320,6 +345,16 @@ export function registerSubmitCommand(program: Command): void {
       '--nodes <n>',
       'a gang job: run the command on N workers at once, all or none, with WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and MASTER_PORT for torchrun; --gpus and the rest are per worker',
     )
+    .option(
+      '--service',
+      'a service: it runs until stopped (`trainyard service stop`), on a port of its own ($TRAINYARD_PORT), started again whenever it ends; reach it with `trainyard service open`',
+    )
+    .option('--ports <n>', 'a service: how many ports it is given (1 to 8; $TRAINYARD_PORTS)')
+    .option(
+      '--health-http <path>',
+      'a service: GET this path on its port every 15 s; after 3 failures in a row (past a 5 min grace) it is started again',
+    )
+    .option('--health-cmd <cmd>', 'a service: a command that exits 0 while it is healthy')
     .option(
       '--depends-on <id>',
       'start only after this job succeeds; fail if it fails (repeatable)',

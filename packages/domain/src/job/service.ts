@@ -1,0 +1,144 @@
+/**
+ * Services (`kind: "service"`): jobs that run until stopped. Each attempt is given ports from a
+ * range of its own on its worker; whenever it ends by itself (it exited, failed its health
+ * check, lost its worker), the service is started again after a backoff, for as long as it does
+ * not end too soon, too many times in a row.
+ */
+import type { Failure, JobEvent, JobSpec } from '@trainyard/events';
+import { backoffMs, type BackoffPolicy } from '../backoff.ts';
+import { failure as failureOf } from '../failures.ts';
+import { slotHolder, type AttemptState, type JobState } from './state.ts';
+
+/** Whether a job of this spec is a service. */
+export function isService(spec: JobSpec | null | undefined): boolean {
+  return spec?.kind === 'service';
+}
+
+/** How many ports a service's attempts are given (1 unless its spec asks for more). */
+export function servicePortCount(spec: JobSpec | null | undefined): number {
+  return isService(spec) ? (spec?.ports ?? 1) : 0;
+}
+
+/** The first port a service may be given. */
+const SERVICE_PORT_BASE = 30_500;
+/** How many ports, from the first, services may be given. */
+export const SERVICE_PORTS = 1_000;
+
+/** A hash of an attempt's id: where its search for free ports begins. */
+export function portHash(attemptId: string): number {
+  let hash = 2_166_136_261;
+  for (let i = 0; i < attemptId.length; i++) {
+    hash = Math.imul(hash ^ attemptId.charCodeAt(i), 16_777_619) >>> 0;
+  }
+  return hash;
+}
+
+/**
+ * `count` ports of the `size` from `base`, drawn by the attempt's id, past those `taken`; where
+ * too few are free, the first drawn (the attempt fails to listen and is started again).
+ */
+export function drawPorts(
+  base: number,
+  size: number,
+  count: number,
+  attemptId: string,
+  taken: ReadonlySet<number>,
+): number[] {
+  const hash = portHash(attemptId);
+  const ports: number[] = [];
+  for (let i = 0; i < size && ports.length < count; i++) {
+    const port = base + ((hash + i) % size);
+    if (!taken.has(port)) ports.push(port);
+  }
+  for (let i = 0; ports.length < count; i++) ports.push(base + ((hash + i) % size));
+  return ports;
+}
+
+/**
+ * The ports a new attempt of a service is given on `workerId`: past those the live services
+ * there hold, and those `chosen` for attempts being assigned there in the same round.
+ */
+export function servicePortsFor(
+  jobs: Iterable<{ state: JobState }>,
+  workerId: string,
+  attemptId: string,
+  count: number,
+  chosen: Iterable<number> = [],
+): number[] {
+  const taken = new Set<number>(chosen);
+  for (const { state } of jobs) {
+    const live = slotHolder(state);
+    if (live?.workerId === workerId) for (const port of live.ports) taken.add(port);
+  }
+  return drawPorts(SERVICE_PORT_BASE, SERVICE_PORTS, count, attemptId, taken);
+}
+
+/** A service that ran this long before it ended is started again as if for the first time. */
+export const SERVICE_STABLE_MS = 10 * 60_000;
+
+/** Failures of a plain job that would not be retried, after which a service starts again. */
+const RESTARTS = new Set(['nonZeroExit', 'killedBySignal', 'oomKilled']);
+
+/** How a service's attempt ended. */
+interface ServiceEnding {
+  failure: Failure | null;
+  exitCode: number | null;
+  durationMs: number;
+  now: Date;
+  jitter: number;
+  policy: BackoffPolicy;
+}
+
+/**
+ * A service's attempt ended by itself: it is started again after a backoff that grows with the
+ * ends in a row that came within `SERVICE_STABLE_MS` of a start, once more than its spec's
+ * `maxRetries` of those in a row, or a failure no start could mend (its setup, its archive),
+ * fail it.
+ */
+export function restartService(
+  state: JobState,
+  attempt: AttemptState,
+  ending: ServiceEnding,
+): JobEvent {
+  const { exitCode, durationMs, now, jitter, policy } = ending;
+  const failure =
+    ending.failure ??
+    failureOf(
+      'serviceExited',
+      `the service's command exited with code ${exitCode ?? 0}; a service runs until it is stopped`,
+    );
+  const restarts = failure.retryable || RESTARTS.has(failure.reason);
+  const streak = quickEnds(state, attempt, durationMs);
+  const again = restarts && streak <= (state.spec?.maxRetries ?? 0);
+  const why =
+    restarts && !again
+      ? {
+          ...failure,
+          message: `${failure.message}; it ended ${streak} times in a row within ${SERVICE_STABLE_MS / 60_000} minutes of starting: not started again`,
+        }
+      : failure;
+  const wait = backoffMs(streak, jitter, policy);
+  const retry = again
+    ? { retryAt: new Date(now.getTime() + wait).toISOString(), backoffMs: wait }
+    : null;
+  const data = { attemptId: attempt.id, exitCode, failure: why, durationMs, retry };
+  return { type: 'JobAttemptFailed', data };
+}
+
+/** How many attempts in a row, to this one that ran `durationMs`, ended soon after they started. */
+function quickEnds(state: JobState, attempt: AttemptState, durationMs: number): number {
+  if (durationMs >= SERVICE_STABLE_MS) return 1;
+  let streak = 1;
+  for (let i = state.attempts.indexOf(attempt) - 1; i >= 0; i--) {
+    const before = state.attempts[i]!;
+    if (before.failure?.reason === 'preempted' || before.failure?.reason === 'gangIncomplete')
+      continue;
+    const ran =
+      before.startedAt && before.finishedAt
+        ? Date.parse(before.finishedAt) - Date.parse(before.startedAt)
+        : 0;
+    if (ran >= SERVICE_STABLE_MS) break;
+    streak++;
+  }
+  return streak;
+}

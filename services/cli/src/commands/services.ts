@@ -1,0 +1,144 @@
+import type { Command } from 'commander';
+import { ApiClient, CliError } from '../client.ts';
+import { cleanName } from '../output.ts';
+import { runSsh } from '../ssh.ts';
+import { SERVICE_TEMPLATES, templateSpec, type TemplateOptions } from '../service-templates.ts';
+import { postWithCode } from '../upload.ts';
+import type { JobView } from '../views.ts';
+import { wholeNumber } from './flags.ts';
+import { connect } from './ssh.ts';
+import { printJson, printTable } from './table.ts';
+
+/** A running service's ports, or a clear word on why it has none to reach. */
+async function runningPorts(client: ApiClient, id: string): Promise<number[]> {
+  const job = await client.json<JobView>(`/v1/jobs/${encodeURIComponent(id)}`);
+  if (job.kind !== 'service') {
+    throw new CliError(
+      `${id} is not a service: \`trainyard ssh ${id}\` opens a shell beside a running job`,
+      'NOT_A_SERVICE',
+    );
+  }
+  const ports = job.attempts?.at(-1)?.ports ?? [];
+  if (job.status !== 'running' || ports.length === 0) {
+    throw new CliError(
+      `service ${id} is ${job.status}, not running: \`trainyard status ${id}\` says why`,
+      'NOT_RUNNING',
+    );
+  }
+  return ports;
+}
+
+/** Forwards a local port to a running service's port through the gateway, until Ctrl-C. */
+async function openService(id: string, o: { port?: string; local?: string }): Promise<void> {
+  const client = ApiClient.fromEnv();
+  const ports = await runningPorts(client, id);
+  const index = wholeNumber('--port', o.port) ?? 0;
+  const port = ports[index];
+  if (port === undefined || !Number.isInteger(index)) {
+    throw new CliError(`--port: service ${id} has ports 0 to ${ports.length - 1}`);
+  }
+  const local = wholeNumber('--local', o.local) ?? port;
+  if (!Number.isInteger(local) || local < 1 || local > 65535) {
+    throw new CliError('--local: a port number from 1 to 65535');
+  }
+  const info = await connect(client, id);
+  console.error(
+    `http://127.0.0.1:${local} reaches service ${id} (its port ${port}) through the gateway; Ctrl-C ends it`,
+  );
+  process.exitCode = await runSsh({
+    gateway: info,
+    username: info.username,
+    password: info.password,
+    command: [],
+    options: ['-N', '-o', 'ExitOnForwardFailure=yes', '-L', `127.0.0.1:${local}:localhost:${port}`],
+  });
+}
+
+type CreateFlags = Record<string, string | boolean | undefined>;
+
+/** `service create TEMPLATE [DIR]`: the template's spec, with the code of DIR if given. */
+async function createService(template: string, dir: string | undefined, o: CreateFlags) {
+  const given: TemplateOptions = {
+    ...(typeof o.name === 'string' && { name: o.name }),
+    ...(o.gpus !== undefined && { gpus: wholeNumber('--gpus', o.gpus) }),
+    ...(o.vramGb !== undefined && { vramGb: wholeNumber('--vram-gb', o.vramGb) }),
+    ...(typeof o.model === 'string' && { model: o.model }),
+    ...(typeof o.image === 'string' && { image: o.image }),
+    ...(o.host === true && { image: null }),
+  };
+  const spec = templateSpec(template, given);
+  if (o.dryRun) return printJson(spec);
+  const client = ApiClient.fromEnv();
+  const created =
+    dir === undefined
+      ? await client.post<{ id: string }>('/v1/jobs', spec)
+      : await postWithCode<{ id: string }>(client, '/v1/jobs', dir, spec);
+  if (o.json) printJson(created);
+  else console.log(created.id);
+  console.error(
+    `once it runs, \`trainyard service open ${created.id}\` forwards it to this machine: ${SERVICE_TEMPLATES[template]!.reach('http://127.0.0.1:PORT')}`,
+  );
+}
+
+/** `trainyard service`: long-running jobs (notebooks, inference servers) reached through the gateway. */
+export function registerServiceJobCommands(program: Command): void {
+  const service = program
+    .command('service')
+    .description(
+      'services: jobs that run until stopped, on ports of their own, reached with `service open` (submit your own with `submit --service`)',
+    );
+
+  service
+    .command('create')
+    .description(
+      `start a service from a template: ${Object.entries(SERVICE_TEMPLATES)
+        .map(([name, t]) => `${name} (${t.description})`)
+        .join('; ')}`,
+    )
+    .argument('<template>', Object.keys(SERVICE_TEMPLATES).join(' or '))
+    .argument('[dir]', 'code to put in its working directory')
+    .option('--name <name>', 'a name to know it by')
+    .option('--gpus <n>', 'GPUs it holds (jupyter: 0, inference: 1)')
+    .option('--vram-gb <gb>', 'VRAM per GPU, in GiB (default: each GPU whole)')
+    .option('--model <id>', 'inference: the model to serve (a Hugging Face id)')
+    .option('--image <image>', 'the base image (jupyter: python, inference: vllm/vllm-openai)')
+    .option('--host', "run on a worker's host, not in a container: the tools must be there")
+    .option('--dry-run', 'print the spec it would submit, and submit nothing')
+    .option('--json', 'print JSON')
+    .action(createService);
+
+  service
+    .command('ls')
+    .description('your services, newest first')
+    .option('--json', 'print JSON')
+    .action(async (o: { json?: boolean }) => {
+      const jobs = await ApiClient.fromEnv().json<JobView[]>('/v1/jobs?kind=service&limit=500');
+      if (o.json) return printJson(jobs);
+      printTable(
+        ['ID', 'NAME', 'STATUS', 'GPUS', 'CREATED'],
+        jobs.map((j) => [j.id, cleanName(j.name), j.status, String(j.resources.gpus), j.createdAt]),
+      );
+    });
+
+  service
+    .command('open')
+    .description(
+      "forward a local port to a running service's port through the SSH gateway (your registered key, else a one-time password)",
+    )
+    .argument('<id>', 'the service (job_…)')
+    .option('--port <index>', 'which of its ports, from 0', '0')
+    .option('--local <port>', 'the local port (default: the same number as the service’s)')
+    .action(openService);
+
+  service
+    .command('stop')
+    .description('stop a service (it ends as cancelled)')
+    .argument('<id>')
+    .action(async (id: string) => {
+      const r = await ApiClient.fromEnv().post<{ id: string; status: string }>(
+        `/v1/jobs/${encodeURIComponent(id)}/cancel`,
+        {},
+      );
+      console.log(`${r.id} ${r.status === 'cancelled' ? 'stopped' : 'stopping'}`);
+    });
+}

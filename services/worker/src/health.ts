@@ -1,0 +1,152 @@
+/**
+ * A service's health check, run by its worker beside it: an HTTP `GET` through a connection to
+ * its first port, or a command in its sandbox or container, each through the same channels as
+ * `trainyard ssh JOB_ID`. After `failures` unhealthy answers in a row (counted once its grace
+ * has passed, or once it first answered healthy), the service is stopped, and its end reported
+ * as `unhealthy`, so the control plane starts it again.
+ */
+import type { HealthCheck, RunAttempt } from '@trainyard/events';
+import type { RunningAttempt } from '@trainyard/runtime';
+import { type Channel, type ChannelRequest, ChannelRequestSchema } from '@trainyard/tunnel';
+
+/** The most of an answer (an HTTP status line, a command's output) a check reads. */
+const MAX_ANSWER = 4096;
+
+export interface HealthWatch {
+  /** Opens a channel beside the attempt; null where the runtime opens none (no check runs). */
+  open: ((request: ChannelRequest) => Promise<Channel>) | null;
+  killGraceMs: number;
+  /** Hears why the service was found unhealthy, before it is stopped. */
+  onUnhealthy: (why: string) => void;
+  onStopFailed: (err: unknown) => void;
+}
+
+/** Watches the health of a service's attempt while it runs; returns what ends the watch. */
+export function watchHealth(
+  proc: RunningAttempt,
+  service: RunAttempt['service'],
+  watch: HealthWatch,
+): () => void {
+  const check = service?.health;
+  const open = watch.open;
+  if (!check || !open || !service) return () => {};
+  const port = service.ports[0]!;
+  const startedAt = Date.now();
+  let healthyOnce = false;
+  let failed = 0;
+  let ended = false;
+  let timer: NodeJS.Timeout | undefined;
+  const round = async () => {
+    const answer = await probe(open, check, port);
+    if (ended) return;
+    if (answer === null) {
+      healthyOnce = true;
+      failed = 0;
+    } else if (healthyOnce || Date.now() - startedAt >= check.graceS * 1000) {
+      failed += 1;
+      if (failed >= check.failures) {
+        ended = true;
+        watch.onUnhealthy(
+          `its health check (${describe(check, port)}) failed ${failed} times in a row: ${answer}`,
+        );
+        proc.kill(watch.killGraceMs).catch(watch.onStopFailed);
+        return;
+      }
+    }
+    timer = setTimeout(() => void round(), check.intervalS * 1000);
+  };
+  timer = setTimeout(() => void round(), check.intervalS * 1000);
+  return () => {
+    ended = true;
+    clearTimeout(timer);
+  };
+}
+
+function describe(check: HealthCheck, port: number): string {
+  return check.http !== undefined ? `GET ${check.http} on port ${port}` : `\`${check.command}\``;
+}
+
+/** Runs the check once: null when healthy, else what was wrong. */
+async function probe(
+  open: NonNullable<HealthWatch['open']>,
+  check: HealthCheck,
+  port: number,
+): Promise<string | null> {
+  let channel: Channel | undefined;
+  const timeout = new Promise<string>((resolve) => {
+    const t = setTimeout(
+      () => resolve(`no answer within ${check.timeoutS}s`),
+      check.timeoutS * 1000,
+    );
+    t.unref();
+  });
+  const asked = (async () => {
+    channel =
+      check.http !== undefined
+        ? await open({ kind: 'forward', port })
+        : await open(ChannelRequestSchema.parse({ kind: 'exec', command: check.command }));
+    return check.http !== undefined ? httpAnswer(channel, check.http) : commandAnswer(channel);
+  })().catch((err: unknown) => (err as Error).message || String(err));
+  try {
+    return await Promise.race([asked, timeout]);
+  } finally {
+    channel?.close();
+    void asked.then(() => channel?.close());
+  }
+}
+
+/** Asks for `path` over the channel: healthy when the status is below 400. */
+async function httpAnswer(channel: Channel, path: string): Promise<string | null> {
+  channel.errors.resume();
+  channel.input.on('error', () => {});
+  channel.input.end(
+    `GET ${path} HTTP/1.0\r\nHost: localhost\r\nUser-Agent: trainyard-health\r\nConnection: close\r\n\r\n`,
+  );
+  const head = await readUpTo(channel, (text) => text.includes('\r\n') || text.includes('\n'));
+  if (head === '') return 'the connection was closed without an answer';
+  const status = /^HTTP\/\d(?:\.\d)? (\d{3})/.exec(head);
+  if (!status) return `the answer was not HTTP: ${JSON.stringify(head.split(/\r?\n/)[0])}`;
+  const code = Number(status[1]);
+  return code < 400 ? null : `HTTP ${code}`;
+}
+
+/** Waits for the command: healthy when it exits 0. */
+async function commandAnswer(channel: Channel): Promise<string | null> {
+  channel.input.on('error', () => {});
+  channel.input.end();
+  const [output, exit] = await Promise.all([readUpTo(channel, () => false, true), channel.exit]);
+  if (exit.code === 0) return null;
+  const said = output.trim().split('\n').pop()?.slice(0, 200);
+  const how = exit.code !== null ? `exit code ${exit.code}` : `signal ${exit.signal ?? exit.error}`;
+  return said ? `${how} (${said})` : how;
+}
+
+/** Reads the channel's output (and its errors, `both`) until `enough` or its end, up to a bound. */
+function readUpTo(
+  channel: Channel,
+  enough: (text: string) => boolean,
+  both = false,
+): Promise<string> {
+  return new Promise((resolve) => {
+    let text = '';
+    let open = both ? 2 : 1;
+    const take = (chunk: Buffer) => {
+      if (text.length < MAX_ANSWER) text += chunk.toString('utf8');
+      if (enough(text)) resolve(text);
+    };
+    const done = () => {
+      open -= 1;
+      if (open === 0) resolve(text);
+    };
+    for (const stream of both ? [channel.output, channel.errors] : [channel.output]) {
+      let over = false;
+      const finish = () => {
+        if (over) return;
+        over = true;
+        done();
+      };
+      stream.on('data', take);
+      for (const event of ['end', 'error', 'close']) stream.once(event, finish);
+    }
+  });
+}
