@@ -54,7 +54,7 @@ function why(p: Pending): string {
     case 'dependency':
       return `waiting for ${p.dependsOn.join(', ')} to succeed`;
     case 'retryBackoff':
-      return `retrying after a platform failure, at ${p.retryAt}`;
+      return `its last attempt ended (see its failure): it starts again at ${p.retryAt}`;
     case 'building':
       return p.status === 'building' ? 'its image is being built' : 'waiting for a builder';
     case 'held': {

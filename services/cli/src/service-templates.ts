@@ -34,9 +34,9 @@ export const SERVICE_TEMPLATES: Record<string, ServiceTemplate> = {
       name: o.name ?? 'jupyter',
       kind: 'service',
       image: o.image === null ? undefined : (o.image ?? 'python'),
-      ...(o.image !== null && { setup: 'pip install --no-cache-dir jupyterlab' }),
+      ...(o.image !== null && { setup: 'pip install --user --no-cache-dir jupyterlab' }),
       command:
-        'exec jupyter lab --no-browser --ip=127.0.0.1 --port="$TRAINYARD_PORT" --ServerApp.root_dir="$PWD"',
+        'exec python3 -m jupyterlab --no-browser --ip=127.0.0.1 --port="$TRAINYARD_PORT" --ServerApp.root_dir="$PWD"',
       resources: { gpus: o.gpus ?? 0, ...(o.vramGb !== undefined && { vramGb: o.vramGb }) },
       health: { http: '/api', intervalS: 30, graceS: 900 },
       env: {},
