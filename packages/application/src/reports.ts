@@ -67,6 +67,8 @@ export const AttemptReportSchema = z.discriminatedUnion('type', [
     timeLimited: z.boolean().optional(),
     /** The worker stopped it, a service, for failing its health check: why. */
     unhealthy: z.string().min(1).max(1024).optional(),
+    /** Its health check had never answered healthy. */
+    neverHealthy: z.boolean().optional(),
   }),
   z.object({
     type: z.literal('FinishProbe'),

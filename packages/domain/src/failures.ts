@@ -39,6 +39,8 @@ export const FailureReasons = {
   gangIncomplete: { kind: 'system', retryable: true },
   /** A service's health check failed too many times in a row: it is stopped and started again. */
   unhealthy: { kind: 'user', retryable: true },
+  /** The same, for a service whose health check never once answered healthy. */
+  neverHealthy: { kind: 'user', retryable: true },
   /** A service's command exited by itself (services run until stopped): it is started again. */
   serviceExited: { kind: 'user', retryable: true },
   /** The attempt could not be sent to its worker, and sending it again would not help. */

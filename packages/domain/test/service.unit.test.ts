@@ -5,13 +5,14 @@ import {
   emptyCluster,
   evolveJob,
   initialJobState,
+  liveOnWorker,
   plan,
   SERVICE_STABLE_MS,
   servicePortsFor,
   type JobCommand,
   type JobState,
 } from '../src/index.ts';
-import { spec, submit, T0, worker } from './given.ts';
+import { commit, spec, submit, T0, worker } from './given.ts';
 
 const service = spec({
   kind: 'service',
@@ -120,8 +121,47 @@ describe('services', () => {
     const [event] = decideJob(finish(3, { kind: 'exited', exitCode: 1 }), state);
     expect(event).toMatchObject({ type: 'JobAttemptFailed', data: { retry: null } });
     expect((event as { data: { failure: { message: string } } }).data.failure.message).toMatch(
-      /ended 3 times in a row within 10 minutes of starting: not started again/,
+      /ended 3 times in a row before it had run 10 minutes .*: not started again/,
     );
+  });
+
+  it('start again after a long run even with no retries, and count a server never healthy, or a lost worker’s attempt, by what it did', () => {
+    const once = spec({ ...service, maxRetries: 0 });
+    const sub: JobEvent = { type: 'JobSubmitted', data: { owner: 'alice', spec: once } };
+    const running = at([
+      [sub, 0],
+      [assigned(1), 0],
+      [started(1), 0],
+    ]);
+    const quick = decideJob(finish(1, { kind: 'exited', exitCode: 1 }), running)[0];
+    expect(quick).toMatchObject({ data: { retry: null } });
+    const ranLong = decideJob(
+      finish(1, { kind: 'exited', exitCode: 1 }, SERVICE_STABLE_MS + 1),
+      running,
+    )[0];
+    expect((ranLong as { data: { retry: unknown } }).data.retry).not.toBeNull();
+    const neverHealthy = decideJob(
+      finish(1, { kind: 'exited', exitCode: 143 }, 5 * SERVICE_STABLE_MS, {
+        unhealthy: 'its health check (GET /health on port 30501) failed 3 times in a row: HTTP 503',
+        neverHealthy: true,
+      } as Partial<JobCommand>),
+      running,
+    )[0];
+    expect(neverHealthy).toMatchObject({
+      data: { failure: { reason: 'neverHealthy' }, retry: null },
+    });
+    const lost = decideJob(
+      {
+        type: 'FailAttempt',
+        attemptId: 'a1',
+        failure: { kind: 'system', reason: 'workerLost', retryable: true, message: 'lost' },
+        now: new Date(T0.getTime() + 2 * 3_600_000),
+        jitter: 0,
+      },
+      running,
+    )[0];
+    expect(lost).toMatchObject({ data: { durationMs: 2 * 3_600_000 } });
+    expect((lost as { data: { retry: unknown } }).data.retry).not.toBeNull();
   });
 
   it('count an attempt that ran long as a fresh start: the streak of quick ends begins again', () => {
@@ -220,11 +260,14 @@ describe('services', () => {
     const first = servicePortsFor([], 'w1', 'b1', 3);
     expect(new Set(first).size).toBe(3);
     for (const p of first) expect(p).toBeGreaterThanOrEqual(30_500);
-    const taken = servicePortsFor([{ state: live }], 'w1', 'b1', 1000, [30_802]);
+    const taken = servicePortsFor([{ state: live }], 'w1', 'b1', 997, [30_802]);
+    expect(new Set(taken).size).toBe(997);
     expect(taken).not.toContain(30_800);
     expect(taken).not.toContain(30_801);
     expect(taken).not.toContain(30_802);
     expect(servicePortsFor([{ state: live }], 'w2', 'b1', 1000)).toContain(30_800);
+    // With too few free, taken ones are given too, never one twice.
+    expect(new Set(servicePortsFor([{ state: live }], 'w1', 'b1', 1000, [30_802])).size).toBe(1000);
   });
 
   it('are not probed, and go only to workers that watch their health (dispatch 6)', () => {
@@ -242,5 +285,10 @@ describe('services', () => {
     worker(current, 'w6', [16], 0, 'sim', 'process', undefined, 6);
     submit(current, 'job_s', { kind: 'service', resources: { gpus: 1, vramGb: 8 } });
     expect(plan(current, T0).assignments).toMatchObject([{ id: 'job_s', workerId: 'w6' }]);
+    // Once assigned there, it is among what may hold ports on that worker.
+    expect(liveOnWorker(current, 'w6')).toEqual([]);
+    commit(current);
+    expect(liveOnWorker(current, 'w6').map((j) => j.state.id)).toEqual(['job_s']);
+    expect(liveOnWorker(current, 'w5')).toEqual([]);
   });
 });

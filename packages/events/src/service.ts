@@ -43,7 +43,7 @@ export const HealthCheckSchema = z
       .regex(/^\/[\x21-\x7e]*$/, 'a path such as /health (printable, no spaces)')
       .optional(),
     command: z.string().trim().min(1).max(8192).optional(),
-    intervalS: z.number().int().min(1).max(3600).default(15),
+    intervalS: z.number().int().min(2).max(3600).default(15),
     timeoutS: z.number().int().min(1).max(600).default(5),
     failures: z.number().int().min(1).max(100).default(3),
     graceS: z.number().int().min(0).max(86_400).default(300),

@@ -87,6 +87,8 @@ export function containerSpec(
   return {
     name: containerName(spec.attemptId),
     Image: spec.image,
+    // The command is the job's alone: a base image's entrypoint (a server's) would take it as arguments.
+    Entrypoint: [''],
     Cmd: spec.probe
       ? ['/bin/sh', '-c', PROBE_COMMAND, 'sh', spec.command]
       : ['/bin/sh', '-c', spec.command],

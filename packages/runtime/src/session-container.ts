@@ -64,6 +64,7 @@ export function sessionContainerSpec(
   return {
     name: sessionContainerName(spec.runId),
     Image: spec.image,
+    Entrypoint: [''],
     Cmd: ['/bin/sh', '-c', KEEP_ALIVE],
     User: `${user.uid}:${user.gid}`,
     WorkingDir: CONTAINER_WORK_DIR,

@@ -110,6 +110,23 @@ describe('Docker runtime', () => {
     expect(readProbeReport(probeDir)).toMatchObject({ python: true, steps: 0, done: false });
   });
 
+  it('runs the command itself in an image whose entrypoint would take it as arguments (a server’s)', async () => {
+    const base = await docker.createContainer({ Image: DEFAULT_BASE_IMAGE, Cmd: ['true'] });
+    const committed = (await base.commit({
+      repo: 'trainyard-test/entrypoint',
+      tag: '1',
+      changes: 'ENTRYPOINT ["/bin/false"]',
+    })) as { Id: string };
+    await base.remove();
+    expect(committed.Id).toMatch(/^sha256:/);
+    const served = await pushed('trainyard-test/entrypoint:1', 'test/entrypoint');
+    await docker.getImage(committed.Id).remove({ force: true });
+    const s = spec('echo "the job’s own command"', { image: served });
+    const run = await runtime.start(s, () => undefined);
+    expect(await run.exited).toEqual({ kind: 'exited', exitCode: 0 });
+    expect(await logOf(s)).toBe('the job’s own command\n');
+  });
+
   it('runs as the uid the worker gives the attempt, with no capabilities', async () => {
     const s = spec('id -u; grep CapEff /proc/self/status', {
       user: { uid: 2345678, gid: 2345678 },

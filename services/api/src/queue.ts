@@ -114,7 +114,7 @@ export async function refuseUnsatisfiable(
     'UNSATISFIABLE',
     need.nodes > 1
       ? `fewer than ${need.nodes} registered workers could ever run a member of this gang job: it needs ${describeNeed(need.resources, need.container)} on each of ${need.nodes} workers at once; the workers are ${listed}${workers.length > 5 ? '; …' : ''}`
-      : `no registered worker could ever run this ${need.kind}: it needs ${describeNeed(need.resources, need.container)}; the workers are ${listed}${workers.length > 5 ? '; …' : ''}`,
+      : `no registered worker could ever run this ${need.service ? 'service' : need.kind}: it needs ${describeNeed(need.resources, need.container)}${need.service ? ' on a worker that watches the health of services (dispatch version 6: upgrade older workers)' : ''}; the workers are ${listed}${workers.length > 5 ? '; …' : ''}`,
   );
 }
 

@@ -2,6 +2,7 @@ import {
   currentAttempt,
   DomainError,
   gangDeadline,
+  liveOnWorker,
   masterPortFor,
   servicePortCount,
   servicePortsFor,
@@ -220,13 +221,11 @@ export class Term {
     // The ports of the gangs this round assigns on the same worker, which the state has yet to
     // hold: every assignment of a round chooses its port before any of them lands.
     const chosen = this.#portsChosen.get(a.workerId) ?? new Set<number>();
-    const jobs = this.#folding.cluster.jobs;
-    const port = a.members
-      ? masterPortFor(jobs.values(), a.workerId, attemptId, chosen)
-      : undefined;
     const count = servicePortCount(tracked.state.spec);
+    const live = a.members || count > 0 ? liveOnWorker(this.#folding.cluster, a.workerId) : [];
+    const port = a.members ? masterPortFor(live, a.workerId, attemptId, chosen) : undefined;
     const ports =
-      count > 0 ? servicePortsFor(jobs.values(), a.workerId, attemptId, count, chosen) : undefined;
+      count > 0 ? servicePortsFor(live, a.workerId, attemptId, count, chosen) : undefined;
     const mine = [...(port === undefined ? [] : [port]), ...(ports ?? [])];
     for (const p of mine) chosen.add(p);
     this.#portsChosen.set(a.workerId, chosen);

@@ -60,7 +60,7 @@ describe('a service', () => {
       name: 'web',
       command:
         'echo "hello from $TRAINYARD_JOB_ID on $PORT" > index.html; exec python3 -m http.server "$TRAINYARD_PORT" --bind 127.0.0.1',
-      health: { http: '/index.html', intervalS: 1, timeoutS: 2, failures: 2, graceS: 30 },
+      health: { http: '/index.html', intervalS: 2, timeoutS: 2, failures: 2, graceS: 30 },
     });
     await t.waitForJob(id, token, (j) => j.status === 'running', 30_000);
     const running = await job(id);
@@ -110,17 +110,26 @@ describe('a service', () => {
   it('is started again when its health check fails, or when its command exits, and fails when it keeps ending at once', async () => {
     const id = await submitService({
       name: 'flaky',
-      command: 'touch alive; sleep 2; rm alive; exec sleep 600',
-      health: { command: 'test -e alive', intervalS: 1, timeoutS: 5, failures: 2, graceS: 0 },
+      command: 'touch alive; sleep 5; rm alive; exec sleep 600',
+      health: { command: 'test -e alive', intervalS: 2, timeoutS: 5, failures: 2, graceS: 0 },
     });
-    const again = await t.waitForJob(id, token, (j) => (j.attemptCount ?? 0) >= 2, 60_000);
-    expect(again.status).not.toBe('failed');
+    const again = await t.waitForJob(
+      id,
+      token,
+      (j) => (j.attemptCount ?? 0) >= 2 && j.status === 'running',
+      60_000,
+    );
+    // Running again, it shows no failure: the last end is its attempt's.
+    expect(again.failure).toBeNull();
     const first = (await job(id)).attempts![0]!;
     expect(first.failure?.reason).toBe('unhealthy');
     expect(first.failure?.message).toContain(
       'its health check (`test -e alive`) failed 2 times in a row: exit code 1',
     );
     await stopService(id);
+    const stopped = await job(id);
+    expect(stopped.failure).toBeNull();
+    expect((await cli(['status', id])).stdout.split('\n')[0]).toBe(`${id}  flaky  cancelled`);
 
     const quits = await submitService({ name: 'quits', command: 'exit 0', maxRetries: 1 });
     const failed = await t.waitForJob(quits, token, (j) => j.status === 'failed', 60_000);
@@ -128,8 +137,20 @@ describe('a service', () => {
     const ended = await job(quits);
     expect(ended.attempts![0]!.failure?.reason).toBe('serviceExited');
     expect(ended.failure?.message).toMatch(
-      /ended 2 times in a row within 10 minutes of starting: not started again/,
+      /ended 2 times in a row before it had run 10 minutes .*: not started again/,
     );
+
+    // Never healthy, however long its grace: each such end is a quick one.
+    const never = await submitService({
+      name: 'never',
+      command: 'exec sleep 600',
+      maxRetries: 0,
+      health: { http: '/', intervalS: 2, timeoutS: 2, failures: 1, graceS: 0 },
+    });
+    const gaveUp = await t.waitForJob(never, token, (j) => j.status === 'failed', 60_000);
+    expect(gaveUp.attemptCount).toBe(1);
+    expect(gaveUp.failure?.reason).toBe('neverHealthy');
+    expect(gaveUp.failure?.message).toContain('its health check (GET / on port');
   });
 
   it('is refused where its spec cannot be one', async () => {
@@ -139,6 +160,7 @@ describe('a service', () => {
       [{ health: { http: '/' } }, /health: only a service/],
       [{ kind: 'service', health: { http: '/', command: 'true' } }, /`http` path or a `command`/],
       [{ kind: 'service', ports: 9 }, /ports/],
+      [{ kind: 'service', health: { http: '/', intervalS: 1 } }, /intervalS/],
       [{ kind: 'service', health: { http: 'no-slash' } }, /a path such as \/health/],
     ];
     for (const [extra, message] of refusals) {

@@ -6,7 +6,7 @@ import { LogShipper, shippedBytes, type RunningAttempt } from '@trainyard/runtim
 import { type Channel, ChannelRefused, type ChannelRequest } from '@trainyard/tunnel';
 import { MetricsCollector } from './metrics.ts';
 import { untilDone } from './until-done.ts';
-import { watchHealth } from './health.ts';
+import { verdictReport, watchHealth, type HealthWatcher } from './health.ts';
 import { probeReportIn, watchProbe, watchTimeLimit } from './watches.ts';
 import { OutputMirror } from './outputs.ts';
 import {
@@ -38,7 +38,7 @@ export class AttemptRun {
   /** The probe ran out its time and was stopped. */
   #probeTimedOut = false;
   /** Why the worker stopped it, a service, for failing its health check. */
-  #unhealthy: string | undefined;
+  #health: HealthWatcher | undefined;
   #startedAt = 0;
   #box: Sandbox | null = null;
   /** The account the attempt runs as, when the worker gives each attempt one. */
@@ -263,16 +263,16 @@ export class AttemptRun {
             },
             onStopFailed: this.#logError('could not stop the attempt'),
           });
-    const unwatchHealth = watchHealth(proc, this.msg.service, {
+    this.#health = watchHealth(proc, this.msg.service, {
       open: this.opts.runtime.channel ? (request) => this.openShell(request) : null,
+      startedAt: this.#startedAt,
       killGraceMs: this.opts.killGraceMs,
-      onUnhealthy: (why) => (this.#unhealthy = why),
-      onStopFailed: this.#logError('could not stop the unhealthy service'),
+      log: this.ctx.log.child({ jobId: this.msg.jobId }),
     });
     try {
       const exit = await proc.exited;
       this.#exited = true;
-      unwatchHealth();
+      this.#health.end();
       await this.#shells?.close();
       clearInterval(timer);
       unwatch?.();
@@ -351,7 +351,7 @@ export class AttemptRun {
       durationMs: Date.now() - this.#startedAt,
       ...(this.#stopAsked && { stopped: true }),
       ...(this.#timeLimited && { timeLimited: true }),
-      ...(this.#unhealthy && !this.#stopAsked && { unhealthy: this.#unhealthy }),
+      ...(!this.#stopAsked && verdictReport(this.#health)),
     });
   }
 

@@ -7,63 +7,105 @@
  */
 import type { HealthCheck, RunAttempt } from '@trainyard/events';
 import type { RunningAttempt } from '@trainyard/runtime';
+import type { Logger } from '@trainyard/service-kit';
 import { type Channel, type ChannelRequest, ChannelRequestSchema } from '@trainyard/tunnel';
 
 /** The most of an answer (an HTTP status line, a command's output) a check reads. */
 const MAX_ANSWER = 4096;
+/** The most of the check and of its answer its verdict quotes: the report holds 1,024. */
+const QUOTED = 200;
+/** How many times a stop that failed is tried again, and the pause before each. */
+const STOP_TRIES = 3;
+const STOP_AGAIN_MS = 5_000;
 
 export interface HealthWatch {
-  /** Opens a channel beside the attempt; null where the runtime opens none (no check runs). */
+  /** Opens a channel beside the attempt; null where the runtime opens none. */
   open: ((request: ChannelRequest) => Promise<Channel>) | null;
+  /** When the attempt started (ms since the epoch): its grace runs from then. */
+  startedAt: number;
   killGraceMs: number;
-  /** Hears why the service was found unhealthy, before it is stopped. */
-  onUnhealthy: (why: string) => void;
-  onStopFailed: (err: unknown) => void;
+  log: Pick<Logger, 'warn' | 'error'>;
 }
 
-/** Watches the health of a service's attempt while it runs; returns what ends the watch. */
+/** Why the worker stopped a service: its health check's words, and whether it was ever healthy. */
+export interface HealthVerdict {
+  message: string;
+  neverHealthy: boolean;
+}
+
+/** A watch on a service's health: its verdict, once it has stopped the service, and its end. */
+export interface HealthWatcher {
+  readonly verdict: HealthVerdict | undefined;
+  end(): void;
+}
+
+/** What a service's end reports of its health: why its worker stopped it, if it did. */
+export function verdictReport(watcher: HealthWatcher | undefined) {
+  const verdict = watcher?.verdict;
+  return verdict ? { unhealthy: verdict.message, neverHealthy: verdict.neverHealthy } : {};
+}
+
+const quote = (text: string) => (text.length > QUOTED ? `${text.slice(0, QUOTED)}…` : text);
+
+/** Watches the health of a service's attempt while it runs. */
 export function watchHealth(
   proc: RunningAttempt,
   service: RunAttempt['service'],
   watch: HealthWatch,
-): () => void {
+): HealthWatcher {
   const check = service?.health;
   const open = watch.open;
-  if (!check || !open || !service) return () => {};
+  const state: { verdict: HealthVerdict | undefined; end(): void } = {
+    verdict: undefined,
+    end: () => {},
+  };
+  if (!check || !service) return state;
+  if (!open) {
+    watch.log.warn('this runtime runs no health checks: the service is not watched');
+    return state;
+  }
   const port = service.ports[0]!;
-  const startedAt = Date.now();
   let healthyOnce = false;
   let failed = 0;
   let ended = false;
   let timer: NodeJS.Timeout | undefined;
+  const stop = (triesLeft: number) => {
+    proc.kill(watch.killGraceMs).catch((err: unknown) => {
+      watch.log.error({ err }, 'could not stop the unhealthy service');
+      if (triesLeft > 0 && !ended) timer = setTimeout(() => stop(triesLeft - 1), STOP_AGAIN_MS);
+    });
+  };
   const round = async () => {
     const answer = await probe(open, check, port);
-    if (ended) return;
+    if (ended || state.verdict) return;
     if (answer === null) {
       healthyOnce = true;
       failed = 0;
-    } else if (healthyOnce || Date.now() - startedAt >= check.graceS * 1000) {
+    } else if (healthyOnce || Date.now() - watch.startedAt >= check.graceS * 1000) {
       failed += 1;
       if (failed >= check.failures) {
-        ended = true;
-        watch.onUnhealthy(
-          `its health check (${describe(check, port)}) failed ${failed} times in a row: ${answer}`,
-        );
-        proc.kill(watch.killGraceMs).catch(watch.onStopFailed);
+        state.verdict = {
+          message: `its health check (${describe(check, port)}) failed ${failed} times in a row: ${quote(answer)}`,
+          neverHealthy: !healthyOnce,
+        };
+        stop(STOP_TRIES);
         return;
       }
     }
     timer = setTimeout(() => void round(), check.intervalS * 1000);
   };
   timer = setTimeout(() => void round(), check.intervalS * 1000);
-  return () => {
+  state.end = () => {
     ended = true;
     clearTimeout(timer);
   };
+  return state;
 }
 
 function describe(check: HealthCheck, port: number): string {
-  return check.http !== undefined ? `GET ${check.http} on port ${port}` : `\`${check.command}\``;
+  return check.http !== undefined
+    ? `GET ${quote(check.http)} on port ${port}`
+    : `\`${quote(check.command ?? '')}\``;
 }
 
 /** Runs the check once: null when healthy, else what was wrong. */

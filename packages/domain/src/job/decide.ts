@@ -69,6 +69,8 @@ export type JobCommand =
       timeLimited?: boolean;
       /** Its worker stopped it, a service, for failing its health check: why. */
       unhealthy?: string;
+      /** Its health check had never answered healthy. */
+      neverHealthy?: boolean;
       now: Date;
       jitter: number;
       backoff?: BackoffPolicy;
@@ -282,7 +284,7 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
         command.attemptId,
         {
           failure: command.unhealthy
-            ? failure('unhealthy', command.unhealthy)
+            ? failure(command.neverHealthy ? 'neverHealthy' : 'unhealthy', command.unhealthy)
             : classifyExit(command.exit),
           exitCode: exitCodeOf(command.exit),
           durationMs: command.durationMs,

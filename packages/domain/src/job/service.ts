@@ -7,6 +7,7 @@
 import type { Failure, JobEvent, JobSpec } from '@trainyard/events';
 import { backoffMs, type BackoffPolicy } from '../backoff.ts';
 import { failure as failureOf } from '../failures.ts';
+import type { ClusterState, TrackedJob } from '../cluster.ts';
 import { slotHolder, type AttemptState, type JobState } from './state.ts';
 
 /** Whether a job of this spec is a service. */
@@ -35,7 +36,8 @@ export function portHash(attemptId: string): number {
 
 /**
  * `count` ports of the `size` from `base`, drawn by the attempt's id, past those `taken`; where
- * too few are free, the first drawn (the attempt fails to listen and is started again).
+ * too few are free, taken ones too (the attempt may fail to listen, and is started again), but
+ * never one twice.
  */
 export function drawPorts(
   base: number,
@@ -50,7 +52,10 @@ export function drawPorts(
     const port = base + ((hash + i) % size);
     if (!taken.has(port)) ports.push(port);
   }
-  for (let i = 0; ports.length < count; i++) ports.push(base + ((hash + i) % size));
+  for (let i = 0; i < size && ports.length < count; i++) {
+    const port = base + ((hash + i) % size);
+    if (!ports.includes(port)) ports.push(port);
+  }
   return ports;
 }
 
@@ -73,6 +78,20 @@ export function servicePortsFor(
   return drawPorts(SERVICE_PORT_BASE, SERVICE_PORTS, count, attemptId, taken);
 }
 
+/**
+ * The jobs whose live attempt has its rank 0 on `workerId`: those that may hold ports there (a
+ * service's, a gang's `MASTER_PORT`). Read from what holds the workers, not from every job.
+ */
+export function liveOnWorker(cluster: ClusterState, workerId: string): TrackedJob[] {
+  const live: TrackedJob[] = [];
+  for (const [key, holding] of cluster.holding.jobs) {
+    if (holding.workerId !== workerId || key.includes('#')) continue;
+    const job = cluster.jobs.get(key);
+    if (job) live.push(job);
+  }
+  return live;
+}
+
 /** A service that ran this long before it ended is started again as if for the first time. */
 export const SERVICE_STABLE_MS = 10 * 60_000;
 
@@ -90,17 +109,22 @@ interface ServiceEnding {
 }
 
 /**
- * A service's attempt ended by itself: it is started again after a backoff that grows with the
- * ends in a row that came within `SERVICE_STABLE_MS` of a start, once more than its spec's
- * `maxRetries` of those in a row, or a failure no start could mend (its setup, its archive),
- * fail it.
+ * A service's attempt ended by itself: it is started again after a backoff that grows with its
+ * quick ends in a row (see `quick`). More than its spec's `maxRetries` quick ends in a row fail
+ * it, as does a failure no start could mend (its setup, its archive); a service that ran a while
+ * and then ended is always started again.
  */
 export function restartService(
   state: JobState,
   attempt: AttemptState,
   ending: ServiceEnding,
 ): JobEvent {
-  const { exitCode, durationMs, now, jitter, policy } = ending;
+  const { exitCode, now, jitter, policy } = ending;
+  // A failure its worker could not time (the worker was lost) ran from its start to now.
+  const durationMs =
+    ending.durationMs > 0 || !attempt.startedAt
+      ? ending.durationMs
+      : Math.max(0, now.getTime() - Date.parse(attempt.startedAt));
   const failure =
     ending.failure ??
     failureOf(
@@ -108,16 +132,16 @@ export function restartService(
       `the service's command exited with code ${exitCode ?? 0}; a service runs until it is stopped`,
     );
   const restarts = failure.retryable || RESTARTS.has(failure.reason);
-  const streak = quickEnds(state, attempt, durationMs);
+  const streak = quickEnds(state, attempt, failure, durationMs);
   const again = restarts && streak <= (state.spec?.maxRetries ?? 0);
   const why =
     restarts && !again
       ? {
           ...failure,
-          message: `${failure.message}; it ended ${streak} times in a row within ${SERVICE_STABLE_MS / 60_000} minutes of starting: not started again`,
+          message: `${failure.message}; it ended ${streak} times in a row before it had run ${SERVICE_STABLE_MS / 60_000} minutes (or without ever answering its health check healthy): not started again`,
         }
       : failure;
-  const wait = backoffMs(streak, jitter, policy);
+  const wait = backoffMs(Math.max(1, streak), jitter, policy);
   const retry = again
     ? { retryAt: new Date(now.getTime() + wait).toISOString(), backoffMs: wait }
     : null;
@@ -125,9 +149,22 @@ export function restartService(
   return { type: 'JobAttemptFailed', data };
 }
 
-/** How many attempts in a row, to this one that ran `durationMs`, ended soon after they started. */
-function quickEnds(state: JobState, attempt: AttemptState, durationMs: number): number {
-  if (durationMs >= SERVICE_STABLE_MS) return 1;
+/**
+ * Whether an attempt that ended with `failure` after `durationMs` ended quickly: before it had
+ * run `SERVICE_STABLE_MS`, or without its health check ever answering healthy, however long its
+ * grace let it run (a server that never finishes loading).
+ */
+const quick = (failure: Failure | null, durationMs: number) =>
+  failure?.reason === 'neverHealthy' || durationMs < SERVICE_STABLE_MS;
+
+/** How many attempts in a row, to this one, ended quickly (0 when this one did not). */
+function quickEnds(
+  state: JobState,
+  attempt: AttemptState,
+  failure: Failure,
+  durationMs: number,
+): number {
+  if (!quick(failure, durationMs)) return 0;
   let streak = 1;
   for (let i = state.attempts.indexOf(attempt) - 1; i >= 0; i--) {
     const before = state.attempts[i]!;
@@ -137,7 +174,7 @@ function quickEnds(state: JobState, attempt: AttemptState, durationMs: number): 
       before.startedAt && before.finishedAt
         ? Date.parse(before.finishedAt) - Date.parse(before.startedAt)
         : 0;
-    if (ran >= SERVICE_STABLE_MS) break;
+    if (!quick(before.failure, ran)) break;
     streak++;
   }
   return streak;

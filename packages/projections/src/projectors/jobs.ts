@@ -70,7 +70,13 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
     case 'JobStarted':
       return row.status === 'estimating'
         ? next
-        : { ...next, status: 'running', started_at: row.started_at ?? at };
+        : {
+            ...next,
+            status: 'running',
+            started_at: row.started_at ?? at,
+            // A service that runs again has no failure: its last end is its attempt's.
+            ...(row.kind === 'service' && { exit_code: null, failure: null }),
+          };
     case 'JobEstimated':
       return { ...next, status: 'queued', estimate: event.data.estimate };
     case 'JobOutputsSynced':
@@ -102,7 +108,12 @@ function step(row: JobRow | undefined, event: StoredEvent): JobRow | undefined {
     case 'JobReleased':
       return { ...next, held_by: null, hold_reason: null };
     case 'JobCancelled':
-      return { ...next, status: 'cancelled', finished_at: at };
+      return {
+        ...next,
+        status: 'cancelled',
+        finished_at: at,
+        ...(row.kind === 'service' && { exit_code: null, failure: null }),
+      };
     case 'JobSharded':
       return { ...next, status: 'running', started_at: row.started_at ?? at };
     case 'JobShardsEnded':

@@ -7,17 +7,24 @@ import { postWithCode } from '../upload.ts';
 import type { JobView } from '../views.ts';
 import { wholeNumber } from './flags.ts';
 import { connect } from './ssh.ts';
+import { inFlags } from './submit.ts';
 import { printJson, printTable } from './table.ts';
+
+/** A service, or a clear word that `id` is a job of another kind. */
+async function serviceJob(client: ApiClient, id: string, otherwise: string): Promise<JobView> {
+  const job = await client.json<JobView>(`/v1/jobs/${encodeURIComponent(id)}`);
+  if (job.kind !== 'service')
+    throw new CliError(`${id} is not a service: ${otherwise}`, 'NOT_A_SERVICE');
+  return job;
+}
 
 /** A running service's ports, or a clear word on why it has none to reach. */
 async function runningPorts(client: ApiClient, id: string): Promise<number[]> {
-  const job = await client.json<JobView>(`/v1/jobs/${encodeURIComponent(id)}`);
-  if (job.kind !== 'service') {
-    throw new CliError(
-      `${id} is not a service: \`trainyard ssh ${id}\` opens a shell beside a running job`,
-      'NOT_A_SERVICE',
-    );
-  }
+  const job = await serviceJob(
+    client,
+    id,
+    `\`trainyard ssh ${id}\` opens a shell beside a running job`,
+  );
   const ports = job.attempts?.at(-1)?.ports ?? [];
   if (job.status !== 'running' || ports.length === 0) {
     throw new CliError(
@@ -56,6 +63,15 @@ async function openService(id: string, o: { port?: string; local?: string }): Pr
 
 type CreateFlags = Record<string, string | boolean | undefined>;
 
+/** The flag of `service create` that sets each spec field, to name in an error. */
+const FLAGS: Record<string, string> = {
+  name: '--name',
+  image: '--image',
+  'resources.gpus': '--gpus',
+  'resources.vramGb': '--vram-gb',
+  'env.TRAINYARD_MODEL': '--model',
+};
+
 /** `service create TEMPLATE [DIR]`: the template's spec, with the code of DIR if given. */
 async function createService(template: string, dir: string | undefined, o: CreateFlags) {
   const given: TemplateOptions = {
@@ -69,6 +85,10 @@ async function createService(template: string, dir: string | undefined, o: Creat
   const spec = templateSpec(template, given);
   if (o.dryRun) return printJson(spec);
   const client = ApiClient.fromEnv();
+  const told = (err: unknown) => {
+    throw err instanceof CliError && err.code === 'VALIDATION_FAILED' ? inFlags(err, FLAGS) : err;
+  };
+  await client.post('/v1/jobs?dryRun=true', spec).catch(told);
   const created =
     dir === undefined
       ? await client.post<{ id: string }>('/v1/jobs', spec)
@@ -109,10 +129,11 @@ export function registerServiceJobCommands(program: Command): void {
 
   service
     .command('ls')
-    .description('your services, newest first')
+    .description("your services, newest first (admins: everyone's); the newest 500")
     .option('--json', 'print JSON')
     .action(async (o: { json?: boolean }) => {
-      const jobs = await ApiClient.fromEnv().json<JobView[]>('/v1/jobs?kind=service&limit=500');
+      const listed = await ApiClient.fromEnv().json<JobView[]>('/v1/jobs?kind=service&limit=500');
+      const jobs = listed.filter((j) => j.kind === 'service');
       if (o.json) return printJson(jobs);
       printTable(
         ['ID', 'NAME', 'STATUS', 'GPUS', 'CREATED'],
@@ -135,7 +156,9 @@ export function registerServiceJobCommands(program: Command): void {
     .description('stop a service (it ends as cancelled)')
     .argument('<id>')
     .action(async (id: string) => {
-      const r = await ApiClient.fromEnv().post<{ id: string; status: string }>(
+      const client = ApiClient.fromEnv();
+      await serviceJob(client, id, `\`trainyard cancel ${id}\` cancels a job`);
+      const r = await client.post<{ id: string; status: string }>(
         `/v1/jobs/${encodeURIComponent(id)}/cancel`,
         {},
       );

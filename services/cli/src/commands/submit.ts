@@ -80,6 +80,9 @@ function specFrom(root: string, o: SubmitFlags) {
 
 /** A service's fields, from `--service`, `--ports` and `--health-http` or `--health-cmd`. */
 function serviceFrom(o: SubmitFlags) {
+  if (o.healthHttp !== undefined && o.healthCmd !== undefined) {
+    throw new CliError('--health-http and --health-cmd: a service has one health check, not both');
+  }
   const health =
     o.healthHttp !== undefined
       ? { http: o.healthHttp as string }
@@ -113,7 +116,7 @@ const FLAGS: Record<string, string> = {
   nodes: '--nodes',
   kind: '--service',
   ports: '--ports',
-  health: '--health-http',
+  health: '--health-http or --health-cmd',
   'health.http': '--health-http',
   'health.command': '--health-cmd',
   dependsOn: '--depends-on',
@@ -328,7 +331,10 @@ export function registerSubmitCommand(program: Command): void {
     )
     .option('--priority <n>', 'higher runs first')
     .option('--team <name>', 'the team of yours to charge it to (default: the first you joined)')
-    .option('--max-retries <n>', 'retries after platform failures')
+    .option(
+      '--max-retries <n>',
+      'retries after platform failures (a service: quick ends in a row before it is given up on)',
+    )
     .option(
       '--time-limit <duration>',
       'stop an attempt that runs longer (90s, 45m, 2h, 1h30m; at most 30d): the job fails as timeLimit',
