@@ -1,8 +1,10 @@
+import { spawn } from 'node:child_process';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Labels, LOCAL_BASES, SimulatedInventory } from '@trainyard/runtime';
+import { freePort } from '@trainyard/servers';
 import { tempDir, testDocker, waitFor, writeWheel } from '@trainyard/testkit';
 import {
   addUser,
@@ -12,7 +14,7 @@ import {
   type Job,
   type TestStack,
 } from './harness.ts';
-import { runCli } from './processes.ts';
+import { BIN, runCli } from './processes.ts';
 import { connect, runningSession, SshClient, waitForSession } from './ssh.ts';
 
 /**
@@ -207,6 +209,76 @@ describe('jobs in containers', () => {
     });
     expect(await left()).toEqual([]);
   });
+
+  it('runs a service in its container: its health checked in there, its port reached through the gateway', async () => {
+    const served = await submitted(
+      await submit(
+        t,
+        token,
+        spec({
+          name: 'served',
+          kind: 'service',
+          command:
+            'echo "from the box" > index.html; exec python3 -m http.server "$TRAINYARD_PORT" --bind 127.0.0.1',
+          health: { http: '/index.html', intervalS: 2, timeoutS: 2, failures: 2, graceS: 60 },
+        }),
+      ),
+    );
+    const sick = await submitted(
+      await submit(
+        t,
+        token,
+        spec({
+          name: 'sick',
+          kind: 'service',
+          command: 'exec python3 -m http.server "$TRAINYARD_PORT" --bind 127.0.0.1',
+          health: { http: '/missing', intervalS: 2, timeoutS: 2, failures: 1, graceS: 0 },
+        }),
+      ),
+    );
+    const failed = await t.waitForJob(sick, token, (j) => j.status === 'failed', 120_000);
+    expect(failed.failure?.reason).toBe('neverHealthy');
+    expect(failed.failure?.message).toContain('failed 1 times in a row: HTTP 404');
+
+    await t.waitForJob(served, token, (j) => j.status === 'running', 120_000);
+    const work = await tempDir('trainyard-open-');
+    const local = await freePort();
+    const open = spawn(
+      process.execPath,
+      [BIN, 'service', 'open', served, '--local', String(local)],
+      {
+        env: {
+          ...process.env,
+          HOME: work.path,
+          TRAINYARD_API_URL: t.url,
+          TRAINYARD_TOKEN: token,
+          XDG_CONFIG_HOME: join(work.path, 'config'),
+          XDG_STATE_HOME: join(work.path, 'state'),
+        },
+        detached: true,
+        stdio: 'ignore',
+      },
+    );
+    try {
+      const page = await waitFor(
+        'the service in its container, through the forward',
+        async () => {
+          const res = await fetch(`http://127.0.0.1:${local}/index.html`).catch(() => null);
+          return res?.ok ? res.text() : undefined;
+        },
+        { timeoutMs: 30_000 },
+      );
+      expect(page).toBe('from the box\n');
+    } finally {
+      process.kill(-open.pid!, 'SIGTERM');
+      await work.remove();
+    }
+    // Healthy all along: still its first attempt.
+    const running = await t.waitForJob(served, token, (j) => j.status === 'running');
+    expect(running.attempts).toHaveLength(1);
+    await t.http(`/v1/jobs/${served}/cancel`, { method: 'POST', token });
+    await t.waitForJob(served, token, (j) => j.status === 'cancelled', 30_000);
+  }, 240_000);
 
   it('abandons the image build of a job cancelled while it builds: the engine’s build stops too', async () => {
     const code = await codeArchive({ 'train.py': 'print("never")\n' });
