@@ -164,6 +164,35 @@ describe('services', () => {
     expect((lost as { data: { retry: unknown } }).data.retry).not.toBeNull();
   });
 
+  it('count a long run that was preempted as a fresh start too', () => {
+    const preempted: JobEvent = {
+      type: 'JobAttemptFailed',
+      data: {
+        attemptId: 'a3',
+        exitCode: 143,
+        failure: { kind: 'system', reason: 'preempted', retryable: true, message: 'stopped' },
+        durationMs: 1,
+        retry: { retryAt: T0.toISOString(), backoffMs: 0 },
+      },
+    };
+    const state = at([
+      [submitted, 0],
+      [assigned(1), 0],
+      [started(1), 0],
+      [failedQuickly(1), 1],
+      [assigned(2), 2],
+      [started(2), 2],
+      [failedQuickly(2), 3],
+      [assigned(3), 4],
+      [started(3), 4],
+      [preempted, 300],
+      [assigned(4), 301],
+      [started(4), 301],
+    ]);
+    const [event] = decideJob(finish(4, { kind: 'exited', exitCode: 1 }), state);
+    expect((event as { data: { retry: unknown } }).data.retry).not.toBeNull();
+  });
+
   it('count an attempt that ran long as a fresh start: the streak of quick ends begins again', () => {
     const longRun = SERVICE_STABLE_MS / 60_000 + 5;
     const state = at([

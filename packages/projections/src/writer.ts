@@ -10,8 +10,26 @@ const PROJECTION_LOCK = 7_261_001;
 
 type Db = Kysely<Database> | Transaction<Database>;
 
+/** What PostgreSQL refuses in text and jsonb: NUL, and (escaped by JSON) a lone surrogate. */
+const UNSTORABLE = /\\u0000|\\ud[89a-f][0-9a-f]{2}/i;
+
+/**
+ * Text PostgreSQL holds: a NUL, or half of a character, that an event carries (a job's command,
+ * what its health check printed) becomes U+FFFD, rather than stop the projection for everyone.
+ */
+function storable(text: string): string {
+  return text.replace(NUL_OR_HALF, '\uFFFD');
+}
+const NUL_OR_HALF = /\0|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+
 function toDbValue(value: unknown, json: boolean) {
-  return json && value !== null ? sql`${JSON.stringify(value)}::text::jsonb` : value;
+  if (typeof value === 'string') return storable(value);
+  if (!json || value === null) return value;
+  const text = JSON.stringify(value);
+  const kept = UNSTORABLE.test(text)
+    ? JSON.stringify(value, (_key, v: unknown) => (typeof v === 'string' ? storable(v) : v))
+    : text;
+  return sql`${kept}::text::jsonb`;
 }
 
 type AnyDb = Kysely<Record<string, Record<string, unknown>>>;

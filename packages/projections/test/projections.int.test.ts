@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import type { JobEvent, StoredEvent } from '@trainyard/events';
 import { loadJob, runJobCommand } from '@trainyard/application';
 import { connectBus, type Bus } from '@trainyard/service-kit';
-import { createTestDatabase, startTestNats } from '@trainyard/testkit';
+import { createTestDatabase, startTestNats, storedEvent } from '@trainyard/testkit';
 import {
   applyBatch,
   connectDb,
@@ -185,5 +185,85 @@ describe('projections', () => {
     );
     expect(await applyBatch(db, done.events as StoredEvent<JobEvent>[])).toBe(1);
     expect((await findJob(db, 'job_b'))!.status).toBe('succeeded');
+  });
+
+  it('keeps a NUL or half a character an event carries as U+FFFD, rather than stop projecting', async () => {
+    const fresh = connectDb(await createTestDatabase(inject('pgUrl')));
+    try {
+      await migrate(fresh);
+      const emoji = '\u{1F600}';
+      const half = emoji.slice(0, 1);
+      const at = new Date();
+      const events = [
+        storedEvent(
+          'job',
+          'job_nul',
+          {
+            type: 'JobSubmitted',
+            data: {
+              owner: 'alice',
+              spec: {
+                ...spec,
+                command: 'echo a\u0000b',
+                kind: 'service',
+                health: {
+                  command: `true ${half}`,
+                  intervalS: 15,
+                  timeoutS: 5,
+                  failures: 3,
+                  graceS: 0,
+                },
+              },
+            },
+          },
+          { seq: 1, at },
+        ),
+        storedEvent(
+          'job',
+          'job_nul',
+          {
+            type: 'JobAssigned',
+            data: {
+              attemptId: 'a1',
+              attempt: 1,
+              workerId: 'w1',
+              gpus: [0],
+              vramBytes: 1,
+              cpus: 0,
+              ports: [30_500],
+            },
+          },
+          { seq: 2, at },
+        ),
+        storedEvent(
+          'job',
+          'job_nul',
+          {
+            type: 'JobAttemptFailed',
+            data: {
+              attemptId: 'a1',
+              exitCode: 143,
+              failure: {
+                kind: 'user',
+                reason: 'unhealthy',
+                retryable: true,
+                message: `said \u0000 ${emoji} ${half}`,
+              },
+              durationMs: 1,
+              retry: null,
+            },
+          },
+          { seq: 3, at },
+        ),
+      ];
+      expect(await applyBatch(fresh, events)).toBe(3);
+      const job = (await findJob(fresh, 'job_nul'))!;
+      expect(job.command).toBe('echo a\uFFFDb');
+      expect(job.health?.command).toBe('true \uFFFD');
+      expect(job.failure?.message).toBe(`said \uFFFD ${emoji} \uFFFD`);
+      expect((await listAttempts(fresh, 'job_nul'))[0]!.ports).toEqual([30_500]);
+    } finally {
+      await fresh.destroy();
+    }
   });
 });

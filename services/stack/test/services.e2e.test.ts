@@ -161,6 +161,8 @@ describe('a service', () => {
       [{ kind: 'service', health: { http: '/', command: 'true' } }, /`http` path or a `command`/],
       [{ kind: 'service', ports: 9 }, /ports/],
       [{ kind: 'service', health: { http: '/', intervalS: 1 } }, /intervalS/],
+      [{ kind: 'service', health: { command: 'false\u0000' } }, /health.command: holds a NUL/],
+      [{ command: 'echo a\u0000b' }, /command: holds a NUL/],
       [{ kind: 'service', health: { http: 'no-slash' } }, /a path such as \/health/],
     ];
     for (const [extra, message] of refusals) {

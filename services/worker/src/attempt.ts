@@ -144,7 +144,7 @@ export class AttemptRun {
     );
     // A stop that came while the start was confirmed found no process yet: it stops it now.
     if (this.#stopAsked) void this.cancel();
-    void this.#supervise(await this.#process, shipper, outputs, metrics);
+    void this.#supervise(await this.#process, shipper, outputs, metrics, false);
   }
 
   /**
@@ -157,12 +157,8 @@ export class AttemptRun {
     this.#user = user;
     if (user) await this.opts.users?.adopt(user, box.root);
     this.#startedAt = startedAt;
-    const offset = await shippedBytes(
-      this.ctx.bus,
-      this.msg.jobId,
-      this.msg.attempt,
-      this.opts.name,
-    );
+    const { jobId, attempt } = this.msg;
+    const offset = await shippedBytes(this.ctx.bus, jobId, attempt, this.opts.name);
     const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
       writtenBy: 'process',
       offset,
@@ -200,6 +196,7 @@ export class AttemptRun {
         this.#user?.uid,
       ),
       metrics,
+      true,
     );
     return true;
   }
@@ -223,6 +220,7 @@ export class AttemptRun {
     shipper: LogShipper,
     outputs: OutputMirror,
     metrics: MetricsCollector | null,
+    resumed: boolean,
   ): Promise<void> {
     const sync = async () => {
       const files = await outputs.scan();
@@ -265,7 +263,7 @@ export class AttemptRun {
           });
     this.#health = watchHealth(proc, this.msg.service, {
       open: this.opts.runtime.channel ? (request) => this.openShell(request) : null,
-      startedAt: this.#startedAt,
+      resumed,
       killGraceMs: this.opts.killGraceMs,
       log: this.ctx.log.child({ jobId: this.msg.jobId }),
     });

@@ -14,15 +14,19 @@ import { type Channel, type ChannelRequest, ChannelRequestSchema } from '@trainy
 const MAX_ANSWER = 4096;
 /** The most of the check and of its answer its verdict quotes: the report holds 1,024. */
 const QUOTED = 200;
-/** How many times a stop that failed is tried again, and the pause before each. */
+/** How many times a stop that failed is tried again soon, the pause before each, and then. */
 const STOP_TRIES = 3;
 const STOP_AGAIN_MS = 5_000;
+const STOP_LATER_MS = 60_000;
 
 export interface HealthWatch {
   /** Opens a channel beside the attempt; null where the runtime opens none. */
   open: ((request: ChannelRequest) => Promise<Channel>) | null;
-  /** When the attempt started (ms since the epoch): its grace runs from then. */
-  startedAt: number;
+  /**
+   * The worker took the attempt over after a restart: its grace is taken as past, and it as
+   * having been healthy (what the worker before saw of it is not known).
+   */
+  resumed: boolean;
   killGraceMs: number;
   log: Pick<Logger, 'warn' | 'error'>;
 }
@@ -45,7 +49,11 @@ export function verdictReport(watcher: HealthWatcher | undefined) {
   return verdict ? { unhealthy: verdict.message, neverHealthy: verdict.neverHealthy } : {};
 }
 
-const quote = (text: string) => (text.length > QUOTED ? `${text.slice(0, QUOTED)}…` : text);
+/** At most `QUOTED` characters of `text`, whole ones, with control characters as spaces. */
+function quote(text: string): string {
+  const chars = Array.from(text.replace(/\p{Cc}|\p{Cs}/gu, ' '));
+  return chars.length > QUOTED ? `${chars.slice(0, QUOTED).join('')}…` : chars.join('');
+}
 
 /** Watches the health of a service's attempt while it runs. */
 export function watchHealth(
@@ -65,14 +73,18 @@ export function watchHealth(
     return state;
   }
   const port = service.ports[0]!;
-  let healthyOnce = false;
+  const startedAt = Date.now();
+  let healthyOnce = watch.resumed;
   let failed = 0;
   let ended = false;
   let timer: NodeJS.Timeout | undefined;
-  const stop = (triesLeft: number) => {
+  // A stop that fails is tried again a few times soon, then now and then until the attempt ends.
+  const stop = (tries: number) => {
     proc.kill(watch.killGraceMs).catch((err: unknown) => {
       watch.log.error({ err }, 'could not stop the unhealthy service');
-      if (triesLeft > 0 && !ended) timer = setTimeout(() => stop(triesLeft - 1), STOP_AGAIN_MS);
+      if (ended) return;
+      const wait = tries < STOP_TRIES ? STOP_AGAIN_MS : STOP_LATER_MS;
+      timer = setTimeout(() => stop(tries + 1), wait);
     });
   };
   const round = async () => {
@@ -81,14 +93,14 @@ export function watchHealth(
     if (answer === null) {
       healthyOnce = true;
       failed = 0;
-    } else if (healthyOnce || Date.now() - watch.startedAt >= check.graceS * 1000) {
+    } else if (healthyOnce || Date.now() - startedAt >= check.graceS * 1000) {
       failed += 1;
       if (failed >= check.failures) {
         state.verdict = {
           message: `its health check (${describe(check, port)}) failed ${failed} times in a row: ${quote(answer)}`,
           neverHealthy: !healthyOnce,
         };
-        stop(STOP_TRIES);
+        stop(0);
         return;
       }
     }
@@ -158,7 +170,7 @@ async function commandAnswer(channel: Channel): Promise<string | null> {
   channel.input.end();
   const [output, exit] = await Promise.all([readUpTo(channel, () => false, true), channel.exit]);
   if (exit.code === 0) return null;
-  const said = output.trim().split('\n').pop()?.slice(0, 200);
+  const said = output.trim().split('\n').pop();
   const how = exit.code !== null ? `exit code ${exit.code}` : `signal ${exit.signal ?? exit.error}`;
   return said ? `${how} (${said})` : how;
 }

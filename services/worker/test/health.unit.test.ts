@@ -47,7 +47,7 @@ describe('a service’s health check', () => {
         asked.push(request);
         return exited(1, `${'no such file '.repeat(500)}\n`);
       },
-      startedAt: Date.now(),
+      resumed: false,
       killGraceMs: 10,
       log: log(),
     });
@@ -67,12 +67,29 @@ describe('a service’s health check', () => {
     expect(asked).toHaveLength(2);
   });
 
+  it('quotes what the check said without control characters or half a character', async () => {
+    const { running } = proc();
+    const said = `bad\u0000thing ${'x'.repeat(176)}\u{1F600}\u{1F600}\u{1F600}`;
+    const watch = watchHealth(running, service('false', 1), {
+      open: async () => exited(1, `${said}\n`),
+      resumed: false,
+      killGraceMs: 10,
+      log: log(),
+    });
+    await vi.advanceTimersByTimeAsync(2_100);
+    const message = verdictReport(watch).unhealthy!;
+    expect(message).toContain('exit code 1 (bad thing ');
+    expect(message).not.toContain('\u0000');
+    // Every surrogate comes as a whole pair: the quote is cut between characters.
+    expect(message.replace(/[\uD800-\uDBFF][\uDC00-\uDFFF]/g, '')).not.toMatch(/[\uD800-\uDFFF]/);
+  });
+
   it('says it had been healthy, and counts only failures in a row', async () => {
     const { kill, running } = proc();
     const answers = [0, 1, 0, 1, 1];
     const watch = watchHealth(running, service('true'), {
       open: async () => exited(answers.shift() ?? 1),
-      startedAt: Date.now(),
+      resumed: false,
       killGraceMs: 10,
       log: log(),
     });
@@ -91,7 +108,7 @@ describe('a service’s health check', () => {
     const logged = log();
     const watch = watchHealth(running, service('false', 1), {
       open: async () => exited(1),
-      startedAt: Date.now(),
+      resumed: false,
       killGraceMs: 10,
       log: logged,
     });
@@ -105,12 +122,27 @@ describe('a service’s health check', () => {
     expect(logged.error).toHaveBeenCalled();
   });
 
+  it('taken over after a worker restart, counts failures at once and does not call it never healthy', async () => {
+    const { kill, running } = proc();
+    const check = service('false', 2);
+    check!.health!.graceS = 3600;
+    const watch = watchHealth(running, check, {
+      open: async () => exited(1),
+      resumed: true,
+      killGraceMs: 10,
+      log: log(),
+    });
+    await vi.advanceTimersByTimeAsync(2_050 * 2);
+    expect(kill).toHaveBeenCalledOnce();
+    expect(verdictReport(watch)).toMatchObject({ neverHealthy: false });
+  });
+
   it('runs nothing, and says so, where the runtime opens no channels', () => {
     const { running } = proc();
     const logged = log();
     const watch = watchHealth(running, service('true'), {
       open: null,
-      startedAt: Date.now(),
+      resumed: false,
       killGraceMs: 10,
       log: logged,
     });

@@ -168,14 +168,15 @@ function quickEnds(
   let streak = 1;
   for (let i = state.attempts.indexOf(attempt) - 1; i >= 0; i--) {
     const before = state.attempts[i]!;
-    if (before.failure?.reason === 'preempted' || before.failure?.reason === 'gangIncomplete')
-      continue;
     const ran =
       before.startedAt && before.finishedAt
         ? Date.parse(before.finishedAt) - Date.parse(before.startedAt)
         : 0;
-    if (!quick(before.failure, ran)) break;
-    streak++;
+    // A stop for other work is no end of its own, but a long run before it still counts.
+    const free =
+      before.failure?.reason === 'preempted' || before.failure?.reason === 'gangIncomplete';
+    if (free ? ran >= SERVICE_STABLE_MS : !quick(before.failure, ran)) break;
+    if (!free) streak++;
   }
   return streak;
 }

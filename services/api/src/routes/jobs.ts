@@ -46,6 +46,7 @@ import {
   visibleJob,
   waitForSeq,
 } from './common.ts';
+import { refuseBadShape, refuseNul } from './job-shape.ts';
 
 /** The most jobs one page of `GET /v1/jobs` holds. */
 export const MAX_LIST_LIMIT = 500;
@@ -141,45 +142,6 @@ const priorityForbidden = () =>
     'a priority above 0 needs an admin; you may lower your own jobs (down to -1000)',
   );
 
-/** What an array job's shards may hold in all: each shard's `JobSubmitted` copies its spec. */
-const MAX_ARRAY_SPEC_BYTES = 16 * 1024 * 1024;
-
-/**
- * Refuses what an array, a gang or a service may not be: too large an array, a gang of arrays, a
- * service of either, ports on a job that is no service.
- */
-function refuseBadShape(spec: JobSpec): void {
-  const service = spec.kind === 'service';
-  if (!service && (spec.ports !== undefined || spec.health !== undefined)) {
-    const field = spec.ports !== undefined ? 'ports' : 'health';
-    throw new ApiError('VALIDATION_FAILED', `${field}: only a service (kind "service") has this`);
-  }
-  if (service && (spec.shards !== undefined || (spec.nodes ?? 1) > 1)) {
-    const field = spec.shards !== undefined ? 'shards' : 'nodes';
-    throw new ApiError(
-      'VALIDATION_FAILED',
-      `${field}: a service runs alone, not as an array or a gang`,
-    );
-  }
-  if ((spec.nodes ?? 1) > 1 && spec.shards !== undefined) {
-    throw new ApiError(
-      'VALIDATION_FAILED',
-      'nodes: a job is an array (shards) or a gang (nodes), not both',
-    );
-  }
-  if ((spec.nodes ?? 1) > 1 && spec.preemptible) {
-    throw new ApiError('VALIDATION_FAILED', 'preemptible: a gang job (nodes) is not preemptible');
-  }
-  if (spec.shards === undefined) return;
-  const bytes = Buffer.byteLength(JSON.stringify(spec)) * spec.shards;
-  if (bytes > MAX_ARRAY_SPEC_BYTES) {
-    throw new ApiError(
-      'VALIDATION_FAILED',
-      `shards: each shard carries the spec, ${spec.shards} of them ${Math.ceil(bytes / 1024 ** 2)} MiB in all, over ${MAX_ARRAY_SPEC_BYTES / 1024 ** 2} MiB: use fewer shards or a smaller env`,
-    );
-  }
-}
-
 const PriorityPatchSchema = z
   .object({ priority: PrioritySchema.describe('the new priority; above 0 needs an admin') })
   .strict();
@@ -217,6 +179,7 @@ export function jobRoutes(app: Api, deps: ApiDeps): void {
       try {
         spec = withImagePolicy(submitted.spec, deps.images);
         refuseBadShape(spec);
+        refuseNul(spec);
         if (spec.priority > 0 && caller.role !== 'admin') throw priorityForbidden();
         await checkDependencies(deps, caller, spec);
         await refuseUnsatisfiable(deps, jobNeed(spec));
