@@ -52,6 +52,18 @@ const failedQuickly = (n: number): JobEvent => ({
     retry: { retryAt: T0.toISOString(), backoffMs: 1 },
   },
 });
+/** Two attempts that ended a minute after they started, and a third running since minute 4. */
+const twoQuickEnds: [JobEvent, number][] = [
+  [submitted, 0],
+  [assigned(1), 0],
+  [started(1), 0],
+  [failedQuickly(1), 1],
+  [assigned(2), 2],
+  [started(2), 2],
+  [failedQuickly(2), 3],
+  [assigned(3), 4],
+  [started(3), 4],
+];
 const finish = (
   n: number,
   exit: { kind: 'exited'; exitCode: number },
@@ -107,17 +119,7 @@ describe('services', () => {
   });
 
   it('fail once they ended soon after starting more than maxRetries times in a row', () => {
-    const state = at([
-      [submitted, 0],
-      [assigned(1), 0],
-      [started(1), 0],
-      [failedQuickly(1), 1],
-      [assigned(2), 2],
-      [started(2), 2],
-      [failedQuickly(2), 3],
-      [assigned(3), 4],
-      [started(3), 4],
-    ]);
+    const state = at([...twoQuickEnds]);
     const [event] = decideJob(finish(3, { kind: 'exited', exitCode: 1 }), state);
     expect(event).toMatchObject({ type: 'JobAttemptFailed', data: { retry: null } });
     expect((event as { data: { failure: { message: string } } }).data.failure.message).toMatch(
@@ -175,20 +177,7 @@ describe('services', () => {
         retry: { retryAt: T0.toISOString(), backoffMs: 0 },
       },
     };
-    const state = at([
-      [submitted, 0],
-      [assigned(1), 0],
-      [started(1), 0],
-      [failedQuickly(1), 1],
-      [assigned(2), 2],
-      [started(2), 2],
-      [failedQuickly(2), 3],
-      [assigned(3), 4],
-      [started(3), 4],
-      [preempted, 300],
-      [assigned(4), 301],
-      [started(4), 301],
-    ]);
+    const state = at([...twoQuickEnds, [preempted, 300], [assigned(4), 301], [started(4), 301]]);
     const [event] = decideJob(finish(4, { kind: 'exited', exitCode: 1 }), state);
     expect((event as { data: { retry: unknown } }).data.retry).not.toBeNull();
   });
@@ -210,17 +199,7 @@ describe('services', () => {
     expect((event as { data: { retry: unknown } }).data.retry).not.toBeNull();
     const ranLong = decideJob(
       finish(3, { kind: 'exited', exitCode: 1 }, SERVICE_STABLE_MS),
-      at([
-        [submitted, 0],
-        [assigned(1), 0],
-        [started(1), 0],
-        [failedQuickly(1), 1],
-        [assigned(2), 2],
-        [started(2), 2],
-        [failedQuickly(2), 3],
-        [assigned(3), 4],
-        [started(3), 4],
-      ]),
+      at(twoQuickEnds),
     )[0];
     expect((ranLong as { data: { retry: unknown } }).data.retry).not.toBeNull();
   });

@@ -3,12 +3,12 @@
  * cancelled, past its time limit, preempted; for a gang job's attempt, once each of its members
  * that started has ended.
  */
-import type { Failure, JobEvent } from '@trainyard/events';
-import { backoffMs, type BackoffPolicy } from '../backoff.ts';
+import type { JobEvent } from '@trainyard/events';
+import { backoffMs } from '../backoff.ts';
 import { DomainError } from '../errors.ts';
 import { failure as failureOf } from '../failures.ts';
 import { gangSize, MAX_GANG_INCOMPLETE, memberOf, membersOf, type Member } from './gang.ts';
-import { isService, restartService } from './service.ts';
+import { isService, restartService, type AttemptEnding } from './service.ts';
 import { preemptedAttempt } from './stops.ts';
 import {
   currentAttempt,
@@ -54,15 +54,7 @@ export interface EndedHow {
   pastLimit?: boolean;
 }
 
-/** What one end of an attempt is made of. */
-interface Ending {
-  failure: Failure | null;
-  exitCode: number | null;
-  durationMs: number;
-  now: Date;
-  jitter: number;
-  policy: BackoffPolicy;
-}
+type Ending = AttemptEnding;
 
 /**
  * What the end of the attempt (or gang member) `id` means. A gang's member that ended while

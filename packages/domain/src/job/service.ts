@@ -98,8 +98,8 @@ export const SERVICE_STABLE_MS = 10 * 60_000;
 /** Failures of a plain job that would not be retried, after which a service starts again. */
 const RESTARTS = new Set(['nonZeroExit', 'killedBySignal', 'oomKilled']);
 
-/** How a service's attempt ended. */
-interface ServiceEnding {
+/** What one end of an attempt is made of: its failure and exit, and what a retry is timed by. */
+export interface AttemptEnding {
   failure: Failure | null;
   exitCode: number | null;
   durationMs: number;
@@ -117,7 +117,7 @@ interface ServiceEnding {
 export function restartService(
   state: JobState,
   attempt: AttemptState,
-  ending: ServiceEnding,
+  ending: AttemptEnding,
 ): JobEvent {
   const { exitCode, now, jitter, policy } = ending;
   // A failure its worker could not time (the worker was lost) ran from its start to now.
