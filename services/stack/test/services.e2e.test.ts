@@ -200,6 +200,14 @@ describe('service templates', () => {
     const noModel = await cli(['service', 'create', 'inference', '--dry-run']);
     expect(noModel.code).not.toBe(0);
     expect(noModel.stderr).toContain('--model');
+    const nowhere = await cli([
+      'service',
+      'create',
+      'jupyter',
+      join(work.path, 'nowhere'),
+      '--dry-run',
+    ]);
+    expect(nowhere.stderr).toContain('nowhere is not a directory');
     const unknown = await cli(['service', 'create', 'tensorboard', '--dry-run']);
     expect(unknown.stderr).toContain(
       'no service template "tensorboard": there are jupyter, inference',

@@ -7,7 +7,7 @@ import { postWithCode } from '../upload.ts';
 import type { JobView } from '../views.ts';
 import { wholeNumber } from './flags.ts';
 import { connect } from './ssh.ts';
-import { inFlags } from './submit.ts';
+import { directory, inFlags } from './submit.ts';
 import { printJson, printTable } from './table.ts';
 
 /** A service, or a clear word that `id` is a job of another kind. */
@@ -83,6 +83,7 @@ async function createService(template: string, dir: string | undefined, o: Creat
     ...(o.host === true && { image: null }),
   };
   const spec = templateSpec(template, given);
+  const root = dir === undefined ? undefined : await directory(dir);
   if (o.dryRun) return printJson(spec);
   const client = ApiClient.fromEnv();
   const told = (err: unknown) => {
@@ -90,9 +91,9 @@ async function createService(template: string, dir: string | undefined, o: Creat
   };
   await client.post('/v1/jobs?dryRun=true', spec).catch(told);
   const created =
-    dir === undefined
+    root === undefined
       ? await client.post<{ id: string }>('/v1/jobs', spec)
-      : await postWithCode<{ id: string }>(client, '/v1/jobs', dir, spec);
+      : await postWithCode<{ id: string }>(client, '/v1/jobs', root, spec);
   if (o.json) printJson(created);
   else console.log(created.id);
   console.error(
@@ -120,7 +121,7 @@ export function registerServiceJobCommands(program: Command): void {
     .option('--name <name>', 'a name to know it by')
     .option('--gpus <n>', 'GPUs it holds (jupyter: 0, inference: 1)')
     .option('--vram-gb <gb>', 'VRAM per GPU, in GiB (default: each GPU whole)')
-    .option('--model <id>', 'inference: the model to serve (a Hugging Face id)')
+    .option('--model <id>', 'inference: the model to serve (a Hugging Face id, or a path in DIR)')
     .option('--image <image>', 'the base image (jupyter: python, inference: vllm/vllm-openai)')
     .option('--host', "run on a worker's host, not in a container: the tools must be there")
     .option('--dry-run', 'print the spec it would submit, and submit nothing')

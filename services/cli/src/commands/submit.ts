@@ -158,7 +158,7 @@ export async function submitDirectory(
 }
 
 /** A directory's absolute path; anything else is refused. */
-async function directory(dir: string): Promise<string> {
+export async function directory(dir: string): Promise<string> {
   const root = resolve(dir);
   const info = await stat(root).catch(() => null);
   if (!info?.isDirectory()) throw new CliError(`${dir} is not a directory`);
