@@ -101,6 +101,8 @@ export async function runSsh(opts: {
   /** More of `ssh`'s options, before the destination (`-N`, `-L …`). */
   options?: string[];
   env?: NodeJS.ProcessEnv;
+  /** Ends `ssh` (SIGTERM) when aborted. */
+  signal?: AbortSignal;
 }): Promise<number> {
   const env = opts.env ?? process.env;
   const gateway = checkedGateway(opts.gateway);
@@ -131,6 +133,8 @@ export async function runSsh(opts: {
   // The terminal's Ctrl-C is for ssh (and the session), not for this wrapper.
   const ignore = () => undefined;
   process.on('SIGINT', ignore);
+  const end = () => child.kill('SIGTERM');
+  opts.signal?.addEventListener('abort', end, { once: true });
   try {
     return await new Promise<number>((resolve, reject) => {
       child.once('error', (err: NodeJS.ErrnoException) =>
@@ -147,6 +151,7 @@ export async function runSsh(opts: {
     });
   } finally {
     process.off('SIGINT', ignore);
+    opts.signal?.removeEventListener('abort', end);
   }
 }
 

@@ -84,6 +84,7 @@ describe('a service', () => {
     });
     let said = '';
     open.stderr!.on('data', (c: Buffer) => (said += c.toString()));
+    const exited = new Promise<number | null>((resolve) => open.once('exit', resolve));
     try {
       const page = await waitFor(
         'the service, through the forward',
@@ -95,11 +96,14 @@ describe('a service', () => {
       );
       expect(page.trim()).toBe(`hello from ${id} on ${port}`);
       expect(said).toContain(`http://127.0.0.1:${local} reaches service ${id}`);
+      // Stopping the service ends the forward: `service open` says so and exits.
+      await stopService(id);
+      expect(await exited).toBe(1);
+      expect(said).toContain(`service ${id} is cancelled: the forward ends`);
     } finally {
-      process.kill(-open.pid!, 'SIGTERM');
+      if (open.exitCode === null) process.kill(-open.pid!, 'SIGTERM');
     }
 
-    await stopService(id);
     const ended = await job(id);
     expect(ended.attempts).toHaveLength(1);
     expect((await cli(['service', 'open', id])).stderr).toContain(

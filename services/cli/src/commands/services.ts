@@ -35,6 +35,35 @@ async function runningPorts(client: ApiClient, id: string): Promise<number[]> {
   return ports;
 }
 
+/** How often `service open` looks whether the service still runs where it forwards to. */
+const WATCH_MS = 3_000;
+
+/**
+ * Aborts once the service no longer runs the attempt that had `ports` (it stopped, or started
+ * again elsewhere, on other ports), saying so; a moment's silence of the API is waited out.
+ */
+function watchService(client: ApiClient, id: string, ports: number[]): AbortController {
+  const gone = new AbortController();
+  const look = async () => {
+    const job = await client.json<JobView>(`/v1/jobs/${encodeURIComponent(id)}`).catch(() => null);
+    const now = job?.attempts?.at(-1)?.ports ?? [];
+    if (job && (job.status !== 'running' || now.join() !== ports.join())) {
+      console.error(
+        job.status === 'running'
+          ? `service ${id} started again, on port ${now[0]}: the forward ends; \`trainyard service open ${id}\` opens it anew`
+          : `service ${id} is ${job.status}: the forward ends`,
+      );
+      process.exitCode = 1;
+      gone.abort();
+      return;
+    }
+    timer = setTimeout(() => void look(), WATCH_MS);
+  };
+  let timer = setTimeout(() => void look(), WATCH_MS);
+  gone.signal.addEventListener('abort', () => clearTimeout(timer));
+  return gone;
+}
+
 /** Forwards a local port to a running service's port through the gateway, until Ctrl-C. */
 async function openService(id: string, o: { port?: string; local?: string }): Promise<void> {
   const client = ApiClient.fromEnv();
@@ -52,13 +81,26 @@ async function openService(id: string, o: { port?: string; local?: string }): Pr
   console.error(
     `http://127.0.0.1:${local} reaches service ${id} (its port ${port}) through the gateway; Ctrl-C ends it`,
   );
-  process.exitCode = await runSsh({
-    gateway: info,
-    username: info.username,
-    password: info.password,
-    command: [],
-    options: ['-N', '-o', 'ExitOnForwardFailure=yes', '-L', `127.0.0.1:${local}:localhost:${port}`],
-  });
+  const watch = watchService(client, id, ports);
+  try {
+    const status = await runSsh({
+      gateway: info,
+      username: info.username,
+      password: info.password,
+      command: [],
+      options: [
+        '-N',
+        '-o',
+        'ExitOnForwardFailure=yes',
+        '-L',
+        `127.0.0.1:${local}:localhost:${port}`,
+      ],
+      signal: watch.signal,
+    });
+    if (!watch.signal.aborted) process.exitCode = status;
+  } finally {
+    watch.abort();
+  }
 }
 
 type CreateFlags = Record<string, string | boolean | undefined>;
