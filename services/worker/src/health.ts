@@ -3,7 +3,8 @@
  * its first port, or a command in its sandbox or container, each through the same channels as
  * `trainyard ssh JOB_ID`. After `failures` unhealthy answers in a row (counted once its grace
  * has passed, or once it first answered healthy), the service is stopped, and its end reported
- * as `unhealthy`, so the control plane starts it again.
+ * as `unhealthy` (`neverHealthy` when it never answered healthy), so the control plane starts
+ * it again, or gives up on it.
  */
 import type { HealthCheck, RunAttempt } from '@trainyard/events';
 import type { RunningAttempt } from '@trainyard/runtime';
