@@ -48,6 +48,9 @@ export const FailureReasons = {
 } as const satisfies Record<string, { kind: FailureKind; retryable: boolean }>;
 export type FailureReason = keyof typeof FailureReasons;
 
+/** Failures that queue a job again without spending one of its retries: stops for other work. */
+export const FREE_RETRIES: ReadonlySet<string> = new Set(['preempted', 'gangIncomplete']);
+
 /** Builds a classified failure. */
 export function failure(reason: FailureReason, message: string): Failure {
   const { kind, retryable } = FailureReasons[reason];

@@ -6,7 +6,7 @@
 import type { JobEvent } from '@trainyard/events';
 import { backoffMs } from '../backoff.ts';
 import { DomainError } from '../errors.ts';
-import { failure as failureOf } from '../failures.ts';
+import { failure as failureOf, FREE_RETRIES } from '../failures.ts';
 import { gangSize, MAX_GANG_INCOMPLETE, memberOf, membersOf, type Member } from './gang.ts';
 import { isService, restartService, type AttemptEnding } from './service.ts';
 import { preemptedAttempt } from './stops.ts';
@@ -17,9 +17,6 @@ import {
   type JobState,
   type MemberEnd,
 } from './state.ts';
-
-/** Failures that queue a job again without spending one of its retries. */
-const FREE_RETRIES = new Set(['preempted', 'gangIncomplete']);
 
 /**
  * The live attempt that `id` names (its own id, or one of its gang members'), and the member;
@@ -54,8 +51,6 @@ export interface EndedHow {
   pastLimit?: boolean;
 }
 
-type Ending = AttemptEnding;
-
 /**
  * What the end of the attempt (or gang member) `id` means. A gang's member that ended while
  * others run is recorded (`JobMemberEnded`); the attempt ends with the last.
@@ -63,7 +58,7 @@ type Ending = AttemptEnding;
 export function endAttempt(
   state: JobState,
   id: string,
-  ending: Ending,
+  ending: AttemptEnding,
   how: EndedHow = {},
 ): JobEvent[] {
   const { attempt, member } = liveMember(state, id);
@@ -99,7 +94,7 @@ export function endMember(
   state: JobState,
   attempt: AttemptState,
   member: Member,
-  ending: Ending,
+  ending: AttemptEnding,
   how: EndedHow,
   gangWide = false,
 ): JobEvent[] {
@@ -149,7 +144,7 @@ export function endGang(
   state: JobState,
   attempt: AttemptState,
   ends: readonly MemberEnd[],
-  ending: Omit<Ending, 'failure' | 'exitCode'>,
+  ending: Omit<AttemptEnding, 'failure' | 'exitCode'>,
   givenUp = false,
 ): JobEvent[] {
   const failed = ends.find((e) => e.failure?.kind === 'system') ?? ends.find((e) => e.failure);
@@ -170,7 +165,7 @@ export function endGang(
 function endWhole(
   state: JobState,
   attempt: AttemptState,
-  { failure, exitCode, durationMs, now, jitter, policy }: Ending,
+  { failure, exitCode, durationMs, now, jitter, policy }: AttemptEnding,
   how: EndedHow,
 ): JobEvent[] {
   const attemptId = attempt.id;

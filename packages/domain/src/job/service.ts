@@ -6,7 +6,7 @@
  */
 import type { Failure, JobEvent, JobSpec } from '@trainyard/events';
 import { backoffMs, type BackoffPolicy } from '../backoff.ts';
-import { failure as failureOf } from '../failures.ts';
+import { failure as failureOf, FREE_RETRIES } from '../failures.ts';
 import type { ClusterState, TrackedJob } from '../cluster.ts';
 import { slotHolder, type AttemptState, type JobState } from './state.ts';
 
@@ -23,10 +23,10 @@ export function servicePortCount(spec: JobSpec | null | undefined): number {
 /** The first port a service may be given. */
 const SERVICE_PORT_BASE = 30_500;
 /** How many ports, from the first, services may be given. */
-export const SERVICE_PORTS = 1_000;
+const SERVICE_PORTS = 1_000;
 
 /** A hash of an attempt's id: where its search for free ports begins. */
-export function portHash(attemptId: string): number {
+function portHash(attemptId: string): number {
   let hash = 2_166_136_261;
   for (let i = 0; i < attemptId.length; i++) {
     hash = Math.imul(hash ^ attemptId.charCodeAt(i), 16_777_619) >>> 0;
@@ -173,8 +173,7 @@ function quickEnds(
         ? Date.parse(before.finishedAt) - Date.parse(before.startedAt)
         : 0;
     // A stop for other work is no end of its own, but a long run before it still counts.
-    const free =
-      before.failure?.reason === 'preempted' || before.failure?.reason === 'gangIncomplete';
+    const free = FREE_RETRIES.has(before.failure?.reason ?? '');
     if (free ? ran >= SERVICE_STABLE_MS : !quick(before.failure, ran)) break;
     if (!free) streak++;
   }
