@@ -1,5 +1,5 @@
 import { cloneWorker, type ClusterState, type WorkerState } from './cluster.ts';
-import { free, type Fit } from './holding.ts';
+import { free, type Fit, type LiveHolding } from './holding.ts';
 import { preemptionsFor, type Preemption } from './preemption.ts';
 import type { Candidate } from './candidates.ts';
 import type { Assignment } from './fit.ts';
@@ -16,11 +16,8 @@ import type { PlacementPolicy } from './policy.ts';
 
 /** What a live attempt or session run holds of a worker, and when it is expected to end. */
 export interface Release {
-  gpus: readonly number[];
-  vramBytes: number;
-  cpus: number;
-  memoryBytes: number;
-  /** When it is expected to end (ms since the epoch); Infinity where nothing bounds it. */
+  holds: Pick<LiveHolding, 'gpus' | 'vramBytes' | 'cpus' | 'memoryBytes'>;
+  /** When it is expected to end (ms since the epoch). */
   endMs: number;
   /** The job's or session's id: what orders releases that end at the same time. */
   key: string;
@@ -49,35 +46,6 @@ export function expectedRunMs(c: Candidate, policy: PlacementPolicy): number {
   return c.limitMs ?? Infinity;
 }
 
-/**
- * What each worker's live attempts and session runs hold, with when each is expected to end:
- * only those something bounds, as a place held by the rest is never counted on.
- */
-function liveReleases(
-  cluster: ClusterState,
-  nowMs: number,
-  policy: PlacementPolicy,
-): Map<string, Release[]> {
-  const byWorker = new Map<string, Release[]>();
-  for (const holdings of [cluster.holding.jobs, cluster.holding.sessions]) {
-    for (const [key, h] of holdings) {
-      const runMs = h.probe ? policy.probeMs : h.runMs;
-      if (runMs === null) continue;
-      const endMs = Math.max(nowMs, (h.startedMs ?? nowMs) + runMs);
-      addRelease(byWorker, h.workerId, { ...held(h), endMs, key });
-    }
-  }
-  return byWorker;
-}
-
-/** What a holding holds of a worker, as a release gives it back. */
-const held = (h: Pick<Release, 'gpus' | 'vramBytes' | 'cpus' | 'memoryBytes'>) => ({
-  gpus: h.gpus,
-  vramBytes: h.vramBytes,
-  cpus: h.cpus,
-  memoryBytes: h.memoryBytes,
-});
-
 function addRelease(byWorker: Map<string, Release[]>, workerId: string, r: Release): void {
   const list = byWorker.get(workerId);
   if (list) list.push(r);
@@ -100,7 +68,6 @@ export class Backfill {
   preemptions: Preemption[] = [];
   /** Candidates that would have started but for the reservation (only when explaining). */
   readonly keptOut = new Set<string>();
-  #live: Map<string, Release[]> | null = null;
   readonly #placed = new Map<string, Release[]>();
 
   constructor(
@@ -145,11 +112,9 @@ export class Backfill {
     const runMs = expectedRunMs(c, this.policy);
     if (runMs === Infinity) return;
     const endMs = this.nowMs + runMs;
-    addRelease(this.#placed, a.workerId, {
-      ...held({ ...a, memoryBytes: c.memoryBytes }),
-      endMs,
-      key: c.id,
-    });
+    const { gpus, vramBytes, cpus } = a;
+    const holds = { gpus, vramBytes, cpus, memoryBytes: c.memoryBytes };
+    addRelease(this.#placed, a.workerId, { holds, endMs, key: c.id });
   }
 
   noteKeptOut(c: Candidate): void {
@@ -173,25 +138,38 @@ export class Backfill {
   }
 
   /**
+   * What runs on a worker and is expected to end before `beforeMs`: its live attempts and
+   * session runs that something bounds (a place held by the rest is never counted on), and what
+   * this round placed there.
+   */
+  #ending(workerId: string, beforeMs: number): Release[] {
+    const ending: Release[] = [];
+    const live = this.cluster.holding.ending.get(workerId);
+    if (live) {
+      for (const [h, key] of live) {
+        const runMs = h.probe ? this.policy.probeMs : h.runMs!;
+        const endMs = Math.max(this.nowMs, (h.startedMs ?? this.nowMs) + runMs);
+        if (endMs < beforeMs) ending.push({ holds: h, endMs, key });
+      }
+    }
+    for (const r of this.#placed.get(workerId) ?? []) if (r.endMs < beforeMs) ending.push(r);
+    return ending;
+  }
+
+  /**
    * Keeps for `c` the earliest place it could start in: on each worker, what runs is given back
    * in the order it is expected to end until `c` fits. None where that cannot be said.
    */
   #reserve(c: Candidate, workers: readonly WorkerState[], fit: Fit): Reservation | null {
-    this.#live ??= liveReleases(this.cluster, this.nowMs, this.policy);
     let best: Reservation | null = null;
     for (let i = 0; i < workers.length; i++) {
       const worker = workers[i]!;
-      const live = this.#live.get(worker.id);
-      const placed = this.#placed.get(worker.id);
-      if (!live && !placed) continue;
-      const ending = [...(live ?? []), ...(placed ?? [])].filter(
-        (r) => r.endMs < (best?.atMs ?? Infinity),
-      );
+      const ending = this.#ending(worker.id, best?.atMs ?? Infinity);
       if (ending.length === 0) continue;
       ending.sort((a, b) => a.endMs - b.endMs || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
       const freed = cloneWorker(worker);
       for (const r of ending) {
-        free(freed, r);
+        free(freed, r.holds);
         const a = fit(c, freed);
         if (!a) continue;
         best = {

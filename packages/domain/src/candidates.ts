@@ -1,11 +1,9 @@
 import type { Estimate, JobSpec, Resources } from '@trainyard/events';
 import { sessionMemoryNeed } from './holding.ts';
-import { type ClusterState, type TrackedJob, type TrackedSession } from './cluster.ts';
-import { awaitsPlacement, probesNext } from './job/state.ts';
+import type { TrackedJob, TrackedSession } from './cluster.ts';
+import { probesNext } from './job/state.ts';
 import { limitBytes, memoryNeed, needsEstimate, runsInContainer } from './job/needs.ts';
 import { isService } from './job/service.ts';
-import { effectivePriority, type PlacementPolicy } from './policy.ts';
-import { sessionAwaitsPlacement } from './session/state.ts';
 import { teamAccount } from './usage.ts';
 
 /**
@@ -46,13 +44,6 @@ export interface Candidate {
   /** The job or session as the cluster state tracks it. */
   tracked: TrackedJob | TrackedSession | null;
 }
-
-/**
- * Candidates as made for each tracked job or session: the cluster fold replaces the tracked
- * object whenever its job or session changes, so a candidate is made once per change, and only
- * its aged priority is worked out again each round.
- */
-const candidates = new WeakMap<TrackedJob | TrackedSession, Candidate>();
 
 /**
  * A candidate's fields, less its aged priority, its shape and its team's key, which follow from
@@ -131,66 +122,61 @@ function withShape(f: CandidateFields, priority: number): Candidate {
   };
 }
 
-/** The candidate of a tracked job or session: made once per change of it, aged each round. */
-function cached(
-  tracked: TrackedJob | TrackedSession,
-  basePriority: number,
-  aged: Aged,
-  make: () => CandidateFields,
-): Candidate {
-  let c = candidates.get(tracked);
-  if (!c) {
-    c = withShape(make(), 0);
-    candidates.set(tracked, c);
-  }
-  c.priority = aged(basePriority, tracked.queuedAtMs);
-  return c;
-}
-
-function jobCandidate(job: TrackedJob, aged: Aged): Candidate | null {
+/**
+ * The candidate of a tracked job, made once per change of it (`waiting.ts`); its priority is
+ * aged as a round reaches it.
+ */
+export function jobCandidate(job: TrackedJob): Candidate | null {
   const { state } = job;
   const spec = state.spec;
   if (!spec) return null;
-  return cached(job, spec.priority, aged, () => ({
-    kind: 'job',
-    id: state.id,
-    owner: state.owner,
-    team: state.team,
-    resources: spec.resources,
-    nodes: spec.nodes ?? 1,
-    service: isService(spec),
-    basePriority: spec.priority,
-    queuedSeq: job.queuedSeq,
-    container: runsInContainer(spec),
-    estimate: state.estimate,
-    probe: probesNext(state),
-    limitMs: spec.timeLimit === undefined ? null : spec.timeLimit * 1000,
-    memoryBytes: memoryNeed(state),
-    tracked: job,
-  }));
+  return withShape(
+    {
+      kind: 'job',
+      id: state.id,
+      owner: state.owner,
+      team: state.team,
+      resources: spec.resources,
+      nodes: spec.nodes ?? 1,
+      service: isService(spec),
+      basePriority: spec.priority,
+      queuedSeq: job.queuedSeq,
+      container: runsInContainer(spec),
+      estimate: state.estimate,
+      probe: probesNext(state),
+      limitMs: spec.timeLimit === undefined ? null : spec.timeLimit * 1000,
+      memoryBytes: memoryNeed(state),
+      tracked: job,
+    },
+    spec.priority,
+  );
 }
 
-function sessionCandidate(session: TrackedSession, aged: Aged): Candidate | null {
+/** The candidate of a tracked session, as `jobCandidate`. */
+export function sessionCandidate(session: TrackedSession): Candidate | null {
   const { state } = session;
   const spec = state.spec;
   if (!spec) return null;
-  return cached(session, 0, aged, () => ({
-    kind: 'session',
-    id: state.id,
-    owner: state.owner,
-    team: state.team,
-    resources: spec.resources,
-    nodes: 1,
-    service: false,
-    basePriority: 0,
-    queuedSeq: session.queuedSeq,
-    container: state.image !== null,
-    estimate: null,
-    probe: false,
-    limitMs: state.timers ? state.timers.maxMin * 60_000 : null,
-    memoryBytes: sessionMemoryNeed(state),
-    tracked: session,
-  }));
+  return withShape(
+    {
+      kind: 'session',
+      id: state.id,
+      owner: state.owner,
+      team: state.team,
+      resources: spec.resources,
+      nodes: 1,
+      service: false,
+      basePriority: 0,
+      queuedSeq: session.queuedSeq,
+      container: state.image !== null,
+      estimate: null,
+      probe: false,
+      limitMs: state.timers ? state.timers.maxMin * 60_000 : null,
+      memoryBytes: sessionMemoryNeed(state),
+      tracked: session,
+    },
+    0,
+  );
 }
 
 /** What a job or session asks of any worker, known before it is submitted. */
@@ -233,57 +219,6 @@ export function needCandidate(need: Need): Candidate {
     tracked: null,
   };
   return withShape(fields, 0);
-}
-
-/** A priority aged by the wait since `queuedAtMs`. */
-type Aged = (priority: number, queuedAtMs: number) => number;
-
-/** Jobs and sessions that may be placed now (in no order), and when the next retry comes due. */
-export function placeable(
-  cluster: ClusterState,
-  now: Date,
-  policy: PlacementPolicy,
-): { ready: Candidate[]; wakeAt: Date | null } {
-  const aged: Aged = (priority, queuedAtMs) => effectivePriority(priority, queuedAtMs, now, policy);
-  const ready: Candidate[] = [];
-  let wakeAt: number | null = null;
-  const add = (c: Candidate | null) => c && ready.push(c);
-  for (const job of cluster.jobs.values()) {
-    const { status, retryAt } = job.state;
-    if (!awaitsPlacement(job.state)) continue;
-    if (status !== 'retrying') add(jobCandidate(job, aged));
-    else if (retryAt) {
-      const at = Date.parse(retryAt);
-      if (at <= now.getTime()) add(jobCandidate(job, aged));
-      else wakeAt = wakeAt === null ? at : Math.min(wakeAt, at);
-    }
-  }
-  for (const session of cluster.sessions.values()) {
-    if (sessionAwaitsPlacement(session.state)) add(sessionCandidate(session, aged));
-  }
-  return { ready, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
-}
-
-const byQueuedSeq = (a: Candidate, b: Candidate) => a.queuedSeq - b.queuedSeq;
-
-/**
- * Candidates in placement order: higher (aged) priority first, then the one queued longest.
- * Priorities take few values, so each is a
- * bucket of its own; within one, candidates come mostly in the order they were queued, which the
- * sort takes in a few passes: far fewer comparisons than sorting the whole queue.
- */
-export function inPlacementOrder(candidates: Candidate[]): Candidate[] {
-  const buckets = new Map<number, Candidate[]>();
-  for (const c of candidates) {
-    const bucket = buckets.get(c.priority);
-    if (bucket) bucket.push(c);
-    else buckets.set(c.priority, [c]);
-  }
-  const ordered: Candidate[] = [];
-  for (const priority of [...buckets.keys()].sort((a, b) => b - a)) {
-    for (const c of buckets.get(priority)!.sort(byQueuedSeq)) ordered.push(c);
-  }
-  return ordered;
 }
 
 /**

@@ -1,7 +1,7 @@
 import { slotHolder } from './job/state.ts';
 import { countHeld, teamAccount, type MonthUsage } from './usage.ts';
 import { runHolder } from './session/state.ts';
-import { jobLives, sessionLive, type LiveHolding } from './holding.ts';
+import { emptyHoldings, setJobLive, setSessionLive } from './holding.ts';
 import { gangSize } from './job/gang.ts';
 import {
   type ClusterState,
@@ -49,6 +49,9 @@ export function snapshotCluster(cluster: ClusterState): ClusterSnapshot {
 
 /** The cluster state a snapshot describes; fold the events after `lastSeq` onto it. */
 export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
+  const holding = emptyHoldings();
+  for (const { state } of snapshot.jobs) setJobLive(holding, state.id, state, 0);
+  for (const { state } of snapshot.sessions) setSessionLive(holding, state.id, state);
   return {
     lastSeq: snapshot.lastSeq,
     workers: new Map(
@@ -68,24 +71,9 @@ export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
     gpusHeld: gpusHeldBy(snapshot.jobs, snapshot.sessions),
     hourQuotas: new Map(snapshot.hourQuotas),
     usage: new Map(snapshot.usage.map(([k, u]) => [k, { ...u }])),
-    holding: {
-      jobs: new Map(snapshot.jobs.flatMap(({ state }) => jobLives(state))),
-      sessions: liveOf(snapshot.sessions, sessionLive),
-    },
+    holding,
+    queueChanges: null,
   };
-}
-
-/** What each of `tracked` holds now, by id. */
-function liveOf<S extends { id: string }>(
-  tracked: { state: S }[],
-  live: (state: S) => LiveHolding | undefined,
-): Map<string, LiveHolding> {
-  const byId = new Map<string, LiveHolding>();
-  for (const { state } of tracked) {
-    const holding = live(state);
-    if (holding) byId.set(state.id, holding);
-  }
-  return byId;
 }
 
 /** The GPUs each user and team holds, between the live attempts of jobs and the runs of sessions. */

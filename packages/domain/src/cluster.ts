@@ -8,11 +8,11 @@ import type {
 } from '@trainyard/events';
 import { evolveWorker, initialWorker, type WorkerLifecycle } from './worker.ts';
 import {
-  sessionLive,
+  emptyHoldings,
   sessionMemoryNeed,
   setJobLive,
-  setLive,
-  type LiveHolding,
+  setSessionLive,
+  type Holdings,
 } from './holding.ts';
 import { gangSize, membersOf } from './job/gang.ts';
 import { chargeAccount, hoursUsed, setQuota, teamAccount, type MonthUsage } from './usage.ts';
@@ -113,7 +113,15 @@ export interface ClusterState {
   /** The GPU time each user's and team's work took this month, as of its last change. */
   usage: Map<string, MonthUsage>;
   /** What holds workers now, by job and by session: live attempts and runs. */
-  holding: { jobs: Map<string, LiveHolding>; sessions: Map<string, LiveHolding> };
+  holding: Holdings;
+  /**
+   * The jobs and sessions changed since the placement queue last took them in (null: ended),
+   * kept once it has first read this state (`waiting.ts`).
+   */
+  queueChanges: {
+    jobs: Map<string, TrackedJob | null>;
+    sessions: Map<string, TrackedSession | null>;
+  } | null;
   lastSeq: number;
 }
 
@@ -125,7 +133,8 @@ export const emptyCluster = (): ClusterState => ({
   gpusHeld: new Map(),
   hourQuotas: new Map(),
   usage: new Map(),
-  holding: { jobs: new Map(), sessions: new Map() },
+  holding: emptyHoldings(),
+  queueChanges: null,
   lastSeq: 0,
 });
 
@@ -206,9 +215,10 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
   const atMs = Date.parse(event.occurredAt);
   if (held && held.id !== holds?.id) hold(cluster, before, jobHoldings(before), -1, atMs);
   if (holds && holds.id !== held?.id) hold(cluster, after, jobHoldings(after), 1, atMs);
-  setJobLive(cluster.holding.jobs, event.aggregateId, after, held ? gangSize(held) : 1);
+  setJobLive(cluster.holding, event.aggregateId, after, held ? gangSize(held) : 1);
   if (isTerminal(after.status)) {
     cluster.jobs.delete(event.aggregateId);
+    cluster.queueChanges?.jobs.set(event.aggregateId, null);
     return;
   }
   // A job its probe measured keeps the place it had in the queue when it was submitted.
@@ -216,7 +226,7 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
     awaitsPlacement(after) &&
     (!awaitsPlacement(before) || after.status !== before.status) &&
     event.type !== 'JobEstimated';
-  cluster.jobs.set(event.aggregateId, {
+  const job: TrackedJob = {
     state: after,
     head: { seq: event.seq, hash: event.hash },
     queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
@@ -224,7 +234,9 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
       ? Date.parse(event.occurredAt)
       : (tracked?.queuedAtMs ?? Date.parse(event.occurredAt)),
     attemptSeq: event.type === 'JobAssigned' ? event.seq : (tracked?.attemptSeq ?? 0),
-  });
+  };
+  cluster.jobs.set(event.aggregateId, job);
+  cluster.queueChanges?.jobs.set(event.aggregateId, job);
 }
 
 function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<SessionEvent>): void {
@@ -236,13 +248,14 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
   const atMs = Date.parse(event.occurredAt);
   if (held && held.id !== holds?.id) hold(cluster, before, sessionHolding(before), -1, atMs);
   if (holds && holds.id !== held?.id) hold(cluster, after, sessionHolding(after), 1, atMs);
-  setLive(cluster.holding.sessions, event.aggregateId, sessionLive(after));
+  setSessionLive(cluster.holding, event.aggregateId, after);
   if (sessionEnded(after.status)) {
     cluster.sessions.delete(event.aggregateId);
+    cluster.queueChanges?.sessions.set(event.aggregateId, null);
     return;
   }
   const becameQueued = sessionAwaitsPlacement(after) && !sessionAwaitsPlacement(before);
-  cluster.sessions.set(event.aggregateId, {
+  const session: TrackedSession = {
     state: after,
     head: { seq: event.seq, hash: event.hash },
     queuedSeq: becameQueued ? event.seq : (tracked?.queuedSeq ?? event.seq),
@@ -250,7 +263,9 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
       ? Date.parse(event.occurredAt)
       : (tracked?.queuedAtMs ?? Date.parse(event.occurredAt)),
     runSeq: event.type === 'SessionAssigned' ? event.seq : (tracked?.runSeq ?? 0),
-  });
+  };
+  cluster.sessions.set(event.aggregateId, session);
+  cluster.queueChanges?.sessions.set(event.aggregateId, session);
 }
 
 /** A host name as a worker's address may be one: what other workers are told to reach. */

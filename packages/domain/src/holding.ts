@@ -12,6 +12,8 @@ export function sessionMemoryNeed(state: SessionState): number {
 
 /** What a live attempt or session run holds of a worker, and how long it may run. */
 export interface LiveHolding {
+  /** The attempt, or the session's run, that holds it. */
+  attemptId: string;
   workerId: string;
   gpus: readonly number[];
   vramBytes: number;
@@ -42,6 +44,7 @@ export function jobLives(state: JobState): [string, LiveHolding][] {
   const limit = state.spec?.timeLimit;
   const stopping = state.timeLimitReached || state.cancelRequested || state.preemptRequested;
   const common = {
+    attemptId: attempt.id,
     memoryBytes: memoryNeed(state),
     startedMs: attempt.startedAt === null ? null : Date.parse(attempt.startedAt),
     runMs: stopping ? 0 : limit === undefined ? null : limit * 1000,
@@ -56,19 +59,71 @@ export function jobLives(state: JobState): [string, LiveHolding][] {
   ]);
 }
 
+/** What holds workers now, by key: live attempts of jobs (`jobLives`), live runs of sessions. */
+export interface Holdings {
+  jobs: Map<string, LiveHolding>;
+  sessions: Map<string, LiveHolding>;
+  /** The jobs' that preemption weighs (`weighs`): kept apart, as they are few among many. */
+  weighed: Map<string, LiveHolding>;
+  /**
+   * Those something bounds (`bounded`), by worker, each with its key: what backfill counts on to
+   * end, read a worker at a time.
+   */
+  ending: Map<string, Map<LiveHolding, string>>;
+}
+
+export const emptyHoldings = (): Holdings => ({
+  jobs: new Map(),
+  sessions: new Map(),
+  weighed: new Map(),
+  ending: new Map(),
+});
+
+/** Whether preemption weighs a job's holding: it may be stopped, or it is being stopped. */
+export const weighs = (h: LiveHolding): boolean => h.preemptible || h.stopping;
+
+/** Whether it is expected to end: a time limit, a maximum life or a probe's timeout bounds it. */
+export const bounded = (h: LiveHolding): boolean => h.probe || h.runMs !== null;
+
+function put(holdings: Holdings, of: 'jobs' | 'sessions', key: string, live: LiveHolding): void {
+  holdings[of].set(key, live);
+  if (of === 'jobs' && weighs(live)) holdings.weighed.set(key, live);
+  if (!bounded(live)) return;
+  let on = holdings.ending.get(live.workerId);
+  if (!on) holdings.ending.set(live.workerId, (on = new Map()));
+  on.set(live, key);
+}
+
+function drop(holdings: Holdings, of: 'jobs' | 'sessions', key: string): void {
+  const old = holdings[of].get(key);
+  if (!old) return;
+  holdings[of].delete(key);
+  if (of === 'jobs') holdings.weighed.delete(key);
+  const on = holdings.ending.get(old.workerId);
+  if (!on?.delete(old) || on.size > 0) return;
+  holdings.ending.delete(old.workerId);
+}
+
 /**
  * Records what job `id` holds now (`jobLives` of its state), in place of what it held before on
  * `nodesBefore` workers.
  */
 export function setJobLive(
-  map: Map<string, LiveHolding>,
+  holdings: Holdings,
   id: string,
   state: JobState,
   nodesBefore: number,
 ): void {
-  map.delete(id);
-  for (let rank = 1; rank < nodesBefore; rank++) map.delete(`${id}#${rank}`);
-  for (const [key, live] of jobLives(state)) map.set(key, live);
+  drop(holdings, 'jobs', id);
+  for (let rank = 1; rank < nodesBefore; rank++) drop(holdings, 'jobs', `${id}#${rank}`);
+  for (const [key, live] of jobLives(state)) put(holdings, 'jobs', key, live);
+}
+
+/** Records what session `id` holds now, or that it holds nothing. */
+export function setSessionLive(holdings: Holdings, id: string, state: SessionState): void {
+  drop(holdings, 'sessions', id);
+  const live = sessionLive(state);
+  if (live) put(holdings, 'sessions', id, live);
 }
 
 /** What a session's live run holds, if it has one. */
@@ -76,6 +131,7 @@ export function sessionLive(state: SessionState): LiveHolding | undefined {
   const run = runHolder(state);
   if (!run) return undefined;
   return {
+    attemptId: run.id,
     workerId: run.workerId,
     gpus: run.gpus,
     vramBytes: run.vramBytes,
@@ -88,16 +144,6 @@ export function sessionLive(state: SessionState): LiveHolding | undefined {
     preemptible: false,
     stopping: state.status === 'stopping',
   };
-}
-
-/** Records what `id` holds now, or that it holds nothing. */
-export function setLive(
-  map: Map<string, LiveHolding>,
-  id: string,
-  live: LiveHolding | undefined,
-): void {
-  if (live) map.set(id, live);
-  else map.delete(id);
 }
 
 /** Gives back on `worker` (a copy) what a release, or a live holding, holds. */

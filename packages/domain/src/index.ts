@@ -13,6 +13,7 @@ export * from './job/shards.ts';
 export * from './job/gang.ts';
 export * from './job/service.ts';
 export * from './candidates.ts';
+export * from './waiting.ts';
 export * from './fit.ts';
 export * from './placement.ts';
 export * from './preemption.ts';

@@ -2,10 +2,11 @@ import { Backfill, withoutKept, type Reservation } from './backfill.ts';
 import { anyPreemptible, type Preemption } from './preemption.ts';
 import { cloneWorker, type ClusterState, type WorkerState } from './cluster.ts';
 import { couldEverHold, fitOnWorker, takesWholeGpus, type Assignment } from './fit.ts';
-import { inPlacementOrder, placeable, type Candidate } from './candidates.ts';
+import type { Candidate } from './candidates.ts';
 import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
 import { bookQuota, heldBack, quotaBook, type QuotaBook } from './quota.ts';
 import { nextMonthStart } from './usage.ts';
+import { drain, waitingQueue, type PlacementQueue } from './waiting.ts';
 
 export interface Plan {
   assignments: Assignment[];
@@ -190,14 +191,14 @@ const roomFor = (least: Room, room: Room) =>
   room.idleGpus >= least.idleGpus && room.mostFreeBytes >= least.mostFreeBytes;
 
 /**
- * Places candidates, in the order given, on `workers` (copies: their bookings change): what one
- * round assigns. A candidate that fits nowhere does not hold back a later one that asks less, and
+ * Places candidates, in the order `queue` gives them, on `workers` (copies: their bookings
+ * change): what one round assigns. A candidate that fits nowhere does not hold back a later one that asks less, and
  * one its owner's quota holds back does not hold back others of its shape. With `backfill`, the
  * first candidate with GPUs that fits nowhere gets a reservation, and later ones that would run
  * past it may not take its place.
  */
 export function placeInOrder(
-  ordered: Candidate[],
+  queue: PlacementQueue,
   workers: WorkerState[],
   policy: PlacementPolicy,
   quota?: QuotaBook,
@@ -205,7 +206,7 @@ export function placeInOrder(
 ): Assignment[] {
   const assignments: Assignment[] = [];
   if (!workers.some(hasRoom)) {
-    if (backfill) roomForFirst(ordered, workers, policy, quota, backfill);
+    if (backfill) roomForFirst(queue, workers, policy, quota, backfill);
     return assignments;
   }
   // What this round's marks on shapes are known by: no other round's.
@@ -219,7 +220,12 @@ export function placeInOrder(
    */
   let held: { workers: Set<number>; gpus: boolean } | null = null;
   const fit = (c: Candidate, w: WorkerState) => fitOnWorker(c, w, policy);
-  for (const job of ordered) {
+  // What the loop would pass over at once, passed over with the rest of its family.
+  queue.skip = (c) =>
+    c.mark.round === round &&
+    (c.mark.unplaceable ||
+      (kept !== null && c.mark.unplaceableLate && !backfill!.explaining && backfill!.late(c)));
+  for (const job of drain(queue)) {
     // Capacity only shrinks within a round: a worker a shape did not fit on stays so.
     const mark = job.mark;
     if (mark.round !== round) {
@@ -297,10 +303,8 @@ export function placeInOrder(
       others.length === 0 ? rank0! : { ...rank0!, members: others.map(memberPlacement) },
     );
     if (!placed.members.some((m) => hasRoom(m.worker)) && !workers.some(hasRoom)) {
-      if (backfill && !backfill.tried && !held) {
-        const rest = ordered.slice(ordered.indexOf(job) + 1);
-        roomForFirst(rest, workers, policy, quota, backfill);
-      }
+      if (backfill && !backfill.tried && !held)
+        roomForFirst(queue, workers, policy, quota, backfill);
       break;
     }
   }
@@ -313,7 +317,7 @@ export function placeInOrder(
  * stopped for them, or be told when they may start.
  */
 function roomForFirst(
-  ordered: Candidate[],
+  queue: PlacementQueue,
   workers: WorkerState[],
   policy: PlacementPolicy,
   quota: QuotaBook | undefined,
@@ -321,10 +325,10 @@ function roomForFirst(
 ): void {
   const fit = (c: Candidate, w: WorkerState) => fitOnWorker(c, w, policy);
   const shapes = new Set<string>();
-  for (const c of ordered) {
+  queue.skip = (c) => c.resources.gpus === 0 || c.nodes > 1 || shapes.has(c.shape);
+  for (const c of drain(queue)) {
     if (backfill.tried) return;
-    if (c.resources.gpus === 0 || c.nodes > 1 || shapes.has(c.shape) || heldBack(c, quota))
-      continue;
+    if (heldBack(c, quota)) continue;
     shapes.add(c.shape);
     backfill.forHead(c, workers, fit);
   }
@@ -341,7 +345,7 @@ function roomForFirst(
  * not changed.
  */
 export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY): Plan {
-  const { ready, wakeAt: retryAt } = placeable(cluster, now, policy);
+  const { queue, wakeAt: retryAt } = waitingQueue(cluster, now, policy);
   // Work an hour quota holds back may go when the month turns, whatever else happens by then.
   const monthTurns = cluster.hourQuotas.size > 0 ? nextMonthStart(now) : null;
   const wakeAt =
@@ -350,10 +354,9 @@ export function plan(cluster: ClusterState, now: Date, policy = DEFAULT_POLICY):
   // A full cluster places nothing; only stopping preemptible work could make room in it.
   if (!workers.some(hasRoom) && !anyPreemptible(cluster))
     return { assignments: [], reservation: null, preemptions: [], wakeAt };
-  const ordered = inPlacementOrder(ready);
   const quota = quotaBook(cluster, now);
   const backfill = new Backfill(cluster, now.getTime(), policy);
-  const assignments = placeInOrder(ordered, workers, policy, quota, backfill);
+  const assignments = placeInOrder(queue, workers, policy, quota, backfill);
   return {
     assignments,
     reservation: backfill.reservation,

@@ -10,9 +10,9 @@ export interface PlacementPolicy {
    */
   contextBytes: number;
   /**
-   * Priority a waiting job or session gains per hour in the queue: what it is placed by is its
-   * priority plus its wait times this (whole points), so that newer work of a higher priority
-   * cannot pass it forever.
+   * Priority a waiting job or session gains per hour in the queue, a point at each of the clock's
+   * aging ticks (every 6 minutes at 10 an hour) since it was queued: so that newer work of a
+   * higher priority cannot pass it forever.
    */
   agingPerHour: number;
   /** The longest a probe runs (`TRAINYARD_PROBE_TIMEOUT_MIN`): when a reservation expects it to end. */
@@ -29,8 +29,17 @@ export const DEFAULT_POLICY: PlacementPolicy = {
 const HOUR = 3_600_000;
 
 /**
- * What a candidate is placed by: its priority, plus the whole points it gained waiting since
- * `queuedAtMs`.
+ * The aging ticks of the clock up to `ms` (since the epoch): `agingPerHour` an hour, one point of
+ * priority each.
+ */
+export const agingTick = (ms: number, policy: Pick<PlacementPolicy, 'agingPerHour'>): number =>
+  policy.agingPerHour > 0 ? Math.floor((ms / HOUR) * policy.agingPerHour) : 0;
+
+/**
+ * What a candidate is placed by: its priority, plus a point for each aging tick of the clock
+ * since `queuedAtMs`. Ticks are the clock's, not the job's: what was queued between two ticks
+ * ages alike, and between those the order of the log decides, not the writers' clocks; and the
+ * order of two waiting jobs changes only when one's own priority does (`waiting.ts`).
  */
 export function effectivePriority(
   priority: number,
@@ -38,8 +47,5 @@ export function effectivePriority(
   now: Date,
   policy: Pick<PlacementPolicy, 'agingPerHour'>,
 ): number {
-  const waitedMs = now.getTime() - queuedAtMs;
-  if (!(waitedMs > 0)) return priority;
-  // Whole points: between near-equals, the order of the log decides, not the writers' clocks.
-  return priority + Math.floor((waitedMs / HOUR) * policy.agingPerHour);
+  return priority + Math.max(0, agingTick(now.getTime(), policy) - agingTick(queuedAtMs, policy));
 }

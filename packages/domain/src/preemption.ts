@@ -20,7 +20,7 @@ interface Victim {
 
 /** Whether any running attempt could be preempted: what a full cluster's round looks for. */
 export function anyPreemptible(cluster: ClusterState): boolean {
-  for (const holding of cluster.holding.jobs.values())
+  for (const holding of cluster.holding.weighed.values())
     if (holding.preemptible && !holding.stopping) return true;
   return false;
 }
@@ -90,7 +90,7 @@ export function preemptionsFor(
   if (head.resources.gpus === 0) return null;
   const byWorker = new Map<string, { stopping: LiveHolding[]; victims: Victim[] }>();
   let anyVictim = false;
-  for (const [jobId, holding] of cluster.holding.jobs) {
+  for (const [jobId, holding] of cluster.holding.weighed) {
     const stopping = holding.stopping;
     const victim = !stopping && holding.preemptible && holding.priority < head.basePriority;
     if (!stopping && !victim) continue;
@@ -98,9 +98,8 @@ export function preemptionsFor(
     if (!on) byWorker.set(holding.workerId, (on = { stopping: [], victims: [] }));
     if (stopping) on.stopping.push(holding);
     else {
-      const attemptId = cluster.jobs.get(jobId)?.state.attempts.at(-1)?.id;
-      if (attemptId) on.victims.push({ jobId, attemptId, holding });
-      anyVictim ||= attemptId !== undefined;
+      on.victims.push({ jobId, attemptId: holding.attemptId, holding });
+      anyVictim = true;
     }
   }
   if (!anyVictim) return null;

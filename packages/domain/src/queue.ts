@@ -1,12 +1,7 @@
 import type { Holder, PendingReason, Resources, TeamHolding } from '@trainyard/events';
 import { gpuHoursUsed, type ClusterState, type TrackedJob, type WorkerState } from './cluster.ts';
-import {
-  inPlacementOrder,
-  needCandidate,
-  placeable,
-  type Candidate,
-  type Need,
-} from './candidates.ts';
+import { needCandidate, type Candidate, type Need } from './candidates.ts';
+import { listQueue, waitingInOrder } from './waiting.ts';
 import {
   awaitsDependencies,
   awaitsPlacement,
@@ -121,12 +116,13 @@ export function explainQueue(
   now: Date,
   policy: PlacementPolicy = DEFAULT_POLICY,
 ): QueueView {
-  const ready = inPlacementOrder(placeable(cluster, now, policy).ready);
+  const { ready } = waitingInOrder(cluster, now, policy);
   const online = onlineWorkers(cluster);
   const quota = quotaBook(cluster, now);
   const backfill = new Backfill(cluster, now.getTime(), policy, true);
   const afterRound = onlineWorkers(cluster);
-  const placed = new Set(placeInOrder(ready, afterRound, policy, quota, backfill).map((a) => a.id));
+  const placing = placeInOrder(listQueue(ready), afterRound, policy, quota, backfill);
+  const placed = new Set(placing.map((a) => a.id));
   const { reservation, keptOut } = backfill;
   const kinds = distinctWhenEmpty(online);
   const holdable = new Map<string, boolean>();

@@ -43,6 +43,21 @@ function commit(cluster: ClusterState, now = T0) {
   return assignments;
 }
 
+/** Cancels a job that waits: it ends, and leaves the queue. */
+function cancel(cluster: ClusterState, id: string) {
+  evolveCluster(cluster, stored('job', id, { type: 'JobCancelled', data: {} }));
+}
+
+/** Ends the attempts `commit` made: they start, then succeed, freeing their places. */
+function finish(cluster: ClusterState, assignments: { id: string }[]) {
+  assignments.forEach(({ id }, i) => {
+    const attemptId = `att-${id}-${i}`;
+    evolveCluster(cluster, stored('job', id, { type: 'JobStarted', data: { attemptId } }));
+    const ended = { type: 'JobSucceeded', data: { attemptId, durationMs: 1 } };
+    evolveCluster(cluster, stored('job', id, ended));
+  });
+}
+
 describe('placement policy v1', () => {
   it('places a job that names a GPU model only on GPUs of that model, by name without case', () => {
     const c = emptyCluster();
@@ -150,7 +165,7 @@ describe('placement policy v1', () => {
     submit(c, 'urgent', { resources: { gpus: 1 }, priority: 10 });
     submit(c, 'new', { resources: { gpus: 1 } });
     expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['urgent']);
-    c.jobs.delete('urgent');
+    cancel(c, 'urgent');
     expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['old']);
   });
 
@@ -163,7 +178,7 @@ describe('placement policy v1', () => {
     // A stream of new jobs of the default priority keeps coming.
     submit(c, 'fresh-9h', { resources: { gpus: 1 } }, at(9));
     expect(plan(c, at(9)).assignments.map((a) => a.id)).toEqual(['fresh-9h']);
-    c.jobs.delete('fresh-9h');
+    cancel(c, 'fresh-9h');
     // 10 points an hour by default: after 10 hours it ties with a job just queued, and wins as
     // the one queued longer; after 11 it leads outright.
     submit(c, 'fresh-10h', { resources: { gpus: 1 } }, at(10));
@@ -213,14 +228,11 @@ describe('placement policy v1', () => {
       .map((j) => j.id);
     const taken: string[] = [];
     while (taken.length < queue.length) {
-      const placed = commit(c).map((a) => a.id);
+      const assignments = commit(c);
+      const placed = assignments.map((a) => a.id);
       expect(placed).toHaveLength(Math.min(3, queue.length - taken.length));
       taken.push(...placed);
-      for (const id of placed) c.jobs.delete(id);
-      for (const gpu of c.workers.get('w1')!.gpus) {
-        gpu.reservedBytes = 0;
-        gpu.attempts = 0;
-      }
+      finish(c, assignments);
     }
     expect(taken).toEqual(expected);
   });
@@ -355,7 +367,8 @@ describe('cluster snapshots', () => {
     const restored = restoreCluster(
       JSON.parse(JSON.stringify(snapshotCluster(c))) as ClusterSnapshot,
     );
-    expect(restored).toEqual(c);
+    // What the placement queue has yet to take in is not state: it is made afresh from the rest.
+    expect({ ...restored, queueChanges: null }).toEqual({ ...c, queueChanges: null });
     expect(plan(restored, T0)).toEqual(plan(c, T0));
   });
 });
