@@ -164,7 +164,10 @@ const inOrder = (a: Entry, b: Entry) =>
   a.key > b.key || (a.key === b.key && a.tracked.queuedSeq < b.tracked.queuedSeq);
 const byOrder = (a: Entry, b: Entry) => b.key - a.key || a.tracked.queuedSeq - b.tracked.queuedSeq;
 
-/** Drops a family's dead entries once they are half of it, and puts it back in order. */
+/**
+ * Drops a family's dead entries once they are half of it, and those at its head (what rounds
+ * placed, first in line) at once; and puts it back in order.
+ */
 function tidy(family: Family): void {
   if (family.dead * 2 > family.entries.length) {
     family.entries = family.entries.filter((e) => !e.dead);
@@ -172,9 +175,15 @@ function tidy(family: Family): void {
     family.lastTick = 0;
     for (const e of family.entries) family.lastTick = Math.max(family.lastTick, e.tick);
   }
-  if (family.sorted) return;
-  family.entries.sort(byOrder);
-  family.sorted = true;
+  if (!family.sorted) {
+    family.entries.sort(byOrder);
+    family.sorted = true;
+  }
+  let head = 0;
+  while (head < family.entries.length && family.entries[head]!.dead) head++;
+  if (head === 0) return;
+  family.entries.splice(0, head);
+  family.dead -= head;
 }
 
 /** What a round reads of the time, shared by its cursors. */
@@ -188,6 +197,9 @@ interface Round {
 /** A round's place in one family: its next candidate, with that candidate's aged priority set. */
 class Cursor {
   head: Entry | null = null;
+  /** The head's aged priority and `queuedSeq`, kept here for the heap to compare. */
+  priority = 0;
+  seq = 0;
   #i = 0;
   readonly #entries: Entry[];
 
@@ -207,7 +219,9 @@ class Cursor {
     while (this.#i < entries.length) {
       const e = entries[this.#i++]!;
       if (e.dead || e.dueMs > nowMs) continue;
-      e.candidate.priority = e.tick > nowTick ? e.candidate.basePriority : e.key + nowTick;
+      this.priority = e.tick > nowTick ? e.candidate.basePriority : e.key + nowTick;
+      this.seq = e.tracked.queuedSeq;
+      e.candidate.priority = this.priority;
       this.head = e;
       return;
     }
@@ -227,9 +241,7 @@ class Cursor {
 
 /** Whether `a`'s next candidate comes before `b`'s: higher aged priority, then queued first. */
 function before(a: Cursor, b: Cursor): boolean {
-  const pa = a.head!.candidate.priority;
-  const pb = b.head!.candidate.priority;
-  return pa > pb || (pa === pb && a.head!.tracked.queuedSeq < b.head!.tracked.queuedSeq);
+  return a.priority > b.priority || (a.priority === b.priority && a.seq < b.seq);
 }
 
 /** The families merged, by their next candidates, in a binary heap. */
