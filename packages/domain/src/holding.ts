@@ -43,6 +43,7 @@ export function jobLives(state: JobState): [string, LiveHolding][] {
   if (!attempt) return [];
   const limit = state.spec?.timeLimit;
   const stopping = state.timeLimitReached || state.cancelRequested || state.preemptRequested;
+  const members = membersOf(attempt);
   const common = {
     attemptId: attempt.id,
     memoryBytes: memoryNeed(state),
@@ -50,10 +51,11 @@ export function jobLives(state: JobState): [string, LiveHolding][] {
     runMs: stopping ? 0 : limit === undefined ? null : limit * 1000,
     probe: attempt.probe && !stopping,
     priority: state.spec?.priority ?? 0,
-    preemptible: state.spec?.preemptible === true && !attempt.probe,
+    // Preemption stops a job on one worker; a gang is never stopped so (`decidePreempt`).
+    preemptible: state.spec?.preemptible === true && !attempt.probe && members.length === 1,
     stopping,
   };
-  return membersOf(attempt).map((m) => [
+  return members.map((m) => [
     m.rank === 0 ? state.id : `${state.id}#${m.rank}`,
     { ...common, workerId: m.workerId, gpus: m.gpus, vramBytes: m.vramBytes, cpus: m.cpus },
   ]);

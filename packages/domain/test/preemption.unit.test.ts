@@ -159,6 +159,20 @@ describe('which attempts placement preempts', () => {
     expect(plan(c, T0).assignments.map((a) => a.id)).toEqual(['urgent']);
   });
 
+  it('never stops a gang, nor a member of one, even one a log marks preemptible', () => {
+    const c = emptyCluster();
+    // Workers that read dispatch version 5, which gangs need.
+    worker(c, 'w1', [24], 0, 'sim', 'process', undefined, 5);
+    worker(c, 'w2', [24], 0, 'sim', 'process', undefined, 5);
+    // The API refuses a preemptible gang; a log from before it did may still hold one.
+    submit(c, 'gang', { ...whole, nodes: 2, preemptible: true });
+    expect(commit(c)).toEqual(['gang']);
+    submit(c, 'urgent', { resources: { gpus: 1, vramGb: 20 }, priority: 5 });
+    const { preemptions, reservation } = plan(c, T0);
+    expect(preemptions).toEqual([]);
+    expect(reservation).toBeNull();
+  });
+
   it('weighs the next job that waits when nothing can be stopped for the first', () => {
     const c = emptyCluster();
     worker(c, 'w1', [24], 0, 'A100');
