@@ -30,6 +30,16 @@ const better = (a: Victim[], b: Victim[]) =>
   a.length - b.length ||
   Math.max(...a.map((v) => v.holding.priority)) - Math.max(...b.map((v) => v.holding.priority));
 
+/**
+ * Whether no choice among `victims` could be `better` than `best`: best stops one attempt, and
+ * none of these is of a lower priority than it.
+ */
+function cannotBeat(victims: readonly Victim[], best: Victim[] | undefined): boolean {
+  if (best?.length !== 1) return false;
+  const bar = best[0]!.holding.priority;
+  return victims.every((v) => v.holding.priority >= bar);
+}
+
 /** Where the head goes once some attempts are stopped: the worker, its GPUs, and the stops. */
 export interface PreemptionPlan {
   /** The worker's index among the round's workers. */
@@ -113,7 +123,7 @@ export function preemptionsFor(
   for (let index = 0; index < workers.length; index++) {
     const worker = workers[index]!;
     const on = byWorker.get(worker.id);
-    if (!on) continue;
+    if (!on || (on.stopping.length === 0 && cannotBeat(on.victims, best?.victims))) continue;
     const freed = cloneWorker(worker);
     for (const h of on.stopping) free(freed, h);
     // Room is on its way: the head waits for it rather than stop more.
