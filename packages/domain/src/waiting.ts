@@ -310,16 +310,8 @@ class MergedQueue implements PlacementQueue {
   }
 }
 
-/**
- * What waits for a place in `cluster` at `now`, as a queue in placement order (higher aged
- * priority first, then the one queued first in the log), and when the next retry now in its
- * backoff comes due.
- */
-export function waitingQueue(
-  cluster: ClusterState,
-  now: Date,
-  policy: PlacementPolicy,
-): { queue: PlacementQueue; wakeAt: Date | null } {
+/** A cursor on each family with a candidate that may be placed at `now`, at that candidate. */
+function open(cluster: ClusterState, now: Date, policy: PlacementPolicy) {
   const index = indexOf(cluster, policy);
   const nowMs = now.getTime();
   const round: Round = { now, nowMs, nowTick: agingTick(nowMs, policy), policy };
@@ -338,7 +330,21 @@ export function waitingQueue(
   for (const e of index.retries.values()) {
     if (e.dueMs > nowMs) wakeAt = Math.min(wakeAt ?? e.dueMs, e.dueMs);
   }
-  return { queue: new MergedQueue(cursors), wakeAt: wakeAt === null ? null : new Date(wakeAt) };
+  return { cursors, wakeAt: wakeAt === null ? null : new Date(wakeAt) };
+}
+
+/**
+ * What waits for a place in `cluster` at `now`, as a queue in placement order (higher aged
+ * priority first, then the one queued first in the log), and when the next retry now in its
+ * backoff comes due.
+ */
+export function waitingQueue(
+  cluster: ClusterState,
+  now: Date,
+  policy: PlacementPolicy,
+): { queue: PlacementQueue; wakeAt: Date | null } {
+  const { cursors, wakeAt } = open(cluster, now, policy);
+  return { queue: new MergedQueue(cursors), wakeAt };
 }
 
 /** A queue's candidates, as its `skip` lets them through, for a `for…of` loop. */
@@ -346,11 +352,28 @@ export function* drain(queue: PlacementQueue): Generator<Candidate, void, undefi
   for (let c = queue.next(); c; c = queue.next()) yield c;
 }
 
-/** Everything that may be placed now, in placement order (`waitingQueue`, all of it). */
+/**
+ * Everything that may be placed now, in placement order (`waitingQueue`, all of it): taken
+ * whole, it is sorted by aged priority, which takes few values, then by the log's order.
+ */
 export function waitingInOrder(cluster: ClusterState, now: Date, policy: PlacementPolicy) {
-  const { queue, wakeAt } = waitingQueue(cluster, now, policy);
-  return { ready: [...drain(queue)], wakeAt };
+  const { cursors, wakeAt } = open(cluster, now, policy);
+  const byPriority = new Map<number, Candidate[]>();
+  for (const cursor of cursors) {
+    for (; cursor.head; cursor.advance()) {
+      const bucket = byPriority.get(cursor.priority);
+      if (bucket) bucket.push(cursor.head.candidate);
+      else byPriority.set(cursor.priority, [cursor.head.candidate]);
+    }
+  }
+  const ready: Candidate[] = [];
+  for (const priority of [...byPriority.keys()].sort((a, b) => b - a)) {
+    for (const c of byPriority.get(priority)!.sort(bySeq)) ready.push(c);
+  }
+  return { ready, wakeAt };
 }
+
+const bySeq = (a: Candidate, b: Candidate) => a.queuedSeq - b.queuedSeq;
 
 /** A queue of candidates already in placement order. */
 export function listQueue(list: readonly Candidate[]): PlacementQueue {
