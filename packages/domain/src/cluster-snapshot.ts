@@ -72,7 +72,7 @@ export function restoreCluster(snapshot: ClusterSnapshot): ClusterState {
     hourQuotas: new Map(snapshot.hourQuotas),
     usage: new Map(snapshot.usage.map(([k, u]) => [k, { ...u }])),
     holding,
-    queueChanges: null,
+    queue: null,
   };
 }
 

@@ -114,15 +114,18 @@ export interface ClusterState {
   usage: Map<string, MonthUsage>;
   /** What holds workers now, by job and by session: live attempts and runs. */
   holding: Holdings;
-  /**
-   * The jobs and sessions changed since the placement queue last took them in (null: ended),
-   * kept once it has first read this state (`waiting.ts`).
-   */
-  queueChanges: {
-    jobs: Map<string, TrackedJob | null>;
-    sessions: Map<string, TrackedSession | null>;
-  } | null;
+  /** What keeps the placement queue, once a round has first read this state (`waiting.ts`). */
+  queue: QueueKeeper | null;
   lastSeq: number;
+}
+
+/**
+ * What keeps the placement queue: told of each change the fold makes to a job or session that
+ * waited for a place before it, or waits after it (null: it ended).
+ */
+export interface QueueKeeper {
+  job(id: string, job: TrackedJob | null): void;
+  session(id: string, session: TrackedSession | null): void;
 }
 
 export const emptyCluster = (): ClusterState => ({
@@ -134,7 +137,7 @@ export const emptyCluster = (): ClusterState => ({
   hourQuotas: new Map(),
   usage: new Map(),
   holding: emptyHoldings(),
-  queueChanges: null,
+  queue: null,
   lastSeq: 0,
 });
 
@@ -216,16 +219,16 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
   if (held && held.id !== holds?.id) hold(cluster, before, jobHoldings(before), -1, atMs);
   if (holds && holds.id !== held?.id) hold(cluster, after, jobHoldings(after), 1, atMs);
   setJobLive(cluster.holding, event.aggregateId, after, held ? gangSize(held) : 1);
+  const awaited = awaitsPlacement(before);
   if (isTerminal(after.status)) {
     cluster.jobs.delete(event.aggregateId);
-    cluster.queueChanges?.jobs.set(event.aggregateId, null);
+    if (awaited) cluster.queue?.job(event.aggregateId, null);
     return;
   }
+  const awaits = awaitsPlacement(after);
   // A job its probe measured keeps the place it had in the queue when it was submitted.
   const becameQueued =
-    awaitsPlacement(after) &&
-    (!awaitsPlacement(before) || after.status !== before.status) &&
-    event.type !== 'JobEstimated';
+    awaits && (!awaited || after.status !== before.status) && event.type !== 'JobEstimated';
   const job: TrackedJob = {
     state: after,
     head: { seq: event.seq, hash: event.hash },
@@ -236,7 +239,7 @@ function evolveJobInCluster(cluster: ClusterState, event: StoredEvent<JobEvent>)
     attemptSeq: event.type === 'JobAssigned' ? event.seq : (tracked?.attemptSeq ?? 0),
   };
   cluster.jobs.set(event.aggregateId, job);
-  cluster.queueChanges?.jobs.set(event.aggregateId, job);
+  if (awaited || awaits) cluster.queue?.job(event.aggregateId, job);
 }
 
 function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<SessionEvent>): void {
@@ -249,12 +252,14 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
   if (held && held.id !== holds?.id) hold(cluster, before, sessionHolding(before), -1, atMs);
   if (holds && holds.id !== held?.id) hold(cluster, after, sessionHolding(after), 1, atMs);
   setSessionLive(cluster.holding, event.aggregateId, after);
+  const awaited = sessionAwaitsPlacement(before);
   if (sessionEnded(after.status)) {
     cluster.sessions.delete(event.aggregateId);
-    cluster.queueChanges?.sessions.set(event.aggregateId, null);
+    if (awaited) cluster.queue?.session(event.aggregateId, null);
     return;
   }
-  const becameQueued = sessionAwaitsPlacement(after) && !sessionAwaitsPlacement(before);
+  const awaits = sessionAwaitsPlacement(after);
+  const becameQueued = awaits && !awaited;
   const session: TrackedSession = {
     state: after,
     head: { seq: event.seq, hash: event.hash },
@@ -265,7 +270,7 @@ function evolveSessionInCluster(cluster: ClusterState, event: StoredEvent<Sessio
     runSeq: event.type === 'SessionAssigned' ? event.seq : (tracked?.runSeq ?? 0),
   };
   cluster.sessions.set(event.aggregateId, session);
-  cluster.queueChanges?.sessions.set(event.aggregateId, session);
+  if (awaited || awaits) cluster.queue?.session(event.aggregateId, session);
 }
 
 /** A host name as a worker's address may be one: what other workers are told to reach. */

@@ -17,8 +17,10 @@ import { sessionAwaitsPlacement } from './session/state.ts';
  * family at once (`PlacementQueue.skip`) once its shape fits nowhere. A round costs what it
  * weighs, not what waits.
  *
- * The cluster fold notes each job and session it changes (`ClusterState.queueChanges`); a round
- * takes those in first, and an entry a later change replaced is left out from then on.
+ * The cluster fold tells the queue of each job and session it changes (`ClusterState.queue`), as
+ * it changes it: an entry a later change replaced is left out from then on, and what rounds
+ * placed is dropped from the head of its family, so that a round does not pay for the log's
+ * changes since the last.
  */
 
 /** The queue as one round walks it: what `placeInOrder` reads. */
@@ -56,6 +58,8 @@ interface Family {
   dead: number;
   /** Whether `entries` are in order: `key` down, then `queuedSeq` up. */
   sorted: boolean;
+  /** Where its first live entry is, or may be: those before it are dead. */
+  head: number;
   /** The latest tick an entry was queued in: one after now ages from now (`effectivePriority`). */
   lastTick: number;
 }
@@ -73,8 +77,8 @@ interface Index {
 const indexes = new WeakMap<ClusterState, Index>();
 
 /**
- * The index of a cluster state, made from what it tracks the first time it is asked for, with
- * the changes since the last time taken in.
+ * The index of a cluster state, made from what it tracks the first time it is asked for, and
+ * kept by the fold from then on.
  */
 function indexOf(cluster: ClusterState, policy: PlacementPolicy): Index {
   let index = indexes.get(cluster);
@@ -88,14 +92,15 @@ function indexOf(cluster: ClusterState, policy: PlacementPolicy): Index {
       aging,
     };
     indexes.set(cluster, index);
-    cluster.queueChanges = { jobs: new Map(cluster.jobs), sessions: new Map(cluster.sessions) };
+    const kept = index;
+    for (const [id, job] of cluster.jobs) noteJob(kept, id, job);
+    for (const [id, session] of cluster.sessions) noteSession(kept, id, session);
+    cluster.queue = {
+      job: (id, job) => noteJob(kept, id, job),
+      session: (id, session) => noteSession(kept, id, session),
+    };
   }
   if (index.aging.agingPerHour !== policy.agingPerHour) rekey(index, policy);
-  const changes = cluster.queueChanges!;
-  for (const [id, job] of changes.jobs) noteJob(index, id, job);
-  for (const [id, session] of changes.sessions) noteSession(index, id, session);
-  changes.jobs.clear();
-  changes.sessions.clear();
   return index;
 }
 
@@ -119,7 +124,13 @@ function forget(index: Index, byId: Map<string, Entry>, id: string): void {
   const old = byId.get(id);
   if (!old) return;
   old.dead = true;
-  old.family.dead++;
+  const family = old.family;
+  family.dead++;
+  const { entries } = family;
+  if (entries[family.head] === old) {
+    do family.head++;
+    while (family.head < entries.length && entries[family.head]!.dead);
+  }
   byId.delete(id);
   index.retries.delete(id);
 }
@@ -148,7 +159,7 @@ function add(index: Index, tracked: Tracked, candidate: Candidate, dueMs: number
   const name = `${candidate.shape}|${candidate.probe ? 'probe' : candidate.limitMs}`;
   let family = index.families.get(name);
   if (!family) {
-    family = { entries: [], dead: 0, sorted: true, lastTick: 0 };
+    family = { entries: [], dead: 0, sorted: true, head: 0, lastTick: 0 };
     index.families.set(name, family);
   }
   const entry: Entry = { tracked, candidate, dueMs, family, dead: false, tick: 0, key: 0 };
@@ -169,6 +180,11 @@ const byOrder = (a: Entry, b: Entry) => b.key - a.key || a.tracked.queuedSeq - b
  * placed, first in line) at once; and puts it back in order.
  */
 function tidy(family: Family): void {
+  if (family.head > 0) {
+    family.entries.splice(0, family.head);
+    family.dead -= family.head;
+    family.head = 0;
+  }
   if (family.dead * 2 > family.entries.length) {
     family.entries = family.entries.filter((e) => !e.dead);
     family.dead = 0;
@@ -179,11 +195,6 @@ function tidy(family: Family): void {
     family.entries.sort(byOrder);
     family.sorted = true;
   }
-  let head = 0;
-  while (head < family.entries.length && family.entries[head]!.dead) head++;
-  if (head === 0) return;
-  family.entries.splice(0, head);
-  family.dead -= head;
 }
 
 /** What a round reads of the time, shared by its cursors. */
