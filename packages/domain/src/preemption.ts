@@ -89,7 +89,7 @@ function needed(
  * than the head's own (lowest priority first, then the most recently started, which loses the
  * least work), and only those the head needs. None while what is being stopped already would
  * make room for it (a reservation then keeps that room), nor where stopping every such attempt
- * would not.
+ * would not. Asked only for a head that fits on none of `workers` as they stand.
  */
 export function preemptionsFor(
   head: Candidate,

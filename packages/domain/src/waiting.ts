@@ -176,11 +176,11 @@ const inOrder = (a: Entry, b: Entry) =>
 const byOrder = (a: Entry, b: Entry) => b.key - a.key || a.tracked.queuedSeq - b.tracked.queuedSeq;
 
 /**
- * Drops a family's dead entries once they are half of it, and those at its head (what rounds
- * placed, first in line) at once; and puts it back in order.
+ * Drops a family's dead entries once they are half of it (those at its head, what rounds placed,
+ * are passed over until then), and puts it back in order.
  */
 function tidy(family: Family): void {
-  if (family.head > 0) {
+  if (family.head * 2 > family.entries.length) {
     family.entries.splice(0, family.head);
     family.dead -= family.head;
     family.head = 0;
@@ -188,12 +188,15 @@ function tidy(family: Family): void {
   if (family.dead * 2 > family.entries.length) {
     family.entries = family.entries.filter((e) => !e.dead);
     family.dead = 0;
+    family.head = 0;
     family.lastTick = 0;
     for (const e of family.entries) family.lastTick = Math.max(family.lastTick, e.tick);
   }
   if (!family.sorted) {
     family.entries.sort(byOrder);
     family.sorted = true;
+    family.head = 0;
+    while (family.head < family.entries.length && family.entries[family.head]!.dead) family.head++;
   }
 }
 
@@ -220,7 +223,11 @@ class Cursor {
   ) {
     // Queued in a tick still to come, by a clock ahead of this one: it ages from now, not from
     // then, and so does not keep its key's place. Only then is the family sorted for the round.
-    this.#entries = family.lastTick > round.nowTick ? this.#byAged(family) : family.entries;
+    if (family.lastTick > round.nowTick) this.#entries = this.#byAged(family);
+    else {
+      this.#entries = family.entries;
+      this.#i = family.head;
+    }
   }
 
   /** Moves to the family's next candidate that may be placed now. */
