@@ -191,6 +191,27 @@ const roomFor = (least: Room, room: Room) =>
   room.idleGpus >= least.idleGpus && room.mostFreeBytes >= least.mostFreeBytes;
 
 /**
+ * Whether enough workers may have room for a job (`leastRoom`), one for each of its nodes. Each
+ * least room is counted once a round: room only shrinks in a round, so a count stays an upper
+ * bound, and a job it rules out finds no place anyway, without a walk over every worker.
+ */
+function roomCount(room: Room[], policy: PlacementPolicy) {
+  const counted = new Map<string, number>();
+  return (job: Candidate): boolean => {
+    const least = leastRoom(job, policy);
+    if (!least) return true;
+    const key = `${least.idleGpus}:${least.mostFreeBytes}`;
+    let count = counted.get(key);
+    if (count === undefined) {
+      count = 0;
+      for (const r of room) if (roomFor(least, r)) count++;
+      counted.set(key, count);
+    }
+    return count >= job.nodes;
+  };
+}
+
+/**
  * Places candidates, in the order `queue` gives them, on `workers` (copies: their bookings
  * change): what one round assigns. A candidate that fits nowhere does not hold back a later one that asks less, and
  * one its owner's quota holds back does not hold back others of its shape. With `backfill`, the
@@ -212,6 +233,7 @@ export function placeInOrder(
   // What this round's marks on shapes are known by: no other round's.
   const round = {};
   const room = workers.map(roomOf);
+  const roomy = roomCount(room, policy);
   let kept: Kept | null = null;
   /**
    * The workers that the first gang that found too few, with no reservation kept before it,
@@ -259,8 +281,9 @@ export function placeInOrder(
     const from = late ? Math.max(mark.startAt, mark.lateStartAt) : mark.startAt;
     // What is held for a gang is kept from work that takes what it needs: GPUs, or CPU slots.
     const passOver = held && held.gpus === job.resources.gpus > 0 ? held.workers : null;
-    const placed =
-      job.nodes === 1
+    const placed = !roomy(job)
+      ? null
+      : job.nodes === 1
         ? oneMember(place(job, workers, room, policy, from, late ? kept : null, passOver))
         : placeGang(job, workers, room, policy, from, late ? kept : null, passOver);
     if (!placed) {
