@@ -87,18 +87,9 @@ export class Backfill {
     return this.reservation !== null || this.#tries >= HEADS_TRIED;
   }
 
-  #unbounded: Set<string> | null = null;
-
   /** Whether all that runs on a worker is expected to end: nothing on it runs unbounded. */
   freesUp(workerId: string): boolean {
-    if (!this.#unbounded) {
-      this.#unbounded = new Set();
-      for (const holdings of [this.cluster.holding.jobs, this.cluster.holding.sessions]) {
-        for (const h of holdings.values())
-          if (h.runMs === null && !h.probe) this.#unbounded.add(h.workerId);
-      }
-    }
-    return !this.#unbounded.has(workerId);
+    return !this.cluster.holding.unbounded.has(workerId);
   }
 
   /** Whether a candidate, started now, would still run when the reservation is due. */

@@ -72,6 +72,8 @@ export interface Holdings {
    * end, read a worker at a time.
    */
   ending: Map<string, Map<LiveHolding, string>>;
+  /** How many holdings nothing bounds each worker has, where it has any. */
+  unbounded: Map<string, number>;
 }
 
 export const emptyHoldings = (): Holdings => ({
@@ -79,6 +81,7 @@ export const emptyHoldings = (): Holdings => ({
   sessions: new Map(),
   weighed: new Map(),
   ending: new Map(),
+  unbounded: new Map(),
 });
 
 /** Whether preemption weighs a job's holding: it may be stopped, or it is being stopped. */
@@ -90,7 +93,11 @@ export const bounded = (h: LiveHolding): boolean => h.probe || h.runMs !== null;
 function put(holdings: Holdings, of: 'jobs' | 'sessions', key: string, live: LiveHolding): void {
   holdings[of].set(key, live);
   if (of === 'jobs' && weighs(live)) holdings.weighed.set(key, live);
-  if (!bounded(live)) return;
+  if (!bounded(live)) {
+    const { unbounded } = holdings;
+    unbounded.set(live.workerId, (unbounded.get(live.workerId) ?? 0) + 1);
+    return;
+  }
   let on = holdings.ending.get(live.workerId);
   if (!on) holdings.ending.set(live.workerId, (on = new Map()));
   on.set(live, key);
@@ -101,6 +108,12 @@ function drop(holdings: Holdings, of: 'jobs' | 'sessions', key: string): void {
   if (!old) return;
   holdings[of].delete(key);
   if (of === 'jobs') holdings.weighed.delete(key);
+  if (!bounded(old)) {
+    const left = holdings.unbounded.get(old.workerId)! - 1;
+    if (left > 0) holdings.unbounded.set(old.workerId, left);
+    else holdings.unbounded.delete(old.workerId);
+    return;
+  }
   const on = holdings.ending.get(old.workerId);
   if (!on?.delete(old) || on.size > 0) return;
   holdings.ending.delete(old.workerId);
