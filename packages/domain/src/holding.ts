@@ -65,8 +65,11 @@ export function jobLives(state: JobState): [string, LiveHolding][] {
 export interface Holdings {
   jobs: Map<string, LiveHolding>;
   sessions: Map<string, LiveHolding>;
-  /** The jobs' that preemption weighs (`weighs`): kept apart, as they are few among many. */
-  weighed: Map<string, LiveHolding>;
+  /**
+   * The jobs' that preemption weighs (`weighs`), by worker, each by its key: kept apart, as they
+   * are few among many.
+   */
+  weighed: Map<string, Map<string, LiveHolding>>;
   /**
    * Those something bounds (`bounded`), by worker, each with its key: what backfill counts on to
    * end, read a worker at a time.
@@ -92,7 +95,11 @@ export const bounded = (h: LiveHolding): boolean => h.probe || h.runMs !== null;
 
 function put(holdings: Holdings, of: 'jobs' | 'sessions', key: string, live: LiveHolding): void {
   holdings[of].set(key, live);
-  if (of === 'jobs' && weighs(live)) holdings.weighed.set(key, live);
+  if (of === 'jobs' && weighs(live)) {
+    const on = holdings.weighed.get(live.workerId);
+    if (on) on.set(key, live);
+    else holdings.weighed.set(live.workerId, new Map([[key, live]]));
+  }
   if (!bounded(live)) {
     const { unbounded } = holdings;
     unbounded.set(live.workerId, (unbounded.get(live.workerId) ?? 0) + 1);
@@ -107,7 +114,8 @@ function drop(holdings: Holdings, of: 'jobs' | 'sessions', key: string): void {
   const old = holdings[of].get(key);
   if (!old) return;
   holdings[of].delete(key);
-  if (of === 'jobs') holdings.weighed.delete(key);
+  const weighed = of === 'jobs' ? holdings.weighed.get(old.workerId) : undefined;
+  if (weighed?.delete(key) && weighed.size === 0) holdings.weighed.delete(old.workerId);
   if (!bounded(old)) {
     const left = holdings.unbounded.get(old.workerId)! - 1;
     if (left > 0) holdings.unbounded.set(old.workerId, left);

@@ -20,8 +20,16 @@ interface Victim {
 
 /** Whether any running attempt could be preempted: what a full cluster's round looks for. */
 export function anyPreemptible(cluster: ClusterState): boolean {
-  for (const holding of cluster.holding.weighed.values())
-    if (holding.preemptible && !holding.stopping) return true;
+  for (const on of cluster.holding.weighed.values())
+    for (const holding of on.values()) if (holding.preemptible && !holding.stopping) return true;
+  return false;
+}
+
+/** Whether any running attempt could be preempted for `head`: one of a lower priority. */
+function anyVictim(cluster: ClusterState, head: Candidate): boolean {
+  for (const on of cluster.holding.weighed.values())
+    for (const h of on.values())
+      if (h.preemptible && !h.stopping && h.priority < head.basePriority) return true;
   return false;
 }
 
@@ -97,33 +105,38 @@ export function preemptionsFor(
   workers: readonly WorkerState[],
   fit: Fit,
 ): PreemptionPlan | null {
-  if (head.resources.gpus === 0) return null;
-  const byWorker = new Map<string, { stopping: LiveHolding[]; victims: Victim[] }>();
-  let anyVictim = false;
-  for (const [jobId, holding] of cluster.holding.weighed) {
-    const stopping = holding.stopping;
-    const victim = !stopping && holding.preemptible && holding.priority < head.basePriority;
-    if (!stopping && !victim) continue;
-    let on = byWorker.get(holding.workerId);
-    if (!on) byWorker.set(holding.workerId, (on = { stopping: [], victims: [] }));
-    if (stopping) on.stopping.push(holding);
-    else {
-      on.victims.push({ jobId, attemptId: holding.attemptId, holding });
-      anyVictim = true;
-    }
-  }
-  if (!anyVictim) return null;
+  if (head.resources.gpus === 0 || !anyVictim(cluster, head)) return null;
+  const sessionsStopping = new Map<string, LiveHolding[]>();
   for (const session of cluster.holding.sessions.values()) {
     if (!session.stopping) continue;
-    let on = byWorker.get(session.workerId);
-    if (!on) byWorker.set(session.workerId, (on = { stopping: [], victims: [] }));
-    on.stopping.push(session);
+    const on = sessionsStopping.get(session.workerId);
+    if (on) on.push(session);
+    else sessionsStopping.set(session.workerId, [session]);
   }
-  let best: { index: number; victims: Victim[] } | null = null;
+  /** What is being stopped on a worker, and what may be stopped there for the head. */
+  const weighedOn = (workerId: string) => {
+    const sessions = sessionsStopping.get(workerId);
+    const weighed = cluster.holding.weighed.get(workerId);
+    if (!sessions && !weighed) return null;
+    const stopping = [...(sessions ?? [])];
+    const victims: Victim[] = [];
+    for (const [jobId, holding] of weighed ?? []) {
+      if (holding.stopping) stopping.push(holding);
+      else if (holding.preemptible && holding.priority < head.basePriority)
+        victims.push({ jobId, attemptId: holding.attemptId, holding });
+    }
+    return { stopping, victims };
+  };
+  let best: { index: number; victims: Victim[]; stopping: LiveHolding[] } | null = null;
   for (let index = 0; index < workers.length; index++) {
     const worker = workers[index]!;
-    const on = byWorker.get(worker.id);
-    if (!on || (on.stopping.length === 0 && cannotBeat(on.victims, best?.victims))) continue;
+    const on = weighedOn(worker.id);
+    if (!on) continue;
+    if (
+      on.stopping.length === 0 &&
+      (on.victims.length === 0 || cannotBeat(on.victims, best?.victims))
+    )
+      continue;
     const freed = cloneWorker(worker);
     for (const h of on.stopping) free(freed, h);
     // Room is on its way: the head waits for it rather than stop more.
@@ -141,14 +154,14 @@ export function preemptionsFor(
       taken.push(v);
       if (!fit(head, freed)) continue;
       const victims = needed(worker, on.stopping, taken, head, fit);
-      if (!best || better(victims, best.victims) < 0) best = { index, victims };
+      if (!best || better(victims, best.victims) < 0)
+        best = { index, victims, stopping: on.stopping };
       break;
     }
   }
   if (!best) return null;
   const worker = workers[best.index]!;
-  const on = byWorker.get(worker.id)!;
-  const placed = fitFreed(worker, on.stopping, best.victims, head, fit)!;
+  const placed = fitFreed(worker, best.stopping, best.victims, head, fit)!;
   return {
     index: best.index,
     workerId: worker.id,
