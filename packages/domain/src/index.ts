@@ -14,6 +14,7 @@ export * from './job/gang.ts';
 export * from './job/service.ts';
 export * from './candidates.ts';
 export * from './waiting.ts';
+export * from './placement-queue.ts';
 export * from './fit.ts';
 export * from './placement.ts';
 export * from './preemption.ts';

@@ -6,7 +6,8 @@ import type { Candidate } from './candidates.ts';
 import { DEFAULT_POLICY, GiB, type PlacementPolicy } from './policy.ts';
 import { bookQuota, heldBack, quotaBook, type QuotaBook } from './quota.ts';
 import { nextMonthStart } from './usage.ts';
-import { drain, waitingQueue, type PlacementQueue } from './waiting.ts';
+import { drain, type PlacementQueue } from './placement-queue.ts';
+import { waitingQueue } from './waiting.ts';
 
 export interface Plan {
   assignments: Assignment[];

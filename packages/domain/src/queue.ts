@@ -1,7 +1,8 @@
 import type { Holder, PendingReason, Resources, TeamHolding } from '@trainyard/events';
 import { gpuHoursUsed, type ClusterState, type TrackedJob, type WorkerState } from './cluster.ts';
 import { needCandidate, type Candidate, type Need } from './candidates.ts';
-import { listQueue, waitingInOrder } from './waiting.ts';
+import { listQueue } from './placement-queue.ts';
+import { waitingInOrder } from './waiting.ts';
 import {
   awaitsDependencies,
   awaitsPlacement,

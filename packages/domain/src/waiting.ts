@@ -1,5 +1,6 @@
 import type { ClusterState, TrackedJob, TrackedSession } from './cluster.ts';
 import { jobCandidate, sessionCandidate, type Candidate } from './candidates.ts';
+import { MergedQueue, type PlacementQueue, type Stream } from './placement-queue.ts';
 import { awaitsPlacement } from './job/state.ts';
 import { agingTick, effectivePriority, type PlacementPolicy } from './policy.ts';
 import { sessionAwaitsPlacement } from './session/state.ts';
@@ -22,18 +23,6 @@ import { sessionAwaitsPlacement } from './session/state.ts';
  * placed is dropped from the head of its family, so that a round does not pay for the log's
  * changes since the last.
  */
-
-/** The queue as one round walks it: what `placeInOrder` reads. */
-export interface PlacementQueue {
-  /** The next candidate in placement order; undefined once none is left. */
-  next(): Candidate | undefined;
-  /**
-   * Passes over a candidate, and every later one of its family, when this holds of it. It may
-   * read only what a family's candidates share: their shape (and its mark), their time limit and
-   * whether they probe.
-   */
-  skip: ((c: Candidate) => boolean) | null;
-}
 
 type Tracked = TrackedJob | TrackedSession;
 
@@ -209,7 +198,7 @@ interface Round {
 }
 
 /** A round's place in one family: its next candidate, with that candidate's aged priority set. */
-class Cursor {
+class Cursor implements Stream {
   head: Entry | null = null;
   /** The head's aged priority and `queuedSeq`, kept here for the heap to compare. */
   priority = 0;
@@ -257,77 +246,6 @@ class Cursor {
   }
 }
 
-/** Whether `a`'s next candidate comes before `b`'s: higher aged priority, then queued first. */
-function before(a: Cursor, b: Cursor): boolean {
-  return a.priority > b.priority || (a.priority === b.priority && a.seq < b.seq);
-}
-
-/** The families merged, by their next candidates, in a binary heap. */
-class MergedQueue implements PlacementQueue {
-  skip: ((c: Candidate) => boolean) | null = null;
-  readonly #heap: Cursor[];
-  /** The family whose candidate was handed out last: it goes back in when the next is asked for. */
-  #out: Cursor | null = null;
-
-  constructor(cursors: Cursor[]) {
-    this.#heap = cursors;
-    for (let i = (cursors.length >> 1) - 1; i >= 0; i--) this.#down(i);
-  }
-
-  next(): Candidate | undefined {
-    const out = this.#out;
-    this.#out = null;
-    if (out) {
-      out.advance();
-      if (out.head && !this.skip?.(out.head.candidate)) this.#push(out);
-    }
-    while (this.#heap.length > 0) {
-      const top = this.#pop();
-      if (this.skip?.(top.head!.candidate)) continue;
-      this.#out = top;
-      return top.head!.candidate;
-    }
-    return undefined;
-  }
-
-  #push(c: Cursor): void {
-    const heap = this.#heap;
-    let i = heap.push(c) - 1;
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (!before(c, heap[parent]!)) break;
-      heap[i] = heap[parent]!;
-      i = parent;
-    }
-    heap[i] = c;
-  }
-
-  #pop(): Cursor {
-    const heap = this.#heap;
-    const top = heap[0]!;
-    const last = heap.pop()!;
-    if (heap.length > 0) {
-      heap[0] = last;
-      this.#down(0);
-    }
-    return top;
-  }
-
-  #down(i: number): void {
-    const heap = this.#heap;
-    const c = heap[i]!;
-    for (;;) {
-      let child = 2 * i + 1;
-      if (child >= heap.length) break;
-      if (child + 1 < heap.length && before(heap[child + 1]!, heap[child]!)) child++;
-      if (!before(heap[child]!, c)) break;
-      heap[i] = heap[child]!;
-      i = child;
-    }
-    heap[i] = c;
-  }
-}
-
 /** A cursor on each family with a candidate that may be placed at `now`, at that candidate. */
 function open(cluster: ClusterState, now: Date, policy: PlacementPolicy) {
   const index = indexOf(cluster, policy);
@@ -365,11 +283,6 @@ export function waitingQueue(
   return { queue: new MergedQueue(cursors), wakeAt };
 }
 
-/** A queue's candidates, as its `skip` lets them through, for a `for…of` loop. */
-export function* drain(queue: PlacementQueue): Generator<Candidate, void, undefined> {
-  for (let c = queue.next(); c; c = queue.next()) yield c;
-}
-
 /**
  * Everything that may be placed now, in placement order (`waitingQueue`, all of it): taken
  * whole, it is sorted by aged priority, which takes few values, then by the log's order.
@@ -392,19 +305,3 @@ export function waitingInOrder(cluster: ClusterState, now: Date, policy: Placeme
 }
 
 const bySeq = (a: Candidate, b: Candidate) => a.queuedSeq - b.queuedSeq;
-
-/** A queue of candidates already in placement order. */
-export function listQueue(list: readonly Candidate[]): PlacementQueue {
-  let i = 0;
-  const queue: PlacementQueue = {
-    skip: null,
-    next() {
-      while (i < list.length) {
-        const c = list[i++]!;
-        if (!queue.skip?.(c)) return c;
-      }
-      return undefined;
-    },
-  };
-  return queue;
-}
