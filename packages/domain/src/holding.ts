@@ -66,8 +66,8 @@ export interface Holdings {
   jobs: Map<string, LiveHolding>;
   sessions: Map<string, LiveHolding>;
   /**
-   * The jobs' that preemption weighs (`weighs`), by worker, each by its key: kept apart, as they
-   * are few among many.
+   * The jobs' holdings that preemption weighs (`weighs`), by worker, each by its key: kept
+   * apart, as they are few among many.
    */
   weighed: Map<string, Map<string, LiveHolding>>;
   /**

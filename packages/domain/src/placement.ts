@@ -214,10 +214,10 @@ function roomCount(room: Room[], policy: PlacementPolicy) {
 
 /**
  * Places candidates, in the order `queue` gives them, on `workers` (copies: their bookings
- * change): what one round assigns. A candidate that fits nowhere does not hold back a later one that asks less, and
- * one its owner's quota holds back does not hold back others of its shape. With `backfill`, the
- * first candidate with GPUs that fits nowhere gets a reservation, and later ones that would run
- * past it may not take its place.
+ * change): what one round assigns. A candidate that fits nowhere does not hold back a later one
+ * that asks less, and one its owner's quota holds back does not hold back others of its shape.
+ * With `backfill`, the first candidate with GPUs that fits nowhere gets a reservation, and later
+ * ones that would run past it may not take its place.
  */
 export function placeInOrder(
   queue: PlacementQueue,

@@ -20,7 +20,7 @@ import { sessionAwaitsPlacement } from './session/state.ts';
  *
  * The cluster fold tells the queue of each job and session it changes (`ClusterState.queue`), as
  * it changes it: an entry a later change replaced is left out from then on, and what rounds
- * placed is dropped from the head of its family, so that a round does not pay for the log's
+ * placed is passed over at the head of its family, so that a round does not pay for the log's
  * changes since the last.
  */
 
