@@ -72,12 +72,13 @@ const requested = (): SessionEvent => ({
 
 /**
  * A random history of a queue: jobs of mixed shapes, priorities and time limits submitted
- * over two days (some stamped by a clock ahead of the scheduler's), sessions requested, and
- * jobs changed while they wait: held and released, their priority changed, cancelled, placed and
- * failed into a retry's backoff.
+ * over two days (some stamped by a clock ahead of the scheduler's), sessions requested and
+ * placed, and jobs changed while they wait: held and released, their priority changed,
+ * cancelled, placed and failed into a retry's backoff.
  */
 function history(c: ClusterState, r: () => number, steps: number, nowMs: number): void {
   const ids: string[] = [];
+  const sessions = [...c.sessions.keys()];
   for (let i = 0; i < steps; i++) {
     const x = r();
     // Over two days, many in the last half hour; one in ten stamped by a clock ahead of the
@@ -98,7 +99,13 @@ function history(c: ClusterState, r: () => number, steps: number, nowMs: number)
       const data = { owner: 'alice', spec: s };
       evolveCluster(c, stored('job', jobId, { type: 'JobSubmitted', data }, at));
     } else if (x < 0.55) {
+      sessions.push(`s${i}`);
       evolveCluster(c, stored('session', `s${i}`, requested(), at));
+    } else if (x < 0.58) {
+      const session = sessions[Math.floor(r() * sessions.length)];
+      if (c.sessions.get(session ?? '')?.state.status !== 'queued') continue;
+      const data = { runId: `r${i}`, run: 1, workerId: 'w1', gpus: [0], vramBytes: 1, cpus: 0 };
+      evolveCluster(c, stored('session', session!, { type: 'SessionAssigned', data }, at));
     } else if (x < 0.65) {
       const data = { by: 'owner', reason: '' };
       evolveCluster(c, stored('job', id, { type: 'JobHeld', data }, at));
