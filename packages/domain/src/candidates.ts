@@ -96,8 +96,11 @@ function markOf(shape: string): ShapeMark {
   return mark;
 }
 
-/** A candidate from its fields, built whole: every candidate has one layout, which rounds read fast. */
-function withShape(f: CandidateFields, priority: number): Candidate {
+/**
+ * A candidate from its fields, built whole: every candidate has one layout, which rounds read
+ * fast. Its priority is its own until a round ages it.
+ */
+function withShape(f: CandidateFields): Candidate {
   const shape = shapeKey(f);
   return {
     kind: f.kind,
@@ -108,7 +111,7 @@ function withShape(f: CandidateFields, priority: number): Candidate {
     resources: f.resources,
     nodes: f.nodes,
     service: f.service,
-    priority,
+    priority: f.basePriority,
     basePriority: f.basePriority,
     queuedSeq: f.queuedSeq,
     container: f.container,
@@ -130,26 +133,23 @@ export function jobCandidate(job: TrackedJob): Candidate | null {
   const { state } = job;
   const spec = state.spec;
   if (!spec) return null;
-  return withShape(
-    {
-      kind: 'job',
-      id: state.id,
-      owner: state.owner,
-      team: state.team,
-      resources: spec.resources,
-      nodes: spec.nodes ?? 1,
-      service: isService(spec),
-      basePriority: spec.priority,
-      queuedSeq: job.queuedSeq,
-      container: runsInContainer(spec),
-      estimate: state.estimate,
-      probe: probesNext(state),
-      limitMs: spec.timeLimit === undefined ? null : spec.timeLimit * 1000,
-      memoryBytes: memoryNeed(state),
-      tracked: job,
-    },
-    spec.priority,
-  );
+  return withShape({
+    kind: 'job',
+    id: state.id,
+    owner: state.owner,
+    team: state.team,
+    resources: spec.resources,
+    nodes: spec.nodes ?? 1,
+    service: isService(spec),
+    basePriority: spec.priority,
+    queuedSeq: job.queuedSeq,
+    container: runsInContainer(spec),
+    estimate: state.estimate,
+    probe: probesNext(state),
+    limitMs: spec.timeLimit === undefined ? null : spec.timeLimit * 1000,
+    memoryBytes: memoryNeed(state),
+    tracked: job,
+  });
 }
 
 /** The candidate of a tracked session, as `jobCandidate`. */
@@ -157,26 +157,23 @@ export function sessionCandidate(session: TrackedSession): Candidate | null {
   const { state } = session;
   const spec = state.spec;
   if (!spec) return null;
-  return withShape(
-    {
-      kind: 'session',
-      id: state.id,
-      owner: state.owner,
-      team: state.team,
-      resources: spec.resources,
-      nodes: 1,
-      service: false,
-      basePriority: 0,
-      queuedSeq: session.queuedSeq,
-      container: state.image !== null,
-      estimate: null,
-      probe: false,
-      limitMs: state.timers ? state.timers.maxMin * 60_000 : null,
-      memoryBytes: sessionMemoryNeed(state),
-      tracked: session,
-    },
-    0,
-  );
+  return withShape({
+    kind: 'session',
+    id: state.id,
+    owner: state.owner,
+    team: state.team,
+    resources: spec.resources,
+    nodes: 1,
+    service: false,
+    basePriority: 0,
+    queuedSeq: session.queuedSeq,
+    container: state.image !== null,
+    estimate: null,
+    probe: false,
+    limitMs: state.timers ? state.timers.maxMin * 60_000 : null,
+    memoryBytes: sessionMemoryNeed(state),
+    tracked: session,
+  });
 }
 
 /** What a job or session asks of any worker, known before it is submitted. */
@@ -218,7 +215,7 @@ export function needCandidate(need: Need): Candidate {
     memoryBytes: limitBytes(need.resources),
     tracked: null,
   };
-  return withShape(fields, 0);
+  return withShape(fields);
 }
 
 /**

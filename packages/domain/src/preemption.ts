@@ -18,18 +18,14 @@ interface Victim {
   holding: LiveHolding;
 }
 
-/** Whether any running attempt could be preempted: what a full cluster's round looks for. */
-export function anyPreemptible(cluster: ClusterState): boolean {
-  for (const on of cluster.holding.weighed.values())
-    for (const holding of on.values()) if (holding.preemptible && !holding.stopping) return true;
-  return false;
-}
-
-/** Whether any running attempt could be preempted for `head`: one of a lower priority. */
-function anyVictim(cluster: ClusterState, head: Candidate): boolean {
+/**
+ * Whether any running attempt of a priority below `priority` could be preempted; with no bound,
+ * what a full cluster's round looks for.
+ */
+export function anyPreemptible(cluster: ClusterState, priority = Infinity): boolean {
   for (const on of cluster.holding.weighed.values())
     for (const h of on.values())
-      if (h.preemptible && !h.stopping && h.priority < head.basePriority) return true;
+      if (h.preemptible && !h.stopping && h.priority < priority) return true;
   return false;
 }
 
@@ -105,7 +101,7 @@ export function preemptionsFor(
   workers: readonly WorkerState[],
   fit: Fit,
 ): PreemptionPlan | null {
-  if (head.resources.gpus === 0 || !anyVictim(cluster, head)) return null;
+  if (head.resources.gpus === 0 || !anyPreemptible(cluster, head.basePriority)) return null;
   const sessionsStopping = new Map<string, LiveHolding[]>();
   for (const session of cluster.holding.sessions.values()) {
     if (!session.stopping) continue;
