@@ -27,8 +27,13 @@ interface Target {
  * Bulk throughput and interactive latency through the SSH gateway, against the same client
  * talking to a loopback `sshd` in the same run: a `bytes` file sent with `scp` each way, and
  * `echoes` one-byte round trips through `cat` over one connection.
+ *
+ * The gateway is a long-running process, so what counts is its steady state: a first transfer
+ * each way through each target warms both ends (it is reported on its own, as `first`), then
+ * `rounds` rounds each send the file both ways through the direct sshd and then the gateway, so
+ * the machine's own ups and downs fall on both alike; the medians count.
  */
-export async function gatewayBench(bytes: number, echoes: number) {
+export async function gatewayBench(bytes: number, echoes: number, rounds: number) {
   if (!existsSync(SSHD)) return { skipped: `no ${SSHD} here (Debian's openssh-server)` };
   const dir = await tempDir('trainyard-bench-ssh-');
   let sshd: Awaited<ReturnType<typeof startSshd>> | undefined;
@@ -40,15 +45,25 @@ export async function gatewayBench(bytes: number, echoes: number) {
     await writeFile(file, randomBytes(bytes));
     sshd = await startSshd(dir.path, key);
     gateway = await gatewayTarget(dir.path, key);
-    const direct = await measure(sshd.target, key, file, echoes);
-    const through = await measure(gateway.target, key, file, echoes);
+    const direct = new Transfers(sshd.target, key, file, bytes);
+    const through = new Transfers(gateway.target, key, file, bytes);
+    const first = { direct: await direct.both(), gateway: await through.both() };
+    for (let round = 0; round < rounds; round++) {
+      await direct.both();
+      await through.both();
+    }
+    const d = { ...direct.medians(), echoMs: await echo(sshd.target, key, echoes) };
+    const g = { ...through.medians(), echoMs: await echo(gateway.target, key, echoes) };
+    const ratio = (a: number, b: number) => Math.round((a / b) * 100) / 100;
     return {
       megabytes: Math.round(bytes / 1024 ** 2),
       echoes,
-      direct,
-      gateway: through,
-      uploadRatio: Math.round((through.uploadMBps / direct.uploadMBps) * 100) / 100,
-      downloadRatio: Math.round((through.downloadMBps / direct.downloadMBps) * 100) / 100,
+      rounds,
+      first,
+      direct: d,
+      gateway: g,
+      uploadRatio: ratio(g.uploadMBps, d.uploadMBps),
+      downloadRatio: ratio(g.downloadMBps, d.downloadMBps),
     };
   } finally {
     await gateway?.stop();
@@ -57,24 +72,47 @@ export async function gatewayBench(bytes: number, echoes: number) {
   }
 }
 
-async function measure(target: Target, key: string, file: string, echoes: number) {
-  const remote = `${target.user}@127.0.0.1:${target.dir}/payload`;
-  const size = (await readFile(file)).length;
-  const mbps = (ms: number) => Math.round((size / 1024 ** 2 / (ms / 1000)) * 10) / 10;
-  const up = await timed(() =>
-    exec('scp', [...options(target, key), '-P', String(target.port), file, remote]),
-  );
-  const back = `${file}.back`;
-  const down = await timed(() =>
-    exec('scp', [...options(target, key), '-P', String(target.port), remote, back]),
-  );
-  if (!(await readFile(back)).equals(await readFile(file)))
-    throw new Error('scp changed the bytes');
-  return {
-    uploadMBps: mbps(up),
-    downloadMBps: mbps(down),
-    echoMs: await echo(target, key, echoes),
-  };
+/** `scp` of one file to a target and back, timed; each copy back is checked byte for byte. */
+class Transfers {
+  private readonly up: number[] = [];
+  private readonly down: number[] = [];
+
+  constructor(
+    private readonly target: Target,
+    private readonly key: string,
+    private readonly file: string,
+    private readonly bytes: number,
+  ) {}
+
+  /** One transfer each way; their MB/s. */
+  async both(): Promise<{ uploadMBps: number; downloadMBps: number }> {
+    const remote = `${this.target.user}@127.0.0.1:${this.target.dir}/payload`;
+    const scp = (from: string, to: string) =>
+      timed(() =>
+        exec('scp', [...options(this.target, this.key), '-P', String(this.target.port), from, to]),
+      );
+    const up = await scp(this.file, remote);
+    const back = `${this.file}.back`;
+    const down = await scp(remote, back);
+    if (!(await readFile(back)).equals(await readFile(this.file)))
+      throw new Error('scp changed the bytes');
+    this.up.push(up);
+    this.down.push(down);
+    return { uploadMBps: this.mbps(up), downloadMBps: this.mbps(down) };
+  }
+
+  /** The median MB/s each way, leaving out the first transfer (the warm-up). */
+  medians(): { uploadMBps: number; downloadMBps: number } {
+    const median = (ms: number[]) => summary(ms.slice(1)).p50;
+    return {
+      uploadMBps: this.mbps(median(this.up)),
+      downloadMBps: this.mbps(median(this.down)),
+    };
+  }
+
+  private mbps(ms: number): number {
+    return Math.round((this.bytes / 1024 ** 2 / (ms / 1000)) * 10) / 10;
+  }
 }
 
 /** One byte through `cat` and back, `n` times in a row over one connection. */

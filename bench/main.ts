@@ -187,7 +187,7 @@ try {
     schedulerStartup: parts.has('startup') ? await startupBench(quick ? 10_000 : 100_000) : null,
     containers: parts.has('containers') ? await containerBench(quick ? 5 : 20) : null,
     gateway: parts.has('gateway')
-      ? await gatewayBench((quick ? 50 : 200) * 1024 ** 2, quick ? 50 : 200)
+      ? await gatewayBench((quick ? 50 : 200) * 1024 ** 2, quick ? 50 : 200, quick ? 1 : 3)
       : null,
     policy: parts.has('policy')
       ? policyBench(quick ? [1_000, 10_000] : [1_000, 10_000, 100_000], quick ? 5 : 20)
@@ -238,7 +238,8 @@ try {
     g &&
       ('skipped' in g
         ? `ssh gateway: skipped, ${g.skipped}`
-        : `ssh gateway: ${g.megabytes} MB with scp each way and ${g.echoes} one-byte echoes through \`cat\`, against a loopback sshd
+        : `ssh gateway: ${g.megabytes} MB with scp each way (a warm-up, then the median of ${g.rounds}) and ${g.echoes} one-byte echoes through \`cat\`, against a loopback sshd
+  first transfer   direct up ${g.first.direct.uploadMBps}, down ${g.first.direct.downloadMBps} MB/s; gateway up ${g.first.gateway.uploadMBps}, down ${g.first.gateway.downloadMBps} MB/s (a gateway just started)
   direct sshd      up ${g.direct.uploadMBps} MB/s, down ${g.direct.downloadMBps} MB/s; echo p50 ${g.direct.echoMs.p50} ms  p99 ${g.direct.echoMs.p99} ms
   gateway          up ${g.gateway.uploadMBps} MB/s, down ${g.gateway.downloadMBps} MB/s; echo p50 ${g.gateway.echoMs.p50} ms  p99 ${g.gateway.echoMs.p99} ms (target p50 < 5 ms)
   ratio            up ${g.uploadRatio}, down ${g.downloadRatio} of direct (target >= 0.5)`),
