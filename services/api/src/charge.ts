@@ -24,16 +24,29 @@ interface Membership {
  * read models, nor for PostgreSQL.
  */
 class TeamIndex {
+  /** The sequence of the last team event folded. */
   lastSeq = 0;
+  /**
+   * How far the log is known to hold no team event after `lastSeq`. Each look starts here, so it
+   * reads only what was appended since the last one: the server walks what lies between.
+   */
+  #searchedTo = 0;
   /** Each user's teams, with their role and the sequence of the event that added them. */
   readonly #joined = new Map<string, Map<string, Membership>>();
 
   constructor(private readonly store: EventStore) {}
 
   async current(): Promise<this> {
+    // Everything up to `end` is in the log before the look below starts, so a look that finds
+    // nothing more has searched up to `end` at least.
+    const end = await this.store.lastSeq();
     for (;;) {
-      const event = await this.store.nextAfter(this.lastSeq, TEAM_EVENTS);
-      if (!event) return this;
+      const from = Math.max(this.lastSeq, this.#searchedTo);
+      const event = await this.store.nextAfter(from, TEAM_EVENTS);
+      if (!event) {
+        this.#searchedTo = Math.max(this.#searchedTo, end);
+        return this;
+      }
       this.#apply(event as StoredEvent<TeamEvent>);
     }
   }

@@ -1,0 +1,67 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EMPTY_HEAD, Subjects } from '@trainyard/events';
+import { connectBus, type Bus } from '@trainyard/service-kit';
+import { startTestNats } from '@trainyard/testkit';
+import { teamRole, teamToCharge } from '../src/charge.ts';
+
+let nats: Awaited<ReturnType<typeof startTestNats>>;
+let bus: Bus;
+beforeAll(async () => {
+  nats = await startTestNats();
+  bus = await connectBus(nats.url, 'api-charge');
+});
+afterAll(async () => {
+  await bus?.close();
+  await nats?.stop();
+});
+
+/** Events of other aggregates: the stream takes them as they are, and team reads pass them. */
+async function otherEvents(n: number): Promise<void> {
+  for (let i = 0; i < n; i++) await bus.js.publish(Subjects.event('job', `job_other${i}`), '{}');
+}
+
+const addMember = (team: string, username: string, head = EMPTY_HEAD) =>
+  bus.store.append({
+    aggregate: 'team',
+    aggregateId: team,
+    head,
+    events: [{ type: 'TeamMemberAdded', data: { username, role: 'member' } }],
+    meta: { now: new Date(), actor: { kind: 'user', id: 'admin' } },
+  });
+
+describe('the team a submission is charged to', () => {
+  it('reads only what the log gained since its last look, and still sees every new team event', async () => {
+    const looks: number[] = [];
+    const nextAfter = bus.store.nextAfter.bind(bus.store);
+    bus.store.nextAfter = (seq, filter) => {
+      looks.push(seq);
+      return nextAfter(seq, filter);
+    };
+    const deps = { bus };
+
+    await otherEvents(20);
+    expect(await teamToCharge(deps, 'alice', undefined)).toBeUndefined();
+    expect(looks).toEqual([0]);
+
+    await otherEvents(5);
+    looks.length = 0;
+    expect(await teamToCharge(deps, 'alice', undefined)).toBeUndefined();
+    expect(looks).toEqual([20]);
+
+    const added = await addMember('vision', 'alice');
+    await otherEvents(3);
+    looks.length = 0;
+    expect(await teamToCharge(deps, 'alice', undefined)).toBe('vision');
+    expect(looks).toEqual([25, added.head.seq]);
+    expect(await teamRole(deps, 'alice', 'vision')).toBe('member');
+
+    await addMember('speech', 'alice');
+    expect(await teamToCharge(deps, 'alice', 'speech')).toBe('speech');
+    await expect(teamToCharge(deps, 'alice', 'robotics')).rejects.toMatchObject({
+      code: 'VALIDATION_FAILED',
+    });
+    // The first team joined is charged when a spec names none.
+    expect(await teamToCharge(deps, 'alice', undefined)).toBe('vision');
+    expect(await teamToCharge(deps, 'bob', undefined)).toBeUndefined();
+  });
+});
