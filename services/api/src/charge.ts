@@ -19,9 +19,9 @@ interface Membership {
 }
 
 /**
- * Who is in which team, folded from the team events of the log, read on demand: one look at the
- * log when nothing changed, the new events when something did. Commands need not wait for the
- * read models, nor for PostgreSQL.
+ * Who is in which team, folded from the team events of the log, read on demand: the log's last
+ * sequence and one look at the log when nothing changed, the new events when something did.
+ * Commands need not wait for the read models, nor for PostgreSQL.
  */
 class TeamIndex {
   /** The sequence of the last team event folded. */
@@ -71,12 +71,54 @@ class TeamIndex {
   }
 }
 
-const indexes = new WeakMap<EventStore, TeamIndex>();
+/**
+ * How long an index serves before a new one is folded from the log's start to take its place.
+ * A look answered by a server that had not yet stored a team event (a replicated stream just
+ * after it elected a new leader) misses that event, and the looks after it start past it: such
+ * a miss lasts this long at most.
+ */
+const REBUILD_MS = 5 * 60_000;
+
+/** A store's index, since when it serves, and whether a new one is being folded to replace it. */
+interface HeldIndex {
+  index: TeamIndex;
+  sinceMs: number;
+  rebuilding: boolean;
+}
+
+const indexes = new WeakMap<EventStore, HeldIndex>();
 
 function teamIndex(store: EventStore): Promise<TeamIndex> {
-  let index = indexes.get(store);
-  if (!index) indexes.set(store, (index = new TeamIndex(store)));
-  return index.current();
+  let held = indexes.get(store);
+  if (!held) {
+    held = { index: new TeamIndex(store), sinceMs: Date.now(), rebuilding: false };
+    indexes.set(store, held);
+  } else if (!held.rebuilding && Date.now() - held.sinceMs >= REBUILD_MS) {
+    rebuild(store, held);
+  }
+  return held.index.current();
+}
+
+/** Folds a new index from the log's start, in the background; the old one serves meanwhile. */
+function rebuild(store: EventStore, held: HeldIndex): void {
+  const startedMs = Date.now();
+  const fresh = new TeamIndex(store);
+  held.rebuilding = true;
+  void fresh
+    .current()
+    .then(
+      () => {
+        held.index = fresh;
+        held.sinceMs = startedMs;
+      },
+      // Tried again in a tenth of the time, not at every submission.
+      () => {
+        held.sinceMs = Date.now() - REBUILD_MS + REBUILD_MS / 10;
+      },
+    )
+    .finally(() => {
+      held.rebuilding = false;
+    });
 }
 
 /**

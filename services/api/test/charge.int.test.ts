@@ -1,7 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { EMPTY_HEAD, Subjects } from '@trainyard/events';
 import { connectBus, type Bus } from '@trainyard/service-kit';
-import { startTestNats } from '@trainyard/testkit';
+import { startTestNats, waitFor } from '@trainyard/testkit';
 import { teamRole, teamToCharge } from '../src/charge.ts';
 
 let nats: Awaited<ReturnType<typeof startTestNats>>;
@@ -63,5 +63,48 @@ describe('the team a submission is charged to', () => {
     // The first team joined is charged when a spec names none.
     expect(await teamToCharge(deps, 'alice', undefined)).toBe('vision');
     expect(await teamToCharge(deps, 'bob', undefined)).toBeUndefined();
+  });
+
+  it('sees a team event appended while a look that found nothing was under way', async () => {
+    const nextAfter = bus.store.nextAfter.bind(bus.store);
+    let joined: Promise<unknown> | undefined;
+    bus.store.nextAfter = async (seq, filter) => {
+      const found = await nextAfter(seq, filter);
+      if (!found && !joined) joined = addMember('robotics', 'carol');
+      return found;
+    };
+    try {
+      expect(await teamToCharge({ bus }, 'carol', undefined)).toBeUndefined();
+      await joined;
+      expect(await teamToCharge({ bus }, 'carol', undefined)).toBe('robotics');
+    } finally {
+      bus.store.nextAfter = nextAfter;
+    }
+  });
+
+  it('folds the log again from its start after a while, so a look that missed an event heals', async () => {
+    const nextAfter = bus.store.nextAfter.bind(bus.store);
+    const joined = await addMember('audio', 'dave');
+    // A server that has not yet stored dave's joining answers one look.
+    bus.store.nextAfter = () => {
+      bus.store.nextAfter = nextAfter;
+      return Promise.resolve(null);
+    };
+    expect(await teamToCharge({ bus }, 'dave', undefined)).toBeUndefined();
+    await otherEvents(2);
+    expect(await teamToCharge({ bus }, 'dave', undefined)).toBeUndefined();
+
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      vi.setSystemTime(Date.now() + 6 * 60_000);
+      expect(await teamToCharge({ bus }, 'dave', undefined)).toBeUndefined();
+    } finally {
+      vi.useRealTimers();
+    }
+    await waitFor('the index folded again to see dave', async () =>
+      (await teamToCharge({ bus }, 'dave', undefined)) === 'audio' ? true : undefined,
+    );
+    expect(await teamRole({ bus }, 'dave', 'audio')).toBe('member');
+    expect(joined.head.seq).toBeGreaterThan(0);
   });
 });
