@@ -72,10 +72,10 @@ class TeamIndex {
 }
 
 /**
- * How long an index serves before a new one is folded from the log's start to take its place.
- * A look answered by a server that had not yet stored a team event (a replicated stream just
- * after it elected a new leader) misses that event, and the looks after it start past it: such
- * a miss lasts this long at most.
+ * How long an index serves before a new one is folded from the log's start to take its place,
+ * at the next look. A look answered by a server that had not yet stored a team event (a
+ * replicated stream just after it elected a new leader) misses that event, and the looks after
+ * it start past it: such a miss lasts until the new index is folded.
  */
 const REBUILD_MS = 5 * 60_000;
 
@@ -99,7 +99,13 @@ function teamIndex(store: EventStore): Promise<TeamIndex> {
   return held.index.current();
 }
 
-/** Folds a new index from the log's start, in the background; the old one serves meanwhile. */
+/**
+ * Folds a new index from the log's start, in the background; the old one serves meanwhile. Its
+ * walk folds every team event in order up to its last (a server that answers a look holds the
+ * log up to some point), so it takes the old one's place only if it folded as far. Otherwise it
+ * missed one the old one has, or the old one folded newer ones meanwhile: it is folded again in
+ * 30 seconds.
+ */
 function rebuild(store: EventStore, held: HeldIndex): void {
   const startedMs = Date.now();
   const fresh = new TeamIndex(store);
@@ -108,17 +114,20 @@ function rebuild(store: EventStore, held: HeldIndex): void {
     .current()
     .then(
       () => {
+        if (fresh.lastSeq < held.index.lastSeq) return retrySoon(held);
         held.index = fresh;
         held.sinceMs = startedMs;
       },
-      // Tried again in a tenth of the time, not at every submission.
-      () => {
-        held.sinceMs = Date.now() - REBUILD_MS + REBUILD_MS / 10;
-      },
+      () => retrySoon(held),
     )
     .finally(() => {
       held.rebuilding = false;
     });
+}
+
+/** A new index is folded again in 30 seconds, not at every submission. */
+function retrySoon(held: HeldIndex): void {
+  held.sinceMs = Date.now() - REBUILD_MS + 30_000;
 }
 
 /**

@@ -20,6 +20,21 @@ async function otherEvents(n: number): Promise<void> {
   for (let i = 0; i < n; i++) await bus.js.publish(Subjects.event('job', `job_other${i}`), '{}');
 }
 
+const MINUTE = 60_000;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Runs `fn` with the clock `ms` ahead (`Date` alone: timers run as they do). */
+async function later<T>(ms: number, fn: () => Promise<T>): Promise<T> {
+  const now = Date.now();
+  vi.useFakeTimers({ toFake: ['Date'] });
+  vi.setSystemTime(now + ms);
+  try {
+    return await fn();
+  } finally {
+    vi.useRealTimers();
+  }
+}
+
 const addMember = (team: string, username: string, head = EMPTY_HEAD) =>
   bus.store.append({
     aggregate: 'team',
@@ -84,27 +99,59 @@ describe('the team a submission is charged to', () => {
 
   it('folds the log again from its start after a while, so a look that missed an event heals', async () => {
     const nextAfter = bus.store.nextAfter.bind(bus.store);
-    const joined = await addMember('audio', 'dave');
+    await addMember('audio', 'dave');
     // A server that has not yet stored dave's joining answers one look.
-    bus.store.nextAfter = () => {
+    bus.store.nextAfter = () => Promise.resolve(null);
+    try {
+      expect(await teamToCharge({ bus }, 'dave', undefined)).toBeUndefined();
+    } finally {
       bus.store.nextAfter = nextAfter;
-      return Promise.resolve(null);
-    };
-    expect(await teamToCharge({ bus }, 'dave', undefined)).toBeUndefined();
+    }
     await otherEvents(2);
     expect(await teamToCharge({ bus }, 'dave', undefined)).toBeUndefined();
 
-    vi.useFakeTimers({ toFake: ['Date'] });
-    try {
-      vi.setSystemTime(Date.now() + 6 * 60_000);
-      expect(await teamToCharge({ bus }, 'dave', undefined)).toBeUndefined();
-    } finally {
-      vi.useRealTimers();
-    }
+    // The first look 5 minutes on starts a new index; the old one answers it.
+    expect(await later(6 * MINUTE, () => teamToCharge({ bus }, 'dave', undefined))).toBeUndefined();
     await waitFor('the index folded again to see dave', async () =>
       (await teamToCharge({ bus }, 'dave', undefined)) === 'audio' ? true : undefined,
     );
     expect(await teamRole({ bus }, 'dave', 'audio')).toBe('member');
-    expect(joined.head.seq).toBeGreaterThan(0);
+
+    // The new index serves 5 minutes from when it was folded: one look a call, no new walk.
+    const looks: number[] = [];
+    bus.store.nextAfter = (seq, filter) => {
+      looks.push(seq);
+      return nextAfter(seq, filter);
+    };
+    try {
+      await later(7 * MINUTE, () => teamToCharge({ bus }, 'dave', undefined));
+      await sleep(200);
+    } finally {
+      bus.store.nextAfter = nextAfter;
+    }
+    expect(looks).toHaveLength(1);
+    expect(looks[0]).toBeGreaterThan(0);
+  });
+
+  it('keeps the index it has when a new one folds less of the log', async () => {
+    const nextAfter = bus.store.nextAfter.bind(bus.store);
+    // A server not yet caught up answers the new index's first look, from the log's start.
+    let missed = 0;
+    bus.store.nextAfter = (seq, filter) => {
+      if (seq > 0) return nextAfter(seq, filter);
+      missed++;
+      return Promise.resolve(null);
+    };
+    try {
+      expect(await later(20 * MINUTE, () => teamToCharge({ bus }, 'alice', undefined))).toBe(
+        'vision',
+      );
+      await waitFor('the new index to be folded', () => (missed > 0 ? true : undefined));
+      await sleep(200);
+    } finally {
+      bus.store.nextAfter = nextAfter;
+    }
+    expect(await teamToCharge({ bus }, 'alice', undefined)).toBe('vision');
+    expect(await teamRole({ bus }, 'dave', 'audio')).toBe('member');
   });
 });
