@@ -42,11 +42,12 @@ export async function gatewayBench(bytes: number, echoes: number, rounds: number
     const key = join(dir.path, 'id');
     await exec('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', key]);
     const file = join(dir.path, 'payload');
-    await writeFile(file, randomBytes(bytes));
+    const payload = randomBytes(bytes);
+    await writeFile(file, payload);
     sshd = await startSshd(dir.path, key);
     gateway = await gatewayTarget(dir.path, key);
-    const direct = new Transfers(sshd.target, key, file, bytes);
-    const through = new Transfers(gateway.target, key, file, bytes);
+    const direct = new Transfers(sshd.target, key, file, payload);
+    const through = new Transfers(gateway.target, key, file, payload);
     const first = { direct: await direct.both(), gateway: await through.both() };
     for (let round = 0; round < rounds; round++) {
       await direct.both();
@@ -81,7 +82,8 @@ class Transfers {
     private readonly target: Target,
     private readonly key: string,
     private readonly file: string,
-    private readonly bytes: number,
+    /** What `file` holds: each copy back is checked against it. */
+    private readonly payload: Buffer,
   ) {}
 
   /** One transfer each way; their MB/s. */
@@ -94,8 +96,7 @@ class Transfers {
     const up = await scp(this.file, remote);
     const back = `${this.file}.back`;
     const down = await scp(remote, back);
-    if (!(await readFile(back)).equals(await readFile(this.file)))
-      throw new Error('scp changed the bytes');
+    if (!(await readFile(back)).equals(this.payload)) throw new Error('scp changed the bytes');
     this.up.push(up);
     this.down.push(down);
     return { uploadMBps: this.mbps(up), downloadMBps: this.mbps(down) };
@@ -111,7 +112,7 @@ class Transfers {
   }
 
   private mbps(ms: number): number {
-    return Math.round((this.bytes / 1024 ** 2 / (ms / 1000)) * 10) / 10;
+    return Math.round((this.payload.length / 1024 ** 2 / (ms / 1000)) * 10) / 10;
   }
 }
 
