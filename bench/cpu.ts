@@ -3,7 +3,7 @@ import { processInfo } from '@trainyard/testkit';
 const TICKS_PER_SECOND = 100;
 
 /** CPU time (user + system, ms) of a process and all its reaped descendants; 0 once gone. */
-function cpuMsOf(pid: number): number {
+export function cpuMsOf(pid: number): number {
   return ((processInfo(pid)?.cpuTicks ?? 0) * 1000) / TICKS_PER_SECOND;
 }
 

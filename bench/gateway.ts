@@ -5,14 +5,17 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { setTimeout as delay } from 'node:timers/promises';
 import { freePort } from '@trainyard/servers';
 import { startStack, type Stack } from '@trainyard/stack';
 import { tempDir, waitFor } from '@trainyard/testkit';
+import { cpuMsOf } from './cpu.ts';
 import { summary } from './stats.ts';
 
 const exec = promisify(execFile);
 const WORKER_HOST = resolve(fileURLToPath(new URL('./worker-host.ts', import.meta.url)));
 const SSHD = '/usr/sbin/sshd';
+const REAPED_MS = 300;
 
 /** Where an `ssh` goes: the gateway (a session) or the machine's own sshd, the reference. */
 interface Target {
@@ -21,7 +24,18 @@ interface Target {
   knownHosts: string;
   /** Where files land on the far side, relative to the login's directory or absolute. */
   dir: string;
+  /** The CPU ms each part of the path has spent so far, by part. */
+  cpu: Record<string, () => number>;
 }
+
+/** This process's own CPU ms, without its children's. */
+const ownCpuMs = () => {
+  const used = process.cpuUsage();
+  return (used.user + used.system) / 1000;
+};
+
+/** The `scp` and `ssh` clients this process ran and reaped. */
+const clientsCpuMs = () => cpuMsOf(process.pid) - ownCpuMs();
 
 /**
  * Bulk throughput and interactive latency through the SSH gateway, against the same client
@@ -55,6 +69,7 @@ export async function gatewayBench(bytes: number, echoes: number, rounds: number
     }
     const d = { ...direct.medians(), echoMs: await echo(sshd.target, key, echoes) };
     const g = { ...through.medians(), echoMs: await echo(gateway.target, key, echoes) };
+    const cpu = { direct: direct.cpuMedians(), gateway: through.cpuMedians() };
     const ratio = (a: number, b: number) => Math.round((a / b) * 100) / 100;
     return {
       megabytes: Math.round(bytes / 1024 ** 2),
@@ -65,6 +80,8 @@ export async function gatewayBench(bytes: number, echoes: number, rounds: number
       gateway: g,
       uploadRatio: ratio(g.uploadMBps, d.uploadMBps),
       downloadRatio: ratio(g.downloadMBps, d.downloadMBps),
+      /** The median CPU ms each part of each path spent on one transfer each way. */
+      cpuMsPerTransfer: cpu,
     };
   } finally {
     await gateway?.stop();
@@ -73,10 +90,17 @@ export async function gatewayBench(bytes: number, echoes: number, rounds: number
   }
 }
 
-/** `scp` of one file to a target and back, timed; each copy back is checked byte for byte. */
+type Cpu = Record<string, number>;
+
+/**
+ * `scp` of one file to a target and back, timed, with the CPU each part of the path spent; each
+ * copy back is checked byte for byte.
+ */
 class Transfers {
   private readonly up: number[] = [];
   private readonly down: number[] = [];
+  private readonly upCpu: Cpu[] = [];
+  private readonly downCpu: Cpu[] = [];
 
   constructor(
     private readonly target: Target,
@@ -93,12 +117,17 @@ class Transfers {
       timed(() =>
         exec('scp', [...options(this.target, this.key), '-P', String(this.target.port), from, to]),
       );
+    const before = await this.cpu();
     const up = await scp(this.file, remote);
+    const between = await this.cpu();
     const back = `${this.file}.back`;
     const down = await scp(remote, back);
+    const after = await this.cpu();
     if (!(await readFile(back)).equals(this.payload)) throw new Error('scp changed the bytes');
     this.up.push(up);
     this.down.push(down);
+    this.upCpu.push(spent(before, between));
+    this.downCpu.push(spent(between, after));
     return { uploadMBps: this.mbps(up), downloadMBps: this.mbps(down) };
   }
 
@@ -109,6 +138,27 @@ class Transfers {
       uploadMBps: this.mbps(median(this.up)),
       downloadMBps: this.mbps(median(this.down)),
     };
+  }
+
+  /** The median CPU ms by part each way, leaving out the warm-up as `medians` does. */
+  cpuMedians(): { up: Cpu; down: Cpu } {
+    const median = (runs: Cpu[]) =>
+      Object.fromEntries(
+        Object.keys(runs[0] ?? {}).map((part) => [
+          part,
+          Math.round(summary(runs.slice(1).map((run) => run[part]!)).p50),
+        ]),
+      );
+    return { up: median(this.upCpu), down: median(this.downCpu) };
+  }
+
+  /**
+   * CPU ms by part, once the far end's processes for the last connection (sshd's child, the
+   * worker's sftp-server) have had time to exit and be reaped: only then are they counted.
+   */
+  private async cpu(): Promise<Cpu> {
+    await delay(REAPED_MS);
+    return Object.fromEntries(Object.entries(this.target.cpu).map(([part, ms]) => [part, ms()]));
   }
 
   private mbps(ms: number): number {
@@ -145,6 +195,10 @@ function roundTrip(child: ChildProcess): Promise<number> {
     });
     child.stdin!.write('x');
   });
+}
+
+function spent(before: Cpu, after: Cpu): Cpu {
+  return Object.fromEntries(Object.keys(after).map((part) => [part, after[part]! - before[part]!]));
 }
 
 async function timed(fn: () => Promise<unknown>): Promise<number> {
@@ -201,7 +255,13 @@ async function startSshd(dir: string, key: string) {
   const knownHosts = join(dir, 'known_hosts_direct');
   const hostPub = (await readFile(`${hostKey}.pub`, 'utf8')).split(' ').slice(0, 2).join(' ');
   await writeFile(knownHosts, `[127.0.0.1]:${port} ${hostPub}\n`);
-  const target: Target = { port, user: 'root', knownHosts, dir };
+  const target: Target = {
+    port,
+    user: 'root',
+    knownHosts,
+    dir,
+    cpu: { sshd: () => cpuMsOf(child.pid!), clients: clientsCpuMs },
+  };
   child.once('error', () => undefined);
   await waitFor(
     'sshd',
@@ -276,7 +336,20 @@ async function gatewayTarget(dir: string, key: string) {
     );
     const knownHosts = join(dir, 'known_hosts_gateway');
     await writeFile(knownHosts, `[127.0.0.1]:${String(connect.port)} ${String(connect.hostKey)}\n`);
-    const target: Target = { port: Number(connect.port), user: id, knownHosts, dir: '.' };
+    const nats = stack.children[0];
+    const target: Target = {
+      port: Number(connect.port),
+      user: id,
+      knownHosts,
+      dir: '.',
+      cpu: {
+        // The gateway runs in this process, beside the stack's idle services.
+        gateway: ownCpuMs,
+        worker: () => cpuMsOf(worker.pid!),
+        natsServer: () => (nats ? cpuMsOf(nats.pid) : 0),
+        clients: clientsCpuMs,
+      },
+    };
     return { target, stop };
   } catch (err) {
     await stop();

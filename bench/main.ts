@@ -242,7 +242,9 @@ try {
   first transfer   direct up ${g.first.direct.uploadMBps}, down ${g.first.direct.downloadMBps} MB/s; gateway up ${g.first.gateway.uploadMBps}, down ${g.first.gateway.downloadMBps} MB/s (a gateway just started)
   direct sshd      up ${g.direct.uploadMBps} MB/s, down ${g.direct.downloadMBps} MB/s; echo p50 ${g.direct.echoMs.p50} ms  p99 ${g.direct.echoMs.p99} ms
   gateway          up ${g.gateway.uploadMBps} MB/s, down ${g.gateway.downloadMBps} MB/s; echo p50 ${g.gateway.echoMs.p50} ms  p99 ${g.gateway.echoMs.p99} ms (target p50 < 5 ms)
-  ratio            up ${g.uploadRatio}, down ${g.downloadRatio} of direct (target >= 0.5)`),
+  ratio            up ${g.uploadRatio}, down ${g.downloadRatio} of direct (target >= 0.5)
+  cpu a transfer   direct up ${cpuLine(g.cpuMsPerTransfer.direct.up)}; down ${cpuLine(g.cpuMsPerTransfer.direct.down)}
+                   gateway up ${cpuLine(g.cpuMsPerTransfer.gateway.up)}; down ${cpuLine(g.cpuMsPerTransfer.gateway.down)}`),
     p &&
       `placement policy: one cycle of the pure policy over ${p[0]!.gpus} simulated GPUs (3 models, 8 a worker), mixed shapes, aging on
 ${p
