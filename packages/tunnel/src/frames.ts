@@ -144,10 +144,7 @@ export class FrameReader {
     const seq = Number(msg.headers?.get(SEQ_HEADER) ?? NaN);
     if (seq !== this.expected) return { kind: 'broken', reason: `frame ${this.expected} lost` };
     this.expected++;
-    // The payload is this message's own (the client never reuses it): a view, not a copy.
-    if (kind === 'data' || kind === 'stderr') {
-      return { kind, bytes: Buffer.from(msg.data.buffer, msg.data.byteOffset, msg.data.length) };
-    }
+    if (kind === 'data' || kind === 'stderr') return { kind, bytes: Buffer.from(msg.data) };
     if (!Object.hasOwn(Control, kind))
       return { kind: 'broken', reason: `unknown frame ${JSON.stringify(kind)}` };
     let json: unknown;
