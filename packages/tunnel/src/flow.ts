@@ -104,19 +104,81 @@ class ReceiveWindow {
   }
 }
 
+/** Frames smaller than this that wait for a reader are gathered into larger chunks. */
+const SMALL_FRAME = 4 * 1024;
+/** The most small frames gathered into one chunk. */
+const GATHER_FRAMES = 4096;
+/** The high-water mark of the buffers that hold frames one by one, before they are gathered. */
+const UNGATHERED_BYTES = 16 * 1024;
+/** How many writes a `CreditedSink` lets wait in its Writable at once. */
+const MAX_WRITES = 64;
+
+/**
+ * Bytes that wait for a reader, in order. A frame's bytes are held as they came, unless the
+ * frame is small: runs of small frames are copied together into one chunk, so what waits costs
+ * about its bytes, however finely its sender cut it (a window of one-byte frames would
+ * otherwise hold millions of buffers).
+ */
+class Backlog {
+  private readonly chunks: Buffer[] = [];
+  private small: Buffer[] = [];
+  private smallBytes = 0;
+
+  get empty(): boolean {
+    return this.chunks.length === 0 && this.small.length === 0;
+  }
+
+  add(bytes: Buffer): void {
+    if (bytes.length >= SMALL_FRAME) {
+      this.gather();
+      this.chunks.push(bytes);
+      return;
+    }
+    this.small.push(bytes);
+    this.smallBytes += bytes.length;
+    if (this.smallBytes >= SMALL_FRAME || this.small.length >= GATHER_FRAMES) this.gather();
+  }
+
+  /** The oldest chunk, or undefined when nothing waits. */
+  shift(): Buffer | undefined {
+    if (this.chunks.length === 0) this.gather();
+    return this.chunks.shift();
+  }
+
+  /**
+   * Copies the small frames into a chunk. The chunk is a buffer of its own, not a slice of
+   * Node's shared pool (as `Buffer.concat` would make it), which it would keep alive whole.
+   */
+  private gather(): void {
+    if (this.small.length === 0) return;
+    let chunk = this.small[0]!;
+    if (this.small.length > 1) {
+      chunk = Buffer.allocUnsafeSlow(this.smallBytes);
+      let at = 0;
+      for (const piece of this.small) at += piece.copy(chunk, at);
+    }
+    this.chunks.push(chunk);
+    this.small = [];
+    this.smallBytes = 0;
+  }
+}
+
 /**
  * A stream's arriving bytes as a Readable. Bytes count as taken when `push` takes them without
- * asking to wait, or, once it has asked, when the reader next calls for more (`_read`); so
- * what sits here unread is at most one window and a high-water mark.
+ * asking to wait, or, once it has asked, when the reader next calls for more (`_read`). Bytes
+ * that come while it waits are kept in a backlog, and pushed as the reader calls for more; so
+ * what sits here unread is at most one window and a high-water mark, in few chunks.
  */
 export class CreditedReadable extends Readable {
   private readonly flow: ReceiveWindow;
+  private readonly backlog = new Backlog();
+  /** Bytes pushed after `push` asked to wait: taken once the reader calls for more. */
   private held = 0;
   private waiting = false;
   private ended = false;
 
   constructor(window: number, grant: (bytes: number) => void) {
-    super({ highWaterMark: Math.min(FRAME_BYTES, Math.floor(window / 4)) });
+    super({ highWaterMark: Math.min(UNGATHERED_BYTES, Math.floor(window / 4)) });
     this.flow = new ReceiveWindow(window, grant);
   }
 
@@ -126,13 +188,9 @@ export class CreditedReadable extends Readable {
     if (this.ended || this.destroyed) {
       this.flow.taken(bytes.length);
     } else if (this.waiting) {
-      this.held += bytes.length;
-      this.push(bytes);
-    } else if (this.push(bytes)) {
-      this.flow.taken(bytes.length);
+      this.backlog.add(bytes);
     } else {
-      this.waiting = true;
-      this.held += bytes.length;
+      this.offer(bytes);
     }
     return true;
   }
@@ -141,7 +199,9 @@ export class CreditedReadable extends Readable {
   finish(): void {
     if (this.ended) return;
     this.ended = true;
-    if (!this.destroyed) this.push(null);
+    if (this.destroyed) return;
+    for (let chunk = this.backlog.shift(); chunk; chunk = this.backlog.shift()) this.push(chunk);
+    this.push(null);
   }
 
   override _read(): void {
@@ -150,15 +210,34 @@ export class CreditedReadable extends Readable {
     const held = this.held;
     this.held = 0;
     this.flow.taken(held);
+    while (!this.waiting) {
+      const chunk = this.backlog.shift();
+      if (!chunk) break;
+      this.offer(chunk);
+    }
+  }
+
+  /** Pushes bytes: taken now if the buffer takes them without asking to wait, else held. */
+  private offer(bytes: Buffer): void {
+    if (this.push(bytes)) {
+      this.flow.taken(bytes.length);
+    } else {
+      this.waiting = true;
+      this.held += bytes.length;
+    }
   }
 }
 
 /**
  * Writes a stream's arriving bytes into a Writable (a process's stdin), granting more as each
- * write completes, so what the Writable buffers is at most one window.
+ * write completes, so what waits here is at most one window. At most `MAX_WRITES` writes wait
+ * in the Writable at once; what comes meanwhile waits in a backlog, in few chunks.
  */
 export class CreditedSink {
   private readonly flow: ReceiveWindow;
+  private readonly backlog = new Backlog();
+  /** Writes given to the target that have not completed. */
+  private writing = 0;
   private ended = false;
 
   constructor(
@@ -176,10 +255,11 @@ export class CreditedSink {
   /** Takes a frame's bytes; false when the sender overran its window. */
   deliver(bytes: Buffer): boolean {
     if (!this.flow.arrived(bytes.length)) return false;
-    if (this.ended || this.target.destroyed || this.target.writableEnded) {
+    if (this.ended || this.closed) {
       this.flow.taken(bytes.length);
     } else {
-      this.target.write(bytes, () => this.flow.taken(bytes.length));
+      this.backlog.add(bytes);
+      this.pump();
     }
     return true;
   }
@@ -188,6 +268,26 @@ export class CreditedSink {
   finish(): void {
     if (this.ended) return;
     this.ended = true;
-    if (!this.target.destroyed && !this.target.writableEnded) this.target.end();
+    this.pump();
+  }
+
+  private get closed(): boolean {
+    return this.target.destroyed || this.target.writableEnded;
+  }
+
+  /** Writes what waits, up to `MAX_WRITES` at once; ends the target once all is written. */
+  private pump(): void {
+    if (this.closed) return;
+    while (this.writing < MAX_WRITES) {
+      const chunk = this.backlog.shift();
+      if (!chunk) break;
+      this.writing++;
+      this.target.write(chunk, () => {
+        this.writing--;
+        this.flow.taken(chunk.length);
+        this.pump();
+      });
+    }
+    if (this.ended && this.backlog.empty) this.target.end();
   }
 }
