@@ -33,7 +33,7 @@ export interface TunnelClientOptions {
   openTimeoutMs?: number;
   /** How often each channel pings its worker (10 s); 3 silent intervals end the channel. */
   keepaliveMs?: number;
-  /** How many bytes of a channel's stdout, and of its stderr, may wait here unread (1 MiB). */
+  /** How many bytes of a channel's stdout, and of its stderr, may wait here unread (4 MiB). */
   window?: number;
 }
 
