@@ -114,6 +114,18 @@ const UNGATHERED_BYTES = 16 * 1024;
 const MAX_WRITES = 64;
 
 /**
+ * A small frame's bytes as a buffer of their own. A small Buffer is often a slice of Node's
+ * shared 8 KiB pool, and a slice held keeps the whole block alive: a window of one-byte frames
+ * held as slices could pin thousands of blocks.
+ */
+function own(bytes: Buffer): Buffer {
+  if (bytes.length >= SMALL_FRAME || bytes.buffer.byteLength === bytes.length) return bytes;
+  const copy = Buffer.allocUnsafeSlow(bytes.length);
+  bytes.copy(copy);
+  return copy;
+}
+
+/**
  * Bytes that wait for a reader, in order. A frame's bytes are held as they came, unless the
  * frame is small: runs of small frames are copied together into one chunk, so what waits costs
  * about its bytes, however finely its sender cut it (a window of one-byte frames would
@@ -129,6 +141,7 @@ class Backlog {
   }
 
   add(bytes: Buffer): void {
+    if (bytes.length === 0) return;
     if (bytes.length >= SMALL_FRAME) {
       this.gather();
       this.chunks.push(bytes);
@@ -185,12 +198,14 @@ export class CreditedReadable extends Readable {
   /** Takes a frame's bytes; false when the sender overran its window. */
   deliver(bytes: Buffer): boolean {
     if (!this.flow.arrived(bytes.length)) return false;
+    if (bytes.length === 0) return true;
     if (this.ended || this.destroyed) {
       this.flow.taken(bytes.length);
-    } else if (this.waiting) {
-      this.backlog.add(bytes);
+    } else if (this.waiting || !this.backlog.empty) {
+      // Behind what waits, even when it arrives while `_read` hands the backlog on.
+      this.backlog.add(own(bytes));
     } else {
-      this.offer(bytes);
+      this.offer(own(bytes));
     }
     return true;
   }
@@ -255,10 +270,11 @@ export class CreditedSink {
   /** Takes a frame's bytes; false when the sender overran its window. */
   deliver(bytes: Buffer): boolean {
     if (!this.flow.arrived(bytes.length)) return false;
+    if (bytes.length === 0) return true;
     if (this.ended || this.closed) {
       this.flow.taken(bytes.length);
     } else {
-      this.backlog.add(bytes);
+      this.backlog.add(own(bytes));
       this.pump();
     }
     return true;

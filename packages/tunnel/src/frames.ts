@@ -144,7 +144,12 @@ export class FrameReader {
     const seq = Number(msg.headers?.get(SEQ_HEADER) ?? NaN);
     if (seq !== this.expected) return { kind: 'broken', reason: `frame ${this.expected} lost` };
     this.expected++;
-    if (kind === 'data' || kind === 'stderr') return { kind, bytes: Buffer.from(msg.data) };
+    if (kind === 'data' || kind === 'stderr') {
+      // A buffer of its own (not a slice of Node's pool), as the far end may hold it a while.
+      const bytes = Buffer.allocUnsafeSlow(msg.data.length);
+      bytes.set(msg.data);
+      return { kind, bytes };
+    }
     if (!Object.hasOwn(Control, kind))
       return { kind: 'broken', reason: `unknown frame ${JSON.stringify(kind)}` };
     let json: unknown;

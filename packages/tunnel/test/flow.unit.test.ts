@@ -65,6 +65,45 @@ describe('CreditedReadable', () => {
     await more;
     expect(joined(chunks).equals(joined([...frames, ...again]))).toBe(true);
   });
+  it('keeps the order when its sender answers a grant at once, while the backlog is being handed on', async () => {
+    const window = 1024;
+    let sent = 0;
+    const send = () => readable.deliver(Buffer.from([sent++ % 251]));
+    const readable: CreditedReadable = new CreditedReadable(window, (bytes) => {
+      for (let i = 0; i < bytes; i++) send();
+    });
+    readable.pause();
+    while (sent < window) send();
+    const read: number[] = [];
+    await new Promise<void>((resolve) => {
+      readable.on('data', (chunk: Buffer) => {
+        read.push(...chunk);
+        if (read.length < 4 * window) return;
+        readable.pause();
+        resolve();
+      });
+      readable.resume();
+    });
+    expect(read.findIndex((byte, i) => byte !== i % 251)).toBe(-1);
+  });
+
+  it('holds small frames in buffers of their own, not in slices of the shared pool, and passes over empty ones', async () => {
+    const readable = new CreditedReadable(WINDOW, () => {});
+    // One-byte Buffers are slices of Node's 8 KiB pool; each held slice would keep a block.
+    const frames = oneByteFrames(20_000);
+    expect(frames[0]!.buffer.byteLength).toBeGreaterThan(1);
+    for (const frame of frames) {
+      readable.deliver(frame);
+      readable.deliver(Buffer.alloc(0));
+    }
+    readable.finish();
+    const chunks: Buffer[] = [];
+    readable.on('data', (chunk: Buffer) => chunks.push(chunk));
+    await new Promise((resolve) => readable.once('end', resolve));
+    expect(joined(chunks).equals(joined(frames))).toBe(true);
+    expect(chunks.every((chunk) => chunk.length > 0)).toBe(true);
+    expect(chunks.filter((chunk) => chunk.buffer.byteLength !== chunk.length)).toEqual([]);
+  });
 });
 
 /** A process's stdin that takes nothing until `release`, counting the writes it is given. */
@@ -106,6 +145,8 @@ describe('CreditedSink', () => {
     expect(joined(stdin.received).equals(joined(frames))).toBe(true);
     // One by one, that would be 262,144 writes.
     expect(stdin.writes).toBeLessThan(64 + WINDOW / 4096 + 2);
+    // Held in buffers of their own, not in slices of Node's pool.
+    expect(stdin.received.filter((chunk) => chunk.buffer.byteLength !== chunk.length)).toEqual([]);
     expect(granted).toBeGreaterThan(WINDOW - WINDOW / 4);
   });
 
