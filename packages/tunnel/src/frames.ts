@@ -145,7 +145,7 @@ export class FrameReader {
     if (seq !== this.expected) return { kind: 'broken', reason: `frame ${this.expected} lost` };
     this.expected++;
     if (kind === 'data' || kind === 'stderr') {
-      // A buffer of its own (not a slice of Node's pool), as the far end may hold it a while.
+      // A buffer of its own (not a slice of Node's pool): a slow reader may hold it a while.
       const bytes = Buffer.allocUnsafeSlow(msg.data.length);
       bytes.set(msg.data);
       return { kind, bytes };

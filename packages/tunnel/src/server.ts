@@ -21,7 +21,7 @@ import {
 } from './frames.ts';
 
 export interface TunnelServerOptions {
-  /** How many bytes of a channel's stdin may wait here unwritten (`DEFAULT_WINDOW`, 4 MiB). */
+  /** How many bytes of a channel's stdin may wait here unwritten (4 MiB). */
   window?: number;
   /** The keepalive interval assumed when an open request names none (10 s). */
   keepaliveMs?: number;
