@@ -1,11 +1,15 @@
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { readTaskFile } from '../src/task-file.ts';
+
+const dirs: string[] = [];
+afterAll(() => Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true }))));
 
 async function taskFile(text: string): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'trainyard-task-'));
+  dirs.push(dir);
   const path = join(dir, 'trainyard.yaml');
   await writeFile(path, text);
   return path;
