@@ -105,9 +105,10 @@ export async function makePythonBaseImage(
     await copyIn(root, [python, stdlib, ...packages, '/usr/share/python-wheels']);
     // Debian's packages link to libraries outside their directory (torch/lib/libtorch.so, say).
     const linked = hostPackages ? await linkedOut(HOST_PACKAGES) : [];
-    await copyIn(root, linked, true);
     const libs = await sharedLibraries([python, busybox, ...extensions, ...linked]);
-    await copyIn(root, libs, true);
+    // One copy of each: `ldd` names /lib/x/libtorch.so.1.13 what a link names /usr/lib/x/….
+    await copyIn(root, [...new Set([...linked, ...libs].map(inRealDirectory))], true);
+    await linkTopLevelLikeHost(root);
     await rm(join(root, stdlib, 'EXTERNALLY-MANAGED'), { force: true });
     await symlink(version, join(root, 'usr/bin/python3'));
     await symlink('python3', join(root, 'usr/bin/python'));
@@ -132,6 +133,23 @@ export async function makePythonBaseImage(
     ]);
   } finally {
     await rm(root, { recursive: true, force: true });
+  }
+}
+
+/** `path` with the links among its directories resolved, its own name kept. */
+function inRealDirectory(path: string): string {
+  return existsSync(dirname(path)) ? join(realpathSync(dirname(path)), basename(path)) : path;
+}
+
+/**
+ * The top-level directories that are links on this host (/lib -> usr/lib, /bin -> usr/bin on a
+ * merged-/usr Debian) made links in `root` too, where what they name was copied.
+ */
+async function linkTopLevelLikeHost(root: string): Promise<void> {
+  for (const dir of ['bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32']) {
+    const target = await readlink(`/${dir}`).catch(() => null);
+    if (target === null || existsSync(join(root, dir))) continue;
+    if (existsSync(join(root, target))) await symlink(target, join(root, dir));
   }
 }
 

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { promisify } from 'node:util';
 import type Docker from 'dockerode';
 import { inject } from 'vitest';
@@ -39,6 +40,26 @@ export function testDocker(): TestDocker {
     );
   }
   return { docker: dockerAt(host), host, registry: inject('registry') };
+}
+
+/** Runs `command` (by `sh -c`) in a container of `image` with no network; its status and output. */
+export async function runInImage(
+  docker: Docker,
+  image: string,
+  command: string,
+): Promise<{ code: number; output: string }> {
+  let output = '';
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      output += chunk.toString();
+      done();
+    },
+  });
+  const [result] = (await docker.run(image, ['sh', '-c', command], sink, {
+    Tty: true,
+    HostConfig: { AutoRemove: true, NetworkMode: 'none' },
+  })) as [{ StatusCode: number }];
+  return { code: result.StatusCode, output: output.replace(/\r\n/g, '\n') };
 }
 
 /**

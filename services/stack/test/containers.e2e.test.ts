@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Labels, LOCAL_BASES, SimulatedInventory } from '@trainyard/runtime';
 import { freePort } from '@trainyard/servers';
-import { tempDir, testDocker, waitFor, writeWheel } from '@trainyard/testkit';
+import { runInImage, tempDir, testDocker, waitFor, writeWheel } from '@trainyard/testkit';
 import {
   addUser,
   codeArchive,
@@ -128,6 +128,13 @@ describe('jobs in containers', () => {
         .split('\n')
         .map((l) => (JSON.parse(l) as { epoch: number }).epoch),
     ).toEqual([1, 2]);
+    // Each library is in the base once, where a link of torch's and `ldd` name it alike.
+    const copies = await runInImage(
+      docker.docker,
+      LOCAL_BASES.pytorch.ref,
+      'find / -xdev -name "libtorch_cpu.so*" -type f',
+    );
+    expect(copies.output.trim().split('\n'), copies.output).toHaveLength(1);
   }, 300_000);
 
   it('builds the job’s image with its requirements, pushes it, and runs it in a container that is not root', async () => {
