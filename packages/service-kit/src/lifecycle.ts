@@ -31,16 +31,28 @@ export function stopOnSignals(service: Stoppable, log: Logger): void {
   process.on('SIGTERM', onSignal);
 }
 
-/** Settles as `work` does, or fails with a timeout naming `what` once `ms` have passed. */
-export async function withDeadline<T>(what: string, ms: number, work: Promise<T>): Promise<T> {
+/**
+ * Settles as `work` does, or fails with a timeout naming `what` once `ms` have passed, or at once
+ * when `signal` aborts. Either way the work itself goes on: what it leaves must be safe to
+ * abandon (a transaction that rolls back when its connection closes, say).
+ */
+export async function withDeadline<T>(
+  what: string,
+  ms: number,
+  work: Promise<T>,
+  signal?: AbortSignal,
+): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
+  let unlisten = () => undefined as void;
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
+    if (signal) unlisten = onAbort(signal, () => reject(new Error(`${what} was given up`)));
   });
   try {
     return await Promise.race([work, deadline]);
   } finally {
     clearTimeout(timer);
+    unlisten();
   }
 }
 

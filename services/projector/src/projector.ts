@@ -20,8 +20,9 @@ const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 5_000;
 /**
  * How long one batch may take before it counts as failed and is tried again. A batch that hangs
- * on a connection to a server that went away would otherwise hold the projector for good; one
- * that later commits after all is harmless, since each batch moves the checkpoint it checks.
+ * on a connection to a server that went away would otherwise hold the projector for good (or its
+ * stop, which gives the batch up at once); one that later commits after all is harmless, since
+ * each batch moves the checkpoint it checks.
  */
 const BATCH_DEADLINE_MS = 10_000;
 
@@ -48,7 +49,8 @@ export async function startProjector(
 
   async function untilApplied(batch: StoredEvent[]): Promise<void> {
     await retry(
-      () => withDeadline('a projection batch', BATCH_DEADLINE_MS, applyBatch(db, batch)),
+      () =>
+        withDeadline('a projection batch', BATCH_DEADLINE_MS, applyBatch(db, batch), abort.signal),
       {
         ...UNTIL_STOPPED,
         onRetry: (err, _, wait) =>
