@@ -34,6 +34,8 @@ function metricsOrigin(subject: string): MetricsOrigin | null {
  * message is acked once its points are committed; while PostgreSQL is away (or the table is not
  * made yet) they wait and are tried again, one at a time. A message that is not a batch of points
  * from a worker's subject, or that PostgreSQL refuses for what it holds, is logged and dropped.
+ * A write in flight when `signal` aborts is given up unacked: the message comes again, and its
+ * points, kept once by their place, are not kept twice.
  */
 export async function projectMetrics(
   ctx: ServiceContext,
@@ -66,6 +68,7 @@ export async function projectMetrics(
             'a metrics batch',
             WRITE_DEADLINE_MS,
             recordMetrics(db, origin, batch.points),
+            signal,
           ),
         {
           attempts: Infinity,
