@@ -72,9 +72,8 @@ describe('the projector', () => {
     const watcher = connect();
     await waitFor('the batch to wait on the lock', async () => {
       const { rows } = await sql<{ n: number }>`
-        select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock'`.execute(
-        watcher,
-      );
+        select count(*)::int as n from pg_stat_activity
+        where datname = current_database() and wait_event_type = 'Lock'`.execute(watcher);
       return rows[0]!.n > 0;
     });
 
