@@ -1,16 +1,16 @@
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { tempDir } from '@trainyard/testkit';
 import { readTaskFile } from '../src/task-file.ts';
 
-const dirs: string[] = [];
-afterAll(() => Promise.all(dirs.map((dir) => rm(dir, { recursive: true, force: true }))));
+const dirs: Awaited<ReturnType<typeof tempDir>>[] = [];
+afterAll(() => Promise.all(dirs.map((dir) => dir.remove())));
 
 async function taskFile(text: string): Promise<string> {
-  const dir = await mkdtemp(join(tmpdir(), 'trainyard-task-'));
+  const dir = await tempDir('trainyard-task-');
   dirs.push(dir);
-  const path = join(dir, 'trainyard.yaml');
+  const path = join(dir.path, 'trainyard.yaml');
   await writeFile(path, text);
   return path;
 }
