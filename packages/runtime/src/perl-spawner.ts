@@ -1,18 +1,3 @@
-/**
- * The first process of an attempt that runs as a user of its own, as root, in new PID and mount
- * namespaces: the attempt sees only its own processes (not their command lines or environment),
- * and, unless its sandbox is under one of them, /tmp and /dev/shm of its own, gone when it ends.
- * It becomes the attempt's script as the attempt's user; when that first process ends, the
- * kernel ends whatever is left in the namespace.
- */
-export const ATTEMPT_INIT = [
-  'if [ "$4" = 1 ]; then',
-  '  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp || exit 126',
-  '  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm || exit 126',
-  'fi',
-  'exec setpriv --reuid="$1" --regid="$2" --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all /bin/sh "$3"',
-].join('\n');
-
 /** The fields of a launch file (see `launchScript`), each one there, none holding a NUL. */
 export const LAUNCH_FIELDS = [
   'TY_WORK',
@@ -27,28 +12,36 @@ export const LAUNCH_FIELDS = [
 ] as const;
 
 /**
- * The spawner, in Perl (perl-base is Essential on Debian): run as `perl -e PERL_SPAWNER
- * ATTEMPT_INIT`, it reads `run ID LAUNCH` and `end ID UID` lines on stdin and answers on stdout
- * (see `Spawner`). An attempt is one fork: the child enters a new session and waits for the
- * parent's word (a byte on a pipe) before it runs the script, so that nothing runs that the
- * worker was not told of, and, where the launch names a cgroup (`TY_CGROUP`, its `cgroup.procs`),
- * the parent puts the child in it before that word, so that all it starts is in there too; a
- * child it cannot put there is let go without running anything. The parent is every attempt's
- * waiter: it reaps them, records each
- * status and says it. Its commands and reports are read and written whole, with retries where
- * SIGCHLD interrupts them; SIGCHLD cuts a wait on stdin short, and the wait is bounded while
- * children run, for a SIGCHLD that comes just before it. Once stdin closes it lets go of the
- * pipe (stdin becomes /dev/null), still waits for every child, records its status and only then
- * exits. It ignores SIGINT, SIGQUIT and SIGHUP, which reach a worker's whole process group, and
- * closes every descriptor it inherited beyond stdin, stdout and stderr; its children start with
- * every signal at its default.
+ * The spawner, in Perl (perl-base is Essential on Debian): run as `perl -e PERL_SPAWNER`, it
+ * reads `run ID LAUNCH` and `end ID UID` lines on stdin and answers on stdout (see `Spawner`).
+ * An attempt is one fork: the child enters a new session and waits for the parent's word (a byte
+ * on a pipe) before it runs the script, so that nothing runs that the worker was not told of,
+ * and, where the launch names a cgroup (`TY_CGROUP`, its `cgroup.procs`), the parent puts the
+ * child in it before that word, so that all it starts is in there too; a child it cannot put
+ * there is let go without running anything.
+ *
+ * An attempt of a user of its own (`TY_UID`) runs as the first process of new PID and mount
+ * namespaces (`confined`): it sees only its own processes, has a /proc of its own and, unless
+ * its sandbox lies under them, a /tmp and /dev/shm of its own, gone when it ends; it takes the
+ * attempt's uid and gid with no other group, no capability and no way to gain privileges. The
+ * child waits for it, deaf to the stop signals its process group hears (the script passes them
+ * on), and ends as it ended; when it ends, the kernel ends whatever is left in the namespace.
+ * All of that is system calls made by the child (their numbers for x86_64 and aarch64), not
+ * programs: an attempt starts no program before its script.
+ *
+ * The parent is every attempt's waiter: it reaps them, records each status and says it. Its
+ * commands and reports are read and written whole, with retries where SIGCHLD interrupts them;
+ * SIGCHLD cuts a wait on stdin short, and the wait is bounded while children run, for a SIGCHLD
+ * that comes just before it. Once stdin closes it lets go of the pipe (stdin becomes /dev/null),
+ * still waits for every child, records its status and only then exits. It ignores SIGINT, SIGQUIT
+ * and SIGHUP, which reach a worker's whole process group, and closes every descriptor it inherited
+ * beyond stdin, stdout and stderr; its children start with every signal at its default.
  */
 export const PERL_SPAWNER = String.raw`
 use strict;
 use warnings;
 use POSIX ();
 
-my $inner = shift @ARGV;
 my @fields = qw(${LAUNCH_FIELDS.join(' ')});
 my $recheck_s = 0.1;
 my %children;
@@ -81,11 +74,6 @@ sub record {
     close $out;
 }
 
-sub on_path {
-    my ($name) = @_;
-    return grep { m{\A/} && -f "$_/$name" && -x _ } split /:/, $ENV{PATH} // '';
-}
-
 sub read_launch {
     my ($file) = @_;
     open(my $in, '<', $file) or return;
@@ -104,6 +92,58 @@ sub detach {
     POSIX::dup2(fileno($out // $null), $_) for 1, 2;
 }
 
+my %nr = %{{
+    x86_64 => { unshare => 272, mount => 165, prctl => 157, setgroups => 116, setresgid => 119,
+                setresuid => 117, capset => 126 },
+    aarch64 => { unshare => 97, mount => 40, prctl => 167, setgroups => 159, setresgid => 149,
+                 setresuid => 147, capset => 91 },
+}->{(POSIX::uname())[4]} // {}};
+my ($ms_nosuid, $ms_nodev, $ms_noexec, $ms_rec, $ms_private) = (2, 4, 8, 1 << 14, 1 << 18);
+my ($pr_capbset_drop, $pr_set_no_new_privs) = (24, 38);
+
+sub unconfined {
+    my ($what) = @_;
+    print STDERR "trainyard: cannot confine the job ($what)\n";
+    POSIX::_exit(126);
+}
+
+sub confine {
+    my ($what, $call, @args) = @_;
+    syscall($nr{$call}, @args) != -1 or unconfined("$what: $!");
+}
+
+sub confined {
+    my ($launch) = @_;
+    my ($uid, $gid) = map { 0 + $_ } @{$launch}{qw(TY_UID TY_GID)};
+    confine('namespaces', unshare => 0x20000000 | 0x00020000);
+    my $stops = POSIX::SigSet->new(POSIX::SIGINT(), POSIX::SIGTERM(), POSIX::SIGHUP());
+    POSIX::sigprocmask(POSIX::SIG_BLOCK(), $stops);
+    my $init = fork;
+    unconfined("fork: $!") unless defined $init;
+    if ($init) {
+        $0 = 'trainyard-attempt';
+        $SIG{$_} = 'IGNORE' for qw(INT TERM HUP);
+        POSIX::sigprocmask(POSIX::SIG_UNBLOCK(), $stops);
+        waitpid $init, 0;
+        POSIX::_exit($? & 127 ? 128 + ($? & 127) : $? >> 8);
+    }
+    POSIX::sigprocmask(POSIX::SIG_UNBLOCK(), $stops);
+    confine('/', mount => 'none', '/', 0, $ms_rec | $ms_private, 0);
+    confine('/proc', mount => 'proc', '/proc', 'proc', $ms_nosuid | $ms_nodev | $ms_noexec, 0);
+    if ($launch->{TY_PRIVATE_TMP} eq '1') {
+        confine($_, mount => 'tmpfs', $_, 'tmpfs', $ms_nosuid | $ms_nodev, 'mode=1777')
+          for '/tmp', '/dev/shm';
+    }
+    my $cap = 0;
+    $cap++ while syscall($nr{prctl}, $pr_capbset_drop, $cap, 0, 0, 0) != -1;
+    unconfined("capabilities: $!") unless $! == POSIX::EINVAL() && $cap > 0;
+    confine('groups', setgroups => 0, 0);
+    confine('gid', setresgid => $gid, $gid, $gid);
+    confine('uid', setresuid => $uid, $uid, $uid);
+    confine('privileges', prctl => $pr_set_no_new_privs, 1, 0, 0, 0);
+    confine('capabilities', capset => pack('LL', 0x20080522, 0), pack('L6', (0) x 6));
+}
+
 sub run_attempt {
     my ($launch, $log, $go, $ready) = @_;
     close $ready;
@@ -112,11 +152,9 @@ sub run_attempt {
     my $got;
     do { $got = sysread $go, my $byte, 1 } until defined $got || $! != POSIX::EINTR();
     POSIX::_exit(127) unless $got;
-    my @command = length $launch->{TY_UID}
-      ? ('unshare', qw(--pid --fork --mount-proc --propagation private /bin/sh -c), $inner,
-         'trainyard-attempt', @{$launch}{qw(TY_UID TY_GID TY_SCRIPT TY_PRIVATE_TMP)})
-      : ('/bin/sh', $launch->{TY_SCRIPT});
-    exec { $command[0] } @command or print STDERR "trainyard: cannot run $command[0]: $!\n";
+    confined($launch) if length $launch->{TY_UID};
+    exec { '/bin/sh' } '/bin/sh', $launch->{TY_SCRIPT};
+    print STDERR "trainyard: cannot run /bin/sh: $!\n";
     POSIX::_exit(127);
 }
 
@@ -131,10 +169,12 @@ sub start {
     my ($id, $file) = @_;
     my %launch = read_launch($file) or return report("failed $id cannot read the launch file\n");
     my ($log, $go, $ready, $pid);
+    my $own = length $launch{TY_UID};
     my $why = !chdir($launch{TY_WORK}) ? 'cannot enter the work directory'
       : !open($log, '>>', $launch{TY_LOG}) ? 'cannot open the log file'
-      : length($launch{TY_UID}) && !(on_path('setpriv') && on_path('unshare'))
-        ? 'setpriv and unshare (util-linux) are needed'
+      : $own && !%nr ? 'running a job as a user of its own needs x86_64 or aarch64'
+      : $own && "$launch{TY_UID}:$launch{TY_GID}" !~ /\A[1-9][0-9]*:[1-9][0-9]*\z/
+        ? "the job's user must be a uid and gid other than root's"
       : !pipe($go, $ready) || !defined($pid = fork) ? "cannot fork: $!"
       : undef;
     run_attempt(\%launch, $log, $go, $ready) if defined $pid && $pid == 0;

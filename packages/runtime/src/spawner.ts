@@ -3,7 +3,7 @@ import { accessSync, constants, readFileSync, statSync } from 'node:fs';
 import { isAbsolute, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Socket } from 'node:net';
-import { ATTEMPT_INIT, PERL_SPAWNER } from './perl-spawner.ts';
+import { PERL_SPAWNER } from './perl-spawner.ts';
 
 export class SpawnError extends Error {
   override name = 'SpawnError';
@@ -53,17 +53,20 @@ function running(pid: number): boolean {
 
 /**
  * A small Perl process that starts attempts for a large process, which would otherwise copy its
- * whole address space on every fork. It reads `run ID LAUNCH` lines, where LAUNCH is a launch
- * file (see `launchScript`). As the worker it enters the work directory and opens the log (the
- * attempt's user can write neither file), then forks once: the child starts a session of its
- * own and becomes `/bin/sh SCRIPT` (or, as the attempt's user, `unshare … ATTEMPT_INIT`). It
- * records the process group and says `started ID PID` on its stdout, then, once it has reaped
- * the script, records the status and says `ended ID STATUS` (128 + the signal, for a script
- * killed by one). What it cannot start it records as a launch error and says `failed ID WHY`.
- * Each line is one short write, which a pipe keeps whole. An `end ID UID` line ends every
- * process of an unprivileged uid (see `Spawner.endUser`) and says `ended ID STATUS`. Once its
- * stdin closes, the spawner waits for every script it started and records its status: a started
- * script outlives the worker, and still has its end recorded.
+ * whole address space on every fork. It reads `run ID LAUNCH` lines, where LAUNCH is a launch file
+ * (see `launchScript`). As the worker it enters the work directory and opens the log (the attempt's
+ * user can write neither file), then forks once: the child starts a session of its own and becomes
+ * `/bin/sh SCRIPT`; for an attempt of a user of its own, it first enters new PID and mount
+ * namespaces and forks their first process, which mounts a /proc of its own (and, unless the
+ * sandbox is under them, /tmp and /dev/shm), drops every capability, takes the attempt's uid and
+ * gid with no new privileges and becomes the script, while the child waits for it and ends as it
+ * did. It records the process group and says `started ID PID` on its stdout, then, once it has
+ * reaped the script, records the status and says `ended ID STATUS` (128 + the signal, for a script
+ * killed by one). What it cannot start it records as a launch error and says `failed ID WHY`. Each
+ * line is one short write, which a pipe keeps whole. An `end ID UID` line ends every process of an
+ * unprivileged uid (see `Spawner.endUser`) and says `ended ID STATUS`. Once its stdin closes, the
+ * spawner waits for every script it started and records its status: a started script outlives the
+ * worker, and still has its end recorded.
  */
 class SpawnerProcess {
   readonly #child: ChildProcess | null = null;
@@ -82,7 +85,7 @@ class SpawnerProcess {
       queueMicrotask(() => this.#ended());
       return;
     }
-    this.#child = spawn(perl, ['-e', PERL_SPAWNER, ATTEMPT_INIT], {
+    this.#child = spawn(perl, ['-e', PERL_SPAWNER], {
       env,
       stdio: ['pipe', 'pipe', 'ignore'],
     });

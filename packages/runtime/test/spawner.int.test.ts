@@ -1,5 +1,5 @@
-import { readFileSync, readlinkSync, realpathSync } from 'node:fs';
-import { mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
+import { existsSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
+import { chown, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
@@ -126,18 +126,20 @@ describe('the spawner', () => {
     }
   });
 
-  it('refuses an attempt of its own user on a host without setpriv and unshare', async () => {
-    const perlOnly = join(dir.path, 'perl-only');
-    await mkdir(perlOnly);
-    await symlink(realpathSync('/usr/bin/perl'), join(perlOnly, 'perl'));
-    const bare = new ProcessRuntime({}, perlOnly);
-    const user = { uid: process.getuid!(), gid: process.getgid!() };
-    const run = await bare.start(spec('true', { user }), () => undefined);
-    bare.close();
-    expect(await run.exited).toEqual({
-      kind: 'launch-error',
-      message: 'setpriv and unshare (util-linux) are needed',
-    });
+  it('refuses to run an attempt as root, or as a group of root', async () => {
+    for (const user of [
+      { uid: 0, gid: 0 },
+      { uid: 2_999_999, gid: 0 },
+      { uid: 0, gid: 2_999_999 },
+    ]) {
+      const s = spec('touch ran', { user });
+      const run = await runtime.start(s, () => undefined);
+      expect(await run.exited).toEqual({
+        kind: 'launch-error',
+        message: "the job's user must be a uid and gid other than root's",
+      });
+      expect(existsSync(join(s.workDir, 'ran'))).toBe(false);
+    }
   });
 
   it('fails a launch whose launch file it cannot read', async () => {
@@ -167,5 +169,54 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
     await run.exited;
     expect(await readFile(s.exitFile, 'utf8')).toMatch(/^status \d+\n$/);
     expect(processAlive(pid)).toBe(false);
+  });
+
+  it('runs an attempt of a user of its own with no other group, no capability, no new privilege, and a /proc, /tmp and /dev/shm of its own', async () => {
+    const own = await tempDir('trainyard-confined-', '/var/tmp');
+    await chown(own.path, uid, uid);
+    try {
+      const report = [
+        'echo "ids=$(id -u):$(id -g):$(id -G)"',
+        "grep -E '^(Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status",
+        'echo "first=$(ls /proc | grep -E \'^[0-9]+$\' | sort -n | head -n 1)"',
+        'awk \'{ i = 7; while ($i != "-") i++; print $5, $6, $(i + 1) }\' /proc/self/mountinfo',
+        'touch /tmp/mine && echo "tmp=$(ls /tmp)"',
+      ].join('; ');
+      const s = runSpecIn(own.path, report, { user: { uid, gid: uid } });
+      const out: string[] = [];
+      const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
+      expect(await run.exited).toEqual({ kind: 'exited', exitCode: 0 });
+      const lines = out.join('').split('\n');
+      expect(lines).toContain(`ids=${uid}:${uid}:${uid}`);
+      expect(lines.filter((line) => /^Groups:\s*$/.test(line))).toHaveLength(1);
+      for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'])
+        expect(lines).toContain(`${set}:\t0000000000000000`);
+      expect(lines).toContain('NoNewPrivs:\t1');
+      expect(lines).toContain('first=1');
+      expect(lines).toContain('/proc rw,nosuid,nodev,noexec,relatime proc');
+      expect(lines).toContain('/tmp rw,nosuid,nodev,relatime tmpfs');
+      expect(lines).toContain('/dev/shm rw,nosuid,nodev,relatime tmpfs');
+      expect(lines.filter((line) => line.startsWith('Use of') || line.includes('denied'))).toEqual(
+        [],
+      );
+      expect(lines).toContain('tmp=mine');
+      expect(existsSync('/tmp/mine')).toBe(false);
+    } finally {
+      await own.remove();
+    }
+  });
+
+  it('stops an attempt of a user of its own: its command hears SIGTERM before the grace ends', async () => {
+    const out: string[] = [];
+    const s = spec("trap 'echo got-term; exit 143' TERM; echo ready; while :; do sleep 0.1; done", {
+      user: { uid, gid: uid },
+    });
+    const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
+    await waitFor('the command to start', () => out.join('').includes('ready\n'));
+    const started = Date.now();
+    await run.kill(10_000);
+    expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+    expect(Date.now() - started).toBeLessThan(8_000);
+    expect(out.join('')).toContain('got-term\n');
   });
 });
