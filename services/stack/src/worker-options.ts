@@ -61,8 +61,9 @@ function uidRange(env: NodeJS.ProcessEnv): { first: number; count: number } {
 }
 
 /**
- * A worker running as root runs each job as a uid of its own, through `setpriv`; without it,
- * it would run them as root, so it refuses to start. Elsewhere jobs run as the worker's user.
+ * A worker running as root runs each job as a uid of its own, and ends what that uid leaves
+ * running through `setpriv`; without it, it refuses to start. Elsewhere jobs run as the
+ * worker's user.
  */
 function jobUsers(runtime: ProcessRuntime): JobUsers | undefined {
   if (process.getuid?.() !== 0) return undefined;
@@ -70,7 +71,7 @@ function jobUsers(runtime: ProcessRuntime): JobUsers | undefined {
     execFileSync('setpriv', ['--version'], { stdio: 'ignore' });
   } catch {
     throw new CliError(
-      'the worker runs as root, and runs each job as a user of its own with setpriv (util-linux), which is missing: apt-get install -y util-linux',
+      'the worker runs as root and runs each job as a user of its own, whose leftover processes it ends with setpriv (util-linux), which is missing: apt-get install -y util-linux',
       'NO_SETPRIV',
     );
   }
