@@ -85,7 +85,15 @@ function restrict(files, paths, patterns = []) {
 const banned = (names, message) => names.map((name) => ({ name, message }));
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', '**/node_modules/**', '.trainyard/**', 'bench-results/**'] },
+  {
+    ignores: [
+      'node_modules/**',
+      '**/node_modules/**',
+      '.trainyard/**',
+      'bench-results/**',
+      'services/cli/dist/**',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

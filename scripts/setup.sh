@@ -84,6 +84,12 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   fi
 fi
 
+# The bundled client (services/cli/dist): `trainyard`'s own commands start in a third of the time
+# they take from the sources. Without it they run from the sources.
+if ! node --import tsx services/cli/scripts/bundle.ts; then
+  say "could not bundle the trainyard client (see above): it runs from its sources, more slowly"
+fi
+
 # With --cluster-tools (tests, benchmarks, chaos): nats-server 2.10 for NATS clusters, from
 # Debian trixie, unpacked under .tools/ (its binary runs on bookworm). The 2.9 of bookworm can
 # fork a hash chain under concurrent appends to a clustered stream (nats-server#4320). Without

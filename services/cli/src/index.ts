@@ -14,3 +14,4 @@ export {
 export { followToEnd, submitDirectory } from './commands/submit.ts';
 export { printJson } from './commands/table.ts';
 export { buildProgram, main, type ServerCommands } from './main.ts';
+export { standIns } from './server.ts';

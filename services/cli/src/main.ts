@@ -12,9 +12,10 @@ import { registerSshKeyCommands } from './commands/ssh-keys.ts';
 import { registerSshCommands } from './commands/ssh.ts';
 import { registerUsageCommands } from './commands/usage.ts';
 import { CliError, describeError, verbose } from './errors.ts';
-import { loadServerCommands, type ServerCommands } from './server.ts';
+import { CLIENT_ONLY, loadServerCommands, standIns, type ServerCommands } from './server.ts';
 
 export type { ServerCommands } from './server.ts';
+export { CLIENT_ONLY } from './server.ts';
 
 /**
  * The `trainyard` command: the client's commands, and the server's (`up`, the services, the
@@ -51,14 +52,32 @@ export function buildProgram(server: ServerCommands): Command {
   return program;
 }
 
+/** Commands that read the whole program, the server's commands included. */
+const WHOLE_PROGRAM = new Set(['completion']);
+
+/**
+ * The top-level commands (and their aliases) that are the client's alone: the server side neither
+ * makes them nor adds to them, so they run the same without it.
+ */
+export function clientCommands(): string[] {
+  const shape = (server: ServerCommands) =>
+    new Map(buildProgram(server).commands.map((c) => [c.name(), c]));
+  const served = shape(standIns('', ''));
+  return [...shape(CLIENT_ONLY)]
+    .filter(([name]) => !WHOLE_PROGRAM.has(name))
+    .filter(([name, c]) => served.get(name)?.commands.length === c.commands.length)
+    .flatMap(([name, c]) => [name, ...c.aliases()]);
+}
+
 /**
  * Runs the command line. Output piped into a reader that stops early (`| head`) ends the CLI
  * quietly. A failure prints one line saying what went wrong and what to do, and
  * exits non-zero; `--verbose` (or `TRAINYARD_DEBUG=1`) adds the stack. An unexpected error ends
  * the process at once: a service that failed to start must exit (for its process manager to
- * start it again), not linger on an open connection.
+ * start it again), not linger on an open connection. With `server` given, the server side is
+ * not looked for.
  */
-export async function main(argv: string[]): Promise<void> {
+export async function main(argv: string[], server?: ServerCommands): Promise<void> {
   for (const stream of [process.stdout, process.stderr]) {
     stream.on('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'EPIPE') process.exit(process.exitCode ?? 0);
@@ -66,7 +85,7 @@ export async function main(argv: string[]): Promise<void> {
     });
   }
   try {
-    await buildProgram(await loadServerCommands()).parseAsync(argv);
+    await buildProgram(server ?? (await loadServerCommands())).parseAsync(argv);
   } catch (err) {
     if (err instanceof CommanderError) {
       process.exitCode = err.exitCode;

@@ -15,6 +15,12 @@ export interface ServerCommands {
 
 const SERVER_PACKAGE = '@trainyard/stack';
 
+/** No server side: the client's own commands alone (the bundled client, see `bin/`). */
+export const CLIENT_ONLY: ServerCommands = {
+  registerServiceCommands: () => undefined,
+  registerOperatorCommands: () => undefined,
+};
+
 /**
  * The server side's commands when it is installed, or stand-ins that say how to get it. A server
  * side that is installed but fails to load leaves the client's own commands working: its
@@ -61,14 +67,14 @@ function standIn(
 }
 
 /** The server's commands, each saying `why` it cannot run, with `code` (and `cause`, verbose). */
-function standIns(why: string, code: string, cause?: unknown): ServerCommands {
+export function standIns(why: string, code: string, cause?: unknown): ServerCommands {
   const add = (parent: Command, name: string, description: string) =>
     standIn(parent, name, description, why, code, cause);
   return {
     registerServiceCommands(program) {
       add(program, 'up', 'run the whole stack on this machine');
       add(program, 'nats', 'the NATS side of Trainyard');
-      for (const service of ['api', 'scheduler', 'builder', 'projector', 'watchdog']) {
+      for (const service of ['api', 'scheduler', 'builder', 'projector', 'watchdog', 'gateway']) {
         add(program, service, `run the ${service} service`);
       }
       add(program, 'worker', 'run a worker daemon on this host');
