@@ -13,3 +13,4 @@ export * from './container-channels.ts';
 export * from './session-container.ts';
 export * from './confine.ts';
 export * from './memory-cgroup.ts';
+export { JOB_IDS } from './perl-spawner.ts';

@@ -1,3 +1,16 @@
+/**
+ * The ids a job may run as: none of the system's accounts, and below 2^32 - 1, which the kernel
+ * reads as "leave it as it is" (larger ones it cuts to 32 bits, root's 0 among them).
+ */
+export const JOB_IDS = { first: 1000, last: 4_294_967_294 } as const;
+
+/** Why an attempt is refused the ids it was given. */
+export const NOT_JOB_IDS = `the job's uid and gid must be from ${JOB_IDS.first} to ${JOB_IDS.last}`;
+
+/** Whether `id` is one a job may run as (see `JOB_IDS`). */
+export const isJobId = (id: number): boolean =>
+  Number.isInteger(id) && id >= JOB_IDS.first && id <= JOB_IDS.last;
+
 /** The fields of a launch file (see `launchScript`), each one there, none holding a NUL. */
 export const LAUNCH_FIELDS = [
   'TY_WORK',
@@ -40,6 +53,7 @@ export const LAUNCH_FIELDS = [
 export const PERL_SPAWNER = String.raw`
 use strict;
 use warnings;
+use Config;
 use POSIX ();
 
 my @fields = qw(${LAUNCH_FIELDS.join(' ')});
@@ -92,14 +106,19 @@ sub detach {
     POSIX::dup2(fileno($out // $null), $_) for 1, 2;
 }
 
+sub job_id {
+    my ($id) = @_;
+    return $id =~ /\A[1-9][0-9]{3,9}\z/ && $id >= ${JOB_IDS.first} && $id <= ${JOB_IDS.last};
+}
+
 my %nr = %{{
     x86_64 => { unshare => 272, mount => 165, prctl => 157, setgroups => 116, setresgid => 119,
                 setresuid => 117, capset => 126 },
     aarch64 => { unshare => 97, mount => 40, prctl => 167, setgroups => 159, setresgid => 149,
                  setresuid => 147, capset => 91 },
-}->{(POSIX::uname())[4]} // {}};
+}->{($Config{archname} =~ /\A([^-]+)-linux/)[0] // ''} // {}};
 my ($ms_nosuid, $ms_nodev, $ms_noexec, $ms_rec, $ms_private) = (2, 4, 8, 1 << 14, 1 << 18);
-my ($pr_capbset_drop, $pr_set_no_new_privs) = (24, 38);
+my ($pr_set_pdeathsig, $pr_capbset_drop, $pr_set_no_new_privs) = (1, 24, 38);
 
 sub unconfined {
     my ($what) = @_;
@@ -140,6 +159,10 @@ sub confined {
     confine('groups', setgroups => 0, 0);
     confine('gid', setresgid => $gid, $gid, $gid);
     confine('uid', setresuid => $uid, $uid, $uid);
+    unconfined("its ids are not $uid:$gid")
+      unless POSIX::getuid() == $uid && POSIX::geteuid() == $uid
+        && POSIX::getgid() == $gid && POSIX::getegid() == $gid;
+    confine('its parent', prctl => $pr_set_pdeathsig, 9, 0, 0, 0);
     confine('privileges', prctl => $pr_set_no_new_privs, 1, 0, 0, 0);
     confine('capabilities', capset => pack('LL', 0x20080522, 0), pack('L6', (0) x 6));
 }
@@ -153,8 +176,8 @@ sub run_attempt {
     do { $got = sysread $go, my $byte, 1 } until defined $got || $! != POSIX::EINTR();
     POSIX::_exit(127) unless $got;
     confined($launch) if length $launch->{TY_UID};
-    exec { '/bin/sh' } '/bin/sh', $launch->{TY_SCRIPT};
-    print STDERR "trainyard: cannot run /bin/sh: $!\n";
+    exec { '/bin/sh' } '/bin/sh', $launch->{TY_SCRIPT}
+      or print STDERR "trainyard: cannot run /bin/sh: $!\n";
     POSIX::_exit(127);
 }
 
@@ -173,8 +196,8 @@ sub start {
     my $why = !chdir($launch{TY_WORK}) ? 'cannot enter the work directory'
       : !open($log, '>>', $launch{TY_LOG}) ? 'cannot open the log file'
       : $own && !%nr ? 'running a job as a user of its own needs x86_64 or aarch64'
-      : $own && "$launch{TY_UID}:$launch{TY_GID}" !~ /\A[1-9][0-9]*:[1-9][0-9]*\z/
-        ? "the job's user must be a uid and gid other than root's"
+      : $own && !(job_id($launch{TY_UID}) && job_id($launch{TY_GID}))
+        ? "${NOT_JOB_IDS}"
       : !pipe($go, $ready) || !defined($pid = fork) ? "cannot fork: $!"
       : undef;
     run_attempt(\%launch, $log, $go, $ready) if defined $pid && $pid == 0;
@@ -200,7 +223,7 @@ sub start {
 
 sub end_user {
     my ($id, $uid) = @_;
-    return report("ended $id 2\n") unless $uid =~ /\A[0-9]+\z/ && $uid >= 1000;
+    return report("ended $id 2\n") unless job_id($uid);
     my $pid = fork;
     return report("ended $id 126\n") unless defined $pid;
     if ($pid == 0) {

@@ -3,7 +3,7 @@ import { chownSync, closeSync, readSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
 import { shellQuote } from './shell.ts';
-import { LAUNCH_FIELDS } from './perl-spawner.ts';
+import { isJobId, LAUNCH_FIELDS, NOT_JOB_IDS } from './perl-spawner.ts';
 import { probeExports } from './probe.ts';
 import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { Channel, ChannelRequest } from '@trainyard/tunnel';
@@ -257,6 +257,8 @@ export class ProcessRuntime implements Runtime {
     let launched: Launched;
     let pid: number;
     try {
+      if (spec.user && !(isJobId(spec.user.uid) && isJobId(spec.user.gid)))
+        throw new SpawnError(NOT_JOB_IDS);
       writeFileSync(spec.scriptFile, attemptScript(spec), { mode: 0o600 });
       if (spec.user) chownSync(spec.scriptFile, spec.user.uid, spec.user.gid);
       const procs = this.cgroups?.prepare(spec.attemptId, spec.pidFile, spec.memoryBytes);

@@ -3,7 +3,7 @@ import { accessSync, constants, readFileSync, statSync } from 'node:fs';
 import { isAbsolute, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Socket } from 'node:net';
-import { PERL_SPAWNER } from './perl-spawner.ts';
+import { isJobId, PERL_SPAWNER } from './perl-spawner.ts';
 
 export class SpawnError extends Error {
   override name = 'SpawnError';
@@ -212,10 +212,10 @@ export class Spawner {
   /**
    * Ends every process running as `uid`: a shell started as that uid (through `setpriv`, which
    * runs nothing when it cannot switch) sends SIGKILL to every process it may signal, which for
-   * an unprivileged uid is that uid's own. Refuses uids below 1000. Settles with the status.
+   * an unprivileged uid is that uid's own. Refuses uids outside `JOB_IDS`. Settles with the status.
    */
   endUser(uid: number): Promise<number | null> {
-    if (!Number.isInteger(uid) || uid < 1000)
+    if (!isJobId(uid))
       return Promise.reject(new SpawnError(`refusing to end the processes of uid ${uid}`));
     return new Promise((resolve) => {
       const launch: Launch = {

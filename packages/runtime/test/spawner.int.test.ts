@@ -3,10 +3,11 @@ import { chown, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
-import { ProcessRuntime, SAFE_PATH, shellQuote, type RunSpec } from '../src/index.ts';
+import { launchScript, ProcessRuntime, SAFE_PATH, shellQuote, type RunSpec } from '../src/index.ts';
 import { runSpecIn } from './run-spec.ts';
 import { workerStarting } from './worker-process.ts';
 import { SpawnError, Spawner } from '../src/spawner.ts';
+import { NOT_JOB_IDS } from '../src/perl-spawner.ts';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 beforeAll(async () => {
@@ -126,20 +127,39 @@ describe('the spawner', () => {
     }
   });
 
-  it('refuses to run an attempt as root, or as a group of root', async () => {
+  it('refuses to run an attempt as root, as a system account, or as an id the kernel would cut to one', async () => {
+    const spawner = new Spawner({ PATH: SAFE_PATH });
     for (const user of [
       { uid: 0, gid: 0 },
       { uid: 2_999_999, gid: 0 },
       { uid: 0, gid: 2_999_999 },
+      { uid: 999, gid: 999 },
+      { uid: 4_294_967_295, gid: 2_999_999 },
+      { uid: 2_999_999, gid: 4_294_967_295 },
+      { uid: 4_294_967_296, gid: 4_294_967_296 },
+      { uid: 4_294_968_296, gid: 4_294_968_296 },
     ]) {
       const s = spec('touch ran', { user });
       const run = await runtime.start(s, () => undefined);
       expect(await run.exited).toEqual({
         kind: 'launch-error',
-        message: "the job's user must be a uid and gid other than root's",
+        message: NOT_JOB_IDS,
       });
+      // The spawner, as root, refuses them too, given a launch file that names them.
+      await writeFile(s.launchFile, launchScript(s));
+      const launched = spawner.launch(s.launchFile);
+      await expect(launched.pid).rejects.toThrow(new SpawnError(NOT_JOB_IDS));
+      expect(await launched.ended).toBeNull();
       expect(existsSync(join(s.workDir, 'ran'))).toBe(false);
     }
+    spawner.close();
+  });
+
+  it('refuses to end the processes of a system account, or of an id the kernel would cut to one', async () => {
+    for (const uid of [0, 999, 4_294_967_295, 4_294_967_296, 1.5])
+      await expect(runtime.endUser(uid)).rejects.toThrow(
+        new SpawnError(`refusing to end the processes of uid ${uid}`),
+      );
   });
 
   it('fails a launch whose launch file it cannot read', async () => {

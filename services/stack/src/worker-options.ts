@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import {
   dockerAt,
   DockerRuntime,
+  JOB_IDS,
   NoGpuInventory,
   NvidiaSmiInventory,
   ProcessRuntime,
@@ -50,13 +51,15 @@ async function inventoryFor(flags: WorkerFlags): Promise<GpuInventory> {
 }
 
 /** The uids jobs run as: `TRAINYARD_JOB_UIDS` (`FIRST-LAST`), or the default range. */
-function uidRange(env: NodeJS.ProcessEnv): { first: number; count: number } {
+export function uidRange(env: NodeJS.ProcessEnv): { first: number; count: number } {
   const raw = env.TRAINYARD_JOB_UIDS;
   if (!raw) return DEFAULT_UID_RANGE;
   const m = /^(\d+)-(\d+)$/.exec(raw);
   const [first, last] = m ? [Number(m[1]), Number(m[2])] : [0, -1];
-  if (first < 1000 || last < first)
-    throw new CliError(`TRAINYARD_JOB_UIDS must be FIRST-LAST, from 1000 up, not "${raw}"`);
+  if (first < JOB_IDS.first || last < first || last > JOB_IDS.last)
+    throw new CliError(
+      `TRAINYARD_JOB_UIDS must be FIRST-LAST, from ${JOB_IDS.first} to ${JOB_IDS.last}, not "${raw}"`,
+    );
   return { first, count: last - first + 1 };
 }
 

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { JOB_IDS } from '@trainyard/runtime';
 
 /** An account an attempt runs as: a uid, and a group of its own with the same number. */
 export interface JobUser {
@@ -31,7 +32,8 @@ export class JobUsers {
     private readonly count = DEFAULT_UID_RANGE.count,
     private readonly locks = DEFAULT_UID_LOCKS,
   ) {
-    if (first < 1000 || count < 1) throw new Error(`not a range of job uids: ${first}+${count}`);
+    if (first < JOB_IDS.first || count < 1 || first + count - 1 > JOB_IDS.last)
+      throw new Error(`not a range of job uids: ${first}+${count}`);
   }
 
   #lock(uid: number): string {
