@@ -40,7 +40,9 @@ export const LAUNCH_FIELDS = [
  * child waits for it, deaf to the stop signals its process group hears (the script passes them
  * on), and ends as it ended; when it ends, the kernel ends whatever is left in the namespace.
  * All of that is system calls made by the child (their numbers for x86_64 and aarch64), not
- * programs: an attempt starts no program before its script.
+ * programs: an attempt starts no program before its script. A step that fails ends the attempt
+ * with status 126 and its reason in the log and in the end's file, which the parent then keeps:
+ * the attempt reads as a launch error, not as the job's own exit.
  *
  * The parent is every attempt's waiter: it reaps them, records each status and says it. Its
  * commands and reports are read and written whole, with retries where SIGCHLD interrupts them;
@@ -120,9 +122,13 @@ my %nr = %{{
 my ($ms_nosuid, $ms_nodev, $ms_noexec, $ms_rec, $ms_private) = (2, 4, 8, 1 << 14, 1 << 18);
 my ($pr_set_pdeathsig, $pr_capbset_drop, $pr_set_no_new_privs) = (1, 24, 38);
 
+my $launch_errors;
+
 sub unconfined {
     my ($what) = @_;
-    print STDERR "trainyard: cannot confine the job ($what)\n";
+    my $why = "cannot confine the job ($what)";
+    print STDERR "trainyard: $why\n";
+    syswrite $launch_errors, "launch-error $why\n" if $launch_errors;
     POSIX::_exit(126);
 }
 
@@ -134,6 +140,7 @@ sub confine {
 sub confined {
     my ($launch) = @_;
     my ($uid, $gid) = map { 0 + $_ } @{$launch}{qw(TY_UID TY_GID)};
+    open($launch_errors, '>>', $launch->{TY_EXIT}) or unconfined("its end's file: $!");
     confine('namespaces', unshare => 0x20000000 | 0x00020000);
     my $stops = POSIX::SigSet->new(POSIX::SIGINT(), POSIX::SIGTERM(), POSIX::SIGHUP());
     POSIX::sigprocmask(POSIX::SIG_BLOCK(), $stops);
@@ -241,7 +248,7 @@ sub reap {
         my $child = delete $children{$pid} or next;
         my ($id, $exit_file) = @$child;
         my $status = $? & 127 ? 128 + ($? & 127) : $? >> 8;
-        record($exit_file, "status $status\n") if defined $exit_file;
+        record($exit_file, "status $status\n") if defined $exit_file && !-s $exit_file;
         report("ended $id $status\n");
     }
 }

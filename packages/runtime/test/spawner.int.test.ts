@@ -1,5 +1,5 @@
 import { existsSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
-import { chown, readFile, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
@@ -201,6 +201,7 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
         'echo "first=$(ls /proc | grep -E \'^[0-9]+$\' | sort -n | head -n 1)"',
         'awk \'{ i = 7; while ($i != "-") i++; print $5, $6, $(i + 1) }\' /proc/self/mountinfo',
         'touch /tmp/mine && echo "tmp=$(ls /tmp)"',
+        'for fd in /proc/$$/fd/*; do echo "fd=$(readlink "$fd")"; done',
       ].join('; ');
       const s = runSpecIn(own.path, report, { user: { uid, gid: uid } });
       const out: string[] = [];
@@ -220,9 +221,34 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
         [],
       );
       expect(lines).toContain('tmp=mine');
+      expect(lines.filter((line) => line.startsWith('fd='))).not.toContain(`fd=${s.exitFile}`);
       expect(existsSync('/tmp/mine')).toBe(false);
     } finally {
       await own.remove();
+    }
+  });
+
+  it('ends an attempt it cannot confine as a launch error, without running its script', async () => {
+    const bare = join(dir.path, 'no-sys-admin');
+    await mkdir(bare);
+    const perl = join(bare, 'perl');
+    await writeFile(
+      perl,
+      `#!/bin/sh\nexec setpriv --bounding-set=-sys_admin ${realpathSync('/usr/bin/perl')} "$@"\n`,
+      { mode: 0o755 },
+    );
+    const weak = new ProcessRuntime({}, `${bare}:${SAFE_PATH}`);
+    try {
+      const s = spec('touch ran', { user: { uid, gid: uid } });
+      const run = await weak.start(s, () => undefined);
+      expect(await run.exited).toEqual({
+        kind: 'launch-error',
+        message: 'cannot confine the job (namespaces: Operation not permitted)',
+      });
+      expect(existsSync(join(s.workDir, 'ran'))).toBe(false);
+      expect(await readFile(s.logFile, 'utf8')).toContain('trainyard: cannot confine the job');
+    } finally {
+      weak.close();
     }
   });
 
