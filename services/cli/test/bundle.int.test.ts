@@ -33,7 +33,7 @@ describe('the bundled client', () => {
     });
   });
 
-  it('runs a command of the client’s own, saying what the sources say', async () => {
+  it('runs a command of the client’s own', async () => {
     const run = await trainyard(unreachable);
     expect(run.code).toBe(1);
     expect(run.stderr).toContain(`file://${BUNDLE}:`);
@@ -41,14 +41,16 @@ describe('the bundled client', () => {
   });
 
   it('steps aside for the sources once a file it was made of is newer', async () => {
+    const bundled = await trainyard(unreachable);
+    expect(bundled.stderr).toContain(`file://${BUNDLE}:`);
     const built = statSync(BUNDLE).mtime;
-    await utimes(BUNDLE, built, new Date(built.getTime() - 3_600_000));
+    await utimes(BUNDLE, built, new Date(0));
     try {
       const run = await trainyard(unreachable);
       expect(run.code).toBe(1);
       expect(run.stderr).not.toContain('trainyard.mjs');
       expect(run.stderr).toContain(`${CLI}src/client.ts`);
-      expect(run.stderr.split('\n')[0]).toBe((await trainyard(unreachable)).stderr.split('\n')[0]);
+      expect(run.stderr.split('\n')[0]).toBe(bundled.stderr.split('\n')[0]);
     } finally {
       await utimes(BUNDLE, built, built);
     }
