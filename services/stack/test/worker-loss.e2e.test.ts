@@ -131,7 +131,10 @@ describe('a worker that dies mid-run', () => {
       'ckpt="$TRAINYARD_OUTPUT_DIR/step.txt"',
       'step=0; [ -f "$ckpt" ] && step=$(cat "$ckpt")',
       'echo "from step $step resumed=${TRAINYARD_RESUMED:-0}"',
-      'while [ "$step" -lt 60 ]; do step=$((step + 1)); echo "$step" > "$ckpt"; sleep 0.1; done',
+      // Written aside and renamed, as a checkpoint should be: an upload never finds it half made.
+      'while [ "$step" -lt 60 ]; do',
+      '  step=$((step + 1)); echo "$step" > "$ckpt.part"; mv "$ckpt.part" "$ckpt"; sleep 0.1',
+      'done',
       'echo "done at step $step"',
     ].join('\n');
     const res = await submit(t, token, {
