@@ -1,4 +1,4 @@
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile, execFileSync, type ChildProcess } from 'node:child_process';
 import { access, chmod, mkdir, rename, writeFile } from 'node:fs/promises';
 import { connect as netConnect } from 'node:net';
 import { join } from 'node:path';
@@ -71,7 +71,8 @@ function accountsConfig(users: NatsUser[], workers: (NatsUser | NatsKeyUser)[]):
 export interface NatsServer extends ChildServer {
   /**
    * Writes the workers' logins (those given at start, plus `extra`) and has the server reload
-   * them: a connection whose login is gone is closed. Only for a server started with `users`.
+   * them; resolves once the reload is done: a new login works, and a connection whose login is
+   * gone is closed. Only for a server started with `users`.
    */
   setWorkers(extra: (NatsUser | NatsKeyUser)[]): Promise<void>;
 }
@@ -108,6 +109,40 @@ export function findNatsServer(): string | null {
     }
   }
   return null;
+}
+
+const RELOADED = 'Reloaded server configuration';
+const RELOAD_FAILED = /Failed to reload server configuration: ([^\n]*)/;
+
+/**
+ * Resolves when `child`, a nats-server, next reports a reload done; rejects with its reason when
+ * it reports one failed, when it exits, or after `timeoutMs`. A login the reload adds works, and
+ * one it removes is closed, only once the report is out.
+ */
+function nextReload(child: ChildProcess, timeoutMs = 15_000): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let seen = '';
+    const settle = (err?: Error) => {
+      clearTimeout(timer);
+      child.off('exit', exited);
+      for (const stream of [child.stdout, child.stderr]) stream?.off('data', read);
+      if (err) reject(err);
+      else resolve();
+    };
+    const read = (chunk: Buffer) => {
+      seen = (seen + chunk.toString()).slice(-8192);
+      const failed = RELOAD_FAILED.exec(seen);
+      if (failed) settle(new Error(`nats-server did not reload: ${failed[1]}`));
+      else if (seen.includes(RELOADED)) settle();
+    };
+    const exited = () => settle(new Error('nats-server exited before it reloaded'));
+    const timer = setTimeout(
+      () => settle(new Error(`nats-server did not report its reload within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
+    child.once('exit', exited);
+    for (const stream of [child.stdout, child.stderr]) stream?.on('data', read);
+  });
 }
 
 /** Where this machine reaches a server listening on `host`: loopback for any address. */
@@ -195,15 +230,23 @@ export async function startNatsServer(opts: NatsServerOptions): Promise<NatsServ
       );
     },
   );
+  /** One reload at a time: each waits for the report of its own. */
+  let reloads: Promise<unknown> = Promise.resolve();
   return {
     pid: child.pid!,
     url: `nats://${urlHost(reachableHost(host))}:${port}`,
     stop: () => stopChild(child, 'SIGTERM'),
     kill: () => stopChild(child, 'SIGKILL'),
-    setWorkers: async (extra) => {
-      if (!opts.users) throw new Error('this nats-server takes no logins');
-      await writeUsers(extra);
-      child.kill('SIGHUP');
+    setWorkers: (extra) => {
+      if (!opts.users) return Promise.reject(new Error('this nats-server takes no logins'));
+      const reload = reloads.then(async () => {
+        await writeUsers(extra);
+        const reloaded = nextReload(child);
+        child.kill('SIGHUP');
+        await reloaded;
+      });
+      reloads = reload.catch(() => undefined);
+      return reload;
     },
   };
 }

@@ -38,7 +38,7 @@ describe('the embedded nats-server with logins', () => {
     }
   });
 
-  it('lets a worker added by reload in, with its account’s imports wired', async () => {
+  it('lets a worker added by reload in once setWorkers resolves, with its account’s imports wired, and closes it when removed', async () => {
     const server = await startNatsServer({ dir: dir.path, users: [CONTROL] });
     try {
       const nc = await connect({ servers: server.url, user: CONTROL.user, pass: CONTROL.password });
@@ -54,21 +54,22 @@ describe('the embedded nats-server with logins', () => {
         }),
       ).rejects.toThrow(/authorization/i);
       await server.setWorkers([worker]);
-      let w1: Awaited<ReturnType<typeof connect>> | null = null;
-      for (let tries = 0; !w1 && tries < 50; tries++) {
-        w1 = await connect({
-          servers: server.url,
-          user: worker.user,
-          pass: worker.password,
-          inboxPrefix: workerInbox('w1'),
-          reconnect: false,
-        }).catch(() => null);
-        if (!w1) await new Promise((r) => setTimeout(r, 100));
-      }
-      expect(w1).not.toBeNull();
-      const ack = await jetstream(w1!).publish('ty.hb.w1', 'beat');
+      const w1 = await connect({
+        servers: server.url,
+        user: worker.user,
+        pass: worker.password,
+        inboxPrefix: workerInbox('w1'),
+        reconnect: false,
+      });
+      const ack = await jetstream(w1).publish('ty.hb.w1', 'beat');
       expect(ack.stream).toBe('HB');
-      await w1!.close();
+
+      await server.setWorkers([]);
+      const ended = await Promise.race([
+        w1.closed().then(() => 'closed'),
+        new Promise((r) => setTimeout(() => r('still open'), 5_000)),
+      ]);
+      expect(ended).toBe('closed');
       await nc.close();
     } finally {
       await server.stop();
