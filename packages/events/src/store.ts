@@ -62,12 +62,27 @@ export function decodeEvent(msg: { seq: number; string(): string }): StoredEvent
  * the aggregate's last subject sequence, so two writers cannot both extend one aggregate.
  */
 export class EventStore {
+  #storedSeq = 0;
+
   constructor(
     readonly js: JetStreamClient,
     readonly jsm: JetStreamManager,
     /** Signs every event this store appends; without one, events go unsigned. */
     readonly signer: EventSigner | null = null,
   ) {}
+
+  /**
+   * The highest sequence this store has seen the log hold: an append's, or an event's it read
+   * (0 before either). Every event up to it was in the log when it was seen, so a look at the log
+   * that starts later finds them all: what a reader can use instead of asking for the newest.
+   */
+  get storedSeq(): number {
+    return this.#storedSeq;
+  }
+
+  #saw(seq: number): void {
+    if (seq > this.#storedSeq) this.#storedSeq = seq;
+  }
 
   /** Appends events to one aggregate in order, each guarded by the one before it. */
   async append<A extends Aggregate>(input: AppendInput<A>): Promise<AppendResult<A>> {
@@ -118,6 +133,7 @@ export class EventStore {
       });
     try {
       const ack = await retry(publish, { attempts: PUBLISH_ATTEMPTS, retryable: isTransient });
+      this.#saw(ack.seq);
       return ack.seq;
     } catch (err) {
       if ((err as JetStreamApiError).code === WRONG_LAST_SEQUENCE) {
@@ -148,6 +164,7 @@ export class EventStore {
   async #get(what: string, request: MsgRequest | NextMsgRequest): Promise<StoredEvent | null> {
     const msg = await getStoredMessage(this.jsm, Streams.events, request, what);
     if (!msg) return null;
+    this.#saw(msg.seq);
     return decodeEvent({ seq: msg.seq, string: () => new TextDecoder().decode(msg.data) });
   }
 
@@ -189,6 +206,7 @@ export class EventStore {
     const info = await retryTransient("read the event log's state", () =>
       this.jsm.streams.info(Streams.events),
     );
+    this.#saw(info.state.last_seq);
     return info.state.last_seq;
   }
 

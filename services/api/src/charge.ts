@@ -19,9 +19,9 @@ interface Membership {
 }
 
 /**
- * Who is in which team, folded from the team events of the log, read on demand: the log's last
- * sequence and one look at the log when nothing changed, the new events when something did.
- * Commands need not wait for the read models, nor for PostgreSQL.
+ * Who is in which team, folded from the team events of the log, read on demand: one look at the
+ * log when nothing changed, the new events when something did. Commands need not wait for the
+ * read models, nor for PostgreSQL.
  */
 class TeamIndex {
   /** The sequence of the last team event folded. */
@@ -38,8 +38,10 @@ class TeamIndex {
 
   async current(): Promise<this> {
     // Everything up to `end` is in the log before the look below starts, so a look that finds
-    // nothing more has searched up to `end` at least.
-    const end = await this.store.lastSeq();
+    // nothing more has searched up to `end` at least. Where this process has appended since
+    // the last look (each submission does), the store knows such an `end` without asking.
+    const known = this.store.storedSeq;
+    const end = known > this.#searchedTo ? known : await this.store.lastSeq();
     for (;;) {
       const from = Math.max(this.lastSeq, this.#searchedTo);
       const event = await this.store.nextAfter(from, TEAM_EVENTS);

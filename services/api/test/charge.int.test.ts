@@ -79,6 +79,53 @@ describe('the team a submission is charged to', () => {
     expect(await teamToCharge(deps, 'bob', undefined)).toBeUndefined();
   });
 
+  it('makes one request of the log a submission after this process appended, and still sees a team event appended elsewhere', async () => {
+    const deps = { bus };
+    await teamToCharge(deps, 'erin', undefined);
+    const asked: string[] = [];
+    const { lastSeq, nextAfter } = bus.store;
+    bus.store.lastSeq = () => {
+      asked.push('lastSeq');
+      return lastSeq.call(bus.store);
+    };
+    bus.store.nextAfter = (seq, filter) => {
+      asked.push(`nextAfter ${seq}`);
+      return nextAfter.call(bus.store, seq, filter);
+    };
+    try {
+      const job = await bus.store.append({
+        aggregate: 'job',
+        aggregateId: 'job_charged',
+        head: EMPTY_HEAD,
+        events: [{ type: 'JobCancelled', data: {} }],
+        meta: { now: new Date(), actor: { kind: 'user', id: 'erin' } },
+      });
+      expect(bus.store.storedSeq).toBe(job.head.seq);
+      expect(await teamToCharge(deps, 'erin', undefined)).toBeUndefined();
+      expect(asked).toEqual([expect.stringMatching(/^nextAfter /)]);
+
+      // Another process adds erin to a team: this one has appended nothing since, so it asks.
+      const other = await connectBus(nats.url, 'api-charge-other');
+      try {
+        await other.store.append({
+          aggregate: 'team',
+          aggregateId: 'graphics',
+          head: EMPTY_HEAD,
+          events: [{ type: 'TeamMemberAdded', data: { username: 'erin', role: 'member' } }],
+          meta: { now: new Date(), actor: { kind: 'user', id: 'admin' } },
+        });
+      } finally {
+        await other.close();
+      }
+      asked.length = 0;
+      expect(await teamToCharge(deps, 'erin', undefined)).toBe('graphics');
+      expect(asked[0]).toBe('lastSeq');
+    } finally {
+      bus.store.lastSeq = lastSeq;
+      bus.store.nextAfter = nextAfter;
+    }
+  });
+
   it('sees a team event appended while a look that found nothing was under way', async () => {
     const nextAfter = bus.store.nextAfter.bind(bus.store);
     let joined: Promise<unknown> | undefined;
