@@ -3,6 +3,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { cp, mkdir, rm, symlink, writeFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '@trainyard/testkit';
 import { ADMIN_PASSWORD, startTestStack, type TestStack } from './harness.ts';
@@ -183,5 +184,72 @@ describe('the trainyard client installed alone', () => {
     const out = await trainyard(['outputs', id, '--download', join(work.path, 'out')]);
     expect(out.code, out.stderr).toBe(0);
     expect(readFileSync(join(work.path, 'out', 'w.txt'), 'utf8')).toBe('7');
+  });
+});
+
+describe('the packed client (`npm run client:pack`), installed with npm on a machine without the repository', () => {
+  let prefix: string;
+  /** The installed `trainyard`, run from a directory outside the repository. */
+  const packed = (args: string[]): Promise<Run> =>
+    new Promise((done) => {
+      execFile(
+        join(prefix, 'bin', 'trainyard'),
+        args,
+        {
+          cwd: work.path,
+          timeout: 60_000,
+          env: {
+            PATH: process.env.PATH,
+            HOME: join(work.path, 'packed-home'),
+            XDG_CONFIG_HOME: join(work.path, 'packed-home', 'config'),
+            XDG_STATE_HOME: join(work.path, 'packed-home', 'state'),
+          },
+        },
+        (err, stdout, stderr) =>
+          done({ code: err ? ((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      );
+    });
+
+  beforeAll(async () => {
+    const out = join(work.path, 'packs');
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['--import', 'tsx', join(REPO, 'services/cli/scripts/pack.ts'), '--out', out],
+      { cwd: REPO, timeout: 120_000 },
+    );
+    const tarball = stdout.split('\n')[0]!;
+    expect(tarball).toMatch(/\/packs\/trainyard-\d+\.\d+\.\d+\.tgz$/);
+    prefix = join(work.path, 'prefix');
+    await promisify(execFile)(
+      'npm',
+      ['install', '-g', '--prefix', prefix, '--offline', '--no-audit', '--no-fund', tarball],
+      { cwd: work.path, timeout: 120_000 },
+    );
+  }, 240_000);
+
+  it('installs as one package with no dependencies and no TypeScript', () => {
+    const installed = join(prefix, 'lib', 'node_modules', 'trainyard');
+    expect(readdirSync(installed).sort()).toEqual(['bin', 'package.json', 'trainyard.mjs']);
+    expect(manifest(installed).dependencies).toBeUndefined();
+  });
+
+  it('logs in, submits and follows a job, and says the server commands need the server', async () => {
+    const version = await packed(['--version']);
+    expect(version.code, version.stderr).toBe(0);
+    expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+
+    const login = await packed(['--api', t.url, 'login', '-u', 'admin', '-p', ADMIN_PASSWORD]);
+    expect(login.code, login.stderr).toBe(0);
+    const project = join(work.path, 'packed-project');
+    await mkdir(project);
+    await writeFile(join(project, 'train.py'), 'print("packed", flush=True)\n');
+    const run = await packed(['submit', project, '--command', 'python3 train.py', '--follow']);
+    expect(run.code, `${run.stderr}\n${run.stdout}`).toBe(0);
+    expect(run.stdout).toContain('packed\n');
+
+    const up = await packed(['up']);
+    expect(up.code).toBe(1);
+    expect(up.stderr).toContain('`trainyard up` runs part of the Trainyard server');
+    expect(up.stderr).not.toMatch(/ERR_MODULE_NOT_FOUND|\.ts:\d+/);
   });
 });
