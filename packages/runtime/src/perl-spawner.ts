@@ -37,8 +37,11 @@ export const LAUNCH_FIELDS = [
  * namespaces (`confined`): it sees only its own processes, has a /proc of its own and, unless
  * its sandbox lies under them, a /tmp and /dev/shm of its own, gone when it ends; it takes the
  * attempt's uid and gid with no other group, no capability and no way to gain privileges. The
- * child waits for it, deaf to the stop signals its process group hears (the script passes them
- * on), and ends as it ended; when it ends, the kernel ends whatever is left in the namespace.
+ * child waits for it and ends as it ended; when it ends, the kernel ends whatever is left in the
+ * namespace. A namespace's first process drops a signal it has no handler for, so a stop signal
+ * (INT, TERM, HUP) that the process group hears before the script has set its trap would be lost:
+ * the child, which hears it too, passes it on once the script's trap is set (it reads the
+ * script's caught signals from /proc, for up to 10 s), unless the script caught it already.
  * All of that is system calls made by the child (their numbers for x86_64 and aarch64), not
  * programs: an attempt starts no program before its script. A step that fails ends the attempt
  * with status 126 and its reason in the log and in the end's file, which the parent then keeps:
@@ -123,6 +126,7 @@ my ($ms_nosuid, $ms_nodev, $ms_noexec, $ms_rec, $ms_private) = (2, 4, 8, 1 << 14
 my ($pr_set_pdeathsig, $pr_capbset_drop, $pr_set_no_new_privs) = (1, 24, 38);
 
 my $launch_errors;
+my ($pass_on_every_s, $pass_on_tries) = (0.005, 2000);
 
 sub unconfined {
     my ($what) = @_;
@@ -137,6 +141,27 @@ sub confine {
     syscall($nr{$call}, @args) != -1 or unconfined("$what: $!");
 }
 
+sub caught {
+    my ($in, $signal) = @_;
+    seek($in, 0, 0) or return undef;
+    my $status = do { local $/; <$in> } // '';
+    return undef if $status =~ /^State:\s+[ZX]/m;
+    my ($mask) = $status =~ /^SigCgt:\s+([0-9a-f]+)$/m or return undef;
+    my $number = POSIX->can("SIG$signal")->();
+    return (hex(substr($mask, -8)) >> ($number - 1)) & 1;
+}
+
+sub pass_on {
+    my ($init, $status, $signal) = @_;
+    return if !$status || caught($status, $signal);
+    for (1 .. $pass_on_tries) {
+        my $now = caught($status, $signal);
+        return unless defined $now;
+        return kill($signal, $init) if $now;
+        select(undef, undef, undef, $pass_on_every_s);
+    }
+}
+
 sub confined {
     my ($launch) = @_;
     my ($uid, $gid) = map { 0 + $_ } @{$launch}{qw(TY_UID TY_GID)};
@@ -148,7 +173,17 @@ sub confined {
     unconfined("fork: $!") unless defined $init;
     if ($init) {
         $0 = 'trainyard-attempt';
-        $SIG{$_} = 'IGNORE' for qw(INT TERM HUP);
+        # This process shares the mount namespace in which init mounts the new PID namespace's
+        # /proc, where init is 1: its status is read by whichever name it has when opened.
+        my $status;
+        open($status, '<', "/proc/$init/status") or open($status, '<', '/proc/1/status')
+          or undef $status;
+        for my $signal (qw(INT TERM HUP)) {
+            # Without SA_RESTART, so that the signal cuts the wait short and the handler runs.
+            my $action = POSIX::SigAction->new(sub { pass_on($init, $status, $signal) }, undef, 0);
+            $action->safe(1);
+            POSIX::sigaction(POSIX->can("SIG$signal")->(), $action);
+        }
         POSIX::sigprocmask(POSIX::SIG_UNBLOCK(), $stops);
         waitpid $init, 0;
         POSIX::_exit($? & 127 ? 128 + ($? & 127) : $? >> 8);

@@ -52,6 +52,7 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
       ]
     : [];
   return [
+    TRAP,
     ...env,
     RUN,
     ...setup,
@@ -64,17 +65,25 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
 }
 
 /**
- * Runs a command in a subshell and waits for it, passing on SIGTERM, SIGINT and SIGHUP: the
- * script may be the first process of a PID namespace, which ignores a signal it has no trap
- * for, and a stopping attempt must hear SIGTERM to save its work.
+ * The script's first line: SIGTERM, SIGINT and SIGHUP are noted and passed on to the command
+ * that runs. The script may be the first process of a PID namespace, which ignores a signal it
+ * has no trap for, and a stopping attempt must hear SIGTERM to save its work.
+ */
+const TRAP =
+  `trap '__ty_stopped=1; [ -z "$__ty_child" ] || kill -TERM "$__ty_child" 2>/dev/null'` +
+  ' TERM INT HUP';
+
+/**
+ * Runs a command in a subshell and waits for it. After a stop was noted, the subshell ends as
+ * SIGTERM would end it (143) without running the command; one noted as it forks hears SIGTERM.
  */
 const RUN = [
   '__ty_run() {',
   '  __ty_torun=$1',
-  '  (set --; eval "$__ty_torun") & __ty_child=$!',
-  '  trap \'__ty_stopped=1; kill -TERM "$__ty_child" 2>/dev/null\' TERM INT HUP',
+  '  (set --; [ -z "$__ty_stopped" ] || exit 143; eval "$__ty_torun") & __ty_child=$!',
+  '  [ -z "$__ty_stopped" ] || kill -TERM "$__ty_child" 2>/dev/null',
   '  while :; do wait "$__ty_child"; __ty_code=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',
-  '  trap - TERM INT HUP',
+  '  __ty_child=',
   '}',
 ].join('\n');
 

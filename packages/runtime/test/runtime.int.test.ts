@@ -1,4 +1,4 @@
-import { readdirSync, readlinkSync } from 'node:fs';
+import { readdirSync, readlinkSync, realpathSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -75,6 +75,21 @@ describe('process runtime', () => {
     await waitFor('the child to die', () => !alive(childPid), { timeoutMs: 2_000 });
   });
 
+  it('stops the command of an attempt whose stop came before the command started', async () => {
+    const out: string[] = [];
+    // A setup deaf to SIGTERM: the stop comes while it runs, and before the command is started.
+    const s = spec('sleep 3; echo finished', {
+      setup: "trap '' TERM; echo setup-started; sleep 1",
+    });
+    const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
+    await waitFor('the setup to run', () => out.join('').includes('setup-started\n'));
+    const stopped = Date.now();
+    await run.kill(10_000);
+    expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+    expect(Date.now() - stopped).toBeLessThan(2_900);
+    expect(out.join('')).not.toContain('finished');
+  });
+
   it('reports a command that cannot start as a launch error', async () => {
     const run = await runtime.start(
       spec('true', { workDir: join(dir.path, 'missing') }),
@@ -116,8 +131,20 @@ describe('process runtime, starting through its spawner', () => {
     const s = spec('sleep 300');
     const run = await startedRun(s);
     const spawner = processInfo(run.pid!)!.parent;
+    const sh = realpathSync('/bin/sh');
+    await waitFor(
+      'the attempt to run its script',
+      () => readlinkSync(`/proc/${run.pid}/exe`) === sh,
+    );
+    // A descriptor the shell closes between the listing and its reading is left out.
     const fds = (pid: number) =>
-      readdirSync(`/proc/${pid}/fd`).map((fd) => readlinkSync(`/proc/${pid}/fd/${fd}`));
+      readdirSync(`/proc/${pid}/fd`).flatMap((fd) => {
+        try {
+          return [readlinkSync(`/proc/${pid}/fd/${fd}`)];
+        } catch {
+          return [];
+        }
+      });
     const spawnerPipes = [0, 1].map((fd) => readlinkSync(`/proc/${spawner}/fd/${fd}`));
     expect(spawnerPipes.every((target) => /^(pipe|socket):/.test(target))).toBe(true);
     const attempt = fds(run.pid!);

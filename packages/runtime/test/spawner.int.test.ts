@@ -1,6 +1,7 @@
 import { existsSync, readFileSync, readlinkSync, realpathSync } from 'node:fs';
 import { chown, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
 import { launchScript, ProcessRuntime, SAFE_PATH, shellQuote, type RunSpec } from '../src/index.ts';
@@ -249,6 +250,43 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
       expect(await readFile(s.logFile, 'utf8')).toContain('trainyard: cannot confine the job');
     } finally {
       weak.close();
+    }
+  });
+
+  it('passes on a stop that the process group heard before the script of a user of its own set its trap, once the trap is set', async () => {
+    const own = await tempDir('trainyard-early-stop-', '/var/tmp');
+    await chown(own.path, uid, uid);
+    const spawner = new Spawner({ PATH: SAFE_PATH });
+    let group = 0;
+    try {
+      const s = runSpecIn(own.path, 'true', { user: { uid, gid: uid } });
+      const go = join(own.path, 'go');
+      // Builtins alone until `go` exists: the script is all the process group has to hear it.
+      const script = [
+        'echo waiting',
+        `while [ ! -e ${shellQuote(go)} ]; do :; done`,
+        "trap 'echo got-term; exit 7' TERM",
+        'echo trapped',
+        'while :; do sleep 0.05; done',
+      ];
+      await writeFile(s.scriptFile, `${script.join('\n')}\n`, { mode: 0o644 });
+      await writeFile(s.launchFile, launchScript(s));
+      const launched = spawner.launch(s.launchFile);
+      group = await launched.pid;
+      expect(group).toBeGreaterThan(1);
+      await waitFor('the script to run', async () =>
+        (await readFile(s.logFile, 'utf8')).includes('waiting\n'),
+      );
+      process.kill(-group, 'SIGTERM');
+      await delay(200);
+      await writeFile(go, '');
+      const ended = await Promise.race([launched.ended, delay(8_000).then(() => 'running')]);
+      expect(ended).toBe(7);
+      expect(await readFile(s.logFile, 'utf8')).toBe('waiting\ntrapped\ngot-term\n');
+    } finally {
+      if (group > 1 && processAlive(group)) process.kill(-group, 'SIGKILL');
+      spawner.close();
+      await own.remove();
     }
   });
 
