@@ -38,10 +38,9 @@ export const LAUNCH_FIELDS = [
  * its sandbox lies under them, a /tmp and /dev/shm of its own, gone when it ends; it takes the
  * attempt's uid and gid with no other group, no capability and no way to gain privileges. The
  * child waits for it and ends as it ended; when it ends, the kernel ends whatever is left in the
- * namespace. A namespace's first process drops a signal it has no handler for, so a stop signal
- * (INT, TERM, HUP) that the process group hears before the script has set its trap would be lost:
- * the child, which hears it too, passes it on once the script's trap is set (it reads the
- * script's caught signals from /proc, for up to 10 s), unless the script caught it already.
+ * namespace. A stop (INT, TERM, HUP) is sent to the child, which passes it on to the script once
+ * the script has a handler for it (it reads the script's caught signals from /proc, for up to
+ * 10 s): a namespace's first process drops a signal it has no handler for.
  * All of that is system calls made by the child (their numbers for x86_64 and aarch64), not
  * programs: an attempt starts no program before its script. A step that fails ends the attempt
  * with status 126 and its reason in the log and in the end's file, which the parent then keeps:
@@ -153,7 +152,7 @@ sub caught {
 
 sub pass_on {
     my ($init, $status, $signal) = @_;
-    return if !$status || caught($status, $signal);
+    return unless $status;
     for (1 .. $pass_on_tries) {
         my $now = caught($status, $signal);
         return unless defined $now;

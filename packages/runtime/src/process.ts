@@ -35,9 +35,17 @@ export { shellQuote } from './shell.ts';
  * The script that runs one attempt (`RunSpec.scriptFile`), as the attempt's user, in a new
  * session, in the work directory, with its output already sent to the log (the runtime's
  * spawner did those, as the worker). It sets the attempt's environment, runs `setup` if there
- * is one, then the command, each in a subshell (a fork, no new program) that it passes stop
- * signals on to, and records how it ended in the result file. It ends with its command's exit
- * code; a failed setup ends it with `SETUP_FAILED`.
+ * is one, then the command, each in a subshell (a fork, no new program), and records how it
+ * ended in the result file. It ends with its command's exit code; a failed setup ends it with
+ * `SETUP_FAILED`.
+ *
+ * A stop is SIGTERM (or SIGINT, SIGHUP) to the attempt: the script notes the first, from its
+ * first line on. A subshell that hears it waits for the program it runs (`python train.py`
+ * saving its work) before it ends; one forked after the stop does not run its command. An
+ * attempt of a user of its own hears its stop through the spawner's child, which passes it to
+ * the script once its trap is set (the first process of a PID namespace drops a signal it has no
+ * handler for); the script then sends it to its whole process group, so that each process hears
+ * it once.
  */
 export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.env): string {
   const env = Object.entries(attemptEnv(spec, host)).map(
@@ -52,7 +60,7 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
       ]
     : [];
   return [
-    TRAP,
+    spec.user ? TRAP_ISOLATED : TRAP,
     ...env,
     RUN,
     ...setup,
@@ -65,22 +73,29 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
 }
 
 /**
- * The script's first line: SIGTERM, SIGINT and SIGHUP are noted and passed on to the command
- * that runs. The script may be the first process of a PID namespace, which ignores a signal it
- * has no trap for, and a stopping attempt must hear SIGTERM to save its work.
+ * The script's first line, for an attempt whose process group hears the stop: the first stop is
+ * noted, and passed on to the subshell that runs (in case it was forked as the stop came).
  */
 const TRAP =
-  `trap '__ty_stopped=1; [ -z "$__ty_child" ] || kill -TERM "$__ty_child" 2>/dev/null'` +
+  `trap '[ -n "$__ty_stopped" ] || { __ty_stopped=1;` +
+  ` [ -z "$__ty_child" ] || kill -TERM "$__ty_child" 2>/dev/null; }' TERM INT HUP`;
+
+/** The script's first line, for an attempt whose script alone hears the stop: it tells all. */
+const TRAP_ISOLATED =
+  `trap '[ -n "$__ty_stopped" ] || { __ty_stopped=1; kill -TERM 0 2>/dev/null; }'` +
   ' TERM INT HUP';
 
 /**
- * Runs a command in a subshell and waits for it. After a stop was noted, the subshell ends as
- * SIGTERM would end it (143) without running the command; one noted as it forks hears SIGTERM.
+ * Runs a command in a subshell and waits for it. On a stop the subshell ends as SIGTERM would
+ * end it (143), once the program it waits for has ended; forked after a stop, it ends so without
+ * running the command. The command's own traps replace the subshell's.
  */
 const RUN = [
   '__ty_run() {',
   '  __ty_torun=$1',
-  '  (set --; [ -z "$__ty_stopped" ] || exit 143; eval "$__ty_torun") & __ty_child=$!',
+  `  (set --; trap 'exit 143' TERM INT HUP; [ -z "$__ty_stopped" ] || exit 143;` +
+    ' eval "$__ty_torun") &',
+  '  __ty_child=$!',
   '  [ -z "$__ty_stopped" ] || kill -TERM "$__ty_child" 2>/dev/null',
   '  while :; do wait "$__ty_child"; __ty_code=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',
   '  __ty_child=',
@@ -195,9 +210,15 @@ function signalAttempt(pid: number, signal: NodeJS.Signals): void {
   if (!signalGroup(pid, signal)) signalProcess(pid, signal);
 }
 
-function killer(pid: number, exited: Promise<ProcessExit>) {
+/**
+ * Stops an attempt: SIGTERM, then SIGKILL to its whole process group after the grace. An attempt
+ * of a user of its own (`isolated`) hears SIGTERM through its first process alone, which passes
+ * it on (see `attemptScript`); any other, through its process group.
+ */
+function killer(pid: number, exited: Promise<ProcessExit>, isolated: boolean) {
   return async (graceMs = 10_000) => {
-    signalAttempt(pid, 'SIGTERM');
+    if (isolated) signalProcess(pid, 'SIGTERM');
+    else signalAttempt(pid, 'SIGTERM');
     const timer = setTimeout(() => signalAttempt(pid, 'SIGKILL'), graceMs);
     await exited;
     clearTimeout(timer);
@@ -284,7 +305,7 @@ export class ProcessRuntime implements Runtime {
       await tail.close();
       return this.#ended(spec, await endOf(spec, status));
     });
-    return { pid, exited, kill: killer(pid, exited) };
+    return { pid, exited, kill: killer(pid, exited, spec.user !== undefined) };
   }
 
   async endUser(uid: number): Promise<void> {
@@ -327,6 +348,6 @@ export class ProcessRuntime implements Runtime {
       const timer = setInterval(() => void watch(), WATCH_MS);
       void watch();
     });
-    return { pid, exited, kill: killer(pid, exited) };
+    return { pid, exited, kill: killer(pid, exited, spec.user !== undefined) };
   }
 }

@@ -253,7 +253,7 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
     }
   });
 
-  it('passes on a stop that the process group heard before the script of a user of its own set its trap, once the trap is set', async () => {
+  it('passes a stop that came before the script of a user of its own set its trap on to it, once the trap is set', async () => {
     const own = await tempDir('trainyard-early-stop-', '/var/tmp');
     await chown(own.path, uid, uid);
     const spawner = new Spawner({ PATH: SAFE_PATH });
@@ -261,7 +261,6 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
     try {
       const s = runSpecIn(own.path, 'true', { user: { uid, gid: uid } });
       const go = join(own.path, 'go');
-      // Builtins alone until `go` exists: the script is all the process group has to hear it.
       const script = [
         'echo waiting',
         `while [ ! -e ${shellQuote(go)} ]; do :; done`,
@@ -277,7 +276,8 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
       await waitFor('the script to run', async () =>
         (await readFile(s.logFile, 'utf8')).includes('waiting\n'),
       );
-      process.kill(-group, 'SIGTERM');
+      // The runtime stops such an attempt through its first process, the spawner's child.
+      process.kill(group, 'SIGTERM');
       await delay(200);
       await writeFile(go, '');
       const ended = await Promise.race([launched.ended, delay(8_000).then(() => 'running')]);
