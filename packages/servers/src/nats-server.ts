@@ -71,8 +71,9 @@ function accountsConfig(users: NatsUser[], workers: (NatsUser | NatsKeyUser)[]):
 export interface NatsServer extends ChildServer {
   /**
    * Writes the workers' logins (those given at start, plus `extra`) and has the server reload
-   * them; resolves once the reload is done: a new login works, and a connection whose login is
-   * gone is closed. Only for a server started with `users`.
+   * them; resolves once the server reports the reload done: a new login works from then on, and
+   * the server has ended each connection whose login is gone (its client hears of it soon
+   * after). Only for a server started with `users`.
    */
   setWorkers(extra: (NatsUser | NatsKeyUser)[]): Promise<void>;
 }
@@ -120,6 +121,8 @@ const RELOAD_FAILED = /Failed to reload server configuration: ([^\n]*)/;
  * one it removes is closed, only once the report is out.
  */
 function nextReload(child: ChildProcess, timeoutMs = 15_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null)
+    return Promise.reject(new Error('nats-server has exited'));
   return new Promise((resolve, reject) => {
     let seen = '';
     const settle = (err?: Error) => {
@@ -130,10 +133,12 @@ function nextReload(child: ChildProcess, timeoutMs = 15_000): Promise<void> {
       else resolve();
     };
     const read = (chunk: Buffer) => {
-      seen = (seen + chunk.toString()).slice(-8192);
+      seen += chunk.toString();
       const failed = RELOAD_FAILED.exec(seen);
       if (failed) settle(new Error(`nats-server did not reload: ${failed[1]}`));
       else if (seen.includes(RELOADED)) settle();
+      // What is kept is enough to find a report cut between two chunks.
+      else seen = seen.slice(-1024);
     };
     const exited = () => settle(new Error('nats-server exited before it reloaded'));
     const timer = setTimeout(

@@ -1,8 +1,10 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { connect } from '@nats-io/transport-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '@trainyard/testkit';
-import { startNatsServer, workerPermissions } from '../src/index.ts';
+import { findNatsServer, startNatsServer, workerPermissions } from '../src/index.ts';
 import { workerInbox } from '@trainyard/service-kit';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
@@ -38,6 +40,43 @@ describe('the embedded nats-server with logins', () => {
     }
   });
 
+  it('resolves setWorkers only once the server has reloaded, however long the reload takes', async () => {
+    // A nats-server that takes its time over each reload: the signal reaches it half a second late.
+    const slow = join(dir.path, 'slow-nats-server');
+    await writeFile(
+      slow,
+      [
+        '#!/bin/sh',
+        `[ "$1" = -t ] && exec ${findNatsServer()} "$@"`,
+        `${findNatsServer()} "$@" & server=$!`,
+        'trap \'sleep 0.5; kill -HUP "$server"\' HUP',
+        'trap \'kill -TERM "$server"\' TERM',
+        'while kill -0 "$server" 2>/dev/null; do wait "$server"; done',
+        '',
+      ].join('\n'),
+      { mode: 0o755 },
+    );
+    const server = await startNatsServer({
+      dir: join(dir.path, 'slow'),
+      binary: slow,
+      users: [CONTROL],
+    });
+    try {
+      const worker = { user: 'w9', password: 'w9-password', permissions: workerPermissions('w9') };
+      await server.setWorkers([worker]);
+      const w9 = await connect({
+        servers: server.url,
+        user: worker.user,
+        pass: worker.password,
+        inboxPrefix: workerInbox('w9'),
+        reconnect: false,
+      });
+      await w9.close();
+    } finally {
+      await server.stop();
+    }
+  });
+
   it('lets a worker added by reload in once setWorkers resolves, with its account’s imports wired, and closes it when removed', async () => {
     const server = await startNatsServer({ dir: dir.path, users: [CONTROL] });
     try {
@@ -63,6 +102,26 @@ describe('the embedded nats-server with logins', () => {
       });
       const ack = await jetstream(w1).publish('ty.hb.w1', 'beat');
       expect(ack.stream).toBe('HB');
+      // Each worker added logs in the moment its reload resolves, however quick the reload.
+      const added = [worker];
+      for (const name of ['w2', 'w3', 'w4', 'w5']) {
+        added.push({
+          user: name,
+          password: `${name}-password`,
+          permissions: workerPermissions(name),
+        });
+        await server.setWorkers([...added]);
+        const nc = await connect({
+          servers: server.url,
+          user: name,
+          pass: `${name}-password`,
+          inboxPrefix: workerInbox(name),
+          reconnect: false,
+        });
+        const beat = await jetstream(nc).publish(`ty.hb.${name}`, 'beat');
+        expect(beat.stream).toBe('HB');
+        await nc.close();
+      }
 
       await server.setWorkers([]);
       const ended = await Promise.race([
