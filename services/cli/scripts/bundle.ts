@@ -3,7 +3,7 @@
  * file of JavaScript, which starts in a third of the time tsx takes to load the sources. Beside
  * it, `dist/manifest.json` names the commands it may run (the client's alone) and the files it
  * was made of (this script among them), so that `bin/trainyard.js` runs it only while none of
- * them is newer. A bundle that is still as new as its files is left as it is.
+ * them is newer. A bundle that is still as new as its files is left as it is, unless `--force`.
  */
 import { mkdir, rename, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
@@ -12,7 +12,7 @@ import { bundleFile, bundleManifest, dist, isFresh } from '../bin/bundled.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const made = bundleManifest();
-if (made && isFresh(made)) process.exit(0);
+if (made && isFresh(made) && !process.argv.includes('--force')) process.exit(0);
 const { clientCommands } = await import('../src/main.ts');
 
 /** Writes `file` whole or not at all: a client starting meanwhile reads the old one or the new. */

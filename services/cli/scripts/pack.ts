@@ -2,9 +2,8 @@
  * Packs the `trainyard` client for a machine without the repository (a laptop, a login node):
  * `npm run client:pack [-- --out DIR]` writes `trainyard-VERSION.tgz`, which
  * `npm install -g trainyard-VERSION.tgz` installs with nothing else. It holds the bundled client
- * (`dist/trainyard.mjs`, made first if it is missing or older than its sources) and a `bin`: no
- * dependencies, no TypeScript, Node 20 or later. The server's commands say there that they need
- * the server installed.
+ * (`dist/trainyard.mjs`, made again first) and a `bin`: no dependencies, no TypeScript, Node 20
+ * or later. The server's commands are stand-ins there, which say that they need the server.
  */
 import { execFile } from 'node:child_process';
 import { copyFile, chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -19,10 +18,11 @@ const cli = fileURLToPath(new URL('..', import.meta.url));
 const { values } = parseArgs({ options: { out: { type: 'string' } } });
 const out = resolve(values.out ?? join(cli, 'dist'));
 
+/** The packed `trainyard`: every command from the bundle, the server's as stand-ins. */
 const ENTRY = `#!/usr/bin/env node
-import { main } from '../trainyard.mjs';
+import { main, serverNotInstalled } from '../trainyard.mjs';
 
-await main(process.argv);
+await main(process.argv, serverNotInstalled());
 `;
 
 const { version, description } = JSON.parse(await readFile(join(cli, 'package.json'), 'utf8')) as {
@@ -30,7 +30,8 @@ const { version, description } = JSON.parse(await readFile(join(cli, 'package.js
   description: string;
 };
 
-await run(process.execPath, ['--import', 'tsx', join(cli, 'scripts', 'bundle.ts')], { cwd: cli });
+const bundle = join(cli, 'scripts', 'bundle.ts');
+await run(process.execPath, ['--import', 'tsx', bundle, '--force'], { cwd: cli });
 const stage = await mkdtemp(join(tmpdir(), 'trainyard-client-pack-'));
 try {
   await mkdir(join(stage, 'bin'));
@@ -53,7 +54,8 @@ try {
   });
   const [packed] = JSON.parse(stdout) as { filename: string }[];
   const file = join(out, packed!.filename);
-  console.log(`${file}\ninstall it with: npm install -g ${file}`);
+  const quoted = /^[\w./-]+$/.test(file) ? file : `'${file.replaceAll("'", `'\\''`)}'`;
+  console.log(`${file}\ninstall it with: npm install -g ${quoted}`);
 } finally {
   await rm(stage, { recursive: true, force: true });
 }

@@ -15,7 +15,7 @@ import { CliError, describeError, verbose } from './errors.ts';
 import { CLIENT_ONLY, loadServerCommands, standIns, type ServerCommands } from './server.ts';
 
 export type { ServerCommands } from './server.ts';
-export { CLIENT_ONLY } from './server.ts';
+export { CLIENT_ONLY, serverNotInstalled } from './server.ts';
 
 /**
  * The `trainyard` command: the client's commands, and the server's (`up`, the services, the

@@ -15,6 +15,13 @@ export interface ServerCommands {
 
 const SERVER_PACKAGE = '@trainyard/stack';
 
+/** The server's commands, each saying that the server is not installed beside this client. */
+export function serverNotInstalled(): ServerCommands {
+  return standIns(NOT_INSTALLED, 'SERVER_NOT_INSTALLED');
+}
+
+const NOT_INSTALLED = `runs part of the Trainyard server, which is not installed beside this client: install ${SERVER_PACKAGE} on a host that runs it. This client talks to a running Trainyard through its API (\`trainyard login --api URL\`)`;
+
 /** No server side: the client's own commands alone (the bundled client, see `bin/`). */
 export const CLIENT_ONLY: ServerCommands = {
   registerServiceCommands: () => undefined,
@@ -33,10 +40,7 @@ export async function loadServerCommands(): Promise<ServerCommands> {
     const { code } = err as NodeJS.ErrnoException;
     const message = err instanceof Error ? err.message : String(err);
     if (code === 'ERR_MODULE_NOT_FOUND' && message.includes(`'${SERVER_PACKAGE}'`)) {
-      return standIns(
-        `runs part of the Trainyard server, which is not installed beside this client: install ${SERVER_PACKAGE} on a host that runs it. This client talks to a running Trainyard through its API (\`trainyard login --api URL\`)`,
-        'SERVER_NOT_INSTALLED',
-      );
+      return serverNotInstalled();
     }
     return standIns(
       `runs part of the Trainyard server, and ${SERVER_PACKAGE} is installed but cannot be loaded (${message.split('\n')[0]}): install it again`,

@@ -247,6 +247,8 @@ describe('the packed client (`npm run client:pack`), installed with npm on a mac
     expect(run.code, `${run.stderr}\n${run.stdout}`).toBe(0);
     expect(run.stdout).toContain('packed\n');
 
+    const help = await packed(['--help']);
+    expect(help.stdout).toMatch(/up \[args\.\.\.\]\s+run the whole stack on this machine \(needs/);
     const up = await packed(['up']);
     expect(up.code).toBe(1);
     expect(up.stderr).toContain('`trainyard up` runs part of the Trainyard server');
