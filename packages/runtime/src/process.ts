@@ -1,5 +1,5 @@
 import { constants as osConstants } from 'node:os';
-import { chownSync, closeSync, readSync, writeFileSync } from 'node:fs';
+import { chownSync, closeSync, readFileSync, readSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import type { ProcessExit } from '@trainyard/domain';
 import { shellQuote } from './shell.ts';
@@ -39,13 +39,10 @@ export { shellQuote } from './shell.ts';
  * ended in the result file. It ends with its command's exit code; a failed setup ends it with
  * `SETUP_FAILED`.
  *
- * A stop is SIGTERM (or SIGINT, SIGHUP) to the attempt: the script notes the first, from its
- * first line on. A subshell that hears it waits for the program it runs (`python train.py`
- * saving its work) before it ends; one forked after the stop does not run its command. An
- * attempt of a user of its own hears its stop through the spawner's child, which passes it to
- * the script once its trap is set (the first process of a PID namespace drops a signal it has no
- * handler for); the script then sends it to its whole process group, so that each process hears
- * it once.
+ * A stop is SIGTERM (or SIGINT, SIGHUP) to the attempt. Most attempts hear it through their
+ * process group. An attempt of a user of its own hears it through the spawner's child, which
+ * passes it to the script once the script's trap is set (the first process of a PID namespace
+ * drops a signal it has no handler for); the script then sends it to its whole process group.
  */
 export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.env): string {
   const env = Object.entries(attemptEnv(spec, host)).map(
@@ -60,9 +57,8 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
       ]
     : [];
   return [
-    spec.user ? TRAP_ISOLATED : TRAP,
     ...env,
-    RUN,
+    run(spec.user ? STOP_ISOLATED : STOP_GROUP),
     ...setup,
     ...probeExports(spec),
     `__ty_run ${shellQuote(spec.command)}`,
@@ -72,35 +68,34 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
   ].join('\n');
 }
 
-/**
- * The script's first line, for an attempt whose process group hears the stop: the first stop is
- * noted, and passed on to the subshell that runs (in case it was forked as the stop came).
- */
-const TRAP =
-  `trap '[ -n "$__ty_stopped" ] || { __ty_stopped=1;` +
-  ` [ -z "$__ty_child" ] || kill -TERM "$__ty_child" 2>/dev/null; }' TERM INT HUP`;
-
-/** The script's first line, for an attempt whose script alone hears the stop: it tells all. */
-const TRAP_ISOLATED =
-  `trap '[ -n "$__ty_stopped" ] || { __ty_stopped=1; kill -TERM 0 2>/dev/null; }'` +
-  ' TERM INT HUP';
+/** What the trap does on a stop where the process group hears it: the subshell hears it again. */
+const STOP_GROUP = '__ty_stopped=1; kill -TERM "$__ty_child" 2>/dev/null';
 
 /**
- * Runs a command in a subshell and waits for it. On a stop the subshell ends as SIGTERM would
- * end it (143), once the program it waits for has ended; forked after a stop, it ends so without
- * running the command. The command's own traps replace the subshell's.
+ * What the trap does on a stop where the script alone hears it (passed on by the spawner's
+ * child): the first sends it to the whole process group, the script's own copy included.
  */
-const RUN = [
-  '__ty_run() {',
-  '  __ty_torun=$1',
-  `  (set --; trap 'exit 143' TERM INT HUP; [ -z "$__ty_stopped" ] || exit 143;` +
-    ' eval "$__ty_torun") &',
-  '  __ty_child=$!',
-  '  [ -z "$__ty_stopped" ] || kill -TERM "$__ty_child" 2>/dev/null',
-  '  while :; do wait "$__ty_child"; __ty_code=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',
-  '  __ty_child=',
-  '}',
-].join('\n');
+const STOP_ISOLATED = '[ -n "$__ty_stopped" ] || { __ty_stopped=1; kill -TERM 0 2>/dev/null; }';
+
+/**
+ * Runs a command in a subshell and waits for it, with a trap on SIGTERM, SIGINT and SIGHUP
+ * (`stop`) while it runs: the script may be the first process of a PID namespace, which ignores
+ * a signal it has no trap for, and a stopping attempt must hear SIGTERM to save its work. The
+ * trap is set once the subshell is forked, so the subshell starts with each signal at its
+ * default; a subshell forked after a stop ends as SIGTERM would end it (143), without running
+ * its command.
+ */
+function run(stop: string): string {
+  return [
+    '__ty_run() {',
+    '  __ty_torun=$1',
+    '  (set --; [ -z "$__ty_stopped" ] || exit 143; eval "$__ty_torun") & __ty_child=$!',
+    `  trap '${stop}' TERM INT HUP`,
+    '  while :; do wait "$__ty_child"; __ty_code=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',
+    '  trap - TERM INT HUP',
+    '}',
+  ].join('\n');
+}
 
 /** Whether `path` lies in /tmp or /dev/shm, which an attempt cannot have private copies of then. */
 export function underSharedTmp(path: string): boolean {
@@ -211,13 +206,26 @@ function signalAttempt(pid: number, signal: NodeJS.Signals): void {
 }
 
 /**
+ * Whether process `pid` ignores SIGTERM: the first process of an isolated attempt that a spawner
+ * of an earlier release started, which left its script to hear the process group's.
+ */
+function ignoresTerm(pid: number): boolean {
+  try {
+    const ignored = /^SigIgn:\s+([0-9a-f]+)$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return ignored !== null && (parseInt(ignored[1]!.slice(-8), 16) & (1 << 14)) !== 0;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Stops an attempt: SIGTERM, then SIGKILL to its whole process group after the grace. An attempt
  * of a user of its own (`isolated`) hears SIGTERM through its first process alone, which passes
  * it on (see `attemptScript`); any other, through its process group.
  */
 function killer(pid: number, exited: Promise<ProcessExit>, isolated: boolean) {
   return async (graceMs = 10_000) => {
-    if (isolated) signalProcess(pid, 'SIGTERM');
+    if (isolated && !ignoresTerm(pid)) signalProcess(pid, 'SIGTERM');
     else signalAttempt(pid, 'SIGTERM');
     const timer = setTimeout(() => signalAttempt(pid, 'SIGKILL'), graceMs);
     await exited;

@@ -13,7 +13,6 @@ import {
   NvidiaSmiInventory,
   ProcessRuntime,
   recordedPid,
-  shellQuote,
   SimulatedInventory,
   type RunSpec,
 } from '../src/index.ts';
@@ -75,27 +74,6 @@ describe('process runtime', () => {
     expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
     await waitFor('the child to die', () => !alive(childPid), { timeoutMs: 2_000 });
   });
-
-  for (const user of process.getuid?.() === 0
-    ? [undefined, { uid: 2_999_999, gid: 2_999_999 }]
-    : [undefined]) {
-    it(`lets a program that saves its work on SIGTERM hear it once and finish saving (${user ? 'a user of its own' : "the worker's user"})`, async () => {
-      const out: string[] = [];
-      const program = [
-        'trap "echo got-term; sleep 1; echo saved; exit 0" TERM',
-        'echo ready',
-        'while :; do sleep 0.1; done',
-      ].join('; ');
-      const s = spec(`sh -c ${shellQuote(program)}`, user ? { user } : {});
-      const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
-      await waitFor('the program to start', () => out.join('').includes('ready\n'));
-      await run.kill(10_000);
-      expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
-      const lines = out.join('').split('\n');
-      expect(lines.filter((line) => line === 'got-term')).toHaveLength(1);
-      expect(lines).toContain('saved');
-    });
-  }
 
   it('stops the command of an attempt whose stop came before the command started', async () => {
     const out: string[] = [];
