@@ -1,4 +1,5 @@
-import { readdirSync, readlinkSync, realpathSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -306,5 +307,38 @@ describe('process runtime, attaching to what an earlier worker started', () => {
     const attached = await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined);
     await attached!.kill(500);
     expect(alive(run.pid!)).toBe(false);
+  });
+
+  it('stops an attached attempt of a user of its own whose first process ignores SIGTERM (an earlier spawner) through its process group', async () => {
+    const heard = join(dir.path, 'heard');
+    // A first process deaf to SIGTERM, and under it a program that saves on it.
+    const leader = spawn(
+      'perl',
+      [
+        '-e',
+        [
+          '$SIG{TERM} = "IGNORE";',
+          'my $pid = fork;',
+          'if (!$pid) {',
+          '  $SIG{TERM} = sub { open my $f, ">", $ARGV[0]; exit 0 };',
+          '  open my $r, ">", "$ARGV[0].ready"; close $r; sleep 30; exit 1',
+          '}',
+          'waitpid $pid, 0;',
+        ].join(' '),
+        heard,
+      ],
+      { detached: true, stdio: 'ignore' },
+    );
+    try {
+      await waitFor('the program to start', () => existsSync(`${heard}.ready`));
+      const s = spec('true', { user: { uid: 2_999_999, gid: 2_999_999 } });
+      const attached = await runtime.attach(s, leader.pid!, 0, () => undefined);
+      const stopped = Date.now();
+      await attached!.kill(5_000);
+      expect(Date.now() - stopped).toBeLessThan(4_000);
+      expect(existsSync(heard)).toBe(true);
+    } finally {
+      if (alive(leader.pid!)) process.kill(-leader.pid!, 'SIGKILL');
+    }
   });
 });

@@ -290,6 +290,19 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
     }
   });
 
+  it('stops an attempt of a user of its own in its first milliseconds without waiting for the grace', async () => {
+    for (let i = 0; i < 8; i++) {
+      const run = await runtime.start(
+        spec('sleep 30', { user: { uid, gid: uid } }),
+        () => undefined,
+      );
+      await delay(i);
+      const stopped = Date.now();
+      await run.kill(5_000);
+      expect(Date.now() - stopped).toBeLessThan(4_000);
+    }
+  });
+
   it('stops an attempt of a user of its own: its command hears SIGTERM before the grace ends', async () => {
     const out: string[] = [];
     const s = spec("trap 'echo got-term; exit 143' TERM; echo ready; while :; do sleep 0.1; done", {
