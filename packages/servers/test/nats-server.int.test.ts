@@ -17,6 +17,23 @@ afterAll(async () => {
 
 const CONTROL = { user: 'control', password: 'control-password' };
 
+/** A worker's login, as `setWorkers` takes it. */
+const workerLogin = (name: string) => ({
+  user: name,
+  password: `${name}-password`,
+  permissions: workerPermissions(name),
+});
+
+/** Connects as worker `name`, as a worker does: its own inbox prefix, no reconnecting. */
+const connectWorker = (url: string, name: string) =>
+  connect({
+    servers: url,
+    user: name,
+    pass: `${name}-password`,
+    inboxPrefix: workerInbox(name),
+    reconnect: false,
+  });
+
 describe('the embedded nats-server with logins', () => {
   it('keeps the streams of a store made before the control plane had an account', async () => {
     const open = await startNatsServer({ dir: dir.path });
@@ -62,15 +79,8 @@ describe('the embedded nats-server with logins', () => {
       users: [CONTROL],
     });
     try {
-      const worker = { user: 'w9', password: 'w9-password', permissions: workerPermissions('w9') };
-      await server.setWorkers([worker]);
-      const w9 = await connect({
-        servers: server.url,
-        user: worker.user,
-        pass: worker.password,
-        inboxPrefix: workerInbox('w9'),
-        reconnect: false,
-      });
+      await server.setWorkers([workerLogin('w9')]);
+      const w9 = await connectWorker(server.url, 'w9');
       await w9.close();
     } finally {
       await server.stop();
@@ -83,7 +93,7 @@ describe('the embedded nats-server with logins', () => {
       const nc = await connect({ servers: server.url, user: CONTROL.user, pass: CONTROL.password });
       const jsm = await jetstreamManager(nc);
       await jsm.streams.add({ name: 'HB', subjects: ['ty.hb.*'] });
-      const worker = { user: 'w1', password: 'w1-password', permissions: workerPermissions('w1') };
+      const worker = workerLogin('w1');
       await expect(
         connect({
           servers: server.url,
@@ -93,31 +103,15 @@ describe('the embedded nats-server with logins', () => {
         }),
       ).rejects.toThrow(/authorization/i);
       await server.setWorkers([worker]);
-      const w1 = await connect({
-        servers: server.url,
-        user: worker.user,
-        pass: worker.password,
-        inboxPrefix: workerInbox('w1'),
-        reconnect: false,
-      });
+      const w1 = await connectWorker(server.url, 'w1');
       const ack = await jetstream(w1).publish('ty.hb.w1', 'beat');
       expect(ack.stream).toBe('HB');
       // Each worker added logs in the moment its reload resolves, however quick the reload.
       const added = [worker];
       for (const name of ['w2', 'w3', 'w4', 'w5']) {
-        added.push({
-          user: name,
-          password: `${name}-password`,
-          permissions: workerPermissions(name),
-        });
+        added.push(workerLogin(name));
         await server.setWorkers([...added]);
-        const nc = await connect({
-          servers: server.url,
-          user: name,
-          pass: `${name}-password`,
-          inboxPrefix: workerInbox(name),
-          reconnect: false,
-        });
+        const nc = await connectWorker(server.url, name);
         const beat = await jetstream(nc).publish(`ty.hb.${name}`, 'beat');
         expect(beat.stream).toBe('HB');
         await nc.close();
