@@ -2,6 +2,7 @@ export * from './gpu.ts';
 export * from './logship.ts';
 export * from './file-tail.ts';
 export * from './env.ts';
+export * from './attempt-script.ts';
 export * from './process.ts';
 export * from './simulated.ts';
 export * from './types.ts';

@@ -1,10 +1,10 @@
 import { constants as osConstants } from 'node:os';
 import { chownSync, closeSync, readFileSync, readSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { ProcessExit } from '@trainyard/domain';
-import { shellQuote } from './shell.ts';
-import { isJobId, LAUNCH_FIELDS, NOT_JOB_IDS } from './perl-spawner.ts';
-import { probeExports } from './probe.ts';
+import { isJobId, NOT_JOB_IDS } from './perl-spawner.ts';
+import { attemptScript, launchScript, SETUP_FAILED } from './attempt-script.ts';
 import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import { openLocalChannel } from './session-channels.ts';
@@ -26,106 +26,23 @@ function signalProcess(pid: number, signal: NodeJS.Signals | 0): boolean {
   }
 }
 
-/** The status a script that ran `setup` and saw it fail ends with; the result file says more. */
-const SETUP_FAILED = 125;
-
-export { shellQuote } from './shell.ts';
-
-/**
- * The script that runs one attempt (`RunSpec.scriptFile`), as the attempt's user, in a new
- * session, in the work directory, with its output already sent to the log (the runtime's
- * spawner did those, as the worker). It sets the attempt's environment, runs `setup` if there
- * is one, then the command, each in a subshell (a fork, no new program), and records how it
- * ended in the result file. It ends with its command's exit code; a failed setup ends it with
- * `SETUP_FAILED`.
- *
- * A stop is SIGTERM (or SIGINT, SIGHUP) to the attempt. Most attempts hear it through their
- * process group. An attempt of a user of its own hears it through the spawner's child, which
- * passes it to the script once the script's trap is set (the first process of a PID namespace
- * drops a signal it has no handler for); the script then sends it to its whole process group.
- */
-export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.env): string {
-  const env = Object.entries(attemptEnv(spec, host)).map(
-    ([name, value]) => `export ${shellQuote(`${name}=${value}`)}`,
-  );
-  const result = shellQuote(spec.resultFile);
-  const setup = spec.setup
-    ? [
-        `echo "[trainyard] running setup"`,
-        `__ty_run ${shellQuote(spec.setup)}`,
-        `[ "$__ty_code" -eq 0 ] || { echo "setup-failed $__ty_code" > ${result}; exit ${SETUP_FAILED}; }`,
-      ]
-    : [];
-  return [
-    ...env,
-    run(spec.user ? STOP_ISOLATED : STOP_GROUP),
-    ...setup,
-    ...probeExports(spec),
-    `__ty_run ${shellQuote(spec.command)}`,
-    `if [ -n "$__ty_stopped" ] && [ "$__ty_code" -gt 128 ]; then echo "signal $((__ty_code - 128))" > ${result}; else echo "exit $__ty_code" > ${result}; fi`,
-    'exit "$__ty_code"',
-    '',
-  ].join('\n');
-}
-
-/** What the trap does on a stop where the process group hears it: the subshell hears it again. */
-const STOP_GROUP = '__ty_stopped=1; kill -TERM "$__ty_child" 2>/dev/null';
-
-/**
- * What the trap does on a stop where the script alone hears it (passed on by the spawner's
- * child): the first sends it to the whole process group, the script's own copy included.
- */
-const STOP_ISOLATED = '[ -n "$__ty_stopped" ] || { __ty_stopped=1; kill -TERM 0 2>/dev/null; }';
-
-/**
- * Runs a command in a subshell and waits for it, with a trap on SIGTERM, SIGINT and SIGHUP
- * (`stop`) while it runs: the script may be the first process of a PID namespace, which ignores
- * a signal it has no trap for, and a stopping attempt must hear SIGTERM to save its work. The
- * trap is set once the subshell is forked, so the subshell starts with each signal at its
- * default; a subshell forked after a stop ends as SIGTERM would end it (143), without running
- * its command.
- */
-function run(stop: string): string {
-  return [
-    '__ty_run() {',
-    '  __ty_torun=$1',
-    '  (set --; [ -z "$__ty_stopped" ] || exit 143; eval "$__ty_torun") & __ty_child=$!',
-    `  trap '${stop}' TERM INT HUP`,
-    '  while :; do wait "$__ty_child"; __ty_code=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',
-    '  trap - TERM INT HUP',
-    '}',
-  ].join('\n');
-}
-
-/** Whether `path` lies in /tmp or /dev/shm, which an attempt cannot have private copies of then. */
-export function underSharedTmp(path: string): boolean {
-  return /^\/(tmp|dev\/shm)(\/|$)/.test(path);
-}
-
-/**
- * What the spawner needs for one attempt, read (as the worker, before it drops to the attempt's
- * user) as data and never run: where to run, where the output, the process group and the end go,
- * and whom to run as. One `NAME=value` entry per field, each ended by a NUL, which no path holds.
- */
-export function launchScript(spec: RunSpec, cgroupProcs = ''): string {
-  const fields: Record<(typeof LAUNCH_FIELDS)[number], string> = {
-    TY_WORK: spec.workDir,
-    TY_LOG: spec.logFile,
-    TY_PID: spec.pidFile,
-    TY_EXIT: spec.exitFile,
-    TY_SCRIPT: spec.scriptFile,
-    TY_UID: spec.user ? String(spec.user.uid) : '',
-    TY_GID: spec.user ? String(spec.user.gid) : '',
-    TY_PRIVATE_TMP: spec.user && !underSharedTmp(spec.workDir) ? '1' : '0',
-    TY_CGROUP: cgroupProcs,
-  };
-  return LAUNCH_FIELDS.map((name) => {
-    if (fields[name].includes('\0')) throw new SpawnError(`${name} holds a NUL`);
-    return `${name}=${fields[name]}\0`;
-  }).join('');
-}
-
 const WATCH_MS = 250;
+
+/** How often a stopped attempt's process group is looked at while it may still be saving. */
+const LINGER_MS = 20;
+
+/** A stop under way: when its grace ends (0 while there is none). */
+interface Stopping {
+  until: number;
+}
+
+/**
+ * Waits, while a stop's grace lasts, for what is left of an attempt's process group to end after
+ * its script did: a program that saves its work on SIGTERM keeps its grace.
+ */
+async function lingering(pid: number, stopping: Stopping): Promise<void> {
+  while (Date.now() < stopping.until && signalGroup(pid, 0)) await delay(LINGER_MS);
+}
 
 /** A number recorded in `file`, once its write is whole; null before. */
 async function recordedNumber(file: string): Promise<number | null> {
@@ -155,6 +72,9 @@ function fromStatus(status: number, result: string | null): ProcessExit {
   const exit = result ? /^exit (\d+)\n$/.exec(result) : null;
   if (exit && Number(exit[1]) === status) return { kind: 'exited', exitCode: status };
   const stopped = result ? /^signal (\d+)\n$/.exec(result) : null;
+  // A stopped script of a user of its own that records its command's end waits for the rest of
+  // its namespace, and may be killed at the grace's end: its command's signal is the end.
+  if (stopped && status === 128 + osConstants.signals.SIGKILL) status = Number(stopped[1]) + 128;
   if (stopped && Number(stopped[1]) + 128 !== status) return { kind: 'exited', exitCode: status };
   const signal =
     status > 128
@@ -223,8 +143,9 @@ function ignoresTerm(pid: number): boolean {
  * of a user of its own (`isolated`) hears SIGTERM through its first process alone, which passes
  * it on (see `attemptScript`); any other, through its process group.
  */
-function killer(pid: number, exited: Promise<ProcessExit>, isolated: boolean) {
+function killer(pid: number, exited: Promise<ProcessExit>, isolated: boolean, stopping: Stopping) {
   return async (graceMs = 10_000) => {
+    stopping.until = Date.now() + graceMs;
     if (isolated && !ignoresTerm(pid)) signalProcess(pid, 'SIGTERM');
     else signalAttempt(pid, 'SIGTERM');
     const timer = setTimeout(() => signalAttempt(pid, 'SIGKILL'), graceMs);
@@ -308,12 +229,14 @@ export class ProcessRuntime implements Runtime {
       return notStarted((err as Error).message);
     }
     const tail = new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk));
+    const stopping: Stopping = { until: 0 };
     const exited = launched.ended.then(async (status): Promise<ProcessExit> => {
+      await lingering(pid, stopping);
       signalGroup(pid, 'SIGKILL');
       await tail.close();
       return this.#ended(spec, await endOf(spec, status));
     });
-    return { pid, exited, kill: killer(pid, exited, spec.user !== undefined) };
+    return { pid, exited, kill: killer(pid, exited, spec.user !== undefined, stopping) };
   }
 
   async endUser(uid: number): Promise<void> {
@@ -335,11 +258,12 @@ export class ProcessRuntime implements Runtime {
     if (pid <= 1) return null;
     if (!signalGroup(pid, 0) && !(await recordedExit(spec))) return null;
     const tail = new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk), { offset });
+    const stopping: Stopping = { until: 0 };
     const exited = new Promise<ProcessExit>((resolve) => {
       const watch = async () => {
         const alive = signalGroup(pid, 0);
         const exit = await recordedExit(spec);
-        if (alive && !exit) return;
+        if (alive && (!exit || Date.now() < stopping.until)) return;
         clearInterval(timer);
         signalGroup(pid, 'SIGKILL');
         await tail.close();
@@ -356,6 +280,6 @@ export class ProcessRuntime implements Runtime {
       const timer = setInterval(() => void watch(), WATCH_MS);
       void watch();
     });
-    return { pid, exited, kill: killer(pid, exited, spec.user !== undefined) };
+    return { pid, exited, kill: killer(pid, exited, spec.user !== undefined, stopping) };
   }
 }

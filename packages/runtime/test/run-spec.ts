@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import type { RunSpec } from '../src/index.ts';
+import { shellQuote, type RunSpec } from '../src/index.ts';
 
 let runs = 0;
 
@@ -24,3 +24,20 @@ export function runSpecIn(dir: string, command: string, over: Partial<RunSpec> =
     ...over,
   };
 }
+
+/**
+ * A command whose program takes half a second to save `file` once it hears SIGTERM, under a
+ * shell that SIGTERM ends at once (`; true` keeps the shell from handing itself over to it).
+ */
+export function savesOnTerm(file: string): string {
+  const program = [
+    '$| = 1;',
+    '$SIG{TERM} = sub { select undef, undef, undef, 0.5;',
+    'open my $f, ">", $ARGV[0] or die; print $f "saved\\n"; close $f; exit 0 };',
+    'print "ready\\n"; sleep 30; exit 1',
+  ].join(' ');
+  return `perl -e ${shellQuote(program)} ${shellQuote(file)}; true`;
+}
+
+/** A command whose program ignores SIGTERM, under a shell that SIGTERM ends; it prints its pid. */
+export const IGNORES_TERM = `perl -e '$| = 1; $SIG{TERM} = "IGNORE"; print "$$\\n"; sleep 30'; true`;

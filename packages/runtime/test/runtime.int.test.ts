@@ -17,7 +17,8 @@ import {
   SimulatedInventory,
   type RunSpec,
 } from '../src/index.ts';
-import { runSpecIn } from './run-spec.ts';
+import { IGNORES_TERM, runSpecIn, savesOnTerm } from './run-spec.ts';
+import { workerStarting } from './worker-process.ts';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 beforeAll(async () => {
@@ -89,6 +90,29 @@ describe('process runtime', () => {
     expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
     expect(Date.now() - stopped).toBeLessThan(2_900);
     expect(out.join('')).not.toContain('finished');
+  });
+
+  it('gives a program that saves its work on SIGTERM its grace, though the shell above it ends at once', async () => {
+    const saved = join(dir.path, 'saved-started');
+    const out: string[] = [];
+    const run = await runtime.start(spec(savesOnTerm(saved)), (_s, c) => out.push(c.toString()));
+    await waitFor('the program to start', () => out.join('').includes('ready\n'));
+    const stopped = Date.now();
+    await run.kill(5_000);
+    expect(await readFile(saved, 'utf8')).toBe('saved\n');
+    expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+    expect(Date.now() - stopped).toBeLessThan(4_000);
+  });
+
+  it('kills what is left of a stopped attempt once its grace is out', async () => {
+    const out: string[] = [];
+    const run = await runtime.start(spec(IGNORES_TERM), (_s, c) => out.push(c.toString()));
+    await waitFor('the program to start', () => /^\d+\n/.test(out.join('')));
+    const program = Number(out.join('').trim());
+    const stopped = Date.now();
+    await run.kill(1_000);
+    expect(Date.now() - stopped).toBeGreaterThanOrEqual(900);
+    await waitFor('the program to die', () => !alive(program), { timeoutMs: 2_000 });
   });
 
   it('reports a command that cannot start as a launch error', async () => {
@@ -307,6 +331,21 @@ describe('process runtime, attaching to what an earlier worker started', () => {
     const attached = await new ProcessRuntime().attach(s, run.pid!, 0, () => undefined);
     await attached!.kill(500);
     expect(alive(run.pid!)).toBe(false);
+  });
+
+  it('gives a program under an attached attempt its grace to save its work on SIGTERM', async () => {
+    const saved = join(dir.path, 'saved-attached');
+    const s = spec(savesOnTerm(saved));
+    const { worker, pid } = await workerStarting(s);
+    worker.kill('SIGKILL');
+    await waitFor('the worker to die', () => !alive(worker.pid!));
+    await waitFor('the program to start', async () =>
+      (await readFile(s.logFile, 'utf8')).includes('ready\n'),
+    );
+    const attached = await runtime.attach(s, pid, 0, () => undefined);
+    await attached!.kill(5_000);
+    expect(await readFile(saved, 'utf8')).toBe('saved\n');
+    expect(await attached!.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
   });
 
   it('stops an attached attempt of a user of its own whose first process ignores SIGTERM (an earlier spawner) through its process group', async () => {

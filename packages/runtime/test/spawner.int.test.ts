@@ -5,7 +5,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
 import { launchScript, ProcessRuntime, SAFE_PATH, shellQuote, type RunSpec } from '../src/index.ts';
-import { runSpecIn } from './run-spec.ts';
+import { IGNORES_TERM, runSpecIn, savesOnTerm } from './run-spec.ts';
 import { workerStarting } from './worker-process.ts';
 import { SpawnError, Spawner } from '../src/spawner.ts';
 import { NOT_JOB_IDS } from '../src/perl-spawner.ts';
@@ -300,6 +300,35 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
       const stopped = Date.now();
       await run.kill(5_000);
       expect(Date.now() - stopped).toBeLessThan(4_000);
+    }
+  });
+
+  it('gives a program of a user of its own that saves its work on SIGTERM its grace, and kills what ignores it once the grace is out', async () => {
+    const own = await tempDir('trainyard-saves-', '/var/tmp');
+    await chown(own.path, uid, uid);
+    try {
+      const saved = join(own.path, 'saved');
+      const out: string[] = [];
+      const s = runSpecIn(own.path, savesOnTerm(saved), { user: { uid, gid: uid } });
+      const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
+      await waitFor('the program to start', () => out.join('').includes('ready\n'));
+      let stopped = Date.now();
+      await run.kill(5_000);
+      expect(await readFile(saved, 'utf8')).toBe('saved\n');
+      expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+      expect(Date.now() - stopped).toBeLessThan(4_000);
+
+      const deaf = runSpecIn(own.path, IGNORES_TERM, { user: { uid, gid: uid } });
+      const told: string[] = [];
+      const next = await runtime.start(deaf, (_s, c) => told.push(c.toString()));
+      await waitFor('the program to start', () => /^\d+\n/.test(told.join('')));
+      stopped = Date.now();
+      await next.kill(1_000);
+      expect(Date.now() - stopped).toBeGreaterThanOrEqual(900);
+      expect(processAlive(next.pid!)).toBe(false);
+      expect(await next.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+    } finally {
+      await own.remove();
     }
   });
 

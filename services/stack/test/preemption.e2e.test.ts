@@ -21,12 +21,20 @@ afterAll(async () => {
   await work?.remove();
 });
 
-/** Writes a checkpoint and trains on, or, resumed, says where it picks up. */
+/**
+ * Trains until stopped, then takes half a second to save its checkpoint, under a shell that the
+ * stop ends at once; or, resumed, says where it picks up.
+ */
+const SAVE_ON_TERM = [
+  '$SIG{TERM} = sub { select undef, undef, undef, 0.5;',
+  'open my $f, ">", "$ENV{TRAINYARD_OUTPUT_DIR}/step" or die; print $f "7\\n"; close $f; exit 0 };',
+  'sleep 300',
+].join(' ');
 const TRAIN = [
   'if [ -n "$TRAINYARD_RESUMED" ]; then',
   '  echo "resumed at step $(cat "$TRAINYARD_OUTPUT_DIR/step")";',
   'else',
-  '  echo 7 > "$TRAINYARD_OUTPUT_DIR/step"; echo training; exec sleep 300;',
+  `  echo training; perl -e '${SAVE_ON_TERM}'; true;`,
   'fi',
 ].join(' ');
 
