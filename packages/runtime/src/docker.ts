@@ -35,7 +35,25 @@ export const CONTAINER_METRICS_DIR = '/trainyard/metrics';
  * whatever the image puts there. The command is an argument of this constant script, never
  * part of it.
  */
-const PROBE_COMMAND = `export PYTHONPATH="${CONTAINER_PROBE_DIR}\${PYTHONPATH:+:$PYTHONPATH}"; exec /bin/sh -c "$1"`;
+const PROBE_PATH = `export PYTHONPATH="${CONTAINER_PROBE_DIR}\${PYTHONPATH:+:$PYTHONPATH}"`;
+/**
+ * How a container runs its command (`$1`, an argument, never part of the script): in a shell of
+ * its own, under a shell that a stop (SIGTERM from the container's init) reaches and that sends
+ * it on to the command's whole process group. Once stopped, it ends only when it is the last
+ * process of the container (besides the init), so that a program under a shell that SIGTERM
+ * ends at once keeps its grace to save its work; the engine's SIGKILL ends the grace.
+ */
+const RUN_COMMAND = [
+  '(exec /bin/sh -c "$1") & c=$!',
+  `trap '[ -n "$s" ] || { s=1; kill -TERM 0 2>/dev/null; }' TERM INT HUP`,
+  'while :; do wait "$c"; e=$?; kill -0 "$c" 2>/dev/null || break; done',
+  'trap - TERM INT HUP',
+  'while [ -n "$s" ]; do',
+  '  s=; for p in /proc/[0-9]*; do case ${p#/proc/} in 1|$$) ;; *) s=1 ;; esac; done',
+  '  [ -z "$s" ] || sleep 0.05',
+  'done',
+  'exit "$e"',
+].join('\n');
 /** Whom an attempt's container runs as: its own user, else never root. */
 const containerUser = (spec: RunSpec) => containerAccount(spec.user);
 
@@ -89,9 +107,13 @@ export function containerSpec(
     Image: spec.image,
     // The command is the job's alone: a base image's entrypoint (a server's) would take it as arguments.
     Entrypoint: [''],
-    Cmd: spec.probe
-      ? ['/bin/sh', '-c', PROBE_COMMAND, 'sh', spec.command]
-      : ['/bin/sh', '-c', spec.command],
+    Cmd: [
+      '/bin/sh',
+      '-c',
+      spec.probe ? `${PROBE_PATH}\n${RUN_COMMAND}` : RUN_COMMAND,
+      'sh',
+      spec.command,
+    ],
     User: `${user.uid}:${user.gid}`,
     WorkingDir: CONTAINER_WORK_DIR,
     Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),

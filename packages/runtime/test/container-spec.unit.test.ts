@@ -39,7 +39,9 @@ describe('container spec', () => {
 
   it('passes the command as one argument, runs as the attempt’s uid, off the network, within its limits', () => {
     const c = containerSpec(base({ memoryBytes: 2 * 1024 ** 3, cpus: 3 }), { workerName: 'w1' });
-    expect(c.Cmd).toEqual(['/bin/sh', '-c', 'python3 train.py; echo "$(id)"']);
+    const command = 'python3 train.py; echo "$(id)"';
+    expect(c.Cmd).toEqual(['/bin/sh', '-c', expect.any(String), 'sh', command]);
+    expect((c.Cmd as string[])[2]).not.toContain('python3');
     expect(c.Entrypoint).toEqual(['']);
     expect(c.User).toBe('2000123:2000123');
     expect(c.HostConfig).toMatchObject({

@@ -9,6 +9,7 @@ import {
   installProbe,
   Labels,
   readProbeReport,
+  shellQuote,
   type RunSpec,
 } from '../src/index.ts';
 import { runSpecIn } from './run-spec.ts';
@@ -157,6 +158,29 @@ describe('Docker runtime', () => {
     expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
     expect(Date.now() - started).toBeLessThan(4_000);
     expect(await logOf(s)).toContain('got-term');
+  });
+
+  it('gives a program that saves its work on SIGTERM its grace, though the shell above it ends at once', async () => {
+    const program = [
+      'import os, signal, sys, time',
+      'def save(*_):',
+      '    time.sleep(0.5)',
+      '    open(os.environ["TRAINYARD_OUTPUT_DIR"] + "/saved", "w").write("saved\\n")',
+      '    sys.exit(0)',
+      'signal.signal(signal.SIGTERM, save)',
+      'print("ready", flush=True)',
+      'time.sleep(30)',
+    ].join('\n');
+    const s = spec(`python3 -c ${shellQuote(program)}; true`);
+    const run = await runtime.start(s, () => undefined);
+    await waitFor('the program to start', async () =>
+      (await logOf(s).catch(() => '')).includes('ready'),
+    );
+    const started = Date.now();
+    await run.kill(5_000);
+    expect(await readFile(join(s.outputDir, 'saved'), 'utf8')).toBe('saved\n');
+    expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+    expect(Date.now() - started).toBeLessThan(4_000);
   });
 
   it('reports an image it cannot pull as a launch error', async () => {
