@@ -13,6 +13,7 @@ import { registerSshCommands } from './commands/ssh.ts';
 import { registerUsageCommands } from './commands/usage.ts';
 import { CliError, describeError, verbose } from './errors.ts';
 import { CLIENT_ONLY, loadServerCommands, standIns, type ServerCommands } from './server.ts';
+import cliPackage from '../package.json' with { type: 'json' };
 
 export type { ServerCommands } from './server.ts';
 export { CLIENT_ONLY, serverNotInstalled } from './server.ts';
@@ -24,7 +25,7 @@ export { CLIENT_ONLY, serverNotInstalled } from './server.ts';
 export function buildProgram(server: ServerCommands): Command {
   const program = new Command('trainyard')
     .description('Trainyard: GPU training jobs and interactive sessions, scheduled on an event log')
-    .version('0.1.0')
+    .version(cliPackage.version)
     .option('--api <url>', 'the API to talk to (default: your login, the local stack, or :8080)')
     .option('--profile <name>', 'which saved login to use (default: default)')
     .option('--verbose', 'on an error, show where it came from (or set TRAINYARD_DEBUG=1)')

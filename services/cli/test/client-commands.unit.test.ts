@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { buildProgram, clientCommands } from '../src/main.ts';
 import { CLIENT_ONLY, standIns } from '../src/server.ts';
@@ -26,5 +27,11 @@ describe('the commands the bundled client runs', () => {
           .commands.map((c) => c.name());
       expect(names(served)).toEqual(names(alone));
     }
+  });
+
+  it('say the version of the package they come in', () => {
+    const manifest = new URL('../package.json', import.meta.url);
+    const { version } = JSON.parse(readFileSync(manifest, 'utf8')) as { version: string };
+    expect(buildProgram(CLIENT_ONLY).version()).toBe(version);
   });
 });

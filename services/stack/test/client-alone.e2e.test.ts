@@ -12,6 +12,7 @@ const REPO = resolve(fileURLToPath(new URL('../../..', import.meta.url)));
 
 interface Manifest {
   name: string;
+  version: string;
   dependencies?: Record<string, string>;
 }
 
@@ -236,7 +237,9 @@ describe('the packed client (`npm run client:pack`), installed with npm on a mac
   it('logs in, submits and follows a job, and says the server commands need the server', async () => {
     const version = await packed(['--version']);
     expect(version.code, version.stderr).toBe(0);
-    expect(version.stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(version.stdout.trim()).toBe(
+      manifest(join(prefix, 'lib', 'node_modules', 'trainyard')).version,
+    );
 
     const login = await packed(['--api', t.url, 'login', '-u', 'admin', '-p', ADMIN_PASSWORD]);
     expect(login.code, login.stderr).toBe(0);
