@@ -57,9 +57,17 @@ const STOP_GROUP = '__ty_stopped=1; kill -TERM "$__ty_child" 2>/dev/null';
 
 /**
  * What the trap does on a stop where the script alone hears it (passed on by the spawner's
- * child): the first sends it to the whole process group, the script's own copy included.
+ * child): the first sends it to every other process of the script's PID namespace (`-1`, from
+ * the namespace's first process, running as the job's own uid), whatever group it is in.
  */
-const STOP_ISOLATED = '[ -n "$__ty_stopped" ] || { __ty_stopped=1; kill -TERM 0 2>/dev/null; }';
+const STOP_ISOLATED = '[ -n "$__ty_stopped" ] || { __ty_stopped=1; kill -TERM -1 2>/dev/null; }';
+
+/**
+ * A twentieth of a second's pause while a stopped shell waits for the rest of its processes:
+ * `sleep` from the system's own directories (never the job's PATH), failing (and so ending the
+ * wait) where there is none or it takes no fraction.
+ */
+export const PAUSE = 'PATH=/usr/bin:/bin sleep 0.05 2>/dev/null';
 
 /**
  * How a script of a user of its own ends: once stopped, only when it is the last process of its
@@ -70,7 +78,10 @@ const STOP_ISOLATED = '[ -n "$__ty_stopped" ] || { __ty_stopped=1; kill -TERM 0 
 const LAST_TO_END = [
   '__ty_end() {',
   '  __ty_status=$1',
-  '  [ -z "$__ty_stopped" ] || while set -- /proc/[0-9]*; [ "$#" -gt 1 ]; do sleep 0.05; done',
+  '  while [ -n "$__ty_stopped" ]; do',
+  '    set -- /proc/[0-9]*',
+  `    [ "$#" -gt 1 ] && ${PAUSE} || break`,
+  '  done',
   '  exit "$__ty_status"',
   '}',
 ].join('\n');

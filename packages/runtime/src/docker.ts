@@ -6,6 +6,7 @@ import Docker from 'dockerode';
 import type { ProcessExit } from '@trainyard/domain';
 import { attemptEnv } from './env.ts';
 import { notStarted } from './process.ts';
+import { PAUSE } from './attempt-script.ts';
 import { probeEnv } from './probe.ts';
 import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import { openContainerChannel } from './container-channels.ts';
@@ -39,20 +40,28 @@ const PROBE_PATH = `export PYTHONPATH="${CONTAINER_PROBE_DIR}\${PYTHONPATH:+:$PY
 /**
  * How a container runs its command (`$1`, an argument, never part of the script): in a shell of
  * its own, under a shell that a stop (SIGTERM from the container's init) reaches and that sends
- * it on to the command's whole process group. Once stopped, it ends only when it is the last
- * process of the container (besides the init), so that a program under a shell that SIGTERM
- * ends at once keeps its grace to save its work; the engine's SIGKILL ends the grace.
+ * it on to every other process of the container the job's user runs (`kill -1` spares the
+ * init). Once stopped, it ends only when it is the container's last process besides the init,
+ * so that a program under a shell that SIGTERM ends at once keeps its grace to save its work;
+ * the engine's SIGKILL ends the grace, and a second stop changes nothing. Its variables are
+ * set only once the command is forked, so a job's environment reaches the command whole and
+ * steers nothing here.
  */
 const RUN_COMMAND = [
-  '(exec /bin/sh -c "$1") & c=$!',
-  `trap '[ -n "$s" ] || { s=1; kill -TERM 0 2>/dev/null; }' TERM INT HUP`,
-  'while :; do wait "$c"; e=$?; kill -0 "$c" 2>/dev/null || break; done',
-  'trap - TERM INT HUP',
-  'while [ -n "$s" ]; do',
-  '  s=; for p in /proc/[0-9]*; do case ${p#/proc/} in 1|$$) ;; *) s=1 ;; esac; done',
-  '  [ -z "$s" ] || sleep 0.05',
+  '(exec /bin/sh -c "$1") & __ty_child=$!',
+  '__ty_stopped=',
+  `trap '[ -n "$__ty_stopped" ] || { __ty_stopped=1; kill -TERM -1 2>/dev/null; }' TERM INT HUP`,
+  'while :; do',
+  '  wait "$__ty_child"; __ty_code=$?; kill -0 "$__ty_child" 2>/dev/null || break',
   'done',
-  'exit "$e"',
+  'while [ -n "$__ty_stopped" ]; do',
+  '  __ty_others=',
+  '  for __ty_p in /proc/[0-9]*; do',
+  '    case ${__ty_p#/proc/} in 1 | $$) ;; *) __ty_others=1 ;; esac',
+  '  done',
+  `  [ -n "$__ty_others" ] && ${PAUSE} || break`,
+  'done',
+  'exit "$__ty_code"',
 ].join('\n');
 /** Whom an attempt's container runs as: its own user, else never root. */
 const containerUser = (spec: RunSpec) => containerAccount(spec.user);

@@ -1,5 +1,5 @@
 import { constants as osConstants } from 'node:os';
-import { chownSync, closeSync, readFileSync, readSync, writeFileSync } from 'node:fs';
+import { chownSync, closeSync, readdirSync, readFileSync, readSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { ProcessExit } from '@trainyard/domain';
@@ -29,7 +29,7 @@ function signalProcess(pid: number, signal: NodeJS.Signals | 0): boolean {
 const WATCH_MS = 250;
 
 /** How often a stopped attempt's process group is looked at while it may still be saving. */
-const LINGER_MS = 20;
+const LINGER_MS = 50;
 
 /** A stop under way: when its grace ends (0 while there is none). */
 interface Stopping {
@@ -41,7 +41,31 @@ interface Stopping {
  * its script did: a program that saves its work on SIGTERM keeps its grace.
  */
 async function lingering(pid: number, stopping: Stopping): Promise<void> {
-  while (Date.now() < stopping.until && signalGroup(pid, 0)) await delay(LINGER_MS);
+  while (Date.now() < stopping.until && groupRunning(pid)) await delay(LINGER_MS);
+}
+
+/**
+ * Whether a process of the group `pid` still runs. A zombie does not count: one whose parent
+ * ended waits for the host's init (or a worker that is PID 1) to reap it, which may be late.
+ */
+function groupRunning(pid: number): boolean {
+  if (!signalGroup(pid, 0)) return false;
+  return readdirSync('/proc').some((entry) => {
+    if (!/^\d+$/.test(entry)) return false;
+    const stat = readStat(entry);
+    if (stat === null) return false;
+    const [state, , group] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(group) === pid && state !== 'Z';
+  });
+}
+
+/** A process's `/proc/PID/stat`; null once it has gone. */
+function readStat(pid: string): string | null {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
+  }
 }
 
 /** A number recorded in `file`, once its write is whole; null before. */
@@ -67,14 +91,16 @@ function readJobFile(file: string): string | null {
 
 /** How the script's status reads, given what the script recorded of its command. */
 function fromStatus(status: number, result: string | null): ProcessExit {
+  // A stopped script of a user of its own that recorded its end waits for the rest of its
+  // namespace, and may be killed at the grace's end: what it recorded is the end.
+  const lingered = status === 128 + osConstants.signals.SIGKILL;
   const setup = result ? /^setup-failed (\d+)\n$/.exec(result) : null;
-  if (setup && status === SETUP_FAILED) return { kind: 'setup-failed', exitCode: Number(setup[1]) };
+  if (setup && (status === SETUP_FAILED || lingered))
+    return { kind: 'setup-failed', exitCode: Number(setup[1]) };
   const exit = result ? /^exit (\d+)\n$/.exec(result) : null;
   if (exit && Number(exit[1]) === status) return { kind: 'exited', exitCode: status };
   const stopped = result ? /^signal (\d+)\n$/.exec(result) : null;
-  // A stopped script of a user of its own that records its command's end waits for the rest of
-  // its namespace, and may be killed at the grace's end: its command's signal is the end.
-  if (stopped && status === 128 + osConstants.signals.SIGKILL) status = Number(stopped[1]) + 128;
+  if (stopped && lingered) status = Number(stopped[1]) + 128;
   if (stopped && Number(stopped[1]) + 128 !== status) return { kind: 'exited', exitCode: status };
   const signal =
     status > 128

@@ -1,6 +1,7 @@
 import { mkdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir, testDocker, waitFor } from '@trainyard/testkit';
 import {
@@ -164,23 +165,30 @@ describe('Docker runtime', () => {
     const program = [
       'import os, signal, sys, time',
       'def save(*_):',
-      '    time.sleep(0.5)',
+      '    time.sleep(1)',
       '    open(os.environ["TRAINYARD_OUTPUT_DIR"] + "/saved", "w").write("saved\\n")',
       '    sys.exit(0)',
       'signal.signal(signal.SIGTERM, save)',
       'print("ready", flush=True)',
       'time.sleep(30)',
     ].join('\n');
-    const s = spec(`python3 -c ${shellQuote(program)}; true`);
+    // The job's environment names the variables of the shell above its command, and a process
+    // of the job in a session of its own hears the stop too.
+    const env = { __ty_stopped: '1', __ty_code: '5' };
+    const s = spec(`setsid sleep 100 & python3 -c ${shellQuote(program)}; true`, { env });
     const run = await runtime.start(s, () => undefined);
     await waitFor('the program to start', async () =>
       (await logOf(s).catch(() => '')).includes('ready'),
     );
     const started = Date.now();
-    await run.kill(5_000);
+    // A second stop in the grace changes nothing.
+    await Promise.all([run.kill(10_000), delay(300).then(() => run.kill(10_000))]);
     expect(await readFile(join(s.outputDir, 'saved'), 'utf8')).toBe('saved\n');
     expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
-    expect(Date.now() - started).toBeLessThan(4_000);
+    expect(Date.now() - started).toBeLessThan(5_000);
+
+    const ended = await runtime.start(spec('sleep 30 & echo done', { env }), () => undefined);
+    expect(await ended.exited).toEqual({ kind: 'exited', exitCode: 0 });
   });
 
   it('reports an image it cannot pull as a launch error', async () => {

@@ -40,4 +40,5 @@ export function savesOnTerm(file: string): string {
 }
 
 /** A command whose program ignores SIGTERM, under a shell that SIGTERM ends; it prints its pid. */
-export const IGNORES_TERM = `perl -e '$| = 1; $SIG{TERM} = "IGNORE"; print "$$\\n"; sleep 30'; true`;
+const IGNORER = `'$| = 1; $SIG{TERM} = "IGNORE"; print "$$\\n"; sleep 30'`;
+export const IGNORES_TERM = `/usr/bin/perl -e ${IGNORER}; true`;

@@ -18,7 +18,7 @@ import {
   type RunSpec,
 } from '../src/index.ts';
 import { IGNORES_TERM, runSpecIn, savesOnTerm } from './run-spec.ts';
-import { workerStarting } from './worker-process.ts';
+import { stopInWorkerAsInit, workerStarting } from './worker-process.ts';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
 beforeAll(async () => {
@@ -347,6 +347,16 @@ describe('process runtime, attaching to what an earlier worker started', () => {
     expect(await readFile(saved, 'utf8')).toBe('saved\n');
     expect(await attached!.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
   });
+
+  it.runIf(process.getuid?.() === 0)(
+    'ends a stop once the program under the script has saved, though the worker is PID 1 and leaves its zombie unreaped',
+    async () => {
+      const saved = join(dir.path, 'saved-under-init');
+      const took = await stopInWorkerAsInit(spec(savesOnTerm(saved)), 8_000);
+      expect(await readFile(saved, 'utf8')).toBe('saved\n');
+      expect(took).toBeLessThan(4_000);
+    },
+  );
 
   it('stops an attached attempt of a user of its own whose first process ignores SIGTERM (an earlier spawner) through its process group', async () => {
     const heard = join(dir.path, 'heard');

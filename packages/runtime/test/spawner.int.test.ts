@@ -309,7 +309,9 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
     try {
       const saved = join(own.path, 'saved');
       const out: string[] = [];
-      const s = runSpecIn(own.path, savesOnTerm(saved), { user: { uid, gid: uid } });
+      // A process of the job in a session of its own hears the stop too, and ends at once.
+      const command = `setsid sleep 100 & ${savesOnTerm(saved)}`;
+      const s = runSpecIn(own.path, command, { user: { uid, gid: uid } });
       const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
       await waitFor('the program to start', () => out.join('').includes('ready\n'));
       let stopped = Date.now();
@@ -318,7 +320,11 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
       expect(await run.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
       expect(Date.now() - stopped).toBeLessThan(4_000);
 
-      const deaf = runSpecIn(own.path, IGNORES_TERM, { user: { uid, gid: uid } });
+      // A PATH of the job's that holds no `sleep` does not change how the script waits.
+      const deaf = runSpecIn(own.path, IGNORES_TERM, {
+        user: { uid, gid: uid },
+        env: { PATH: '/nonexistent' },
+      });
       const told: string[] = [];
       const next = await runtime.start(deaf, (_s, c) => told.push(c.toString()));
       await waitFor('the program to start', () => /^\d+\n/.test(told.join('')));
@@ -327,6 +333,7 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
       expect(Date.now() - stopped).toBeGreaterThanOrEqual(900);
       expect(processAlive(next.pid!)).toBe(false);
       expect(await next.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+      expect(told.join('')).not.toContain('not found');
     } finally {
       await own.remove();
     }

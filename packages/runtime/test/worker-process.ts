@@ -37,3 +37,41 @@ export async function workerStarting(
     throw err;
   }
 }
+
+/**
+ * Starts `spec`'s attempt in a worker of its own that is the first process of a PID namespace,
+ * as a worker in a container without an init is, and so reaps nothing it did not start itself;
+ * stops it with a grace of `graceMs` once its log says `ready`. Resolves with how long the stop
+ * took, in milliseconds.
+ */
+export async function stopInWorkerAsInit(spec: RunSpec, graceMs: number): Promise<number> {
+  const code = [
+    "import { existsSync, readFileSync } from 'node:fs';",
+    `import { ProcessRuntime } from ${JSON.stringify(PROCESS_RUNTIME)};`,
+    'const spec = JSON.parse(process.argv[1]);',
+    'const runtime = new ProcessRuntime();',
+    'const run = await runtime.start(spec, () => undefined);',
+    'const ready = () =>',
+    "  existsSync(spec.logFile) && readFileSync(spec.logFile, 'utf8').includes('ready');",
+    'while (!ready()) await new Promise((resolve) => setTimeout(resolve, 20));',
+    'const stopped = Date.now();',
+    `await run.kill(${graceMs});`,
+    'console.log(Date.now() - stopped);',
+    'process.exit(0);',
+  ].join('\n');
+  const node = [process.execPath, '--import', 'tsx', '--input-type=module', '-e', code];
+  const worker = spawn(
+    'unshare',
+    ['--fork', '--pid', '--mount-proc', ...node, JSON.stringify(spec)],
+    {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  let said = '';
+  worker.stdout!.on('data', (chunk: Buffer) => (said += chunk.toString()));
+  const status = await new Promise<number | null>((resolve) => worker.once('exit', resolve));
+  const took = /^(\d+)\n/.exec(said);
+  if (status !== 0 || !took) throw new Error(`the worker as init ended ${status}: ${said}`);
+  return Number(took[1]);
+}

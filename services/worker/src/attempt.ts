@@ -385,13 +385,21 @@ export class AttemptRun {
    */
   async cancel(): Promise<void> {
     this.#stopAsked = true;
-    await (await this.#process)?.kill(this.opts.killGraceMs);
+    await this.#stop();
   }
 
   /** Stops the process because the worker is going away: reported as a platform failure. */
   async abandon(): Promise<void> {
     this.#stoppedByWorker = true;
-    await (await this.#process)?.kill(this.opts.killGraceMs);
+    await this.#stop();
     await this.done;
+  }
+
+  /**
+   * Stops the process, with its grace to save its work, and closes the shells beside it: their
+   * processes would otherwise hold a container's stop to the grace's end.
+   */
+  async #stop(): Promise<void> {
+    await Promise.all([this.#shells?.close(), (await this.#process)?.kill(this.opts.killGraceMs)]);
   }
 }
