@@ -116,6 +116,8 @@ export function containerSpec(
     Image: spec.image,
     // The command is the job's alone: a base image's entrypoint (a server's) would take it as arguments.
     Entrypoint: [''],
+    // The shell above the command hears the stop, whatever signal the image would stop with.
+    StopSignal: 'SIGTERM',
     Cmd: [
       '/bin/sh',
       '-c',

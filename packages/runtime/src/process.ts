@@ -41,30 +41,41 @@ interface Stopping {
  * its script did: a program that saves its work on SIGTERM keeps its grace.
  */
 async function lingering(pid: number, stopping: Stopping): Promise<void> {
-  while (Date.now() < stopping.until && groupRunning(pid)) await delay(LINGER_MS);
+  let member: number | null = pid;
+  while (Date.now() < stopping.until) {
+    member = runningMember(pid, member);
+    if (member === null) return;
+    await delay(LINGER_MS);
+  }
 }
 
 /**
- * Whether a process of the group `pid` still runs. A zombie does not count: one whose parent
- * ended waits for the host's init (or a worker that is PID 1) to reap it, which may be late.
+ * A process of the group `group` that still runs, `last` if it still does (the cheap look);
+ * null when none does. A zombie does not count: one whose parent ended waits for the host's init
+ * (or a worker that is PID 1) to reap it, which may be late. Where /proc cannot be listed, the
+ * group is taken as running, for the rest of the grace.
  */
-function groupRunning(pid: number): boolean {
-  if (!signalGroup(pid, 0)) return false;
-  return readdirSync('/proc').some((entry) => {
-    if (!/^\d+$/.test(entry)) return false;
-    const stat = readStat(entry);
-    if (stat === null) return false;
-    const [state, , group] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(group) === pid && state !== 'Z';
-  });
+function runningMember(group: number, last: number): number | null {
+  if (!signalGroup(group, 0)) return null;
+  if (runsIn(last, group)) return last;
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return last;
+  }
+  const found = entries.find((entry) => /^\d+$/.test(entry) && runsIn(Number(entry), group));
+  return found === undefined ? null : Number(found);
 }
 
-/** A process's `/proc/PID/stat`; null once it has gone. */
-function readStat(pid: string): string | null {
+/** Whether process `pid` runs (is no zombie) in the process group `group`. */
+function runsIn(pid: number, group: number): boolean {
   try {
-    return readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return Number(pgrp) === group && state !== 'Z';
   } catch {
-    return null;
+    return false;
   }
 }
 
@@ -98,7 +109,8 @@ function fromStatus(status: number, result: string | null): ProcessExit {
   if (setup && (status === SETUP_FAILED || lingered))
     return { kind: 'setup-failed', exitCode: Number(setup[1]) };
   const exit = result ? /^exit (\d+)\n$/.exec(result) : null;
-  if (exit && Number(exit[1]) === status) return { kind: 'exited', exitCode: status };
+  if (exit && (Number(exit[1]) === status || lingered))
+    return { kind: 'exited', exitCode: Number(exit[1]) };
   const stopped = result ? /^signal (\d+)\n$/.exec(result) : null;
   if (stopped && lingered) status = Number(stopped[1]) + 128;
   if (stopped && Number(stopped[1]) + 128 !== status) return { kind: 'exited', exitCode: status };

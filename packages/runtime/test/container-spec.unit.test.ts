@@ -42,6 +42,7 @@ describe('container spec', () => {
     const command = 'python3 train.py; echo "$(id)"';
     expect(c.Cmd).toEqual(['/bin/sh', '-c', expect.any(String), 'sh', command]);
     expect((c.Cmd as string[])[2]).not.toContain('python3');
+    expect(c.StopSignal).toBe('SIGTERM');
     expect(c.Entrypoint).toEqual(['']);
     expect(c.User).toBe('2000123:2000123');
     expect(c.HostConfig).toMatchObject({

@@ -2,6 +2,7 @@ import { mkdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
+import type Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir, testDocker, waitFor } from '@trainyard/testkit';
 import {
@@ -64,6 +65,23 @@ function spec(command: string, over: Partial<RunSpec> = {}): RunSpec {
 
 const logOf = (s: RunSpec) => readFile(s.logFile, 'utf8');
 
+/** The default base with more in its config (kept by a commit), in the registry, by digest. */
+async function baseWith(name: string, config: Docker.ContainerCreateOptions): Promise<string> {
+  const base = await docker.createContainer({
+    Image: DEFAULT_BASE_IMAGE,
+    Cmd: ['true'],
+    ...config,
+  });
+  const committed = (await base.commit({ repo: `trainyard-test/${name}`, tag: '1' })) as {
+    Id: string;
+  };
+  await base.remove();
+  expect(committed.Id).toMatch(/^sha256:/);
+  const served = await pushed(`trainyard-test/${name}:1`, `test/${name}`);
+  await docker.getImage(committed.Id).remove({ force: true });
+  return served;
+}
+
 describe('Docker runtime', () => {
   it('pulls the image by digest and runs the command as a user that is not root, with its environment, outputs and labels', async () => {
     const s = spec(
@@ -113,16 +131,7 @@ describe('Docker runtime', () => {
   });
 
   it('runs the command itself in an image whose entrypoint would take it as arguments (a server’s)', async () => {
-    const base = await docker.createContainer({ Image: DEFAULT_BASE_IMAGE, Cmd: ['true'] });
-    const committed = (await base.commit({
-      repo: 'trainyard-test/entrypoint',
-      tag: '1',
-      changes: 'ENTRYPOINT ["/bin/false"]',
-    })) as { Id: string };
-    await base.remove();
-    expect(committed.Id).toMatch(/^sha256:/);
-    const served = await pushed('trainyard-test/entrypoint:1', 'test/entrypoint');
-    await docker.getImage(committed.Id).remove({ force: true });
+    const served = await baseWith('entrypoint', { Entrypoint: ['/bin/false'] });
     const s = spec('echo "the job’s own command"', { image: served });
     const run = await runtime.start(s, () => undefined);
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 0 });
@@ -172,10 +181,12 @@ describe('Docker runtime', () => {
       'print("ready", flush=True)',
       'time.sleep(30)',
     ].join('\n');
-    // The job's environment names the variables of the shell above its command, and a process
-    // of the job in a session of its own hears the stop too.
+    // The job's environment names the variables of the shell above its command, a process of
+    // the job in a session of its own hears the stop too, and the image would stop with SIGQUIT.
     const env = { __ty_stopped: '1', __ty_code: '5' };
-    const s = spec(`setsid sleep 100 & python3 -c ${shellQuote(program)}; true`, { env });
+    const quits = await baseWith('quits', { StopSignal: 'SIGQUIT' });
+    const command = `setsid sleep 100 & python3 -c ${shellQuote(program)}; true`;
+    const s = spec(command, { env, image: quits });
     const run = await runtime.start(s, () => undefined);
     await waitFor('the program to start', async () =>
       (await logOf(s).catch(() => '')).includes('ready'),

@@ -45,6 +45,8 @@ export class AttemptRun {
   #user: JobUser | undefined;
   /** Shells beside the attempt (`trainyard ssh JOB_ID`), once one is asked for. */
   #shells: Shells | null = null;
+  /** Whether a stop has begun: no shell opens beside the attempt from then on. */
+  #stopping = false;
   /** The attempt's process has ended: no shell opens beside it any more. */
   #exited = false;
   /** Settles once the attempt needs no more of the worker. */
@@ -264,7 +266,7 @@ export class AttemptRun {
     this.#health = watchHealth(proc, this.msg.service, {
       open: this.opts.runtime.channel ? (request) => this.openShell(request) : null,
       resumed,
-      killGraceMs: this.opts.killGraceMs,
+      stop: () => this.#stop(),
       log: this.ctx.log.child({ jobId: this.msg.jobId }),
     });
     try {
@@ -298,8 +300,7 @@ export class AttemptRun {
 
   /**
    * Lets go of what the attempt held on the host: the uid and the sandbox. Nothing of its user
-   * outlives it: it ran in a PID namespace of its own, which the kernel emptied when it ended; a
-   * attempt that never started had no processes.
+   * outlives it: the kernel emptied its PID namespace as it ended.
    */
   async #release(): Promise<void> {
     this.#exited = true;
@@ -358,15 +359,13 @@ export class AttemptRun {
   }
 
   /**
-   * Opens a channel beside the running attempt (`trainyard ssh JOB_ID`), in its sandbox or its
-   * container, as its user, with the environment it runs with. Refused unless it runs now on a
-   * runtime that opens channels. Once one is opened, the attempt's end ends every process of
-   * its user, not only its own, even after a restart of the worker.
+   * Opens a channel beside the running attempt (`trainyard ssh JOB_ID`), as its user, with its
+   * environment; refused once it stops. The attempt's end then ends every process of its user.
    */
   async openShell(request: ChannelRequest): Promise<Channel> {
     const { runtime } = this.opts;
     const box = this.#box;
-    if (!this.#process || !box || this.#exited || !runtime.channel) {
+    if (!this.#process || !box || this.#exited || this.#stopping || !runtime.channel) {
       throw new ChannelRefused('noSuchRun', `job ${this.msg.jobId} is not running`);
     }
     this.#shells ??= new Shells(box.root);
@@ -379,10 +378,7 @@ export class AttemptRun {
     return channel;
   }
 
-  /**
-   * Stops the process when asked to (a cancel, a time limit): its exit is reported as stopped,
-   * and the decider records why.
-   */
+  /** Stops the process when asked to (a cancel, a time limit): its exit reads as stopped. */
   async cancel(): Promise<void> {
     this.#stopAsked = true;
     await this.#stop();
@@ -395,11 +391,9 @@ export class AttemptRun {
     await this.done;
   }
 
-  /**
-   * Stops the process, with its grace to save its work, and closes the shells beside it: their
-   * processes would otherwise hold a container's stop to the grace's end.
-   */
+  /** Stops the process with its grace, and closes the shells, which would hold a container. */
   async #stop(): Promise<void> {
+    this.#stopping = true;
     await Promise.all([this.#shells?.close(), (await this.#process)?.kill(this.opts.killGraceMs)]);
   }
 }

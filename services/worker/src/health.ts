@@ -28,7 +28,8 @@ export interface HealthWatch {
    * having been healthy (what the worker before saw of it is not known).
    */
   resumed: boolean;
-  killGraceMs: number;
+  /** Stops the attempt, with its grace. */
+  stop: () => Promise<void>;
   log: Pick<Logger, 'warn' | 'error'>;
 }
 
@@ -81,7 +82,7 @@ export function watchHealth(
   let timer: NodeJS.Timeout | undefined;
   // A stop that fails is tried again a few times soon, then now and then until the attempt ends.
   const stop = (tries: number) => {
-    proc.kill(watch.killGraceMs).catch((err: unknown) => {
+    watch.stop().catch((err: unknown) => {
       watch.log.error({ err }, 'could not stop the unhealthy service');
       if (ended) return;
       const wait = tries < STOP_TRIES ? STOP_AGAIN_MS : STOP_LATER_MS;

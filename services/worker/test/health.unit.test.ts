@@ -48,7 +48,7 @@ describe('a service’s health check', () => {
         return exited(1, `${'no such file '.repeat(500)}\n`);
       },
       resumed: false,
-      killGraceMs: 10,
+      stop: () => running.kill(10),
       log: log(),
     });
     await vi.advanceTimersByTimeAsync(2_100);
@@ -73,7 +73,7 @@ describe('a service’s health check', () => {
     const watch = watchHealth(running, service('false', 1), {
       open: async () => exited(1, `${said}\n`),
       resumed: false,
-      killGraceMs: 10,
+      stop: () => running.kill(10),
       log: log(),
     });
     await vi.advanceTimersByTimeAsync(2_100);
@@ -90,7 +90,7 @@ describe('a service’s health check', () => {
     const watch = watchHealth(running, service('true'), {
       open: async () => exited(answers.shift() ?? 1),
       resumed: false,
-      killGraceMs: 10,
+      stop: () => running.kill(10),
       log: log(),
     });
     await vi.advanceTimersByTimeAsync(2_050 * 4);
@@ -109,7 +109,7 @@ describe('a service’s health check', () => {
     const watch = watchHealth(running, service('false', 1), {
       open: async () => exited(1),
       resumed: false,
-      killGraceMs: 10,
+      stop: () => running.kill(10),
       log: logged,
     });
     await vi.advanceTimersByTimeAsync(2_100);
@@ -129,7 +129,7 @@ describe('a service’s health check', () => {
     const watch = watchHealth(running, check, {
       open: async () => exited(1),
       resumed: true,
-      killGraceMs: 10,
+      stop: () => running.kill(10),
       log: log(),
     });
     await vi.advanceTimersByTimeAsync(2_050 * 2);
@@ -143,7 +143,7 @@ describe('a service’s health check', () => {
     const watch = watchHealth(running, service('true'), {
       open: null,
       resumed: false,
-      killGraceMs: 10,
+      stop: () => running.kill(10),
       log: logged,
     });
     expect(logged.warn).toHaveBeenCalledWith(
