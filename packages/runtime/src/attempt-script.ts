@@ -21,8 +21,8 @@ export { shellQuote } from './shell.ts';
  * A stop is SIGTERM (or SIGINT, SIGHUP) to the attempt. Most attempts hear it through their
  * process group. An attempt of a user of its own hears it through the spawner's child, which
  * passes it to the script once the script's trap is set (the first process of a PID namespace
- * drops a signal it has no handler for); the script then sends it to its whole process group.
- * A program under a shell that ends at once on SIGTERM may still be saving its work: the runtime
+ * drops a signal it has no handler for); the script then sends it to every other process of its
+ * namespace. A program under a shell that ends at once on SIGTERM may still be saving its work: the runtime
  * waits out the grace for an attempt's group to empty, and a stopped script of a user of its own
  * (whose end would end its PID namespace) waits until it is the namespace's last process.
  */

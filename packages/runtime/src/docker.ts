@@ -31,11 +31,7 @@ export const CONTAINER_OUTPUT_DIR = '/trainyard/outputs';
 export const CONTAINER_PROBE_DIR = '/trainyard/probe';
 /** Where an attempt's metrics directory is mounted in its container. */
 export const CONTAINER_METRICS_DIR = '/trainyard/metrics';
-/**
- * How a probe's command starts: with the wrapper's directory first on Python's path, ahead of
- * whatever the image puts there. The command is an argument of this constant script, never
- * part of it.
- */
+/** What a probe's command starts with: the wrapper's directory first on Python's path. */
 const PROBE_PATH = `export PYTHONPATH="${CONTAINER_PROBE_DIR}\${PYTHONPATH:+:$PYTHONPATH}"`;
 /**
  * How a container runs its command (`$1`, an argument, never part of the script): in a shell of

@@ -263,7 +263,7 @@ export class AttemptRun {
             },
             onStopFailed: this.#logError('could not stop the attempt'),
           });
-    this.#health = watchHealth(proc, this.msg.service, {
+    this.#health = watchHealth(this.msg.service, {
       open: this.opts.runtime.channel ? (request) => this.openShell(request) : null,
       resumed,
       stop: () => this.#stop(),

@@ -7,7 +7,6 @@
  * it again, or gives up on it.
  */
 import type { HealthCheck, RunAttempt } from '@trainyard/events';
-import type { RunningAttempt } from '@trainyard/runtime';
 import type { Logger } from '@trainyard/service-kit';
 import { type Channel, type ChannelRequest, ChannelRequestSchema } from '@trainyard/tunnel';
 
@@ -58,11 +57,7 @@ function quote(text: string): string {
 }
 
 /** Watches the health of a service's attempt while it runs. */
-export function watchHealth(
-  proc: RunningAttempt,
-  service: RunAttempt['service'],
-  watch: HealthWatch,
-): HealthWatcher {
+export function watchHealth(service: RunAttempt['service'], watch: HealthWatch): HealthWatcher {
   const check = service?.health;
   const open = watch.open;
   const state: { verdict: HealthVerdict | undefined; end(): void } = {

@@ -42,7 +42,7 @@ describe('a service’s health check', () => {
     const { kill, running } = proc();
     const asked: ChannelRequest[] = [];
     const long = `test -e ${'x'.repeat(5000)}`;
-    const watch = watchHealth(running, service(long), {
+    const watch = watchHealth(service(long), {
       open: async (request) => {
         asked.push(request);
         return exited(1, `${'no such file '.repeat(500)}\n`);
@@ -70,7 +70,7 @@ describe('a service’s health check', () => {
   it('quotes what the check said without control characters or half a character', async () => {
     const { running } = proc();
     const said = `bad\u0000thing ${'x'.repeat(176)}\u{1F600}\u{1F600}\u{1F600}`;
-    const watch = watchHealth(running, service('false', 1), {
+    const watch = watchHealth(service('false', 1), {
       open: async () => exited(1, `${said}\n`),
       resumed: false,
       stop: () => running.kill(10),
@@ -87,7 +87,7 @@ describe('a service’s health check', () => {
   it('says it had been healthy, and counts only failures in a row', async () => {
     const { kill, running } = proc();
     const answers = [0, 1, 0, 1, 1];
-    const watch = watchHealth(running, service('true'), {
+    const watch = watchHealth(service('true'), {
       open: async () => exited(answers.shift() ?? 1),
       resumed: false,
       stop: () => running.kill(10),
@@ -106,7 +106,7 @@ describe('a service’s health check', () => {
     });
     const running = { pid: 1, exited: new Promise(() => {}), kill } as unknown as RunningAttempt;
     const logged = log();
-    const watch = watchHealth(running, service('false', 1), {
+    const watch = watchHealth(service('false', 1), {
       open: async () => exited(1),
       resumed: false,
       stop: () => running.kill(10),
@@ -126,7 +126,7 @@ describe('a service’s health check', () => {
     const { kill, running } = proc();
     const check = service('false', 2);
     check!.health!.graceS = 3600;
-    const watch = watchHealth(running, check, {
+    const watch = watchHealth(check, {
       open: async () => exited(1),
       resumed: true,
       stop: () => running.kill(10),
@@ -140,7 +140,7 @@ describe('a service’s health check', () => {
   it('runs nothing, and says so, where the runtime opens no channels', () => {
     const { running } = proc();
     const logged = log();
-    const watch = watchHealth(running, service('true'), {
+    const watch = watchHealth(service('true'), {
       open: null,
       resumed: false,
       stop: () => running.kill(10),
