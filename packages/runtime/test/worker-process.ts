@@ -41,8 +41,8 @@ export async function workerStarting(
 /**
  * Starts `spec`'s attempt in a worker of its own that is the first process of a PID namespace,
  * as a worker in a container without an init is, and so reaps nothing it did not start itself;
- * stops it with a grace of `graceMs` once its log says `ready`. Resolves with how long the stop
- * took, in milliseconds.
+ * stops it with a grace of `graceMs` once its log says `ready` (within 15 s, or it fails).
+ * Resolves with how long the stop took, in milliseconds.
  */
 export async function stopInWorkerAsInit(spec: RunSpec, graceMs: number): Promise<number> {
   const code = [
@@ -53,7 +53,11 @@ export async function stopInWorkerAsInit(spec: RunSpec, graceMs: number): Promis
     'const run = await runtime.start(spec, () => undefined);',
     'const ready = () =>',
     "  existsSync(spec.logFile) && readFileSync(spec.logFile, 'utf8').includes('ready');",
-    'while (!ready()) await new Promise((resolve) => setTimeout(resolve, 20));',
+    'const deadline = Date.now() + 15_000;',
+    'while (!ready()) {',
+    '  if (Date.now() > deadline) process.exit(2);',
+    '  await new Promise((resolve) => setTimeout(resolve, 20));',
+    '}',
     'const stopped = Date.now();',
     `await run.kill(${graceMs});`,
     'console.log(Date.now() - stopped);',
