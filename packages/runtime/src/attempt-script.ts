@@ -4,6 +4,7 @@ import { LAUNCH_FIELDS } from './perl-spawner.ts';
 import { probeExports } from './probe.ts';
 import { SpawnError } from './spawner.ts';
 import { attemptEnv } from './env.ts';
+import { hostDefaultSignals } from './default-signals.ts';
 
 /** The status a script that ran `setup` and saw it fail ends with; the result file says more. */
 export const SETUP_FAILED = 125;
@@ -14,8 +15,8 @@ export { shellQuote } from './shell.ts';
  * The script that runs one attempt (`RunSpec.scriptFile`), as the attempt's user, in a new
  * session, in the work directory, with its output already sent to the log (the runtime's
  * spawner did those, as the worker). It sets the attempt's environment, runs `setup` if there
- * is one, then the command, each in a subshell (a fork, no new program), and records how it
- * ended in the result file. It ends with its command's exit code; a failed setup ends it with
+ * is one, then the command, each in a shell of its own started with SIGINT and SIGQUIT at their
+ * default (see `DEFAULT_SIGNALS`), and records how it ended in the result file. It ends with its command's exit code; a failed setup ends it with
  * `SETUP_FAILED`.
  *
  * A stop is SIGTERM (or SIGINT, SIGHUP) to the attempt. Most attempts hear it through their
@@ -26,7 +27,11 @@ export { shellQuote } from './shell.ts';
  * waits out the grace for an attempt's group to empty, and a stopped script of a user of its own
  * (whose end would end its PID namespace) waits until it is the namespace's last process.
  */
-export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.env): string {
+export function attemptScript(
+  spec: RunSpec,
+  host: NodeJS.ProcessEnv = process.env,
+  defaultSignals = hostDefaultSignals(),
+): string {
   const env = Object.entries(attemptEnv(spec, host)).map(
     ([name, value]) => `export ${shellQuote(`${name}=${value}`)}`,
   );
@@ -41,7 +46,7 @@ export function attemptScript(spec: RunSpec, host: NodeJS.ProcessEnv = process.e
     : [];
   return [
     ...env,
-    run(spec.user ? STOP_ISOLATED : STOP_GROUP),
+    run(spec.user ? STOP_ISOLATED : STOP_GROUP, defaultSignals),
     ...(spec.user ? [LAST_TO_END] : []),
     ...setup,
     ...probeExports(spec),
@@ -87,18 +92,19 @@ const LAST_TO_END = [
 ].join('\n');
 
 /**
- * Runs a command in a subshell and waits for it, with a trap on SIGTERM, SIGINT and SIGHUP
- * (`stop`) while it runs: the script may be the first process of a PID namespace, which ignores
- * a signal it has no trap for, and a stopping attempt must hear SIGTERM to save its work. The
- * trap is set once the subshell is forked, so the subshell starts with each signal at its
- * default; a subshell forked after a stop ends as SIGTERM would end it (143), without running
- * its command.
+ * Runs a command in a shell of its own (a subshell that starts it through `defaultSignals`) and
+ * waits for it, with a trap on SIGTERM, SIGINT and SIGHUP (`stop`) while it runs: the script may
+ * be the first process of a PID namespace, which ignores a signal it has no trap for, and a
+ * stopping attempt must hear SIGTERM to save its work. The trap is set once the subshell is
+ * forked, so the command starts with each signal at its default; a subshell forked after a stop
+ * ends as SIGTERM would end it (143), without running its command.
  */
-function run(stop: string): string {
+function run(stop: string, defaultSignals: string): string {
   return [
     '__ty_run() {',
     '  __ty_torun=$1',
-    '  (set --; [ -z "$__ty_stopped" ] || exit 143; eval "$__ty_torun") & __ty_child=$!',
+    `  ([ -z "$__ty_stopped" ] || exit 143; exec ${defaultSignals} /bin/sh -c "$__ty_torun") &`,
+    '  __ty_child=$!',
     `  trap '${stop}' TERM INT HUP`,
     '  while :; do wait "$__ty_child"; __ty_code=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',
     '  trap - TERM INT HUP',

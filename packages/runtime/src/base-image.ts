@@ -7,6 +7,8 @@ import { promisify } from 'node:util';
 import type Docker from 'dockerode';
 
 const run = promisify(execFile);
+/** coreutils' `env`, copied into the local bases at the path it has on the host. */
+const ENV = '/usr/bin/env';
 
 /** The image a job runs on when it names the default base (`"image": "python"`). */
 export const DEFAULT_BASE_IMAGE = 'trainyard/python:3';
@@ -33,6 +35,11 @@ export function localBaseOf(image: string | undefined): LocalBase | undefined {
 export function resolveBaseImage(image: string | undefined): string {
   return image === undefined ? DEFAULT_BASE_IMAGE : (localBaseOf(image)?.ref ?? image);
 }
+
+/** The label that names the recipe a local base was made by: one made by an earlier is remade. */
+export const BASE_RECIPE_LABEL = 'io.trainyard.base-recipe';
+/** The recipe's version: 2 brought coreutils' `env` (see `DEFAULT_SIGNALS`). */
+export const BASE_RECIPE = '2';
 
 /** Whether the engine holds the image `ref`. */
 export async function hasImage(docker: Docker, ref: string): Promise<boolean> {
@@ -66,8 +73,9 @@ async function copyIn(root: string, paths: string[], follow = false): Promise<vo
 }
 
 /**
- * Makes the default base image from this host's Python (Debian's python3 and python3-pip) and a
- * static busybox for the shell and the usual tools: no registry is needed. The interpreter, its
+ * Makes the default base image from this host's Python (Debian's python3 and python3-pip), a
+ * static busybox for the shell and the usual tools, and coreutils' `env` (busybox's cannot start
+ * a command with the signals a shell ignored at their default): no registry is needed. The interpreter, its
  * standard library, pip and the shared libraries they load are copied into an empty root, which
  * is imported as `ref`. Its `root` and `nobody` accounts are the only ones; jobs run as a uid of
  * their own anyway.
@@ -105,7 +113,7 @@ export async function makePythonBaseImage(
     await copyIn(root, [python, stdlib, ...packages, '/usr/share/python-wheels']);
     // Debian's packages link to libraries outside their directory (torch/lib/libtorch.so, say).
     const linked = hostPackages ? await linkedOut(HOST_PACKAGES) : [];
-    const libs = await sharedLibraries([python, busybox, ...extensions, ...linked]);
+    const libs = await sharedLibraries([python, busybox, ENV, ...extensions, ...linked]);
     // One copy of each: `ldd` names /lib/x/libtorch.so.1.13 what a link names /usr/lib/x/….
     await copyIn(root, [...new Set([...linked, ...libs].map(inRealDirectory))], true);
     await linkTopLevelLikeHost(root);
@@ -118,6 +126,8 @@ export async function makePythonBaseImage(
     for (const applet of applets.split('\n').filter((a) => /^[a-z0-9_.[-]+$/.test(a))) {
       if (applet !== 'busybox') await symlink('busybox', join(root, 'bin', applet));
     }
+    await rm(join(root, ENV), { force: true });
+    await run('cp', [ENV, join(root, ENV)]);
     await mkdir(join(root, 'etc'));
     await writeFile(
       join(root, 'etc/passwd'),
@@ -130,6 +140,7 @@ export async function makePythonBaseImage(
     await importRoot(docker, root, ref, [
       'ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8',
       'CMD ["python3"]',
+      `LABEL ${BASE_RECIPE_LABEL}=${BASE_RECIPE}`,
     ]);
   } finally {
     await rm(root, { recursive: true, force: true });
@@ -213,12 +224,28 @@ function splitTag(ref: string): [string, string] {
   return colon > slash ? [ref.slice(0, colon), ref.slice(colon + 1)] : [ref, 'latest'];
 }
 
-/** Makes a local base image when the engine lacks it; true when it was made now. */
+/** The recipe the engine's image `ref` was made by: '' where it names none, null with no image. */
+export async function baseRecipeOf(docker: Docker, ref: string): Promise<string | null> {
+  try {
+    const info = (await docker.getImage(ref).inspect()) as {
+      Config?: { Labels?: Record<string, string> | null };
+    };
+    return info.Config?.Labels?.[BASE_RECIPE_LABEL] ?? '';
+  } catch (err) {
+    if ((err as { statusCode?: number }).statusCode === 404) return null;
+    throw err;
+  }
+}
+
+/**
+ * Makes a local base image when the engine lacks it or holds one an earlier recipe made; true
+ * when it was made now.
+ */
 export async function ensureLocalBaseImage(
   docker: Docker,
-  base: LocalBase = LOCAL_BASES[DEFAULT_BASE_ALIAS],
+  base: { ref: string; hostPackages: boolean } = LOCAL_BASES[DEFAULT_BASE_ALIAS],
 ): Promise<boolean> {
-  if (await hasImage(docker, base.ref)) return false;
+  if ((await baseRecipeOf(docker, base.ref)) === BASE_RECIPE) return false;
   await makePythonBaseImage(docker, base.ref, base.hostPackages);
   return true;
 }

@@ -7,6 +7,7 @@ import type { ProcessExit } from '@trainyard/domain';
 import { attemptEnv } from './env.ts';
 import { notStarted } from './process.ts';
 import { PAUSE } from './attempt-script.ts';
+import { CHOOSE_DEFAULT_SIGNALS } from './default-signals.ts';
 import { probeEnv } from './probe.ts';
 import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import { openContainerChannel } from './container-channels.ts';
@@ -35,7 +36,8 @@ export const CONTAINER_METRICS_DIR = '/trainyard/metrics';
 const PROBE_PATH = `export PYTHONPATH="${CONTAINER_PROBE_DIR}\${PYTHONPATH:+:$PYTHONPATH}"`;
 /**
  * How a container runs its command (`$1`, an argument, never part of the script): in a shell of
- * its own, under a shell that a stop (SIGTERM from the container's init) reaches and that sends
+ * its own, started with SIGINT and SIGQUIT at their default where the image can (see
+ * `DEFAULT_SIGNALS`), under a shell that a stop (SIGTERM from the container's init) reaches and that sends
  * it on to every other process of the container the job's user runs (`kill -1` spares the
  * init). Once stopped, it ends only when it is the container's last process besides the init,
  * so that a program under a shell that SIGTERM ends at once keeps its grace to save its work;
@@ -44,7 +46,8 @@ const PROBE_PATH = `export PYTHONPATH="${CONTAINER_PROBE_DIR}\${PYTHONPATH:+:$PY
  * steers nothing here.
  */
 const RUN_COMMAND = [
-  '(exec /bin/sh -c "$1") & __ty_child=$!',
+  CHOOSE_DEFAULT_SIGNALS,
+  '(exec "$@") & __ty_child=$!',
   '__ty_stopped=',
   `trap '[ -n "$__ty_stopped" ] || { __ty_stopped=1; kill -TERM -1 2>/dev/null; }' TERM INT HUP`,
   'while :; do',

@@ -1,7 +1,13 @@
 import { readlinkSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { runInImage, testDocker } from '@trainyard/testkit';
-import { DEFAULT_BASE_IMAGE } from '../src/index.ts';
+import {
+  BASE_RECIPE,
+  BASE_RECIPE_LABEL,
+  baseRecipeOf,
+  DEFAULT_BASE_IMAGE,
+  ensureLocalBaseImage,
+} from '../src/index.ts';
 
 const { docker } = testDocker();
 
@@ -15,7 +21,7 @@ function hostLink(name: string): string | null {
 }
 
 describe('the default base image made from this host', () => {
-  it('lays out /usr as the host does, its libraries once, and runs Python with them', async () => {
+  it('lays out /usr as the host does, its libraries once, and runs Python and coreutils’ env with them', async () => {
     const { code, output } = await runInImage(
       docker,
       DEFAULT_BASE_IMAGE,
@@ -24,6 +30,7 @@ describe('the default base image made from this host', () => {
         'find / -xdev -name "libc.so.6" -type f | wc -l',
         'python3 -c "import ssl, ctypes; print(ssl.OPENSSL_VERSION.split()[0])"',
         'id -u nobody',
+        '/usr/bin/env --default-signal=INT,QUIT /bin/sh -c "echo env takes the option"',
       ].join('; '),
     );
     expect(code, output).toBe(0);
@@ -33,6 +40,27 @@ describe('the default base image made from this host', () => {
       '1',
       'OpenSSL',
       '65534',
+      'env takes the option',
     ]);
+    expect(await baseRecipeOf(docker, DEFAULT_BASE_IMAGE)).toBe(BASE_RECIPE);
+  });
+
+  it('is made again where the engine holds one that an earlier recipe made', async () => {
+    const base = { ref: 'trainyard-test/earlier-base:1', hostPackages: false };
+    const earlier = await docker.createContainer({
+      Image: DEFAULT_BASE_IMAGE,
+      Cmd: ['true'],
+      Labels: { [BASE_RECIPE_LABEL]: '1' },
+    });
+    await earlier.commit({ repo: 'trainyard-test/earlier-base', tag: '1' });
+    await earlier.remove();
+    try {
+      expect(await baseRecipeOf(docker, base.ref)).toBe('1');
+      expect(await ensureLocalBaseImage(docker, base)).toBe(true);
+      expect(await baseRecipeOf(docker, base.ref)).toBe(BASE_RECIPE);
+      expect(await ensureLocalBaseImage(docker, base)).toBe(false);
+    } finally {
+      await docker.getImage(base.ref).remove();
+    }
   });
 });

@@ -14,7 +14,7 @@ import {
   shellQuote,
   type RunSpec,
 } from '../src/index.ts';
-import { runSpecIn } from './run-spec.ts';
+import { intOrQuitIgnored, PRINT_IGNORED, runSpecIn } from './run-spec.ts';
 
 const { docker, registry } = testDocker();
 let dir: Awaited<ReturnType<typeof tempDir>>;
@@ -83,10 +83,10 @@ async function baseWith(name: string, config: Docker.ContainerCreateOptions): Pr
 }
 
 describe('Docker runtime', () => {
-  it('pulls the image by digest and runs the command as a user that is not root, with its environment, outputs and labels', async () => {
+  it('pulls the image by digest and runs the command as a user that is not root, with its environment, outputs, labels, SIGINT and SIGQUIT at their default', async () => {
     const s = spec(
       // It runs a moment before it speaks, so that the runtime finds it running and records its pid.
-      'sleep 0.5; echo "uid=$(id -u) out=$TRAINYARD_OUTPUT_DIR job=$TRAINYARD_JOB_ID pwd=$(pwd) cuda=$CUDA_VISIBLE_DEVICES greet=$GREETING"; echo saved > "$TRAINYARD_OUTPUT_DIR/result.txt"; echo oops >&2; exit 3',
+      `sleep 0.5; echo "uid=$(id -u) out=$TRAINYARD_OUTPUT_DIR job=$TRAINYARD_JOB_ID pwd=$(pwd) cuda=$CUDA_VISIBLE_DEVICES greet=$GREETING"; echo saved > "$TRAINYARD_OUTPUT_DIR/result.txt"; ${PRINT_IGNORED}; echo oops >&2; exit 3`,
       { env: { GREETING: 'hi there' }, gpus: [2, 5] },
     );
     const out: string[] = [];
@@ -104,6 +104,7 @@ describe('Docker runtime', () => {
       `uid=65534 out=/trainyard/outputs job=${s.jobId} pwd=/workspace cuda=0,1 greet=hi there`,
     );
     expect(text).toContain('oops');
+    expect(intOrQuitIgnored(text)).toEqual([[]]);
     expect(await logOf(s)).toBe(text);
     expect(await readFile(join(s.outputDir, 'result.txt'), 'utf8')).toBe('saved\n');
     expect(await readFile(s.pidFile, 'utf8')).toMatch(/^\d+\n$/);

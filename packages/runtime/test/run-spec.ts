@@ -42,3 +42,21 @@ export function savesOnTerm(file: string): string {
 /** A command whose program ignores SIGTERM, under a shell that SIGTERM ends; it prints its pid. */
 const IGNORER = `'$| = 1; $SIG{TERM} = "IGNORE"; print "$$\\n"; sleep 30'`;
 export const IGNORES_TERM = `/usr/bin/perl -e ${IGNORER}; true`;
+
+/** A command line that prints the mask of the signals its process ignores (`SigIgn:`). */
+export const PRINT_IGNORED = "grep '^SigIgn:' /proc/self/status";
+
+/** For each `SigIgn:` line in `text`, which of SIGINT and SIGQUIT its process ignored. */
+export function intOrQuitIgnored(text: string): string[][] {
+  return [...text.matchAll(/^SigIgn:\s*([0-9a-f]+)$/gm)].map(([, mask]) => {
+    const ignored = BigInt(`0x${mask}`);
+    return (
+      [
+        ['SIGINT', 2n],
+        ['SIGQUIT', 3n],
+      ] as const
+    )
+      .filter(([, signo]) => (ignored >> (signo - 1n)) & 1n)
+      .map(([name]) => name);
+  });
+}

@@ -17,7 +17,13 @@ import {
   SimulatedInventory,
   type RunSpec,
 } from '../src/index.ts';
-import { IGNORES_TERM, runSpecIn, savesOnTerm } from './run-spec.ts';
+import {
+  IGNORES_TERM,
+  intOrQuitIgnored,
+  PRINT_IGNORED,
+  runSpecIn,
+  savesOnTerm,
+} from './run-spec.ts';
 import { stopInWorkerAsInit, workerStarting } from './worker-process.ts';
 
 let dir: Awaited<ReturnType<typeof tempDir>>;
@@ -33,11 +39,14 @@ const spec = (command: string, over: Partial<RunSpec> = {}) =>
   runSpecIn(dir.path, command, { env: { GREETING: 'hi' }, gpus: [0, 2], ...over });
 
 describe('process runtime', () => {
-  it('runs the command in the sandbox with the job environment and captures output', async () => {
+  it('runs the setup and command in the sandbox with the job environment, SIGINT and SIGQUIT at their default, and captures output', async () => {
     const out: string[] = [];
     const s = spec(
-      'echo "$GREETING $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo "args=$#"; echo oops >&2; exit 3',
-      { env: { GREETING: 'hi', CUDA_DEVICE_ORDER: 'FASTEST_FIRST' } },
+      `echo "$GREETING $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo "args=$#"; ${PRINT_IGNORED}; echo oops >&2; exit 3`,
+      {
+        env: { GREETING: 'hi', CUDA_DEVICE_ORDER: 'FASTEST_FIRST' },
+        setup: PRINT_IGNORED,
+      },
     );
     const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
     expect(await run.exited).toEqual({ kind: 'exited', exitCode: 3 });
@@ -46,6 +55,7 @@ describe('process runtime', () => {
     expect(text).toContain(`hi 0,2 PCI_BUS_ID job_1 ${join(dir.path, 'out')} ${dir.path}`);
     expect(text).toContain('args=0\n');
     expect(text).toContain('oops');
+    expect(intOrQuitIgnored(text)).toEqual([[], []]);
   });
 
   it('hands over a flood of output whole and in order, however fast it is written', async () => {

@@ -5,7 +5,13 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { processAlive, processInfo, tempDir, waitFor } from '@trainyard/testkit';
 import { launchScript, ProcessRuntime, SAFE_PATH, shellQuote, type RunSpec } from '../src/index.ts';
-import { IGNORES_TERM, runSpecIn, savesOnTerm } from './run-spec.ts';
+import {
+  IGNORES_TERM,
+  intOrQuitIgnored,
+  PRINT_IGNORED,
+  runSpecIn,
+  savesOnTerm,
+} from './run-spec.ts';
 import { workerStarting } from './worker-process.ts';
 import { SpawnError, Spawner } from '../src/spawner.ts';
 import { NOT_JOB_IDS } from '../src/perl-spawner.ts';
@@ -177,10 +183,10 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
 
   it('starts an attempt of a user of its own as a session leader, a child of the spawner, in a PID namespace of its own', async () => {
     const out: string[] = [];
-    const s = spec('echo "uid=$(id -u) pid=$$"; sleep 300', { user: { uid, gid: uid } });
+    const s = spec('echo "uid=$(id -u) parent=$PPID"; sleep 300', { user: { uid, gid: uid } });
     const run = await runtime.start(s, (_s, c) => out.push(c.toString()));
     const pid = run.pid!;
-    await waitFor('the script to run', () => out.join('').includes(`uid=${uid} pid=1\n`));
+    await waitFor('the script to run', () => out.join('').includes(`uid=${uid} parent=1\n`));
     expect(sessionOf(pid)).toBe(pid);
     const spawner = processInfo(pid)!.parent;
     expect(readFileSync(`/proc/${spawner}/cmdline`, 'utf8').split('\0')[0]).toBe(
@@ -192,7 +198,7 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
     expect(processAlive(pid)).toBe(false);
   });
 
-  it('runs an attempt of a user of its own with no other group, no capability, no new privilege, and a /proc, /tmp and /dev/shm of its own', async () => {
+  it('runs an attempt of a user of its own with no other group, no capability, no new privilege, SIGINT and SIGQUIT at their default, and a /proc, /tmp and /dev/shm of its own', async () => {
     const own = await tempDir('trainyard-confined-', '/var/tmp');
     await chown(own.path, uid, uid);
     try {
@@ -203,6 +209,7 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
         'awk \'{ i = 7; while ($i != "-") i++; print $5, $6, $(i + 1) }\' /proc/self/mountinfo',
         'touch /tmp/mine && echo "tmp=$(ls /tmp)"',
         'for fd in /proc/$$/fd/*; do echo "fd=$(readlink "$fd")"; done',
+        PRINT_IGNORED,
       ].join('; ');
       const s = runSpecIn(own.path, report, { user: { uid, gid: uid } });
       const out: string[] = [];
@@ -214,6 +221,7 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
       for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'])
         expect(lines).toContain(`${set}:\t0000000000000000`);
       expect(lines).toContain('NoNewPrivs:\t1');
+      expect(intOrQuitIgnored(out.join(''))).toEqual([[]]);
       expect(lines).toContain('first=1');
       expect(lines).toContain('/proc rw,nosuid,nodev,noexec,relatime proc');
       expect(lines).toContain('/tmp rw,nosuid,nodev,relatime tmpfs');
