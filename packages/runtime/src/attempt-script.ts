@@ -12,20 +12,20 @@ export const SETUP_FAILED = 125;
 export { shellQuote } from './shell.ts';
 
 /**
- * The script that runs one attempt (`RunSpec.scriptFile`), as the attempt's user, in a new
- * session, in the work directory, with its output already sent to the log (the runtime's
- * spawner did those, as the worker). It sets the attempt's environment, runs `setup` if there
- * is one, then the command, each in a shell of its own started with SIGINT and SIGQUIT at their
- * default (see `DEFAULT_SIGNALS`), and records how it ended in the result file. It ends with its command's exit code; a failed setup ends it with
- * `SETUP_FAILED`.
+ * The script that runs one attempt (`RunSpec.scriptFile`), as the attempt's user, in a new session,
+ * in the work directory, with its output already sent to the log (the runtime's spawner did those,
+ * as the worker). It sets the attempt's environment, runs `setup` if there is one, then the
+ * command, each in a shell of its own started with SIGINT and SIGQUIT at their default (see
+ * `DEFAULT_SIGNALS`), and records how it ended in the result file. It ends with its command's exit
+ * code; a failed setup ends it with `SETUP_FAILED`.
  *
- * A stop is SIGTERM (or SIGINT, SIGHUP) to the attempt. Most attempts hear it through their
- * process group. An attempt of a user of its own hears it through the spawner's child, which
- * passes it to the script once the script's trap is set (the first process of a PID namespace
- * drops a signal it has no handler for); the script then sends it to every other process of its
- * namespace. A program under a shell that ends at once on SIGTERM may still be saving its work: the runtime
- * waits out the grace for an attempt's group to empty, and a stopped script of a user of its own
- * (whose end would end its PID namespace) waits until it is the namespace's last process.
+ * A stop is SIGTERM (or SIGINT, SIGHUP) to the attempt. Most attempts hear it through their process
+ * group. An attempt of a user of its own hears it through the spawner's child, which passes it to
+ * the script once the script's trap is set (the first process of a PID namespace drops a signal it
+ * has no handler for); the script then sends it to every other process of its namespace. A program
+ * under a shell that ends at once on SIGTERM may still be saving its work: the runtime waits out
+ * the grace for an attempt's group to empty, and a stopped script of a user of its own (whose end
+ * would end its PID namespace) waits until it is the namespace's last process.
  */
 export function attemptScript(
   spec: RunSpec,

@@ -73,12 +73,12 @@ async function copyIn(root: string, paths: string[], follow = false): Promise<vo
 }
 
 /**
- * Makes the default base image from this host's Python (Debian's python3 and python3-pip), a
- * static busybox for the shell and the usual tools, and coreutils' `env` (busybox's cannot start
- * a command with the signals a shell ignored at their default): no registry is needed. The interpreter, its
- * standard library, pip and the shared libraries they load are copied into an empty root, which
- * is imported as `ref`. Its `root` and `nobody` accounts are the only ones; jobs run as a uid of
- * their own anyway.
+ * Makes the default base image from this host's Python (Debian's python3 and python3-pip), a static
+ * busybox for the shell and the usual tools, and coreutils' `env` (busybox's cannot start a command
+ * with the signals a shell ignored at their default): no registry is needed. The interpreter, its
+ * standard library, pip and the shared libraries they load are copied into an empty root, which is
+ * imported as `ref`. Its `root` and `nobody` accounts are the only ones; jobs run as a uid of their
+ * own anyway.
  */
 export async function makePythonBaseImage(
   docker: Docker,

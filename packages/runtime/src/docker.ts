@@ -35,15 +35,15 @@ export const CONTAINER_METRICS_DIR = '/trainyard/metrics';
 /** What a probe's command starts with: the wrapper's directory first on Python's path. */
 const PROBE_PATH = `export PYTHONPATH="${CONTAINER_PROBE_DIR}\${PYTHONPATH:+:$PYTHONPATH}"`;
 /**
- * How a container runs its command (`$1`, an argument, never part of the script): in a shell of
- * its own, started with SIGINT and SIGQUIT at their default where the image can (see
- * `DEFAULT_SIGNALS`), under a shell that a stop (SIGTERM from the container's init) reaches and that sends
- * it on to every other process of the container the job's user runs (`kill -1` spares the
- * init). Once stopped, it ends only when it is the container's last process besides the init,
- * so that a program under a shell that SIGTERM ends at once keeps its grace to save its work;
- * the engine's SIGKILL ends the grace, and a second stop changes nothing. Its variables are
- * set only once the command is forked, so a job's environment reaches the command whole and
- * steers nothing here.
+ * How a container runs its command (`$1`, an argument, never part of the script): in a shell of its
+ * own, started with SIGINT and SIGQUIT at their default where the image can (see
+ * `DEFAULT_SIGNALS`), under a shell that a stop (SIGTERM from the container's init) reaches and
+ * that sends it on to every other process of the container the job's user runs (`kill -1` spares
+ * the init). Once stopped, it ends only when it is the container's last process besides the init,
+ * so that a program under a shell that SIGTERM ends at once keeps its grace to save its work; the
+ * engine's SIGKILL ends the grace, and a second stop changes nothing. Its variables are set only
+ * once the command is forked, so a job's environment reaches the command whole and steers nothing
+ * here.
  */
 const RUN_COMMAND = [
   CHOOSE_DEFAULT_SIGNALS,
