@@ -4,7 +4,7 @@ import { LAUNCH_FIELDS } from './perl-spawner.ts';
 import { probeExports } from './probe.ts';
 import { SpawnError } from './spawner.ts';
 import { attemptEnv } from './env.ts';
-import { hostDefaultSignals } from './default-signals.ts';
+import { commandShell, hostDefaultSignals } from './default-signals.ts';
 
 /** The status a script that ran `setup` and saw it fail ends with; the result file says more. */
 export const SETUP_FAILED = 125;
@@ -46,6 +46,8 @@ export function attemptScript(
     : [];
   return [
     ...env,
+    // The one variable read before it is set: a job's environment may not name it.
+    'unset __ty_stopped',
     run(spec.user ? STOP_ISOLATED : STOP_GROUP, defaultSignals),
     ...(spec.user ? [LAST_TO_END] : []),
     ...setup,
@@ -103,7 +105,7 @@ function run(stop: string, defaultSignals: string): string {
   return [
     '__ty_run() {',
     '  __ty_torun=$1',
-    `  ([ -z "$__ty_stopped" ] || exit 143; exec ${defaultSignals} /bin/sh -c "$__ty_torun") &`,
+    `  ([ -z "$__ty_stopped" ] || exit 143; exec ${commandShell(defaultSignals, '__ty_torun')}) &`,
     '  __ty_child=$!',
     `  trap '${stop}' TERM INT HUP`,
     '  while :; do wait "$__ty_child"; __ty_code=$?; kill -0 "$__ty_child" 2>/dev/null || break; done',

@@ -39,7 +39,7 @@ export function resolveBaseImage(image: string | undefined): string {
 /** The label that names the recipe a local base was made by: one made by an earlier is remade. */
 export const BASE_RECIPE_LABEL = 'io.trainyard.base-recipe';
 /** The recipe's version: 2 brought coreutils' `env` (see `DEFAULT_SIGNALS`). */
-export const BASE_RECIPE = '2';
+export const BASE_RECIPE = 2;
 
 /** Whether the engine holds the image `ref`. */
 export async function hasImage(docker: Docker, ref: string): Promise<boolean> {
@@ -238,14 +238,15 @@ export async function baseRecipeOf(docker: Docker, ref: string): Promise<string 
 }
 
 /**
- * Makes a local base image when the engine lacks it or holds one an earlier recipe made; true
- * when it was made now.
+ * Makes a local base image when the engine lacks it or holds one an earlier recipe made (a later
+ * one's is kept); true when it was made now.
  */
 export async function ensureLocalBaseImage(
   docker: Docker,
   base: { ref: string; hostPackages: boolean } = LOCAL_BASES[DEFAULT_BASE_ALIAS],
 ): Promise<boolean> {
-  if ((await baseRecipeOf(docker, base.ref)) === BASE_RECIPE) return false;
+  const recipe = await baseRecipeOf(docker, base.ref);
+  if (recipe !== null && Number.parseInt(recipe, 10) >= BASE_RECIPE) return false;
   await makePythonBaseImage(docker, base.ref, base.hostPackages);
   return true;
 }

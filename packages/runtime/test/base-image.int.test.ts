@@ -42,25 +42,33 @@ describe('the default base image made from this host', () => {
       '65534',
       'env takes the option',
     ]);
-    expect(await baseRecipeOf(docker, DEFAULT_BASE_IMAGE)).toBe(BASE_RECIPE);
+    expect(await baseRecipeOf(docker, DEFAULT_BASE_IMAGE)).toBe(String(BASE_RECIPE));
   });
 
-  it('is made again where the engine holds one that an earlier recipe made', async () => {
-    const base = { ref: 'trainyard-test/earlier-base:1', hostPackages: false };
-    const earlier = await docker.createContainer({
-      Image: DEFAULT_BASE_IMAGE,
-      Cmd: ['true'],
-      Labels: { [BASE_RECIPE_LABEL]: '1' },
-    });
-    await earlier.commit({ repo: 'trainyard-test/earlier-base', tag: '1' });
-    await earlier.remove();
+  it('is made again where the engine holds one that an earlier recipe made, not a later one', async () => {
+    /** A base whose image says that `recipe` made it. */
+    async function madeBy(recipe: number) {
+      const base = { ref: `trainyard-test/base-by-${recipe}:1`, hostPackages: false };
+      const earlier = await docker.createContainer({
+        Image: DEFAULT_BASE_IMAGE,
+        Cmd: ['true'],
+        Labels: { [BASE_RECIPE_LABEL]: String(recipe) },
+      });
+      await earlier.commit({ repo: `trainyard-test/base-by-${recipe}`, tag: '1' });
+      await earlier.remove();
+      expect(await baseRecipeOf(docker, base.ref)).toBe(String(recipe));
+      return base;
+    }
+    const earlier = await madeBy(BASE_RECIPE - 1);
+    const later = await madeBy(BASE_RECIPE + 1);
     try {
-      expect(await baseRecipeOf(docker, base.ref)).toBe('1');
-      expect(await ensureLocalBaseImage(docker, base)).toBe(true);
-      expect(await baseRecipeOf(docker, base.ref)).toBe(BASE_RECIPE);
-      expect(await ensureLocalBaseImage(docker, base)).toBe(false);
+      expect(await ensureLocalBaseImage(docker, earlier)).toBe(true);
+      expect(await baseRecipeOf(docker, earlier.ref)).toBe(String(BASE_RECIPE));
+      expect(await ensureLocalBaseImage(docker, earlier)).toBe(false);
+      expect(await ensureLocalBaseImage(docker, later)).toBe(false);
+      expect(await baseRecipeOf(docker, later.ref)).toBe(String(BASE_RECIPE + 1));
     } finally {
-      await docker.getImage(base.ref).remove();
+      for (const { ref } of [earlier, later]) await docker.getImage(ref).remove();
     }
   });
 });

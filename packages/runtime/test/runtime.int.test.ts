@@ -44,7 +44,8 @@ describe('process runtime', () => {
     const s = spec(
       `echo "$GREETING $CUDA_VISIBLE_DEVICES $CUDA_DEVICE_ORDER $TRAINYARD_JOB_ID $TRAINYARD_OUTPUT_DIR $(pwd)"; echo "args=$#"; ${PRINT_IGNORED}; echo oops >&2; exit 3`,
       {
-        env: { GREETING: 'hi', CUDA_DEVICE_ORDER: 'FASTEST_FIRST' },
+        // A variable of the script's own in the job's environment changes nothing.
+        env: { GREETING: 'hi', CUDA_DEVICE_ORDER: 'FASTEST_FIRST', __ty_stopped: '1' },
         setup: PRINT_IGNORED,
       },
     );
