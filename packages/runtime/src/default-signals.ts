@@ -2,8 +2,19 @@ import { accessSync, constants } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import { shellQuote } from './shell.ts';
 
-/** The variables Perl reads as it starts that would steer it: switches, the locale warning. */
-const PERL_STARTUP = ['PERL5OPT', 'PERL_BADLANG'];
+/**
+ * The variables Perl reads as it starts that would steer it, stop it or write to the job's log:
+ * switches, I/O layers, signal delivery, hashing, the locale warning.
+ */
+const PERL_STARTUP = [
+  'PERL5OPT',
+  'PERL_UNICODE',
+  'PERL_SIGNALS',
+  'PERL_HASH_SEED',
+  'PERL_HASH_SEED_DEBUG',
+  'PERL_PERTURB_KEYS',
+  'PERL_BADLANG',
+];
 
 /**
  * Perl's part: the job's own values of `PERL_STARTUP` (carried past its start as `__ty_NAME`,
@@ -34,7 +45,9 @@ export const DEFAULT_SIGNALS = {
    * the job's `PERL_STARTUP` variables, which it puts back before it starts the program.
    */
   perl: [
-    '/usr/bin/env -u PERL5OPT PERL_BADLANG=0',
+    '/usr/bin/env',
+    ...PERL_STARTUP.filter((name) => name !== 'PERL_BADLANG').map((name) => `-u ${name}`),
+    'PERL_BADLANG=0',
     ...PERL_STARTUP.map((name) => `"__ty_${name}=\${${name}+=$${name}}"`),
     `/usr/bin/perl -e ${shellQuote(PERL_DEFAULTS)}`,
   ].join(' '),

@@ -19,13 +19,16 @@ function run(
   script: string,
   command: string,
   binds: [string, string][] = [],
-  env: Record<string, string> = {},
+  env: Record<string, string | undefined> = {},
 ) {
+  const environment = { ...process.env, ...env };
+  for (const [name, value] of Object.entries(environment))
+    if (value === undefined) delete environment[name];
   const mounts = binds.map(([from, onto]) => `mount --bind ${from} ${onto} && `).join('');
   const inner = `mount --make-rprivate / && ${mounts}exec /bin/sh -c "$0" sh "$1"`;
   const out = spawnSync('unshare', ['-m', '/bin/sh', '-c', inner, script, command], {
     encoding: 'utf8',
-    env: { ...process.env, ...env },
+    env: environment,
   });
   return { status: out.status, stdout: out.stdout, stderr: out.stderr };
 }
@@ -45,7 +48,9 @@ function hostChoice(binds: [string, string][]): string {
   const print = `import(${JSON.stringify(module)})
     .then((m) => console.log(m.hostDefaultSignals()))`;
   const node = [process.execPath, '--import', 'tsx', '-e', print].map(shellQuote).join(' ');
-  return run(`exec ${node}`, '', binds).stdout.trim();
+  const chosen = run(`exec ${node}`, '', binds);
+  expect(chosen.status, chosen.stderr).toBe(0);
+  return chosen.stdout.trim();
 }
 
 describe.runIf(process.getuid?.() === 0)(
@@ -68,13 +73,29 @@ describe.runIf(process.getuid?.() === 0)(
     });
 
     it('starts Perl with none of the job’s variables that steer it, and gives the command them back', () => {
-      const report = `echo "opt=$PERL5OPT badlang=\${PERL_BADLANG-unset}"; ${PRINT_IGNORED}`;
-      const steering = { PERL5OPT: '-Mnosuchmodule', LC_ALL: 'xx_XX.UTF-8' };
-      const out = run(started(DEFAULT_SIGNALS.perl), report, [], steering);
-      expect(out.stdout).toBe('opt=-Mnosuchmodule badlang=unset\nSigIgn:\t0000000000000000\n');
-      expect(out.stderr).not.toMatch(/warning|Can't locate/);
-      const empty = run(started(DEFAULT_SIGNALS.perl), report, [], { PERL_BADLANG: '' });
-      expect(empty.stdout).toContain('opt= badlang=\n');
+      const report = [
+        'echo "opt=${PERL5OPT-unset} unicode=${PERL_UNICODE-unset} badlang=${PERL_BADLANG-unset}"',
+        "env | grep '^__ty_' || echo 'no __ty_'",
+        PRINT_IGNORED,
+      ].join('; ');
+      const out = run(started(DEFAULT_SIGNALS.perl), report, [], {
+        PERL5OPT: '-Mnosuchmodule',
+        PERL_UNICODE: 'yes',
+        PERL_SIGNALS: 'bogus',
+        PERL_HASH_SEED_DEBUG: '1',
+        LC_ALL: 'xx_XX.UTF-8',
+        PERL_BADLANG: undefined,
+      });
+      expect(out.stdout).toBe(
+        'opt=-Mnosuchmodule unicode=yes badlang=unset\nno __ty_\nSigIgn:\t0000000000000000\n',
+      );
+      expect(out.stderr).toBe('');
+      const empty = run(started(DEFAULT_SIGNALS.perl), report, [], {
+        PERL5OPT: '',
+        PERL_UNICODE: undefined,
+        PERL_BADLANG: '',
+      });
+      expect(empty.stdout).toContain('opt= unicode=unset badlang=\n');
     });
 
     it('goes through env where it takes the option, else Perl, else runs as it is', () => {

@@ -187,6 +187,8 @@ export const HIDDEN_CHARACTERS = /[\p{Cc}\p{Cf}\u2028\u2029]/u;
 /** The most environment variables a job may set, and their size in all, names included. */
 export const MAX_ENV_VARS = 256;
 export const MAX_ENV_BYTES = 64 * 1024;
+/** What the names of the variables of the shells that run a job begin with. */
+export const RESERVED_ENV_PREFIX = '__ty_';
 
 /**
  * A job spec as the API takes it: unknown fields are refused rather than dropped, and the fields
@@ -200,7 +202,7 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
     'higher runs first; above 0 needs an admin, anyone may go lower (down to -1000)',
   ),
   env: JobSpecSchema.shape.env.describe(
-    `at most ${MAX_ENV_VARS} variables and ${MAX_ENV_BYTES / 1024} KiB in all, names included`,
+    `at most ${MAX_ENV_VARS} variables and ${MAX_ENV_BYTES / 1024} KiB in all, names included; no name beginning with ${RESERVED_ENV_PREFIX}`,
   ),
   dependsOn: JobSpecSchema.shape.dependsOn.describe(
     'ids of jobs (yours; an admin may name anyone’s) that must succeed before this one is placed, at most 64; if one fails or is cancelled, this one fails as dependencyFailed without running',
@@ -243,6 +245,14 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
       (sum, [k, v]) => sum + Buffer.byteLength(k) + Buffer.byteLength(v),
       0,
     );
+    const reserved = env.find(([name]) => name.startsWith(RESERVED_ENV_PREFIX));
+    if (reserved) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['env', reserved[0]],
+        message: `names beginning with ${RESERVED_ENV_PREFIX} are Trainyard's own`,
+      });
+    }
     if (envBytes > MAX_ENV_BYTES) {
       ctx.addIssue({
         code: 'custom',

@@ -58,7 +58,13 @@ describe('a hostile spec', () => {
     expect((await submit(t, admin, cpuSpec({ priority: 1000 }))).status).toBe(202);
   });
 
-  it('may not carry an environment larger than the cap, in count or in bytes', async () => {
+  it('may not carry an environment larger than the cap, in count or in bytes, or name the variables of Trainyard’s shells', async () => {
+    await refused(
+      await submit(t, alice, cpuSpec({ env: { __ty_stopped: '1' } })),
+      400,
+      'VALIDATION_FAILED',
+      "names beginning with __ty_ are Trainyard's own",
+    );
     const many = Object.fromEntries(Array.from({ length: 257 }, (_, i) => [`V${i}`, 'x']));
     await refused(
       await submit(t, alice, cpuSpec({ env: many })),
