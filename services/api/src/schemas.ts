@@ -202,7 +202,8 @@ export const SubmitSpecSchema = JobSpecSchema.extend({
     'higher runs first; above 0 needs an admin, anyone may go lower (down to -1000)',
   ),
   env: JobSpecSchema.shape.env.describe(
-    `at most ${MAX_ENV_VARS} variables and ${MAX_ENV_BYTES / 1024} KiB in all, names included; no name beginning with ${RESERVED_ENV_PREFIX}`,
+    `at most ${MAX_ENV_VARS} variables and ${MAX_ENV_BYTES / 1024} KiB in all, names included; ` +
+      `no name beginning with ${RESERVED_ENV_PREFIX}`,
   ),
   dependsOn: JobSpecSchema.shape.dependsOn.describe(
     'ids of jobs (yours; an admin may name anyone’s) that must succeed before this one is placed, at most 64; if one fails or is cancelled, this one fails as dependencyFailed without running',
