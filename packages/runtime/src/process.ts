@@ -31,9 +31,21 @@ const WATCH_MS = 250;
 /** How often a stopped attempt's process group is looked at while it may still be saving. */
 const LINGER_MS = 50;
 
-/** A stop under way: when its grace ends (0 while there is none). */
+/** A stop under way: when its grace ends (0 while there is none), recorded in `file`. */
 interface Stopping {
   until: number;
+  file: string | undefined;
+}
+
+/** When the grace of a stop that a worker before this one began ends, as it recorded it; or 0. */
+function recordedStop(file: string | undefined): number {
+  if (!file) return 0;
+  try {
+    const until = Number(readFileSync(file, 'utf8'));
+    return Number.isSafeInteger(until) && until > 0 ? until : 0;
+  } catch {
+    return 0;
+  }
 }
 
 /**
@@ -183,10 +195,19 @@ function ignoresTerm(pid: number): boolean {
  */
 function killer(pid: number, exited: Promise<ProcessExit>, isolated: boolean, stopping: Stopping) {
   return async (graceMs = 10_000) => {
-    stopping.until = Date.now() + graceMs;
+    const until = Date.now() + graceMs;
+    // A second stop may shorten the grace, never lengthen it.
+    stopping.until = stopping.until > 0 ? Math.min(stopping.until, until) : until;
+    if (stopping.file) {
+      try {
+        writeFileSync(stopping.file, `${stopping.until}\n`);
+      } catch {
+        // The grace still holds in this worker; only one that restarts would not know it.
+      }
+    }
     if (isolated && !ignoresTerm(pid)) signalProcess(pid, 'SIGTERM');
     else signalAttempt(pid, 'SIGTERM');
-    const timer = setTimeout(() => signalAttempt(pid, 'SIGKILL'), graceMs);
+    const timer = setTimeout(() => signalAttempt(pid, 'SIGKILL'), stopping.until - Date.now());
     await exited;
     clearTimeout(timer);
   };
@@ -267,7 +288,7 @@ export class ProcessRuntime implements Runtime {
       return notStarted((err as Error).message);
     }
     const tail = new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk));
-    const stopping: Stopping = { until: 0 };
+    const stopping: Stopping = { until: 0, file: spec.stopFile };
     const exited = launched.ended.then(async (status): Promise<ProcessExit> => {
       await lingering(pid, stopping);
       signalGroup(pid, 'SIGKILL');
@@ -296,12 +317,15 @@ export class ProcessRuntime implements Runtime {
     if (pid <= 1) return null;
     if (!signalGroup(pid, 0) && !(await recordedExit(spec))) return null;
     const tail = new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk), { offset });
-    const stopping: Stopping = { until: 0 };
+    const stopping: Stopping = { until: recordedStop(spec.stopFile), file: spec.stopFile };
     const exited = new Promise<ProcessExit>((resolve) => {
       const watch = async () => {
         const alive = signalGroup(pid, 0);
         const exit = await recordedExit(spec);
-        if (alive && (!exit || Date.now() < stopping.until)) return;
+        const inGrace = Date.now() < stopping.until;
+        // The grace of a stop that the worker before this one began, out with that worker gone.
+        if (alive && !exit && stopping.until > 0 && !inGrace) signalAttempt(pid, 'SIGKILL');
+        if (alive && (!exit || inGrace)) return;
         clearInterval(timer);
         signalGroup(pid, 'SIGKILL');
         await tail.close();

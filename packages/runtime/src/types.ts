@@ -26,6 +26,11 @@ export interface RunSpec {
   exitFile: string;
   /** Where the runtime records the process group it started, as it starts it. */
   pidFile: string;
+  /**
+   * Where the runtime records when a stop's grace ends (never the job), so that a worker that
+   * restarts within the grace keeps it: it neither cuts it short nor lets it run on.
+   */
+  stopFile?: string;
   /** Where a runtime that launches through a script writes it (readable by the job alone). */
   scriptFile: string;
   /** What the runtime needs to launch the script (readable by the worker alone). */

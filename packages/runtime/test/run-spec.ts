@@ -26,13 +26,13 @@ export function runSpecIn(dir: string, command: string, over: Partial<RunSpec> =
 }
 
 /**
- * A command whose program takes half a second to save `file` once it hears SIGTERM, under a
- * shell that SIGTERM ends at once (`; true` keeps the shell from handing itself over to it).
+ * A command whose program takes `seconds` to save `file` once it hears SIGTERM, under a shell
+ * that SIGTERM ends at once (`; true` keeps the shell from handing itself over to it).
  */
-export function savesOnTerm(file: string): string {
+export function savesOnTerm(file: string, seconds = 0.5): string {
   const program = [
     '$| = 1;',
-    '$SIG{TERM} = sub { select undef, undef, undef, 0.5;',
+    `$SIG{TERM} = sub { select undef, undef, undef, ${seconds};`,
     'open my $f, ">", $ARGV[0] or die; print $f "saved\\n"; close $f; exit 0 };',
     'print "ready\\n"; sleep 30; exit 1',
   ].join(' ');

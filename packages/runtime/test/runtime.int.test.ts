@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   pidsMatching,
@@ -357,6 +358,30 @@ describe('process runtime, attaching to what an earlier worker started', () => {
     await attached!.kill(5_000);
     expect(await readFile(saved, 'utf8')).toBe('saved\n');
     expect(await attached!.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+  });
+
+  it('keeps the grace of a stop that a worker began before it died: a saver saves, an ignorer lives on until the grace is out', async () => {
+    const saved = join(dir.path, 'saved-across-restart');
+    const saver = spec(savesOnTerm(saved, 1.5), { stopFile: join(dir.path, 'saver.stop') });
+    const first = await workerStarting(saver, 10_000);
+    first.worker.kill('SIGKILL');
+    await waitFor('the worker to die', () => !alive(first.worker.pid!));
+    const attached = await runtime.attach(saver, first.pid, 0, () => undefined);
+    expect(await attached!.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+    expect(await readFile(saved, 'utf8')).toBe('saved\n');
+
+    const ignorer = spec(IGNORES_TERM, { stopFile: join(dir.path, 'ignorer.stop') });
+    const second = await workerStarting(ignorer, 1_500);
+    const stopped = Date.now();
+    second.worker.kill('SIGKILL');
+    await waitFor('the worker to die', () => !alive(second.worker.pid!));
+    const program = Number((await readFile(ignorer.logFile, 'utf8')).split('\n')[0]);
+    const inherited = await runtime.attach(ignorer, second.pid, 0, () => undefined);
+    await delay(300);
+    expect(alive(program)).toBe(true);
+    expect(await inherited!.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+    expect(Date.now() - stopped).toBeGreaterThanOrEqual(1_200);
+    expect(alive(program)).toBe(false);
   });
 
   it.runIf(process.getuid?.() === 0)(

@@ -347,6 +347,27 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
     }
   });
 
+  it('kills what ignores the stop of a worker that died in its grace once that grace is out, though the script of a user of its own never ends first', async () => {
+    const own = await tempDir('trainyard-inherited-', '/var/tmp');
+    await chown(own.path, uid, uid);
+    try {
+      const deaf = runSpecIn(own.path, IGNORES_TERM, {
+        user: { uid, gid: uid },
+        stopFile: join(own.path, 'attempt.stop'),
+      });
+      const { worker, pid } = await workerStarting(deaf, 1_000);
+      const stopped = Date.now();
+      worker.kill('SIGKILL');
+      await waitFor('the worker to die', () => !processAlive(worker.pid!));
+      const attached = await runtime.attach(deaf, pid, 0, () => undefined);
+      expect(await attached!.exited).toEqual({ kind: 'signalled', signal: 'SIGTERM' });
+      expect(Date.now() - stopped).toBeGreaterThanOrEqual(700);
+      expect(processAlive(pid)).toBe(false);
+    } finally {
+      await own.remove();
+    }
+  });
+
   it('stops an attempt of a user of its own: its command hears SIGTERM before the grace ends', async () => {
     const out: string[] = [];
     const s = spec("trap 'echo got-term; exit 143' TERM; echo ready; while :; do sleep 0.1; done", {

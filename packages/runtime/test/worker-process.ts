@@ -8,15 +8,29 @@ const PROCESS_RUNTIME = fileURLToPath(new URL('../src/process.ts', import.meta.u
 
 /**
  * A worker of its own, in a child process, that starts `spec`'s attempt on a process runtime and
- * then idles: the caller kills it to see what outlives a worker. Resolves once the attempt has
- * started, with its process group.
+ * then idles: the caller kills it to see what outlives a worker. With `stopGraceMs`, it first
+ * waits for the attempt's first output (within 15 s) and begins to stop it with that grace.
+ * Resolves once the attempt has started (and the stop begun), with its process group.
  */
 export async function workerStarting(
   spec: RunSpec,
+  stopGraceMs?: number,
 ): Promise<{ worker: ChildProcess; pid: number }> {
   const code = [
+    "import { existsSync, statSync } from 'node:fs';",
     `import { ProcessRuntime } from ${JSON.stringify(PROCESS_RUNTIME)};`,
-    'const run = await new ProcessRuntime().start(JSON.parse(process.argv[1]), () => undefined);',
+    'const spec = JSON.parse(process.argv[1]);',
+    'const run = await new ProcessRuntime().start(spec, () => undefined);',
+    ...(stopGraceMs === undefined
+      ? []
+      : [
+          'const deadline = Date.now() + 15_000;',
+          'while (!existsSync(spec.logFile) || statSync(spec.logFile).size === 0) {',
+          '  if (Date.now() > deadline) process.exit(2);',
+          '  await new Promise((resolve) => setTimeout(resolve, 20));',
+          '}',
+          `void run.kill(${stopGraceMs});`,
+        ]),
     'console.log(run.pid);',
     'setInterval(() => undefined, 60_000);',
   ].join('\n');

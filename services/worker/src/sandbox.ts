@@ -23,6 +23,8 @@ export interface Sandbox {
   exitFile: string;
   /** The process group the command runs in, recorded by the process as it starts. */
   pidFile: string;
+  /** When the grace of a stop of the attempt ends (the worker's own). */
+  stopFile: string;
   /** The script the runtime starts the command with. */
   scriptFile: string;
   /** What the runtime's launcher reads to start it. */
@@ -45,6 +47,7 @@ function sandboxAt(dir: string): Sandbox {
     logFile: join(dir, 'attempt.log'),
     exitFile: join(dir, 'attempt.exit'),
     pidFile: join(dir, 'attempt.pid'),
+    stopFile: join(dir, 'attempt.stop'),
     scriptFile: join(dir, 'attempt.sh'),
     launchFile: join(dir, 'attempt.launch'),
     runDir: join(dir, 'run'),
@@ -104,6 +107,7 @@ export function runSpecIn(
     logFile: box.logFile,
     exitFile: box.exitFile,
     pidFile: box.pidFile,
+    stopFile: box.stopFile,
     scriptFile: box.scriptFile,
     launchFile: box.launchFile,
     resultFile: box.resultFile,
@@ -236,6 +240,7 @@ export async function removeSandbox(box: Sandbox | null): Promise<void> {
     box.metricsFile,
     box.metricsProgress,
     box.pidFile,
+    box.stopFile,
     box.exitFile,
     box.resultFile,
     markerOf(box),
