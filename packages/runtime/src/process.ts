@@ -8,6 +8,7 @@ import { attemptScript, launchScript, SETUP_FAILED } from './attempt-script.ts';
 import { SpawnError, Spawner, type Launched } from './spawner.ts';
 import type { Channel, ChannelRequest } from '@trainyard/tunnel';
 import { openLocalChannel } from './session-channels.ts';
+import { recordedStop, recordStop } from './stop-record.ts';
 import { attemptEnv, hostEnv, SAFE_PATH } from './env.ts';
 import { FileTail, openJobFile } from './file-tail.ts';
 import { MemoryCgroups } from './memory-cgroup.ts';
@@ -35,17 +36,6 @@ const LINGER_MS = 50;
 interface Stopping {
   until: number;
   file: string | undefined;
-}
-
-/** When the grace of a stop that a worker before this one began ends, as it recorded it; or 0. */
-function recordedStop(file: string | undefined): number {
-  if (!file) return 0;
-  try {
-    const until = Number(readFileSync(file, 'utf8'));
-    return Number.isSafeInteger(until) && until > 0 ? until : 0;
-  } catch {
-    return 0;
-  }
 }
 
 /**
@@ -198,15 +188,16 @@ function killer(pid: number, exited: Promise<ProcessExit>, isolated: boolean, st
     const until = Date.now() + graceMs;
     // A second stop may shorten the grace, never lengthen it.
     stopping.until = stopping.until > 0 ? Math.min(stopping.until, until) : until;
+    if (isolated && !ignoresTerm(pid)) signalProcess(pid, 'SIGTERM');
+    else signalAttempt(pid, 'SIGTERM');
+    // After the signal: a worker that restarts must never find a grace for a stop never sent.
     if (stopping.file) {
       try {
-        writeFileSync(stopping.file, `${stopping.until}\n`);
+        recordStop(stopping.file, stopping.until);
       } catch {
         // The grace still holds in this worker; only one that restarts would not know it.
       }
     }
-    if (isolated && !ignoresTerm(pid)) signalProcess(pid, 'SIGTERM');
-    else signalAttempt(pid, 'SIGTERM');
     const timer = setTimeout(() => signalAttempt(pid, 'SIGKILL'), stopping.until - Date.now());
     await exited;
     clearTimeout(timer);
@@ -324,7 +315,7 @@ export class ProcessRuntime implements Runtime {
         const exit = await recordedExit(spec);
         const inGrace = Date.now() < stopping.until;
         // The grace of a stop that the worker before this one began, out with that worker gone.
-        if (alive && !exit && stopping.until > 0 && !inGrace) signalAttempt(pid, 'SIGKILL');
+        if (alive && !exit && stopping.until > 0 && !inGrace) signalGroup(pid, 'SIGKILL');
         if (alive && (!exit || inGrace)) return;
         clearInterval(timer);
         signalGroup(pid, 'SIGKILL');

@@ -27,8 +27,9 @@ export interface RunSpec {
   /** Where the runtime records the process group it started, as it starts it. */
   pidFile: string;
   /**
-   * Where the runtime records when a stop's grace ends (never the job), so that a worker that
-   * restarts within the grace keeps it: it neither cuts it short nor lets it run on.
+   * Where the runtime records when a stop's grace ends (in a directory of the worker's, where
+   * the job runs as a uid of its own), so that a worker that restarts within the grace keeps it:
+   * it neither cuts it short nor lets it run on.
    */
   stopFile?: string;
   /** Where a runtime that launches through a script writes it (readable by the job alone). */

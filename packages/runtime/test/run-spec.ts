@@ -42,6 +42,8 @@ export function savesOnTerm(file: string, seconds = 0.5): string {
 /** A command whose program ignores SIGTERM, under a shell that SIGTERM ends; it prints its pid. */
 const IGNORER = `'$| = 1; $SIG{TERM} = "IGNORE"; print "$$\\n"; sleep 30'`;
 export const IGNORES_TERM = `/usr/bin/perl -e ${IGNORER}; true`;
+/** The same program as the command's own process, so that the script waits for it to end. */
+export const IGNORES_TERM_ALONE = `exec /usr/bin/perl -e ${IGNORER}`;
 
 /** A command line that prints the mask of the signals its process ignores (`SigIgn:`). */
 export const PRINT_IGNORED = "grep '^SigIgn:' /proc/self/status";
