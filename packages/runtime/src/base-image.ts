@@ -41,15 +41,24 @@ export const BASE_RECIPE_LABEL = 'io.trainyard.base-recipe';
 /** The recipe's version: 2 brought coreutils' `env` (see `DEFAULT_SIGNALS`). */
 export const BASE_RECIPE = 2;
 
-/** Whether the engine holds the image `ref`. */
-export async function hasImage(docker: Docker, ref: string): Promise<boolean> {
+/** The engine's record of the image `ref` (its labels, here), or null when it holds none. */
+async function inspected(
+  docker: Docker,
+  ref: string,
+): Promise<{ Config?: { Labels?: Record<string, string> | null } } | null> {
   try {
-    await docker.getImage(ref).inspect();
-    return true;
+    return (await docker.getImage(ref).inspect()) as {
+      Config?: { Labels?: Record<string, string> | null };
+    };
   } catch (err) {
-    if ((err as { statusCode?: number }).statusCode === 404) return false;
+    if ((err as { statusCode?: number }).statusCode === 404) return null;
     throw err;
   }
+}
+
+/** Whether the engine holds the image `ref`. */
+export async function hasImage(docker: Docker, ref: string): Promise<boolean> {
+  return (await inspected(docker, ref)) !== null;
 }
 
 /** The shared libraries an executable or library loads, by their paths on this host. */
@@ -226,15 +235,8 @@ function splitTag(ref: string): [string, string] {
 
 /** The recipe the engine's image `ref` was made by: '' where it names none, null with no image. */
 export async function baseRecipeOf(docker: Docker, ref: string): Promise<string | null> {
-  try {
-    const info = (await docker.getImage(ref).inspect()) as {
-      Config?: { Labels?: Record<string, string> | null };
-    };
-    return info.Config?.Labels?.[BASE_RECIPE_LABEL] ?? '';
-  } catch (err) {
-    if ((err as { statusCode?: number }).statusCode === 404) return null;
-    throw err;
-  }
+  const info = await inspected(docker, ref);
+  return info && (info.Config?.Labels?.[BASE_RECIPE_LABEL] ?? '');
 }
 
 /**

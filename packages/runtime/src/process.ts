@@ -309,15 +309,20 @@ export class ProcessRuntime implements Runtime {
     if (!signalGroup(pid, 0) && !(await recordedExit(spec))) return null;
     const tail = new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk), { offset });
     const stopping: Stopping = { until: recordedStop(spec.stopFile), file: spec.stopFile };
+    let ending = false;
     const exited = new Promise<ProcessExit>((resolve) => {
       const watch = async () => {
         const alive = signalGroup(pid, 0);
         const exit = await recordedExit(spec);
-        const inGrace = Date.now() < stopping.until;
-        // The grace of a stop that the worker before this one began, out with that worker gone.
-        if (alive && !exit && stopping.until > 0 && !inGrace) signalGroup(pid, 'SIGKILL');
-        if (alive && (!exit || inGrace)) return;
+        if (ending) return;
+        if (alive && !exit) {
+          // The grace of a stop that the worker before this one began, out with that worker gone.
+          if (stopping.until > 0 && Date.now() >= stopping.until) signalGroup(pid, 'SIGKILL');
+          return;
+        }
+        ending = true;
         clearInterval(timer);
+        await lingering(pid, stopping);
         signalGroup(pid, 'SIGKILL');
         await tail.close();
         resolve(

@@ -4,7 +4,8 @@ import { runJobCommand } from '@trainyard/application';
 import type { JobCommand } from '@trainyard/domain';
 import { HoldBy, type JobStatus } from '@trainyard/events';
 import type { Api, ApiDeps } from '../deps.ts';
-import { errorResponses, HIDDEN_CHARACTERS, IdParamsSchema, SubmittedSchema } from '../schemas.ts';
+import { errorResponses, HIDDEN_CHARACTERS, IdParamsSchema } from '../schemas.ts';
+import { SubmittedSchema } from '../submit-schemas.ts';
 import { actorOf, callerOf, holdOf, jobIdParam, visibleJob } from './common.ts';
 
 const HoldBody = z

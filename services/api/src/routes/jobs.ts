@@ -22,16 +22,18 @@ import type { Api, ApiDeps } from '../deps.ts';
 import { ApiError } from '../errors.ts';
 import {
   AfterQuerySchema,
-  CancelledSchema,
   errorResponses,
   IdParamsSchema,
   JobViewSchema,
-  PriorityChangedSchema,
   queryFlag,
+} from '../schemas.ts';
+import {
+  CancelledSchema,
+  PriorityChangedSchema,
   SubmitFormSchema,
   SubmitSpecSchema,
   SubmittedSchema,
-} from '../schemas.ts';
+} from '../submit-schemas.ts';
 import { pendingFields, refuseUnsatisfiable } from '../queue.ts';
 import { teamToCharge } from '../charge.ts';
 import { keepUpload, readSubmission } from '../upload.ts';
