@@ -4,6 +4,7 @@ export * from './dispatch.ts';
 export * from './envelope.ts';
 export * from './errors.ts';
 export * from './hash.ts';
+export * from './histories.ts';
 export * from './job.ts';
 export * from './job-events.ts';
 export * from './retry.ts';

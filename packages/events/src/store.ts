@@ -14,6 +14,7 @@ import type { AggregateHead, AppendMeta, Envelope, StoredEvent } from './envelop
 import { EMPTY_HEAD, SCHEMA_VERSION } from './envelope.ts';
 import { ConcurrencyError, CorruptEventError, EventStoreError } from './errors.ts';
 import { hashEvent } from './hash.ts';
+import { processHistories, type Histories, type History } from './histories.ts';
 import type { EventSigner } from './signing.ts';
 import { getStoredMessage, isTransient, retry, retryTransient } from './retry.ts';
 import { Streams, Subjects } from './subjects.ts';
@@ -43,6 +44,12 @@ export interface LoadedAggregate<A extends Aggregate> {
   head: AggregateHead;
 }
 
+/** An event read from the log, with its size there. */
+interface Sized {
+  event: StoredEvent;
+  bytes: number;
+}
+
 /** Decodes one message of the event stream. */
 export function decodeEvent(msg: { seq: number; string(): string }): StoredEvent {
   let parsed: Envelope;
@@ -69,6 +76,8 @@ export class EventStore {
     readonly jsm: JetStreamManager,
     /** Signs every event this store appends; without one, events go unsigned. */
     readonly signer: EventSigner | null = null,
+    /** The histories it reads on from and keeps what it reads and appends in. */
+    readonly histories: Histories = processHistories,
   ) {}
 
   /**
@@ -90,6 +99,8 @@ export class EventStore {
     const correlationId = input.meta.correlationId ?? randomUUID();
     let head = input.head;
     const stored: StoredEvent<AggregateEvents[A]>[] = [];
+    const kept: StoredEvent[] = [];
+    let bytes = 0;
     for (const [i, raw] of input.events.entries()) {
       const event = parseEvent(input.aggregate, raw);
       const unhashed = {
@@ -111,11 +122,30 @@ export class EventStore {
         hash,
         ...(this.signer && { signature: this.signer.sign(hash) }),
       } as Envelope<AggregateEvents[A]>;
-      const seq = await this.#publish(subject, envelope, head.seq);
+      const payload = JSON.stringify(envelope);
+      const seq = await this.#publish(subject, envelope.id, payload, head.seq);
       stored.push({ ...envelope, seq } as unknown as StoredEvent<AggregateEvents[A]>);
+      kept.push(decodeEvent({ seq, string: () => payload }));
+      bytes += payload.length;
       head = { seq, hash: envelope.hash };
     }
+    this.#extend(subject, input.head, kept, bytes);
     return { events: stored, head };
+  }
+
+  /**
+   * Keeps an aggregate's history with what was appended at `at` (as a read of the log would
+   * have it), where the history is known up to there.
+   */
+  #extend(subject: string, at: AggregateHead, appended: StoredEvent[], bytes: number): void {
+    if (at.seq === 0) return this.histories.keep(subject, { events: appended, bytes });
+    const kept = this.histories.get(subject);
+    const top = kept?.events.at(-1);
+    if (!kept || top?.seq !== at.seq || top.hash !== at.hash) return;
+    this.histories.keep(subject, {
+      events: [...kept.events, ...appended],
+      bytes: kept.bytes + bytes,
+    });
   }
 
   /**
@@ -123,11 +153,15 @@ export class EventStore {
    * leader) is sent again with the same msg id, so it lands at most once; the retries are
    * bounded and then the error is the caller's.
    */
-  async #publish(subject: string, envelope: Envelope, expectedSeq: number): Promise<number> {
-    const payload = JSON.stringify(envelope);
+  async #publish(
+    subject: string,
+    msgID: string,
+    payload: string,
+    expectedSeq: number,
+  ): Promise<number> {
     const publish = () =>
       this.js.publish(subject, payload, {
-        msgID: envelope.id,
+        msgID,
         expect: { lastSubjectSequence: expectedSeq },
         timeout: PUBLISH_TIMEOUT_MS,
       });
@@ -152,40 +186,70 @@ export class EventStore {
   }
 
   /** An aggregate's newest event (one direct read), or null when it has none. */
-  last(aggregate: Aggregate, id: string): Promise<StoredEvent | null> {
-    return this.#last(Subjects.event(aggregate, id));
+  async last(aggregate: Aggregate, id: string): Promise<StoredEvent | null> {
+    return (await this.#last(Subjects.event(aggregate, id)))?.event ?? null;
   }
 
-  async #last(subject: string): Promise<StoredEvent | null> {
-    return this.#get(`read the last event of ${subject}`, { last_by_subj: subject });
+  async #last(subject: string): Promise<Sized | null> {
+    return this.#read(`read the last event of ${subject}`, { last_by_subj: subject });
   }
 
   /** One message of the event stream, or null when there is none (a direct request). */
   async #get(what: string, request: MsgRequest | NextMsgRequest): Promise<StoredEvent | null> {
+    return (await this.#read(what, request))?.event ?? null;
+  }
+
+  async #read(what: string, request: MsgRequest | NextMsgRequest): Promise<Sized | null> {
     const msg = await getStoredMessage(this.jsm, Streams.events, request, what);
     if (!msg) return null;
     this.#saw(msg.seq);
-    return decodeEvent({ seq: msg.seq, string: () => new TextDecoder().decode(msg.data) });
+    const event = decodeEvent({ seq: msg.seq, string: () => new TextDecoder().decode(msg.data) });
+    return { event, bytes: msg.data.length };
   }
 
   /**
    * Reads every event of one aggregate, in order. It walks the subject with direct requests
-   * (`next_by_subj`) instead of creating a consumer: an aggregate holds few events, and a consumer's creation
-   * goes through the cluster's meta leader, which may place it on a server that is down.
+   * (`next_by_subj`) instead of creating a consumer: an aggregate holds few events, and a
+   * consumer's creation goes through the cluster's meta leader, which may place it on a server
+   * that is down. What the process read or appended of the aggregate before is not read again:
+   * the walk starts after it, where the log's chain goes on from it.
    */
   async load<A extends Aggregate>(aggregate: A, id: string): Promise<LoadedAggregate<A>> {
     const subject = Subjects.event(aggregate, id);
     const last = await this.#last(subject);
-    if (!last) return { events: [], head: EMPTY_HEAD };
-    const events: StoredEvent<AggregateEvents[A]>[] = [];
-    for (let seq = 1; seq < last.seq;) {
-      const next = await this.#get(`read ${subject}`, { seq, next_by_subj: subject });
-      if (!next || next.seq >= last.seq) break;
-      events.push(next as StoredEvent<AggregateEvents[A]>);
-      seq = next.seq + 1;
+    if (!last) {
+      this.histories.forget(subject);
+      return { events: [], head: EMPTY_HEAD };
     }
-    events.push(last as StoredEvent<AggregateEvents[A]>);
-    return { events, head: { seq: last.seq, hash: last.hash } };
+    const head = { seq: last.event.seq, hash: last.event.hash };
+    const kept = this.histories.get(subject);
+    const top = kept?.events.at(-1);
+    let history: History;
+    if (kept && top?.seq === head.seq && top.hash === head.hash) history = kept;
+    else {
+      const newer = kept && top && top.seq < head.seq && (await this.#walk(subject, top.seq, last));
+      history =
+        newer && newer.events[0]!.prevHash === top.hash
+          ? { events: [...kept.events, ...newer.events], bytes: kept.bytes + newer.bytes }
+          : await this.#walk(subject, 0, last);
+      this.histories.keep(subject, history);
+    }
+    return { events: [...history.events] as StoredEvent<AggregateEvents[A]>[], head };
+  }
+
+  /** The events of `subject` after sequence `after`, up to and with its last, `last`. */
+  async #walk(subject: string, after: number, last: Sized): Promise<History> {
+    const events: StoredEvent[] = [];
+    let bytes = last.bytes;
+    for (let seq = after + 1; seq < last.event.seq;) {
+      const next = await this.#read(`read ${subject}`, { seq, next_by_subj: subject });
+      if (!next || next.event.seq >= last.event.seq) break;
+      events.push(next.event);
+      bytes += next.bytes;
+      seq = next.event.seq + 1;
+    }
+    events.push(last.event);
+    return { events, bytes };
   }
 
   /** Whether the log holds an event after `seq` (matching `filter`, default every event). */

@@ -1,12 +1,18 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { JetStreamManager } from '@nats-io/jetstream';
 import { connectBus, type Bus } from '@trainyard/service-kit';
 import { jobSubmitted, startTestNats, testMeta } from '@trainyard/testkit';
 import {
   ChainVerifier,
   ConcurrencyError,
   EMPTY_HEAD,
+  EventStore,
+  Histories,
   Streams,
+  Subjects,
+  type AggregateHead,
   type JobEvent,
+  type StoredEvent,
 } from '../src/index.ts';
 
 let nats: Awaited<ReturnType<typeof startTestNats>>;
@@ -108,5 +114,84 @@ describe('event store on a real nats-server', () => {
     expect(verifier.breaks).toEqual([]);
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
     expect(seqs.length).toBe(await bus.store.lastSeq());
+  });
+});
+
+describe('what a process read or appended of an aggregate', () => {
+  /** A store of its own histories, and how many messages it has asked the server for. */
+  const counted = () => {
+    const reads = { n: 0 };
+    const jsm = {
+      streams: {
+        getMessage: (...args: Parameters<JetStreamManager['streams']['getMessage']>) => {
+          reads.n++;
+          return bus.jsm.streams.getMessage(...args);
+        },
+      },
+    } as unknown as JetStreamManager;
+    const histories = new Histories();
+    return { store: new EventStore(bus.js, jsm, null, histories), histories, reads };
+  };
+  const cancelled: JobEvent = { type: 'JobCancelled', data: {} };
+  const appendTo = (store: EventStore, id: string, head: AggregateHead, n: number) =>
+    store.append({
+      aggregate: 'job',
+      aggregateId: id,
+      head,
+      events: Array(n).fill(cancelled),
+      meta: meta(),
+    });
+  const fresh = async (id: string) => (await counted().store.load('job', id)).events;
+
+  it('is not read again: a load reads the newest event and only what the log holds beyond it', async () => {
+    const writer = counted();
+    let { head } = await appendTo(writer.store, 'h1', EMPTY_HEAD, 3);
+    const reader = counted();
+    expect((await reader.store.load('job', 'h1')).events).toHaveLength(3);
+    expect(reader.reads.n).toBe(3);
+    ({ head } = await appendTo(writer.store, 'h1', head, 2));
+    reader.reads.n = 0;
+    const again = await reader.store.load('job', 'h1');
+    expect(reader.reads.n).toBe(2);
+    expect(again.head).toEqual(head);
+    expect(again.events).toEqual(await fresh('h1'));
+    reader.reads.n = 0;
+    expect((await reader.store.load('job', 'h1')).events).toEqual(again.events);
+    expect(reader.reads.n).toBe(1);
+
+    ({ head } = await appendTo(reader.store, 'h1', head, 1));
+    reader.reads.n = 0;
+    const appended = await reader.store.load('job', 'h1');
+    expect(reader.reads.n).toBe(1);
+    expect(appended.head).toEqual(head);
+    expect(appended.events).toEqual(await fresh('h1'));
+    writer.reads.n = 0;
+    expect((await writer.store.load('job', 'h1')).events).toEqual(appended.events);
+    expect(writer.reads.n).toBe(1);
+  });
+
+  it('is read afresh where the log does not go on from it: another log, or a log it is ahead of', async () => {
+    await appendTo(counted().store, 'h2', EMPTY_HEAD, 3);
+    const log = await fresh('h2');
+    const other = (e: StoredEvent, seq: number): StoredEvent => ({
+      ...e,
+      seq,
+      hash: `other-${seq}`,
+    });
+    const subject = Subjects.event('job', 'h2');
+    // Each with the reads it takes: the newest event, then (for a history behind the log) the
+    // events after it, whose chain does not go on from it, then the whole walk.
+    const notOurs: [StoredEvent[], number][] = [
+      [[other(log[0]!, log[0]!.seq)], 1 + 1 + 2],
+      [[other(log[0]!, log[0]!.seq), other(log[2]!, log[2]!.seq)], 1 + 2],
+      [[...log, other(log[2]!, log[2]!.seq + 5)], 1 + 2],
+    ];
+    for (const [events, expectedReads] of notOurs) {
+      const { store, histories, reads } = counted();
+      histories.keep(subject, { events, bytes: 100 });
+      expect((await store.load('job', 'h2')).events).toEqual(log);
+      expect(reads.n).toBe(expectedReads);
+      expect(histories.get(subject)?.events).toEqual(log);
+    }
   });
 });
