@@ -11,11 +11,17 @@ export class FailureWindow {
     private readonly now: () => number = Date.now,
   ) {}
 
-  /** Counts one failure for `key`. */
-  record(key: string): void {
+  /** Counts one failure for `key`; what it returns takes that failure back. */
+  record(key: string): () => void {
+    const at = this.now();
     const times = this.recent(key);
-    times.push(this.now());
+    times.push(at);
     this.failures.set(key, times);
+    return () => {
+      const kept = this.failures.get(key) ?? [];
+      const i = kept.indexOf(at);
+      if (i >= 0) kept.splice(i, 1);
+    };
   }
 
   /** Whether `key` has used up its failures within the window. */
@@ -36,6 +42,8 @@ export class FailureWindow {
     return (this.failures.get(key) ?? []).filter((t) => t > since);
   }
 }
+
+const noop = () => {};
 
 export type LoginMethod = 'password' | 'publickey';
 
@@ -79,10 +87,19 @@ export class LoginRateLimit {
     return this.bySource.exceeded(source) || (method === 'password' && this.byUser.exceeded(user));
   }
 
-  /** Counts a refused login against its source, and a refused password against its user. */
-  failed(source: string, user: string, method: LoginMethod): void {
-    this.bySource.record(source);
-    if (method === 'password') this.byUser.record(user);
+  /**
+   * Counts a login as refused, against its source and (a password) its user, from the moment it
+   * is asked about, so that logins made side by side meet the limit as soon as ones made one
+   * after another do. What it returns takes the count back: for a login that succeeded, or that
+   * was never decided.
+   */
+  begin(source: string, user: string, method: LoginMethod): () => void {
+    const forSource = this.bySource.record(source);
+    const forUser = method === 'password' ? this.byUser.record(user) : noop;
+    return () => {
+      forSource();
+      forUser();
+    };
   }
 
   /** Stops the background pruning. */

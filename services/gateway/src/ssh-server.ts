@@ -19,6 +19,10 @@ const METHODS: AuthenticationType[] = ['password', 'publickey'];
 const DEFAULT_AUTH_TIMEOUT_MS = 30_000;
 /** Login attempts one connection may make, key queries included, before it is cut off. */
 const MAX_AUTH_TRIES = 20;
+/** Connections from one source that may be logging in at once (like sshd's MaxStartups). */
+const MAX_STARTUPS_PER_SOURCE = 10;
+/** The longest name a session or a job has: a longer one is refused unasked. */
+const MAX_NAME_LENGTH = 128;
 /** Channels one connection may have open (or opening) at once. */
 const MAX_CHANNELS = 10;
 /** How long a stopped session's client gets to close its channels before it is disconnected. */
@@ -31,7 +35,39 @@ const noop = () => {};
 /** One TCP connection, known before SSH says who it is. */
 interface Peer {
   socket: Socket;
+  source: string;
   authenticated: boolean;
+}
+
+/**
+ * Whom a connection's logins are counted against: its IPv4 address, or the /64 network of its
+ * IPv6 address (one host is commonly given a whole /64).
+ */
+export function sourceOf(address: string): string {
+  const ip = address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
+  if (!ip.includes(':')) return ip;
+  const [head = '', tail] = ip.toLowerCase().split('::');
+  const front = head ? head.split(':') : [];
+  const back = tail ? tail.split(':') : [];
+  const groups = [
+    ...front,
+    ...Array<string>(Math.max(0, 8 - front.length - back.length)).fill('0'),
+    ...back,
+  ];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ''))
+    .join(':')}::/64`;
+}
+
+/** Answers a login, unless its client has gone meanwhile (ssh2 throws at an answer then). */
+function answer(ctx: AuthContext, accept: boolean): void {
+  try {
+    if (accept) ctx.accept();
+    else ctx.reject(METHODS);
+  } catch {
+    // The client hung up while its login was being decided: no one is left to answer.
+  }
 }
 
 /** A connection logged into a session, with the channels it has open. */
@@ -61,8 +97,12 @@ export class SshGateway {
   constructor(private readonly deps: GatewayDeps) {
     this.limiter = new LoginRateLimit(deps.limits);
     this.authTimeoutMs = deps.limits?.authTimeoutMs ?? DEFAULT_AUTH_TIMEOUT_MS;
-    this.ssh = new ssh2.Server({ hostKeys: [deps.hostKey], ident: 'trainyard' }, (client, info) =>
-      this.connected(client, info.ip, info.port),
+    // No compression: what sessions carry is mostly compressed or encrypted already, and ssh2's
+    // zlib state is gone once a client hangs up, which an answer to its login then meets.
+    const algorithms = { compress: ['none' as const] };
+    this.ssh = new ssh2.Server(
+      { hostKeys: [deps.hostKey], ident: 'trainyard', algorithms },
+      (client, info) => this.connected(client, info.ip, info.port),
     );
     // Sockets come through a server of our own so that each can be timed out and cut.
     this.tcp = createServer((socket) => this.admit(socket));
@@ -124,7 +164,11 @@ export class SshGateway {
 
   private admit(socket: Socket): void {
     const key = `${socket.remoteAddress}:${socket.remotePort}`;
-    const peer: Peer = { socket, authenticated: false };
+    const source = sourceOf(socket.remoteAddress ?? '');
+    let startups = 0;
+    for (const p of this.peers.values()) if (!p.authenticated && p.source === source) startups++;
+    if (startups >= MAX_STARTUPS_PER_SOURCE) return void socket.destroy();
+    const peer: Peer = { socket, source, authenticated: false };
     this.peers.set(key, peer);
     const timer = setTimeout(() => {
       if (!peer.authenticated) socket.destroy();
@@ -138,7 +182,7 @@ export class SshGateway {
 
   private connected(client: Connection, ip: string, port: number): void {
     const peer = this.peers.get(`${ip}:${port}`);
-    const source = ip.startsWith('::ffff:') ? ip.slice(7) : ip;
+    const source = ip.startsWith('::ffff:') && ip.includes('.') ? ip.slice(7) : ip;
     let route: SessionRoute | undefined;
     this.clients.add(client);
     client.on('error', noop);
@@ -147,7 +191,7 @@ export class SshGateway {
     client.on('authentication', (ctx) => {
       // Like sshd's MaxAuthTries: a client that keeps offering what is refused is cut off.
       if (++tries > MAX_AUTH_TRIES) return void client.end();
-      void this.authenticate(ctx, source, (r) => (route = r));
+      this.authenticate(ctx, source, (r) => (route = r)).catch(() => client.end());
     });
     client.once('ready', () => {
       if (peer) peer.authenticated = true;
@@ -161,38 +205,45 @@ export class SshGateway {
     source: string,
     accepted: (route: SessionRoute) => void,
   ): Promise<void> {
-    if (ctx.method !== 'password' && ctx.method !== 'publickey') return ctx.reject(METHODS);
-    const session = ctx.username;
+    if (ctx.method !== 'password' && ctx.method !== 'publickey') return answer(ctx, false);
     const method = ctx.method;
+    const named = ctx.username.length <= MAX_NAME_LENGTH;
+    const session = named ? ctx.username : `${ctx.username.slice(0, MAX_NAME_LENGTH)}…`;
     // A public-key query asks only whether the key would do; it proves nothing (anyone may offer
-    // anyone's public key), so it is neither recorded nor counted as a failure.
+    // anyone's public key), so it is neither recorded nor counted as a failure once answered.
     const query = method === 'publickey' && !ctx.signature;
     const attempt = { session, method, source };
     // Refused unheard, and not recorded: a flood of them must not flood the log.
-    if (this.limiter.limited(source, session, method)) return ctx.reject(METHODS);
+    if (this.limiter.limited(sourceOf(source), session, method)) return answer(ctx, false);
+    // A name longer than any is counted against its source alone: kept by name, it would hold
+    // memory for the window.
+    const forgive = this.limiter.begin(sourceOf(source), session, named ? method : 'publickey');
 
     let decision: LoginDecision;
     try {
-      decision =
-        ctx.method === 'password'
-          ? await this.deps.passwordLogin(session, ctx.password, source)
-          : await this.deps.keyLogin(session, { algo: ctx.key.algo, data: ctx.key.data }, source);
+      if (!named) decision = { ok: false, user: null, reason: 'noSuchSession' };
+      else if (ctx.method === 'publickey') {
+        const key = { algo: ctx.key.algo, data: ctx.key.data };
+        decision = await this.deps.keyLogin(session, key, source);
+      } else if (typeof ctx.password !== 'string') {
+        decision = { ok: false, user: null, reason: 'badPassword' };
+      } else decision = await this.deps.passwordLogin(session, ctx.password, source);
     } catch {
       decision = { ok: false, user: null, reason: 'unavailable' };
     }
     if (decision.ok && ctx.method === 'publickey' && ctx.signature && !signedBy(ctx)) {
       decision = { ok: false, user: decision.user, reason: 'badSignature' };
     }
-    if (query) return decision.ok ? ctx.accept() : ctx.reject(METHODS);
+    if (query || decision.ok || decision.reason === 'unavailable') forgive();
+    if (query) return answer(ctx, decision.ok);
 
     if (!decision.ok) {
       this.report({ ...attempt, user: decision.user, accepted: false, reason: decision.reason });
-      if (decision.reason !== 'unavailable') this.limiter.failed(source, session, method);
-      return ctx.reject(METHODS);
+      return answer(ctx, false);
     }
     this.report({ ...attempt, user: decision.user, accepted: true });
     accepted(decision.route);
-    ctx.accept();
+    answer(ctx, true);
   }
 
   private loggedIn(client: Connection, route: SessionRoute, socket: Socket | undefined): void {

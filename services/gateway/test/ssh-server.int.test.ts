@@ -32,6 +32,8 @@ class FakeDeps {
   readonly opened: ChannelRequest[] = [];
   passwordCalls = 0;
   keyCalls = 0;
+  /** How long each login takes to decide. */
+  delayMs = 0;
 
   deps(limits: GatewayDeps['limits'], hostKey: Buffer): GatewayDeps {
     return {
@@ -39,6 +41,7 @@ class FakeDeps {
       limits,
       passwordLogin: async (name, password) => {
         this.passwordCalls++;
+        await new Promise((r) => setTimeout(r, this.delayMs));
         const s = this.sessions.get(name);
         if (!s) return { ok: false, user: null, reason: 'noSuchSession' };
         if (s.password !== password) return { ok: false, user: s.owner, reason: 'badPassword' };
@@ -388,7 +391,123 @@ describe('the SSH gateway', () => {
   });
 });
 
+/** Logs in with the ssh2 client: whether it got in, or the error it met. */
+function login(
+  port: number,
+  config: Partial<ssh2.ConnectConfig>,
+  hangUpAfterMs?: number,
+): Promise<'in' | Error> {
+  return new Promise((resolve) => {
+    const client = new ssh2.Client();
+    client.once('ready', () => {
+      client.end();
+      resolve('in');
+    });
+    client.once('error', (err) => resolve(err));
+    client.once('close', () => resolve(new Error('closed')));
+    client.connect({
+      host: '127.0.0.1',
+      port,
+      username: 's-any',
+      readyTimeout: 10_000,
+      ...config,
+      ...(hangUpAfterMs !== undefined && {
+        authHandler: (_methods, _partial, next) => {
+          setTimeout(() => client.end(), hangUpAfterMs);
+          next({ type: 'password', username: String(config.username), password: 'wrong' });
+        },
+      }),
+    });
+  });
+}
+
 describe('the SSH gateway’s limits', () => {
+  it('lives on when a client hangs up while its login is decided, and offers no compression', async () => {
+    const fake = new FakeDeps();
+    fake.delayMs = 200;
+    fake.sessions.set('s-up', { password: 'otp-right', owner: 'ada', keys: [] });
+    const gateway = new SshGateway(fake.deps({}, hostKey));
+    const port = await gateway.listen(0, '127.0.0.1');
+    try {
+      const zlib = await login(port, { algorithms: { compress: ['zlib'] }, password: 'x' });
+      expect(String(zlib)).toMatch(/compression/i);
+      for (let i = 0; i < 3; i++) await login(port, { username: 's-up' }, 10);
+      await new Promise((r) => setTimeout(r, 400));
+      expect(fake.passwordCalls).toBe(3);
+      const r = await ssh(port, ['s-up@127.0.0.1', 'echo in'], { password: 'otp-right' }).result;
+      expect(r.stdout).toBe('in\n');
+    } finally {
+      await gateway.close();
+    }
+  });
+
+  it('counts logins made side by side from one source as it counts them one after another', async () => {
+    const fake = new FakeDeps();
+    fake.delayMs = 300;
+    fake.sessions.set('s-race', { password: 'otp-right', owner: 'ada', keys: [] });
+    const gateway = new SshGateway(
+      fake.deps({ failuresPerSource: 3, failuresPerUser: 100 }, hostKey),
+    );
+    const port = await gateway.listen(0, '127.0.0.1');
+    try {
+      const guesses = Array.from({ length: 6 }, (_, i) =>
+        login(port, { username: 's-race', password: `guess-${i}` }),
+      );
+      expect((await Promise.all(guesses)).every((r) => r !== 'in')).toBe(true);
+      expect(fake.passwordCalls).toBe(3);
+      expect(fake.logins).toHaveLength(3);
+    } finally {
+      await gateway.close();
+    }
+  });
+
+  it('lets one source have ten connections logging in at once, and drops the eleventh', async () => {
+    const fake = new FakeDeps();
+    fake.sessions.set('s-many', { password: 'otp-right', owner: 'ada', keys: [] });
+    const gateway = new SshGateway(fake.deps({}, hostKey));
+    const port = await gateway.listen(0, '127.0.0.1');
+    const idle = Array.from({ length: 10 }, () => connect(port, '127.0.0.1'));
+    try {
+      await Promise.all(idle.map((s) => once(s, 'connect')));
+      await new Promise((r) => setTimeout(r, 100));
+      const eleventh = connect(port, '127.0.0.1');
+      eleventh.on('error', () => {});
+      const started = Date.now();
+      await once(eleventh, 'close');
+      expect(Date.now() - started).toBeLessThan(5_000);
+      expect(idle.every((s) => !s.destroyed)).toBe(true);
+      for (const s of idle) s.destroy();
+      await new Promise((r) => setTimeout(r, 100));
+      expect(await login(port, { username: 's-many', password: 'otp-right' })).toBe('in');
+    } finally {
+      for (const s of idle) s.destroy();
+      await gateway.close();
+    }
+  });
+
+  it('refuses a name longer than any unasked, and reports it cut short', async () => {
+    const fake = new FakeDeps();
+    const gateway = new SshGateway(fake.deps({}, hostKey));
+    const port = await gateway.listen(0, '127.0.0.1');
+    try {
+      const name = 's'.repeat(5_000);
+      expect(await login(port, { username: name, password: 'x' })).not.toBe('in');
+      expect(fake.passwordCalls).toBe(0);
+      expect(fake.logins).toEqual([
+        {
+          session: `${'s'.repeat(128)}…`,
+          user: null,
+          method: 'password',
+          accepted: false,
+          reason: 'noSuchSession',
+          source: '127.0.0.1',
+        },
+      ]);
+    } finally {
+      await gateway.close();
+    }
+  });
+
   it('refuses every login from a source once its failures are used up, without asking', async () => {
     const fake = new FakeDeps();
     fake.sessions.set('s-guess', { password: 'otp-right', owner: 'ada', keys: [] });
