@@ -7,8 +7,8 @@ import {
 } from '@trainyard/domain';
 import type { SessionEvent, StoredEvent, UserEvent } from '@trainyard/events';
 
-/** Why a session's connections end, as its user is told. */
-export type Ending = { sessionId: string; message: string };
+/** Whose connections end, a session's or a user's, and why, as its user is told. */
+export type Ending = { sessionId: string; message: string } | { user: string; message: string };
 
 /**
  * What the gateway knows of sessions and users, folded from the log: each session's owner,
@@ -25,11 +25,13 @@ export class Directory {
   /** Folds one event; says when a session's connections must end, and why. */
   apply(event: StoredEvent): Ending | null {
     if (event.aggregate === 'user') {
-      this.#applyUser(event.aggregateId, event as StoredEvent<UserEvent>);
-      return null;
+      return this.#applyUser(event.aggregateId, event as StoredEvent<UserEvent>);
     }
     if (event.aggregate !== 'session') return null;
     const e = event as StoredEvent<SessionEvent>;
+    // A session is known from its request on: an event of one that ended (a login recorded as
+    // it stopped) does not bring it back.
+    if (!this.#sessions.has(e.aggregateId) && e.type !== 'SessionRequested') return null;
     const before = this.#sessions.get(e.aggregateId) ?? initialSessionState(e.aggregateId);
     const after = evolveSession(before, e, e.occurredAt);
     if (sessionEnded(after.status)) this.#sessions.delete(e.aggregateId);
@@ -64,29 +66,29 @@ export class Directory {
     return this.#disabled.has(user);
   }
 
-  #applyUser(user: string, event: StoredEvent<UserEvent>): void {
+  #applyUser(user: string, event: StoredEvent<UserEvent>): Ending | null {
     switch (event.type) {
       case 'UserSshKeyAdded': {
         const blob = event.data.publicKey.trim().split(/\s+/)[1] ?? '';
         // A key belongs to whoever registered it first, as the read model has it.
-        if (this.#keys.has(blob)) return;
+        if (this.#keys.has(blob)) return null;
         this.#keys.set(blob, user);
         const own = this.#userKeys.get(user) ?? new Map<string, string>();
         own.set(event.data.fingerprint, blob);
         this.#userKeys.set(user, own);
-        return;
+        return null;
       }
       case 'UserSshKeyRemoved': {
         const blob = this.#userKeys.get(user)?.get(event.data.fingerprint);
         if (blob !== undefined && this.#keys.get(blob) === user) this.#keys.delete(blob);
         this.#userKeys.get(user)?.delete(event.data.fingerprint);
-        return;
+        return null;
       }
       case 'UserDisabled':
         this.#disabled.add(user);
-        return;
+        return { user, message: 'trainyard: your account was disabled.' };
       default:
-        return;
+        return null;
     }
   }
 }

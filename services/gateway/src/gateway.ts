@@ -174,6 +174,12 @@ export async function startGateway(
   const onEvent = (event: StoredEvent) => {
     const ending = directory.apply(event);
     if (!ending) return;
+    if ('user' in ending) {
+      const closed = server.closeUser(ending.user, ending.message);
+      if (closed > 0)
+        log.info({ user: ending.user, closed }, 'a disabled user’s connections ended');
+      return;
+    }
     const closed = server.closeSession(ending.sessionId, ending.message);
     if (closed > 0) log.info({ sessionId: ending.sessionId, closed }, 'session connections ended');
     void passwordBucket()

@@ -73,6 +73,8 @@ function answer(ctx: AuthContext, accept: boolean): void {
 /** A connection logged into a session, with the channels it has open. */
 interface Login {
   route: SessionRoute;
+  /** Who logged in. */
+  user: string;
   client: Connection;
   socket: Socket | undefined;
   channels: Map<LiveChannel, () => void>;
@@ -125,7 +127,19 @@ export class SshGateway {
    * before its channel closes, then disconnects. Returns how many connections it ends.
    */
   closeSession(sessionId: string, message: string): number {
-    const logins = [...(this.logins.get(sessionId) ?? [])];
+    return this.endLogins([...(this.logins.get(sessionId) ?? [])], message);
+  }
+
+  /** Ends every connection `user` logged in with (the account was disabled), as `closeSession`. */
+  closeUser(user: string, message: string): number {
+    const logins = [...this.logins.values()].flatMap((set) => [...set]);
+    return this.endLogins(
+      logins.filter((login) => login.user === user),
+      message,
+    );
+  }
+
+  private endLogins(logins: Login[], message: string): number {
     for (const login of logins) {
       if (login.closing) continue;
       let ended = false;
@@ -183,7 +197,7 @@ export class SshGateway {
   private connected(client: Connection, ip: string, port: number): void {
     const peer = this.peers.get(`${ip}:${port}`);
     const source = ip.startsWith('::ffff:') && ip.includes('.') ? ip.slice(7) : ip;
-    let route: SessionRoute | undefined;
+    let loggedIn: { route: SessionRoute; user: string } | undefined;
     this.clients.add(client);
     client.on('error', noop);
     client.once('close', () => this.clients.delete(client));
@@ -191,11 +205,13 @@ export class SshGateway {
     client.on('authentication', (ctx) => {
       // Like sshd's MaxAuthTries: a client that keeps offering what is refused is cut off.
       if (++tries > MAX_AUTH_TRIES) return void client.end();
-      this.authenticate(ctx, source, (r) => (route = r)).catch(() => client.end());
+      this.authenticate(ctx, source, (route, user) => (loggedIn = { route, user })).catch(() =>
+        client.end(),
+      );
     });
     client.once('ready', () => {
       if (peer) peer.authenticated = true;
-      if (route) this.loggedIn(client, route, peer?.socket);
+      if (loggedIn) this.loggedIn(client, loggedIn.route, loggedIn.user, peer?.socket);
       else client.end();
     });
   }
@@ -203,7 +219,7 @@ export class SshGateway {
   private async authenticate(
     ctx: AuthContext,
     source: string,
-    accepted: (route: SessionRoute) => void,
+    accepted: (route: SessionRoute, user: string) => void,
   ): Promise<void> {
     if (ctx.method !== 'password' && ctx.method !== 'publickey') return answer(ctx, false);
     const method = ctx.method;
@@ -242,12 +258,17 @@ export class SshGateway {
       return answer(ctx, false);
     }
     this.report({ ...attempt, user: decision.user, accepted: true });
-    accepted(decision.route);
+    accepted(decision.route, decision.user);
     answer(ctx, true);
   }
 
-  private loggedIn(client: Connection, route: SessionRoute, socket: Socket | undefined): void {
-    const login: Login = { route, client, socket, channels: new Map() };
+  private loggedIn(
+    client: Connection,
+    route: SessionRoute,
+    user: string,
+    socket: Socket | undefined,
+  ): void {
+    const login: Login = { route, user, client, socket, channels: new Map() };
     let markGone = noop;
     const gone = new Promise<void>((resolve) => (markGone = resolve));
     let closed = false;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { UserEvent } from '@trainyard/events';
+import type { SessionEvent, UserEvent } from '@trainyard/events';
 import { storedEvent } from '@trainyard/testkit';
 import { Directory } from '../src/directory.ts';
 
@@ -27,5 +27,29 @@ describe('the gateway’s directory of keys', () => {
     expect(d.keyOwner(blob)).toBe('alice');
     d.apply(removed('alice'));
     expect(d.keyOwner(blob)).toBeNull();
+  });
+});
+
+describe('the gateway’s directory of users and sessions', () => {
+  it('ends a disabled user’s connections, and refuses the user from then on', () => {
+    const d = new Directory();
+    expect(d.apply(userEvent('bob', { type: 'UserDisabled', data: { reason: '' } }))).toEqual({
+      user: 'bob',
+      message: 'trainyard: your account was disabled.',
+    });
+    expect(d.disabled('bob')).toBe(true);
+    expect(d.disabled('alice')).toBe(false);
+  });
+
+  it('does not bring back a session it never saw requested (a login recorded as it ended)', () => {
+    const d = new Directory();
+    const login: SessionEvent = {
+      type: 'SessionLogin',
+      data: { user: null, method: 'password', accepted: false, source: '10.0.0.1' },
+    };
+    expect(
+      d.apply(storedEvent('session', 'ses_gone', login, { seq: ++seq, at: new Date() })),
+    ).toBeNull();
+    expect(d.session('ses_gone')).toBeNull();
   });
 });

@@ -389,6 +389,20 @@ describe('the SSH gateway', () => {
       ['s-close', false],
     ]);
   });
+
+  it('ends every connection of a user whose account is disabled, and no one else’s', async () => {
+    const run = ssh(port, [session('s-ada'), 'sleep 30']);
+    const other = ssh(port, [session('s-bob', { owner: 'bob' }), 'sleep 30']);
+    await until(() => ['s-ada', 's-bob'].every((id) => fake.activity.some(([s]) => s === id)));
+    expect(gateway.closeUser('ada', 'trainyard: your account was disabled.')).toBe(1);
+    const r = await run.result;
+    expect(r.code).toBe(255);
+    expect(r.stderr).toContain('your account was disabled');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(fake.activity.filter(([s]) => s === 's-bob')).toEqual([['s-bob', true]]);
+    expect(gateway.closeSession('s-bob', 'trainyard: the session was stopped')).toBe(1);
+    expect((await other.result).code).toBe(255);
+  });
 });
 
 /** Logs in with the ssh2 client: whether it got in, or the error it met. */

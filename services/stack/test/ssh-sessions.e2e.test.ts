@@ -308,3 +308,29 @@ describe('a shell beside a running job', () => {
     expect((await connectJob(tokens.alice!)).status).toBe(409);
   });
 });
+
+describe('a disabled account', () => {
+  it('loses its live connections at once, and logs in no more', async () => {
+    const own = await runningSession(t, tokens.bob!);
+    const ownClient = await SshClient.forSession(work.path, await connect(t, tokens.bob!, own.id));
+    const live = ownClient.spawn([], bobKey, 'sleep 300');
+    const exited = new Promise<number | null>((r) => live.once('exit', (code) => r(code)));
+    let stderr = '';
+    live.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    await waitFor('the login', async () =>
+      (await sessionEvents(own.id)).some((e) => e.type === 'SessionLogin' && e.data.accepted)
+        ? true
+        : undefined,
+    );
+    const disabled = await t.http('/v1/users/bob/disable', {
+      method: 'POST',
+      token: await t.token(),
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ reason: 'left the team' }),
+    });
+    expect(disabled.status).toBe(200);
+    expect(await exited).not.toBe(0);
+    expect(stderr).toContain('your account was disabled');
+    expect((await ownClient.ssh('true', { key: bobKey })).code).toBe(255);
+  });
+});
