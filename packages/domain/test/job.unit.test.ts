@@ -501,6 +501,31 @@ describe('job decider', () => {
     );
   });
 
+  it('records a login while the job lives, and none once it has ended', () => {
+    const login = {
+      type: 'RecordLogin' as const,
+      user: null,
+      method: 'password' as const,
+      accepted: false,
+      reason: 'notRunning',
+      source: '10.0.0.1',
+    };
+    const succeeded: JobEvent = { type: 'JobSucceeded', data: { attemptId: 'a1', durationMs: 1 } };
+    expect(when([submitted(), assigned(), started()], login)).toEqual([
+      {
+        type: 'JobLogin',
+        data: {
+          user: null,
+          method: 'password',
+          accepted: false,
+          reason: 'notRunning',
+          source: '10.0.0.1',
+        },
+      },
+    ]);
+    expect(when([submitted(), assigned(), started(), succeeded], login)).toEqual([]);
+  });
+
   it('refuses commands on a job that does not exist', () => {
     expectRejected(() => when([], { type: 'CancelJob' }), 'JOB_NOT_FOUND');
   });

@@ -351,6 +351,9 @@ export function decideJob(command: JobCommand, state: JobState): JobEvent[] {
     case 'FinishShards':
       return decideShardsEnded(state, command.outcomes);
     case 'RecordLogin': {
+      // An ended job's history is closed: anyone may knock at its name, and the log must not
+      // grow with each knock.
+      if (isTerminal(state.status)) return [];
       const { type: _type, reason, ...data } = command;
       return [{ type: 'JobLogin', data: { ...data, ...(reason !== undefined && { reason }) } }];
     }
