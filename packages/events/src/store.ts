@@ -101,6 +101,7 @@ export class EventStore {
     const stored: StoredEvent<AggregateEvents[A]>[] = [];
     const kept: StoredEvent[] = [];
     let bytes = 0;
+    let landedBefore = false;
     for (const [i, raw] of input.events.entries()) {
       const event = parseEvent(input.aggregate, raw);
       const unhashed = {
@@ -123,13 +124,17 @@ export class EventStore {
         ...(this.signer && { signature: this.signer.sign(hash) }),
       } as Envelope<AggregateEvents[A]>;
       const payload = JSON.stringify(envelope);
-      const seq = await this.#publish(subject, envelope.id, payload, head.seq);
+      const { seq, duplicate } = await this.#publish(subject, envelope.id, payload, head.seq);
+      landedBefore ||= duplicate;
       stored.push({ ...envelope, seq } as unknown as StoredEvent<AggregateEvents[A]>);
       kept.push(decodeEvent({ seq, string: () => payload }));
-      bytes += payload.length;
+      bytes += Buffer.byteLength(payload);
       head = { seq, hash: envelope.hash };
     }
-    this.#extend(subject, input.head, kept, bytes);
+    // An event id that landed before may have landed as another envelope (another time, another
+    // correlation): what the log holds is then read from it.
+    if (landedBefore) this.histories.forget(subject);
+    else this.#extend(subject, input.head, kept, bytes);
     return { events: stored, head };
   }
 
@@ -158,7 +163,7 @@ export class EventStore {
     msgID: string,
     payload: string,
     expectedSeq: number,
-  ): Promise<number> {
+  ): Promise<{ seq: number; duplicate: boolean }> {
     const publish = () =>
       this.js.publish(subject, payload, {
         msgID,
@@ -168,7 +173,7 @@ export class EventStore {
     try {
       const ack = await retry(publish, { attempts: PUBLISH_ATTEMPTS, retryable: isTransient });
       this.#saw(ack.seq);
-      return ack.seq;
+      return { seq: ack.seq, duplicate: ack.duplicate };
     } catch (err) {
       if ((err as JetStreamApiError).code === WRONG_LAST_SEQUENCE) {
         throw new ConcurrencyError(subject, expectedSeq, { cause: err });

@@ -170,6 +170,24 @@ describe('what a process read or appended of an aggregate', () => {
     expect(writer.reads.n).toBe(1);
   });
 
+  it('is read from the log where an event id landed before, as another envelope', async () => {
+    const input = {
+      aggregate: 'job' as const,
+      aggregateId: 'h3',
+      head: EMPTY_HEAD,
+      events: [submitted],
+      meta: meta(),
+      ids: ['fixed-h3'],
+    };
+    const { store } = counted();
+    await store.append(input);
+    const again = await store.append({ ...input, meta: { ...meta(), correlationId: 'another' } });
+    await store.append({ ...input, ids: ['after-h3'], head: again.head, events: [cancelled] });
+    const log = await fresh('h3');
+    expect(log[0]!.correlationId).not.toBe('another');
+    expect((await store.load('job', 'h3')).events).toEqual(log);
+  });
+
   it('is read afresh where the log does not go on from it: another log, or a log it is ahead of', async () => {
     await appendTo(counted().store, 'h2', EMPTY_HEAD, 3);
     const log = await fresh('h2');

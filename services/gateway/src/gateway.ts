@@ -39,6 +39,8 @@ interface Target {
   route: SessionRoute | null;
 }
 
+const CROWD_LOG_EVERY_MS = 60_000;
+
 const refused = (reason: string, user: string | null = null): LoginDecision => ({
   ok: false,
   user,
@@ -127,6 +129,18 @@ export async function startGateway(
     return { ok: true, user: owner, route: target.route };
   }
 
+  /** Connections dropped for their source's crowd, said at most once a minute. */
+  let crowded = { count: 0, saidAt: 0 };
+  function onCrowded(source: string): void {
+    crowded.count++;
+    if (Date.now() - crowded.saidAt < CROWD_LOG_EVERY_MS) return;
+    log.warn(
+      { source, dropped: crowded.count },
+      'ssh connections dropped: too many logging in at once from one source',
+    );
+    crowded = { count: 0, saidAt: Date.now() };
+  }
+
   function onLogin(attempt: LoginAttempt): void {
     const level = attempt.accepted ? 'info' : 'warn';
     log[level](
@@ -167,6 +181,7 @@ export async function startGateway(
     onLogin,
     open: (route, request) =>
       tunnel.open(route.workerId, { sessionId: route.sessionId, runId: route.runId }, request),
+    onCrowded,
     ...(opts.limits && { limits: opts.limits }),
   });
 

@@ -36,7 +36,8 @@ const noop = () => {};
 interface Peer {
   socket: Socket;
   source: string;
-  authenticated: boolean;
+  /** Until it has logged in, or closed. */
+  loggingIn: boolean;
 }
 
 /**
@@ -95,6 +96,10 @@ export class SshGateway {
   private readonly clients = new Set<Connection>();
   private readonly logins = new Map<string, Set<Login>>();
   private readonly active = new Map<string, number>();
+  /** Connections logging in, by source. */
+  private readonly startups = new Map<string, number>();
+  /** Users whose connections `closeUser` ended: they log in no more. */
+  private readonly closedUsers = new Set<string>();
 
   constructor(private readonly deps: GatewayDeps) {
     this.limiter = new LoginRateLimit(deps.limits);
@@ -132,6 +137,7 @@ export class SshGateway {
 
   /** Ends every connection `user` logged in with (the account was disabled), as `closeSession`. */
   closeUser(user: string, message: string): number {
+    this.closedUsers.add(user);
     const logins = [...this.logins.values()].flatMap((set) => [...set]);
     return this.endLogins(
       logins.filter((login) => login.user === user),
@@ -179,19 +185,32 @@ export class SshGateway {
   private admit(socket: Socket): void {
     const key = `${socket.remoteAddress}:${socket.remotePort}`;
     const source = sourceOf(socket.remoteAddress ?? '');
-    let startups = 0;
-    for (const p of this.peers.values()) if (!p.authenticated && p.source === source) startups++;
-    if (startups >= MAX_STARTUPS_PER_SOURCE) return void socket.destroy();
-    const peer: Peer = { socket, source, authenticated: false };
+    const startups = this.startups.get(source) ?? 0;
+    if (startups >= MAX_STARTUPS_PER_SOURCE) {
+      socket.destroy();
+      return this.deps.onCrowded?.(source);
+    }
+    this.startups.set(source, startups + 1);
+    const peer: Peer = { socket, source, loggingIn: true };
     this.peers.set(key, peer);
     const timer = setTimeout(() => {
-      if (!peer.authenticated) socket.destroy();
+      if (peer.loggingIn) socket.destroy();
     }, this.authTimeoutMs);
     socket.once('close', () => {
       clearTimeout(timer);
       this.peers.delete(key);
+      this.settle(peer);
     });
     this.ssh.injectSocket(socket);
+  }
+
+  /** A connection is no longer logging in: it has logged in, or it has closed. */
+  private settle(peer: Peer): void {
+    if (!peer.loggingIn) return;
+    peer.loggingIn = false;
+    const left = (this.startups.get(peer.source) ?? 1) - 1;
+    if (left > 0) this.startups.set(peer.source, left);
+    else this.startups.delete(peer.source);
   }
 
   private connected(client: Connection, ip: string, port: number): void {
@@ -210,7 +229,7 @@ export class SshGateway {
       );
     });
     client.once('ready', () => {
-      if (peer) peer.authenticated = true;
+      if (peer) this.settle(peer);
       if (loggedIn) this.loggedIn(client, loggedIn.route, loggedIn.user, peer?.socket);
       else client.end();
     });
@@ -255,6 +274,11 @@ export class SshGateway {
 
     if (!decision.ok) {
       this.report({ ...attempt, user: decision.user, accepted: false, reason: decision.reason });
+      return answer(ctx, false);
+    }
+    // The user may have been disabled while the login was decided.
+    if (this.closedUsers.has(decision.user)) {
+      this.report({ ...attempt, user: decision.user, accepted: false, reason: 'accountDisabled' });
       return answer(ctx, false);
     }
     this.report({ ...attempt, user: decision.user, accepted: true });

@@ -49,6 +49,8 @@ export interface GatewayDeps {
   onLogin(attempt: LoginAttempt): void;
   /** Opens a channel in the session (the tunnel to the worker). */
   open(route: SessionRoute, request: ChannelRequest): Promise<Channel>;
+  /** A connection from `source` was dropped: as many from there were logging in as may. */
+  onCrowded?(source: string): void;
   /** A session's open channels went from 0 to 1 (`true`) or from 1 to 0 (`false`). */
   onActivity?(route: SessionRoute, active: boolean): void;
   limits?: LoginLimits;

@@ -30,6 +30,7 @@ class FakeDeps {
   readonly logins: LoginAttempt[] = [];
   readonly activity: [string, boolean][] = [];
   readonly opened: ChannelRequest[] = [];
+  readonly crowded: string[] = [];
   passwordCalls = 0;
   keyCalls = 0;
   /** How long each login takes to decide. */
@@ -63,6 +64,7 @@ class FakeDeps {
         return openLocalChannel(request);
       },
       onActivity: (route, active) => void this.activity.push([route.sessionId, active]),
+      onCrowded: (source) => void this.crowded.push(source),
     };
   }
 
@@ -403,6 +405,21 @@ describe('the SSH gateway', () => {
     expect(gateway.closeSession('s-bob', 'trainyard: the session was stopped')).toBe(1);
     expect((await other.result).code).toBe(255);
   });
+
+  it('refuses a login its dependencies let in once the user’s connections were ended', async () => {
+    const host = session('s-eve', { owner: 'eve' });
+    expect(gateway.closeUser('eve', 'trainyard: your account was disabled.')).toBe(0);
+    const r = await ssh(port, [host, 'echo in'], { password: 'otp-right' }).result;
+    expect(r.stdout).toBe('');
+    expect(fake.logins).toContainEqual({
+      session: 's-eve',
+      user: 'eve',
+      method: 'password',
+      accepted: false,
+      reason: 'accountDisabled',
+      source: '127.0.0.1',
+    });
+  });
 });
 
 /** Logs in with the ssh2 client: whether it got in, or the error it met. */
@@ -489,6 +506,7 @@ describe('the SSH gateway’s limits', () => {
       const started = Date.now();
       await once(eleventh, 'close');
       expect(Date.now() - started).toBeLessThan(5_000);
+      expect(fake.crowded).toEqual(['127.0.0.1']);
       expect(idle.every((s) => !s.destroyed)).toBe(true);
       for (const s of idle) s.destroy();
       await new Promise((r) => setTimeout(r, 100));
