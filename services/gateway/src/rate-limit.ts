@@ -107,3 +107,24 @@ export class LoginRateLimit {
     clearInterval(this.pruner);
   }
 }
+
+/**
+ * Whom a connection's logins are counted against: its IPv4 address, or the /64 network of its
+ * IPv6 address (one host is commonly given a whole /64).
+ */
+export function sourceOf(address: string): string {
+  const ip = address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
+  if (!ip.includes(':')) return ip;
+  const [head = '', tail] = ip.toLowerCase().split('::');
+  const front = head ? head.split(':') : [];
+  const back = tail ? tail.split(':') : [];
+  const groups = [
+    ...front,
+    ...Array<string>(Math.max(0, 8 - front.length - back.length)).fill('0'),
+    ...back,
+  ];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ''))
+    .join(':')}::/64`;
+}

@@ -8,7 +8,7 @@ import { type AddressInfo, createServer, type Server as NetServer, type Socket }
 import ssh2, { type AuthContext, type AuthenticationType, type Connection } from 'ssh2';
 import { ChannelRefused } from '@trainyard/tunnel';
 import { type ChannelContext, type LiveChannel, serveForward, serveSession } from './channels.ts';
-import { LoginRateLimit } from './rate-limit.ts';
+import { LoginRateLimit, sourceOf } from './rate-limit.ts';
 import type { GatewayDeps, LoginAttempt, LoginDecision, SessionRoute } from './types.ts';
 
 export type { GatewayDeps, LoginAttempt, LoginDecision, SessionRoute } from './types.ts';
@@ -38,27 +38,6 @@ interface Peer {
   source: string;
   /** Until it has logged in, or closed. */
   loggingIn: boolean;
-}
-
-/**
- * Whom a connection's logins are counted against: its IPv4 address, or the /64 network of its
- * IPv6 address (one host is commonly given a whole /64).
- */
-export function sourceOf(address: string): string {
-  const ip = address.startsWith('::ffff:') && address.includes('.') ? address.slice(7) : address;
-  if (!ip.includes(':')) return ip;
-  const [head = '', tail] = ip.toLowerCase().split('::');
-  const front = head ? head.split(':') : [];
-  const back = tail ? tail.split(':') : [];
-  const groups = [
-    ...front,
-    ...Array<string>(Math.max(0, 8 - front.length - back.length)).fill('0'),
-    ...back,
-  ];
-  return `${groups
-    .slice(0, 4)
-    .map((g) => g.replace(/^0+(?=.)/, ''))
-    .join(':')}::/64`;
 }
 
 /** Answers a login, unless its client has gone meanwhile (ssh2 throws at an answer then). */

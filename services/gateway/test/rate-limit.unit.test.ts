@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FailureWindow, LoginRateLimit } from '../src/rate-limit.ts';
-import { sourceOf } from '../src/ssh-server.ts';
+import { FailureWindow, LoginRateLimit, sourceOf } from '../src/rate-limit.ts';
 
 describe('failed-login windows', () => {
   it('refuses a key once its failures reach the limit, and forgets them as they age', () => {
