@@ -228,10 +228,11 @@ export class SshGateway {
     const query = method === 'publickey' && !ctx.signature;
     const attempt = { session, method, source };
     // Refused unheard, and not recorded: a flood of them must not flood the log.
-    if (this.limiter.limited(sourceOf(source), session, method)) return answer(ctx, false);
+    const counted = sourceOf(source);
+    if (this.limiter.limited(counted, session, method)) return answer(ctx, false);
     // A name longer than any is counted against its source alone: kept by name, it would hold
     // memory for the window.
-    const forgive = this.limiter.begin(sourceOf(source), session, named ? method : 'publickey');
+    const forgive = this.limiter.begin(counted, session, named ? method : 'publickey');
 
     let decision: LoginDecision;
     try {

@@ -35,6 +35,8 @@ class FakeDeps {
   keyCalls = 0;
   /** How long each login takes to decide. */
   delayMs = 0;
+  /** Password logins decided, once their delay is out. */
+  passwordsDecided = 0;
 
   deps(limits: GatewayDeps['limits'], hostKey: Buffer): GatewayDeps {
     return {
@@ -43,6 +45,7 @@ class FakeDeps {
       passwordLogin: async (name, password) => {
         this.passwordCalls++;
         await new Promise((r) => setTimeout(r, this.delayMs));
+        this.passwordsDecided++;
         const s = this.sessions.get(name);
         if (!s) return { ok: false, user: null, reason: 'noSuchSession' };
         if (s.password !== password) return { ok: false, user: s.owner, reason: 'badPassword' };
@@ -463,7 +466,9 @@ describe('the SSH gateway’s limits', () => {
       const zlib = await login(port, { algorithms: { compress: ['zlib'] }, password: 'x' });
       expect(String(zlib)).toMatch(/compression/i);
       for (let i = 0; i < 3; i++) await login(port, { username: 's-up' }, 10);
-      await new Promise((r) => setTimeout(r, 400));
+      // Each answer comes after its client hung up.
+      await until(() => fake.passwordsDecided === 3);
+      await until(() => fake.logins.length === 3);
       expect(fake.passwordCalls).toBe(3);
       const r = await ssh(port, ['s-up@127.0.0.1', 'echo in'], { password: 'otp-right' }).result;
       expect(r.stdout).toBe('in\n');
@@ -499,8 +504,8 @@ describe('the SSH gateway’s limits', () => {
     const port = await gateway.listen(0, '127.0.0.1');
     const idle = Array.from({ length: 10 }, () => connect(port, '127.0.0.1'));
     try {
-      await Promise.all(idle.map((s) => once(s, 'connect')));
-      await new Promise((r) => setTimeout(r, 100));
+      // The gateway's greeting: each was let in.
+      await Promise.all(idle.map((s) => once(s, 'data')));
       const eleventh = connect(port, '127.0.0.1');
       eleventh.on('error', () => {});
       const started = Date.now();
@@ -509,8 +514,10 @@ describe('the SSH gateway’s limits', () => {
       expect(fake.crowded).toEqual(['127.0.0.1']);
       expect(idle.every((s) => !s.destroyed)).toBe(true);
       for (const s of idle) s.destroy();
-      await new Promise((r) => setTimeout(r, 100));
-      expect(await login(port, { username: 's-many', password: 'otp-right' })).toBe('in');
+      // Let in again once the gateway has seen them go.
+      await until(
+        async () => (await login(port, { username: 's-many', password: 'otp-right' })) === 'in',
+      );
     } finally {
       for (const s of idle) s.destroy();
       await gateway.close();
