@@ -1,3 +1,5 @@
+import { PERL_SYSCALLS } from './perl-syscalls.ts';
+
 /**
  * The ids a job may run as: none of the system's accounts, and below 2^32 - 1, which the kernel
  * reads as "leave it as it is" (larger ones it cuts to 32 bits, root's 0 among them).
@@ -115,12 +117,7 @@ sub job_id {
     return $id =~ /\A[1-9][0-9]{3,9}\z/ && $id >= ${JOB_IDS.first} && $id <= ${JOB_IDS.last};
 }
 
-my %nr = %{{
-    x86_64 => { unshare => 272, mount => 165, prctl => 157, setgroups => 116, setresgid => 119,
-                setresuid => 117, capset => 126 },
-    aarch64 => { unshare => 97, mount => 40, prctl => 167, setgroups => 159, setresgid => 149,
-                 setresuid => 147, capset => 91 },
-}->{($Config{archname} =~ /\A([^-]+)-linux/)[0] // ''} // {}};
+${PERL_SYSCALLS}
 my ($ms_nosuid, $ms_nodev, $ms_noexec, $ms_rec, $ms_private) = (2, 4, 8, 1 << 14, 1 << 18);
 my ($pr_set_pdeathsig, $pr_capbset_drop, $pr_set_no_new_privs) = (1, 24, 38);
 

@@ -9,71 +9,17 @@ import { type Duplex, finished, Readable, Writable } from 'node:stream';
 import * as pty from 'node-pty';
 import { type Channel, type ChannelExit, ChannelRefused, type PtyRequest } from '@trainyard/tunnel';
 import { sessionGroups, SSH_SIGNALS, statOf, type Stat } from './proc.ts';
-
-/** Where perl (perl-base, Essential on Debian and already needed by the spawner) lives. */
-const PERL = '/usr/bin/perl';
-
-/** The prefix under which the session's environment reaches `TRAMPOLINE` (see there). */
-const ENV_PREFIX = 'TRAINYARD_ENV_';
-
-/**
- * What every channel's process starts as, as root: it closes every descriptor it inherited
- * beyond 0-2, drops to the session's uid and gid with no other group (when it is given them),
- * then becomes `ARGV` with the session's environment. node-pty opens terminals without
- * close-on-exec, so without this a session's process would hold the terminals of every other
- * session on the worker; and it does so as root, so that no process of the session's uid can
- * reach into it (ptrace) before they are closed. The environment arrives with every name
- * prefixed, so that nothing in it (`LD_PRELOAD`, `PERL5OPT`…) acts on this step.
- */
-const TRAMPOLINE = String.raw`
-use strict;
-use warnings;
-use POSIX ();
-my ($uid, $gid) = splice(@ARGV, 0, 2);
-my %env;
-for my $name (keys %ENV) { $env{$1} = $ENV{$name} if $name =~ /\A${ENV_PREFIX}(.+)\z/s }
-%ENV = %env;
-opendir(my $fds, '/proc/self/fd') or die "trainyard: cannot list open descriptors: $!\n";
-my @inherited = grep { /\A[0-9]+\z/ && $_ > 2 } readdir $fds;
-closedir $fds;
-POSIX::close($_) for @inherited;
-if ($uid ne '-') {
-  POSIX::setgid($gid) or die "trainyard: cannot take gid $gid: $!\n";
-  $) = "$gid $gid";
-  POSIX::setuid($uid) or die "trainyard: cannot take uid $uid: $!\n";
-  die "trainyard: still privileged\n"
-    unless $< == $uid && $> == $uid && $( == $gid && $) eq "$gid $gid";
-}
-exec { $ARGV[0] } @ARGV or die "trainyard: cannot run $ARGV[0]: $!\n";
-`;
+import { PERL, type SessionUser, trampoline } from './trampoline.ts';
 
 /** A program to run in a channel: its argv, directory, environment and user. */
 export interface ChannelCommand {
   argv: [string, ...string[]];
   cwd: string;
   env: Record<string, string>;
-  user?: { uid: number; gid: number };
-  /**
-   * A program the trampoline runs as root, which drops to the session's user itself and then
-   * runs `argv`, given as its remaining arguments.
-   */
-  launcher?: string[];
+  /** Whom it runs as: a uid and gid, and the line of /etc/passwd that names them to it. */
+  user?: SessionUser;
   /** How long `close()` waits after SIGTERM before SIGKILL. */
   graceMs: number;
-}
-
-/**
- * `argv` behind the trampoline, which drops to `user` (if given), and the environment that
- * carries the session's to it.
- */
-function trampoline(
-  argv: readonly string[],
-  env: Record<string, string>,
-  user: { uid: number; gid: number } | undefined,
-): { args: string[]; env: Record<string, string> } {
-  const hidden = Object.fromEntries(Object.entries(env).map(([k, v]) => [ENV_PREFIX + k, v]));
-  const ids = user ? [String(user.uid), String(user.gid)] : ['-', '-'];
-  return { args: ['-e', TRAMPOLINE, '--', ...ids, ...argv], env: hidden };
 }
 
 /** A signal's SSH name (`TERM`) from Node's name (`SIGTERM`) or its number. */
@@ -177,10 +123,7 @@ export const noop = () => {};
  * streams, whose backpressure stops reading the pipe, and so the writer, when nobody reads.
  */
 export async function pipeChannel(command: ChannelCommand): Promise<Channel> {
-  // A launcher drops to the session's user itself; otherwise the trampoline does.
-  const { args, env } = command.launcher
-    ? trampoline([...command.launcher, ...command.argv], command.env, undefined)
-    : trampoline(command.argv, command.env, command.user);
+  const { args, env } = trampoline(command.argv, command.env, command.user);
   let child: ChildProcessWithoutNullStreams;
   try {
     child = spawn(PERL, args, { cwd: command.cwd, env, detached: true, stdio: 'pipe' });

@@ -13,6 +13,7 @@ import {
   type ChannelRequest,
 } from '@trainyard/tunnel';
 import { type ChannelCommand, ended, noop, pipeChannel, ptyChannel } from './process-channel.ts';
+import type { SessionUser } from './trampoline.ts';
 
 /**
  * Where a session's channels run: its sandbox directory, its uid and gid (absent: as the worker
@@ -87,7 +88,8 @@ export async function openLocalChannel(
   request: ChannelRequest,
   opts: LocalChannelOptions = {},
 ): Promise<Channel> {
-  const user = userOf(place);
+  const shell = existsSync('/bin/bash') ? '/bin/bash' : '/bin/sh';
+  const user = userOf(place, shell);
   if (request.kind === 'forward') {
     const { port } = request;
     if (user && !listensOnLoopback(user.uid, port))
@@ -102,13 +104,14 @@ export async function openLocalChannel(
   }
   if (!isDir) throw new ChannelRefused('refused', "the session's directory is missing");
   const graceMs = opts.closeGraceMs ?? 1_000;
-  const shell = existsSync('/bin/bash') ? '/bin/bash' : '/bin/sh';
-  if (request.kind === 'sftp') {
-    const env = sessionEnv(place, shell);
-    return sftp(place, env, user, opts.sftpServer ?? SFTP_SERVER, shell, graceMs);
+  const env = sessionEnv(place, shell, request.kind === 'sftp' ? {} : request.env);
+  if (user) {
+    env.USER ??= user.name;
+    env.LOGNAME ??= user.name;
   }
-
-  const env = sessionEnv(place, shell, request.env);
+  if (request.kind === 'sftp') {
+    return sftp(place, env, user, opts.sftpServer ?? SFTP_SERVER, graceMs);
+  }
   if (request.pty) env.TERM = request.pty.term || env.TERM || 'dumb';
   const command: ChannelCommand = {
     argv: request.kind === 'exec' ? [shell, '-c', request.command] : [shell, '-l'],
@@ -121,7 +124,11 @@ export async function openLocalChannel(
   return ptyChannel(command, request.pty);
 }
 
-function userOf(place: LocalPlace): { uid: number; gid: number } | undefined {
+/**
+ * Whom a session's channels run as: its uid and gid, named `trainyard-UID` (home: the sandbox,
+ * or `/` for a directory /etc/passwd cannot hold), or nobody else but the worker (`undefined`).
+ */
+function userOf(place: LocalPlace, shell: string): (SessionUser & { name: string }) | undefined {
   if (place.uid === undefined) {
     if (place.gid !== undefined) throw new ChannelRefused('refused', 'a gid without a uid');
     return undefined;
@@ -130,31 +137,17 @@ function userOf(place: LocalPlace): { uid: number; gid: number } | undefined {
   const ok = (id: number) => Number.isInteger(id) && id >= LOWEST_ID && id < 2 ** 31;
   if (!ok(place.uid) || !ok(gid))
     throw new ChannelRefused('refused', `a session does not run as uid ${place.uid}, gid ${gid}`);
-  return { uid: place.uid, gid };
+  const name = `trainyard-${place.uid}`;
+  const home = /^[^:\n]*$/.test(place.dir) ? place.dir : '/';
+  const entry = `${name}:x:${place.uid}:${gid}:Trainyard session:${home}:${shell}`;
+  return { uid: place.uid, gid, entry, name };
 }
-
-/**
- * As root, in a mount namespace of its own: an /etc/passwd that names the session's uid
- * (OpenSSH's sftp server will not start for a uid without an entry), then the server as that
- * uid through `setpriv`, with no other group and no way to gain privileges.
- */
-const SFTP_INIT = [
-  'PATH=/usr/sbin:/usr/bin:/sbin:/bin; export PATH',
-  'f=$(mktemp) || exit 126',
-  '{ cat /etc/passwd && printf "%s\\n" "$1"; } >"$f" && chmod 644 "$f" &&',
-  '  mount --bind "$f" /etc/passwd || { rm -f "$f"; exit 126; }',
-  'rm -f "$f"',
-  'uid=$2 gid=$3; shift 3',
-  'exec setpriv --reuid="$uid" --regid="$gid" --clear-groups --no-new-privs \\',
-  '  --inh-caps=-all --bounding-set=-all -- "$@"',
-].join('\n');
 
 function sftp(
   place: LocalPlace,
   env: Record<string, string>,
-  user: { uid: number; gid: number } | undefined,
+  user: SessionUser | undefined,
   server: string,
-  shell: string,
   graceMs: number,
 ): Promise<Channel> {
   try {
@@ -164,15 +157,7 @@ function sftp(
   }
   // `-d` expands `%d` and `%u`: a `%` of the path is written `%%`.
   const argv: [string, ...string[]] = [server, '-d', place.dir.replaceAll('%', '%%')];
-  const command: ChannelCommand = { argv, cwd: place.dir, env, graceMs };
-  if (!user) return pipeChannel(command);
-  const home = /^[^:\n]*$/.test(place.dir) ? place.dir : '/';
-  const entry = `trainyard-${user.uid}:x:${user.uid}:${user.gid}:Trainyard session:${home}:${shell}`;
-  const launcher = ['/usr/bin/unshare', '--mount', '--propagation', 'private', '--'];
-  return pipeChannel({
-    ...command,
-    launcher: [...launcher, '/bin/sh', '-c', SFTP_INIT, 'sh', entry, `${user.uid}`, `${user.gid}`],
-  });
+  return pipeChannel({ argv, cwd: place.dir, env, graceMs, ...(user && { user }) });
 }
 
 /** /proc/net addresses (32-bit words in host order) that 127.0.0.1 reaches: itself, or any. */

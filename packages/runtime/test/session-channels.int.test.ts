@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { chown, mkdir, stat } from 'node:fs/promises';
+import { chmod, chown, mkdir, readdir, readFile, stat } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -67,6 +67,44 @@ describe('a command on pipes', () => {
       const { out, exit } = await run('id -u; id -g; id -G; pwd');
       expect(out).toBe(`${UID}\n${UID}\n${UID}\n${place.dir}\n`);
       expect(exit).toEqual({ code: 0, signal: null });
+    },
+  );
+
+  it.runIf(asRoot)(
+    'names its uid in an /etc/passwd of its own, and can gain no privilege',
+    async () => {
+      const before = await readFile('/etc/passwd', 'utf8');
+      const { out, err } = await run(
+        'whoami; echo "$USER $LOGNAME"; grep ^trainyard- /etc/passwd; grep ^NoNew /proc/self/status',
+      );
+      const name = `trainyard-${UID}`;
+      expect(err).toBe('');
+      expect(out).toBe(
+        `${name}\n${name} ${name}\n` +
+          `${name}:x:${UID}:${UID}:Trainyard session:${place.dir}:/bin/bash\n` +
+          'NoNewPrivs:\t1\n',
+      );
+      expect(await readFile('/etc/passwd', 'utf8')).toBe(before);
+      expect((await readdir('/tmp')).filter((f) => f.startsWith('.trainyard-passwd-'))).toEqual([]);
+    },
+  );
+
+  it.runIf(asRoot)(
+    'lets nothing in the place’s environment act before it drops to the uid (LD_*)',
+    async () => {
+      const debug = join(tmp.path, 'ld-debug');
+      await mkdir(debug);
+      await chmod(debug, 0o777);
+      const at = { ...place, env: { LD_DEBUG: 'files', LD_DEBUG_OUTPUT: join(debug, 'ld') } };
+      const { exit } = await run('true', {}, at);
+      expect(exit).toMatchObject({ code: 0 });
+      const sftp = await channel({ kind: 'sftp' }, at);
+      sftp.input.end();
+      expect(await sftp.exit).toMatchObject({ code: 0 });
+      const written = await readdir(debug);
+      expect(written.length).toBeGreaterThan(0);
+      const owners = await Promise.all(written.map(async (f) => (await stat(join(debug, f))).uid));
+      expect(new Set(owners)).toEqual(new Set([UID]));
     },
   );
 

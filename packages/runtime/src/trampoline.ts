@@ -1,0 +1,95 @@
+/**
+ * How a channel's process starts on the process runtime: as root, through a Perl trampoline that
+ * drops to the session's user before it runs anything of the session's (see `TRAMPOLINE`).
+ */
+import { PERL_SYSCALLS } from './perl-syscalls.ts';
+
+/** Where perl (perl-base, Essential on Debian and already needed by the spawner) lives. */
+export const PERL = '/usr/bin/perl';
+
+/** The prefix under which the session's environment reaches `TRAMPOLINE` (see there). */
+const ENV_PREFIX = 'TRAINYARD_ENV_';
+
+/**
+ * What every channel's process starts as, as root: it closes every descriptor it inherited
+ * beyond 0-2; given the session's uid and gid, it names the uid in an /etc/passwd of its own
+ * mount namespace (`whoami`, a shell's prompt and OpenSSH's sftp server look it up), drops to
+ * them with no other group and forbids itself new privileges; then it becomes `ARGV` with the
+ * session's environment. node-pty opens terminals without close-on-exec, so without this a
+ * session's process would hold the terminals of every other session on the worker; and it does
+ * so as root, so that no process of the session's uid can reach into it (ptrace) before they
+ * are closed. It runs no program as root: the environment arrives with every name prefixed, so
+ * that nothing in it (`LD_PRELOAD`, `PERL5OPT`…) acts before the drop.
+ */
+const TRAMPOLINE = String.raw`
+use strict;
+use warnings;
+use Config;
+use POSIX ();
+${PERL_SYSCALLS}
+my ($uid, $gid, $entry) = splice(@ARGV, 0, 3);
+my %env;
+for my $name (keys %ENV) { $env{$1} = $ENV{$name} if $name =~ /\A${ENV_PREFIX}(.+)\z/s }
+%ENV = %env;
+opendir(my $fds, '/proc/self/fd') or die "trainyard: cannot list open descriptors: $!\n";
+my @inherited = grep { /\A[0-9]+\z/ && $_ > 2 } readdir $fds;
+closedir $fds;
+POSIX::close($_) for @inherited;
+
+sub named {
+  my ($entry) = @_;
+  # syscall may write to its string arguments: none of them is a literal.
+  my ($none, $root, $passwd) = ('none', '/', '/etc/passwd');
+  syscall($nr{unshare}, 0x00020000) != -1 or die "trainyard: cannot unshare mounts: $!\n";
+  syscall($nr{mount}, $none, $root, 0, (1 << 14) | (1 << 18), 0) != -1
+    or die "trainyard: cannot make mounts private: $!\n";
+  open(my $in, '<', $passwd) or die "trainyard: cannot read /etc/passwd: $!\n";
+  my $users = do { local $/; <$in> } // '';
+  close $in;
+  $users .= "\n" if length($users) && substr($users, -1) ne "\n";
+  open(my $random, '<:raw', '/dev/urandom') or die "trainyard: cannot read /dev/urandom: $!\n";
+  sysread($random, my $bytes, 8) == 8 or die "trainyard: cannot read /dev/urandom\n";
+  my $file = '/tmp/.trainyard-passwd-' . unpack('H*', $bytes);
+  sysopen(my $out, $file, POSIX::O_WRONLY() | POSIX::O_CREAT() | POSIX::O_EXCL(), 0600)
+    or die "trainyard: cannot write $file: $!\n";
+  my $written = print {$out} $users, $entry, "\n";
+  $written &&= chmod(0644, $out) && close($out);
+  my $bound = $written && syscall($nr{mount}, $file, $passwd, 0, 4096, 0) != -1;
+  my $why = $!;
+  unlink $file;
+  die "trainyard: cannot name uid $uid in /etc/passwd: $why\n" unless $bound;
+}
+
+if ($uid ne '-') {
+  named($entry) if $entry ne '-';
+  POSIX::setgid($gid) or die "trainyard: cannot take gid $gid: $!\n";
+  $) = "$gid $gid";
+  POSIX::setuid($uid) or die "trainyard: cannot take uid $uid: $!\n";
+  die "trainyard: still privileged\n"
+    unless $< == $uid && $> == $uid && $( == $gid && $) eq "$gid $gid";
+  syscall($nr{prctl}, 38, 1, 0, 0, 0) != -1
+    or die "trainyard: cannot forbid new privileges: $!\n";
+}
+exec { $ARGV[0] } @ARGV or die "trainyard: cannot run $ARGV[0]: $!\n";
+`;
+
+/** A session's uid and gid, and its line of /etc/passwd (`name:x:uid:gid:gecos:home:shell`). */
+export interface SessionUser {
+  uid: number;
+  gid: number;
+  entry: string;
+}
+
+/**
+ * `argv` behind the trampoline, which drops to `user` (if given), and the environment that
+ * carries the session's to it.
+ */
+export function trampoline(
+  argv: readonly string[],
+  env: Record<string, string>,
+  user: SessionUser | undefined,
+): { args: string[]; env: Record<string, string> } {
+  const hidden = Object.fromEntries(Object.entries(env).map(([k, v]) => [ENV_PREFIX + k, v]));
+  const ids = user ? [String(user.uid), String(user.gid), user.entry] : ['-', '-', '-'];
+  return { args: ['-e', TRAMPOLINE, '--', ...ids, ...argv], env: hidden };
+}
