@@ -20,8 +20,13 @@ export function hostEnv(host: NodeJS.ProcessEnv, path = SAFE_PATH): Record<strin
   return env;
 }
 
+/** The name of a job's or session's uid of its own: in `USER`, `LOGNAME` and a session's passwd. */
+export const userName = (uid: number): string => `trainyard-${uid}`;
+
 /**
- * The environment an attempt sees: a few host variables, the job's env, and Trainyard's. CUDA
+ * The environment an attempt sees: a few host variables, the job's env, and Trainyard's; for an
+ * attempt with a uid of its own, `USER` and `LOGNAME` name it (`getpass.getuser()` reads them
+ * first, and the uid has no entry in the host's /etc/passwd), unless the job names them. CUDA
  * numbers GPUs in the order of their PCI bus, as `nvidia-smi` does, so that the GPUs placed are
  * the GPUs used on a host with mixed models (CUDA's own order puts the fastest first).
  */
@@ -29,12 +34,14 @@ export function attemptEnv(
   spec: Pick<
     RunSpec,
     'jobId' | 'attempt' | 'env' | 'workDir' | 'outputDir' | 'metricsFile' | 'gpus' | 'resumed'
-  >,
+  > &
+    Partial<Pick<RunSpec, 'user'>>,
   host: NodeJS.ProcessEnv = process.env,
 ): Record<string, string> {
   return {
     ...hostEnv(host),
     HOME: spec.workDir,
+    ...(spec.user && { USER: userName(spec.user.uid), LOGNAME: userName(spec.user.uid) }),
     ...spec.env,
     CUDA_VISIBLE_DEVICES: spec.gpus.join(','),
     CUDA_DEVICE_ORDER: 'PCI_BUS_ID',

@@ -13,6 +13,7 @@ import {
   type ChannelRequest,
 } from '@trainyard/tunnel';
 import { type ChannelCommand, ended, noop, pipeChannel, ptyChannel } from './process-channel.ts';
+import { userName } from './env.ts';
 import type { SessionUser } from './trampoline.ts';
 
 /**
@@ -137,7 +138,7 @@ function userOf(place: LocalPlace, shell: string): (SessionUser & { name: string
   const ok = (id: number) => Number.isInteger(id) && id >= LOWEST_ID && id < 2 ** 31;
   if (!ok(place.uid) || !ok(gid))
     throw new ChannelRefused('refused', `a session does not run as uid ${place.uid}, gid ${gid}`);
-  const name = `trainyard-${place.uid}`;
+  const name = userName(place.uid);
   const home = /^[^:\n]*$/.test(place.dir) ? place.dir : '/';
   const entry = `${name}:x:${place.uid}:${gid}:Trainyard session:${home}:${shell}`;
   return { uid: place.uid, gid, entry, name };

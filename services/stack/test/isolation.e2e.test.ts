@@ -54,10 +54,13 @@ beforeAll(async () => {
 afterAll(async () => t?.stop());
 
 describe.runIf(asRoot)('a job, as the worker runs it', () => {
-  it('runs as an unprivileged uid of its own, with no groups, as does its setup', async () => {
-    const id = await run('echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"; cat setup-uid.txt', {
-      setup: 'id -u > setup-uid.txt',
-    });
+  it('runs as an unprivileged uid of its own, with no groups, as does its setup, named in USER', async () => {
+    const command = [
+      'echo "uid=$(id -u) gid=$(id -g) groups=$(id -G)"',
+      'cat setup-uid.txt',
+      `python3 -c 'import getpass; print("getuser=" + getpass.getuser())'`,
+    ];
+    const id = await run(command.join('; '), { setup: 'id -u > setup-uid.txt' });
     const { job, log } = await finished(id);
     expect(job.status, log).toBe('succeeded');
     const uid = Number(/uid=(\d+)/.exec(log)?.[1]);
@@ -65,6 +68,7 @@ describe.runIf(asRoot)('a job, as the worker runs it', () => {
     expect(log).toContain(`gid=${uid} groups=${uid}`);
     expect(log).toContain('[trainyard] running setup');
     expect(log).toMatch(new RegExp(`\\n${uid}\\n`));
+    expect(log).toContain(`getuser=trainyard-${uid}\n`);
   });
 
   it('fails as the user’s own when its setup fails, and never runs the command', async () => {
