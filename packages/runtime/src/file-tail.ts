@@ -5,15 +5,20 @@ const TAIL_MS = 50;
 /** Reads one pass of a tail makes at most, so that a flood of output cannot hold the loop. */
 const MAX_READS_PER_PASS = 64;
 
+/** How a file the job may have written is opened: see `openJobFile`. */
+export const JOB_FILE =
+  constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK | constants.O_NOCTTY;
+
 /**
- * Opens a file the job may have written, for reading, without following a link it put there
- * and without blocking on a FIFO; null unless it is a regular file (and, given `uid`, one that
- * account owns: never a hard link to another's file).
+ * Opens a file the job may have written, for reading, without following a link it put there,
+ * without blocking on a FIFO and without taking a terminal as the worker's own; null unless it
+ * is a regular file (and, given `uid`, one that account owns: never a hard link to another's
+ * file).
  */
 export function openJobFile(file: string, uid?: number): number | null {
   let fd: number;
   try {
-    fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    fd = openSync(file, JOB_FILE);
   } catch {
     return null;
   }

@@ -35,14 +35,15 @@ export const LAUNCH_FIELDS = [
  * child in it before that word, so that all it starts is in there too; a child it cannot put
  * there is let go without running anything.
  *
- * An attempt of a user of its own (`TY_UID`) runs as the first process of new PID and mount
- * namespaces (`confined`): it sees only its own processes, has a /proc of its own and, unless
- * its sandbox lies under them, a /tmp and /dev/shm of its own, gone when it ends; it takes the
- * attempt's uid and gid with no other group, no capability and no way to gain privileges. The
- * child waits for it and ends as it ended; when it ends, the kernel ends whatever is left in the
- * namespace. A stop (INT, TERM, HUP) is sent to the child, which passes it on to the script once
- * the script has a handler for it (it reads the script's caught signals from /proc, for up to
- * 10 s): a namespace's first process drops a signal it has no handler for.
+ * An attempt of a user of its own (`TY_UID`) runs as the first process of new PID, mount and IPC
+ * namespaces (`confined`): it sees only its own processes (and System V IPC objects and POSIX
+ * message queues, gone with it rather than left to the uid's next holder), has a /proc of its
+ * own and, unless its sandbox lies under them, a /tmp and /dev/shm of its own, gone when it
+ * ends; it takes the attempt's uid and gid with no other group, no capability and no way to gain
+ * privileges. The child waits for it and ends as it ended; when it ends, the kernel ends
+ * whatever is left in the namespace. A stop (INT, TERM, HUP) is sent to the child, which passes
+ * it on to the script once the script has a handler for it (it reads the script's caught signals
+ * from /proc, for up to 10 s): a namespace's first process drops a signal it has no handler for.
  * All of that is system calls made by the child (their numbers for x86_64 and aarch64), not
  * programs: an attempt starts no program before its script. A step that fails ends the attempt
  * with status 126 and its reason in the log and in the end's file, which the parent then keeps:
@@ -162,7 +163,7 @@ sub confined {
     my ($launch) = @_;
     my ($uid, $gid) = map { 0 + $_ } @{$launch}{qw(TY_UID TY_GID)};
     open($launch_errors, '>>', $launch->{TY_EXIT}) or unconfined("its end's file: $!");
-    confine('namespaces', unshare => 0x20000000 | 0x00020000);
+    confine('namespaces', unshare => 0x20000000 | 0x08000000 | 0x00020000);
     my $stops = POSIX::SigSet->new(POSIX::SIGINT(), POSIX::SIGTERM(), POSIX::SIGHUP());
     POSIX::sigprocmask(POSIX::SIG_BLOCK(), $stops);
     my $init = fork;

@@ -1,14 +1,7 @@
-import {
-  closeSync,
-  constants,
-  copyFileSync,
-  fstatSync,
-  mkdirSync,
-  openSync,
-  readSync,
-} from 'node:fs';
+import { closeSync, copyFileSync, fstatSync, mkdirSync, openSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { JOB_FILE } from './file-tail.ts';
 import { shellQuote } from './shell.ts';
 import type { RunSpec } from './types.ts';
 
@@ -56,10 +49,7 @@ export function probeEnv(probe: ProbeSpec, dir = probe.dir): Record<string, stri
 export function readProbeReport(dir: string): unknown {
   let fd: number;
   try {
-    fd = openSync(
-      join(dir, REPORT),
-      constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK,
-    );
+    fd = openSync(join(dir, REPORT), JOB_FILE);
   } catch {
     return null;
   }

@@ -198,7 +198,7 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
     expect(processAlive(pid)).toBe(false);
   });
 
-  it('runs an attempt of a user of its own with no other group, no capability, no new privilege, SIGINT and SIGQUIT at their default, and a /proc, /tmp and /dev/shm of its own', async () => {
+  it('runs an attempt of a user of its own with no other group, no capability, no new privilege, SIGINT and SIGQUIT at their default, and a /proc, /tmp, /dev/shm and System V IPC of its own', async () => {
     const own = await tempDir('trainyard-confined-', '/var/tmp');
     await chown(own.path, uid, uid);
     try {
@@ -208,6 +208,7 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
         'echo "first=$(ls /proc | grep -E \'^[0-9]+$\' | sort -n | head -n 1)"',
         'awk \'{ i = 7; while ($i != "-") i++; print $5, $6, $(i + 1) }\' /proc/self/mountinfo',
         'touch /tmp/mine && echo "tmp=$(ls /tmp)"',
+        'echo "ipc=$(readlink /proc/self/ns/ipc)"',
         'for fd in /proc/$$/fd/*; do echo "fd=$(readlink "$fd")"; done',
         PRINT_IGNORED,
       ].join('; ');
@@ -230,6 +231,9 @@ describe.runIf(process.getuid?.() === 0)('the spawner, as root', () => {
         [],
       );
       expect(lines).toContain('tmp=mine');
+      const ipc = lines.find((line) => line.startsWith('ipc='));
+      expect(ipc).toMatch(/^ipc=ipc:\[\d+\]$/);
+      expect(ipc).not.toBe(`ipc=${readlinkSync('/proc/self/ns/ipc')}`);
       expect(lines.filter((line) => line.startsWith('fd='))).not.toContain(`fd=${s.exitFile}`);
       expect(existsSync('/tmp/mine')).toBe(false);
     } finally {

@@ -20,7 +20,7 @@ import {
 import { SandboxError } from './code.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
 import { Shells } from './shells.ts';
-import type { JobUser } from './users.ts';
+import { type JobUser, releaseUser } from './users.ts';
 
 /**
  * One attempt on this worker, from dispatch to its last report. It appends nothing itself: it
@@ -309,12 +309,9 @@ export class AttemptRun {
     await this.opts.runtime
       .remove?.(this.attemptId)
       .catch(this.#logError('could not remove the attempt’s container'));
-    if (this.#user) {
-      await this.opts.users
-        ?.release(this.#user, !attached)
-        .catch(this.#logError('could not release the attempt’s uid'));
-    }
-    await removeSandbox(this.#box);
+    const failed = this.#logError('could not end the attempt’s uid: its sandbox is kept');
+    if (await releaseUser(this.opts.users, this.#user, failed, !attached))
+      await removeSandbox(this.#box);
   }
 
   /** Logs what went wrong as `what`. */

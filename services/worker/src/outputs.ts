@@ -1,8 +1,8 @@
 import { constants, createReadStream } from 'node:fs';
-import { lstat, open, readdir, realpath } from 'node:fs/promises';
-import { dirname, join, relative, sep } from 'node:path';
+import { type FileHandle, lstat, open, readdir } from 'node:fs/promises';
 import { retryTransient, type BlobRef, type OutputFile } from '@trainyard/events';
 import { BlobKeys, type BlobStore } from '@trainyard/blobs';
+import { JOB_FILE } from '@trainyard/runtime';
 
 interface Seen {
   sizeBytes: number;
@@ -10,34 +10,61 @@ interface Seen {
   sha256: string;
 }
 
-async function walk(dir: string, into: string[] = []): Promise<string[]> {
-  const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
-  for (const entry of entries) {
-    const full = join(dir, entry.name);
-    if (entry.isDirectory()) await walk(full, into);
-    else if (entry.isFile()) into.push(full);
+const DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+/** How many directories deep below the output directory files are looked for. */
+const MAX_DEPTH = 64;
+
+/** `name` in the directory open as `dir`, reached through its handle, not its path. */
+const inDirectory = (dir: FileHandle, name: string) => `/proc/self/fd/${dir.fd}/${name}`;
+
+/**
+ * Hands `visit` each regular file beneath the directory `root`: its path from `root`
+ * (`/`-separated) and a path that reaches it through its directory's handle, open while `visit`
+ * runs. Each directory is opened without following a link and listed through its handle, so
+ * that a directory the job swaps for a link meanwhile leads the worker, which reads with more
+ * rights than the job, nowhere outside what it opened.
+ */
+export async function walkJobFiles(
+  root: string,
+  visit: (path: string, at: string) => Promise<void>,
+): Promise<void> {
+  const top = await open(root, DIRECTORY).catch(() => null);
+  if (top) await walkIn(top, '', 0, visit);
+}
+
+async function walkIn(
+  dir: FileHandle,
+  prefix: string,
+  depth: number,
+  visit: (path: string, at: string) => Promise<void>,
+): Promise<void> {
+  try {
+    const listed = readdir(`/proc/self/fd/${dir.fd}`, { withFileTypes: true });
+    for (const entry of await listed.catch(() => [])) {
+      const path = prefix + entry.name;
+      if (entry.isFile()) await visit(path, inDirectory(dir, entry.name));
+      else if (entry.isDirectory() && depth < MAX_DEPTH) {
+        const sub = await open(inDirectory(dir, entry.name), DIRECTORY).catch(() => null);
+        if (sub) await walkIn(sub, `${path}/`, depth + 1, visit);
+      }
+    }
+  } finally {
+    await dir.close();
   }
-  return into;
 }
 
 /**
- * Uploads a file the job wrote, as no more than that file: it is opened without following a link
- * in its name, only once its directory is still inside the output directory, and must be a
- * regular file owned by the attempt's user (`owner`), checked on what was opened, so that a job
- * that swaps a directory for a link at the wrong moment still finds only its own files read.
- * The worker reads with more rights than the job, and a job could otherwise point it at a file
- * of the worker's.
+ * Uploads a file the job wrote (`at`, a path through its directory's handle), as no more than
+ * that file: it is opened without following a link, and must be a regular file owned by the
+ * attempt's user (`owner`), checked on what was opened: never a hard link to another's file.
  */
 async function putJobFile(
   blobs: BlobStore,
   key: string,
-  file: string,
-  outputDir: string,
+  at: string,
   owner: number | undefined,
 ): Promise<BlobRef | null> {
-  const [base, parent] = await Promise.all([realpath(outputDir), realpath(dirname(file))]);
-  if (parent !== base && !parent.startsWith(base + sep)) return null;
-  const handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  const handle = await open(at, JOB_FILE);
   try {
     const info = await handle.stat();
     if (!info.isFile() || (owner !== undefined && info.uid !== owner)) return null;
@@ -78,27 +105,21 @@ export class OutputMirror {
   async scan(): Promise<OutputFile[] | null> {
     let changed = false;
     const present = new Set<string>();
-    for (const file of await walk(this.dir)) {
-      const path = relative(this.dir, file).split(sep).join('/');
-      const stat = await lstat(file).catch(() => null);
-      if (!stat?.isFile()) continue;
+    await walkJobFiles(this.dir, async (path, at) => {
+      const stat = await lstat(at).catch(() => null);
+      if (!stat?.isFile()) return;
       present.add(path);
       const seen = this.#seen.get(path);
-      if (seen && seen.sizeBytes === stat.size && seen.mtimeMs === stat.mtimeMs) continue;
-      const ref = await putJobFile(
-        this.blobs,
-        BlobKeys.attemptOutput(this.jobId, this.attemptId, path),
-        file,
-        this.dir,
-        this.owner,
-      ).catch(() => null);
+      if (seen && seen.sizeBytes === stat.size && seen.mtimeMs === stat.mtimeMs) return;
+      const key = BlobKeys.attemptOutput(this.jobId, this.attemptId, path);
+      const ref = await putJobFile(this.blobs, key, at, this.owner).catch(() => null);
       if (!ref) {
         present.delete(path);
-        continue;
+        return;
       }
       this.#seen.set(path, { sizeBytes: ref.sizeBytes, mtimeMs: stat.mtimeMs, sha256: ref.sha256 });
       if (!seen || seen.sha256 !== ref.sha256 || seen.sizeBytes !== ref.sizeBytes) changed = true;
-    }
+    });
     for (const path of [...this.#seen.keys()]) {
       if (!present.has(path)) {
         this.#seen.delete(path);

@@ -17,7 +17,7 @@ import type { AttemptRun } from './attempt.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
 import { chownTree, SandboxError, unpackCode } from './code.ts';
 import { limitsOf } from './sandbox.ts';
-import type { JobUser } from './users.ts';
+import { type JobUser, releaseUser } from './users.ts';
 
 const SAFE_ID = /^[A-Za-z0-9_-]{1,128}$/;
 const PREFIX = 'session-';
@@ -73,9 +73,8 @@ export class SessionRuns {
       const user = await readFile(join(root, MARKER), 'utf8')
         .then((t) => (JSON.parse(t) as { user?: JobUser }).user)
         .catch(() => undefined);
-      if (user) await this.opts.users?.release(user).catch(() => undefined);
-      await rm(root, { recursive: true, force: true });
-      this.#log.warn({ dir: root }, 'removed a session run left by an earlier start');
+      if (await this.#remove(root, user))
+        this.#log.warn({ dir: root }, 'removed a session run left by an earlier start');
     }
   }
 
@@ -264,9 +263,13 @@ export class SessionRuns {
     await this.#remove(run.root, run.user);
   }
 
-  async #remove(root: string, user: JobUser | undefined): Promise<void> {
-    if (user) await this.opts.users?.release(user).catch(() => undefined);
+  /** Ends the run's processes, then removes its directory; false, keeping it, where they live. */
+  async #remove(root: string, user: JobUser | undefined): Promise<boolean> {
+    const failed = (err: unknown) =>
+      this.#log.error({ err, dir: root }, 'could not end a session’s uid: its directory is kept');
+    if (!(await releaseUser(this.opts.users, user, failed))) return false;
     await rm(root, { recursive: true, force: true });
+    return true;
   }
 
   /** Reports on a session's run; a refusal is logged and returned, a failure to send logged. */

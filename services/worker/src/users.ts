@@ -81,3 +81,25 @@ export class JobUsers {
     await rm(this.#lock(user.uid), { recursive: true, force: true });
   }
 }
+
+/**
+ * Releases `user`, where there is one: true once it is, false (and `onError` told why) when it
+ * could not be, its processes perhaps still running. What they could still change is no tree for
+ * root to walk (a directory swapped for a link sends a recursive removal elsewhere): a caller
+ * given false keeps the sandbox, and with it the uid's claim, for a later start to sweep.
+ */
+export async function releaseUser(
+  users: JobUsers | undefined,
+  user: JobUser | undefined,
+  onError: (err: unknown) => void,
+  ended = false,
+): Promise<boolean> {
+  if (!users || !user) return true;
+  try {
+    await users.release(user, ended);
+    return true;
+  } catch (err) {
+    onError(err);
+    return false;
+  }
+}

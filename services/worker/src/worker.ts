@@ -19,6 +19,7 @@ import { supervise, takeFromDurable, type ServiceContext } from '@trainyard/serv
 import { AttemptRun } from './attempt.ts';
 import { killGroup, leftSandboxes, removeSandbox } from './sandbox.ts';
 import { SessionRuns } from './sessions.ts';
+import { releaseUser } from './users.ts';
 import type { WorkerContext, WorkerOptions } from './options.ts';
 
 export interface RunningWorker {
@@ -96,8 +97,9 @@ export async function startWorker(
       const ours = job?.attemptId === marker.msg.attemptId && job.attemptStatus === 'running';
       if (!ours || !marker.pid) {
         killGroup(marker.pid);
-        if (marker.user) await opts.users?.release(marker.user).catch(() => undefined);
-        await removeSandbox(box);
+        const failed = (err: unknown) =>
+          log.error({ err, jobId: marker.msg.jobId }, 'could not end a left attempt’s uid');
+        if (await releaseUser(opts.users, marker.user, failed)) await removeSandbox(box);
         log.warn(
           { jobId: marker.msg.jobId },
           'killed an attempt the log no longer gives this worker',

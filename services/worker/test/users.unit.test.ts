@@ -1,5 +1,8 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { JobUsers } from '../src/users.ts';
+import { tempDir } from '@trainyard/testkit';
+import { JobUsers, releaseUser } from '../src/users.ts';
 
 describe('the uids jobs run as', () => {
   const endAll = async () => undefined;
@@ -20,5 +23,34 @@ describe('the uids jobs run as', () => {
       expect(() => new JobUsers(endAll, first, count)).toThrow(
         `not a range of job uids: ${first}+${count}`,
       );
+  });
+});
+
+describe('releasing a uid', () => {
+  it('says whether it was released, keeping the claim of one whose processes could not be ended', async () => {
+    const tmp = await tempDir();
+    try {
+      let ending: Error | null = new Error('fork: Resource temporarily unavailable');
+      const users = new JobUsers(
+        async () => {
+          if (ending) throw ending;
+        },
+        2_000_000,
+        10,
+        tmp.path,
+      );
+      const user = await users.claim('att_1', tmp.path);
+      const errors: unknown[] = [];
+      expect(await releaseUser(users, user, (err) => errors.push(err))).toBe(false);
+      expect(errors).toEqual([ending]);
+      expect(existsSync(join(tmp.path, String(user.uid)))).toBe(true);
+      ending = null;
+      expect(await releaseUser(users, user, (err) => errors.push(err))).toBe(true);
+      expect(existsSync(join(tmp.path, String(user.uid)))).toBe(false);
+      expect(await releaseUser(undefined, user, (err) => errors.push(err))).toBe(true);
+      expect(errors).toHaveLength(1);
+    } finally {
+      await tmp.remove();
+    }
   });
 });
