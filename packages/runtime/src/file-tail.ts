@@ -39,6 +39,8 @@ export interface FileTailOptions {
   everyMs?: number;
   /** The most it reads in all; default no limit. */
   maxBytes?: number;
+  /** Called once when it stops at `maxBytes` with more in the file. */
+  onLimit?: () => void;
   /**
    * The job writes the file, in a directory the worker made and gave it: it is opened with
    * `openJobFile`, as owned by whoever owns that directory.
@@ -54,8 +56,11 @@ export interface FileTailOptions {
  */
 export class FileTail {
   #offset: number;
+  /** Where `maxBytes` ends. */
+  readonly #limit: number;
   /** Where it stops reading: its byte limit, or the file's size when it was closed. */
   #end: number;
+  #limited = false;
   #fd: number | null = null;
   #timer: NodeJS.Timeout;
   #stopped = false;
@@ -66,7 +71,8 @@ export class FileTail {
     private readonly opts: FileTailOptions = {},
   ) {
     this.#offset = opts.offset ?? 0;
-    this.#end = this.#offset + (opts.maxBytes ?? Infinity);
+    this.#limit = this.#offset + (opts.maxBytes ?? Infinity);
+    this.#end = this.#limit;
     this.#timer = setInterval(() => this.#read(MAX_READS_PER_PASS), opts.everyMs ?? TAIL_MS);
   }
 
@@ -88,7 +94,14 @@ export class FileTail {
     if (this.#fd === null) return false;
     for (let reads = 0; reads < maxReads; reads++) {
       const want = Math.min(this.#buffer.length, this.#end - this.#offset);
-      if (this.#stopped || want <= 0) return false;
+      if (this.#stopped) return false;
+      if (want <= 0) {
+        if (!this.#limited && this.#offset >= this.#limit && sizeOf(this.#fd) > this.#offset) {
+          this.#limited = true;
+          this.opts.onLimit?.();
+        }
+        return false;
+      }
       let bytesRead: number;
       try {
         bytesRead = readSync(this.#fd, this.#buffer, 0, want, this.#offset);

@@ -218,10 +218,17 @@ function outOfMemory(end: ProcessExit): boolean {
   return (end.kind === 'exited' && end.exitCode !== 0) || end.kind === 'signalled';
 }
 
+/** What the log says once it reaches its limit. */
+const DROPPED = 'what the job wrote after that is not kept';
+
+/** How much of an attempt's log a worker keeps unless told other (`TRAINYARD_LOG_LIMIT_MB`). */
+export const DEFAULT_LOG_LIMIT_BYTES = 1024 ** 3;
+
 /**
  * Runs attempts as local processes, each in its own session and sandbox directory, started by
- * a small spawner. Output goes to the attempt's log file, which the worker reads as it
- * grows; the exit code is recorded beside it. A worker that restarts re-attaches to what still
+ * a small spawner. Output goes to the attempt's log file, which the worker reads as it grows,
+ * up to `logLimitBytes` (a job can make its log any size, sparse, without writing it); the
+ * exit code is recorded beside it. A worker that restarts re-attaches to what still
  * runs. The script, a small file on the sandbox's local disk, is written synchronously: that
  * costs the event loop less than a round trip through the thread pool. Where the host lets the
  * worker make memory cgroups, each attempt runs in one of its own: its `memoryBytes` is a hard
@@ -239,6 +246,7 @@ export class ProcessRuntime implements Runtime {
     host: NodeJS.ProcessEnv = process.env,
     path = SAFE_PATH,
     private readonly cgroups: MemoryCgroups | null = MemoryCgroups.here(),
+    private readonly logLimitBytes = DEFAULT_LOG_LIMIT_BYTES,
   ) {
     this.#spawner = new Spawner(hostEnv(host, path));
   }
@@ -278,7 +286,7 @@ export class ProcessRuntime implements Runtime {
       await this.cgroups?.finish(spec.attemptId, spec.pidFile);
       return notStarted((err as Error).message);
     }
-    const tail = new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk));
+    const tail = this.#tail(spec, 0, onOutput);
     const stopping: Stopping = { until: 0, file: spec.stopFile };
     const exited = launched.ended.then(async (status): Promise<ProcessExit> => {
       await lingering(pid, stopping);
@@ -287,6 +295,18 @@ export class ProcessRuntime implements Runtime {
       return this.#ended(spec, await endOf(spec, status));
     });
     return { pid, exited, kill: killer(pid, exited, spec.user !== undefined, stopping) };
+  }
+
+  /** The attempt's log from `offset` on, to the limit, which it says once it reaches it. */
+  #tail(spec: RunSpec, offset: number, onOutput: (s: LogStreamName, c: Buffer) => void) {
+    const limit = this.logLimitBytes;
+    const mib = Math.round(limit / 1024 ** 2);
+    const note = `\n[trainyard] the log reached its limit of ${mib} MiB: ${DROPPED}\n`;
+    return new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk), {
+      offset,
+      maxBytes: Math.max(0, limit - offset),
+      onLimit: () => onOutput('stdout', Buffer.from(note)),
+    });
   }
 
   async endUser(uid: number): Promise<void> {
@@ -307,7 +327,7 @@ export class ProcessRuntime implements Runtime {
   ): Promise<RunningAttempt | null> {
     if (pid <= 1) return null;
     if (!signalGroup(pid, 0) && !(await recordedExit(spec))) return null;
-    const tail = new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk), { offset });
+    const tail = this.#tail(spec, offset, onOutput);
     const stopping: Stopping = { until: recordedStop(spec.stopFile), file: spec.stopFile };
     let ending = false;
     const exited = new Promise<ProcessExit>((resolve) => {

@@ -15,6 +15,7 @@ import {
   NvidiaSmiInventory,
   ProcessRuntime,
   recordedPid,
+  SAFE_PATH,
   SimulatedInventory,
   type RunSpec,
 } from '../src/index.ts';
@@ -41,6 +42,25 @@ const spec = (command: string, over: Partial<RunSpec> = {}) =>
   runSpecIn(dir.path, command, { env: { GREETING: 'hi' }, gpus: [0, 2], ...over });
 
 describe('process runtime', () => {
+  it('keeps no more of a log than its limit, though the job makes it huge without writing it, and says so once', async () => {
+    const limited = new ProcessRuntime(process.env, SAFE_PATH, null, 1024 ** 2);
+    try {
+      const s = spec(`echo start; perl -e 'truncate(STDOUT, 1 << 40) or die "truncate: $!"'`);
+      const out: Buffer[] = [];
+      const run = await limited.start(s, (_s, c) => out.push(c));
+      expect(await run.exited).toEqual({ kind: 'exited', exitCode: 0 });
+      const text = Buffer.concat(out).toString('latin1');
+      const note =
+        '\n[trainyard] the log reached its limit of 1 MiB: ' +
+        'what the job wrote after that is not kept\n';
+      expect(text.startsWith('start\n')).toBe(true);
+      expect(text.endsWith(note)).toBe(true);
+      expect(text.length).toBe(1024 ** 2 + note.length);
+    } finally {
+      limited.close();
+    }
+  });
+
   it('runs the setup and command in the sandbox with the job environment, SIGINT and SIGQUIT at their default, and captures output', async () => {
     const out: string[] = [];
     const s = spec(

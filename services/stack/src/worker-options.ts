@@ -4,10 +4,13 @@ import { join } from 'node:path';
 import {
   dockerAt,
   DockerRuntime,
+  DEFAULT_LOG_LIMIT_BYTES,
   JOB_IDS,
+  MemoryCgroups,
   NoGpuInventory,
   NvidiaSmiInventory,
   ProcessRuntime,
+  SAFE_PATH,
   SimulatedInventory,
   SimulatedRuntime,
   type GpuInventory,
@@ -61,6 +64,18 @@ export function uidRange(env: NodeJS.ProcessEnv): { first: number; count: number
       `TRAINYARD_JOB_UIDS must be FIRST-LAST, from ${JOB_IDS.first} to ${JOB_IDS.last}, not "${raw}"`,
     );
   return { first, count: last - first + 1 };
+}
+
+/** How much of an attempt's log is kept: `TRAINYARD_LOG_LIMIT_MB`, or 1 GiB. */
+export function logLimitBytes(env: NodeJS.ProcessEnv): number {
+  const raw = env.TRAINYARD_LOG_LIMIT_MB;
+  if (raw === undefined || raw === '') return DEFAULT_LOG_LIMIT_BYTES;
+  const mb = /^\d{1,9}$/.test(raw) ? Number(raw) : 0;
+  if (mb < 1)
+    throw new CliError(
+      `TRAINYARD_LOG_LIMIT_MB must be a whole number of MiB, 1 or more, not "${raw}"`,
+    );
+  return mb * 1024 ** 2;
 }
 
 /**
@@ -176,7 +191,9 @@ export async function workerOptions(
     return { ...common(flags, name), inventory, runtime, ...(users && { users }) };
   }
   if (!flags.simulateRuntime) needPerl();
-  const processes = flags.simulateRuntime ? null : new ProcessRuntime();
+  const processes = flags.simulateRuntime
+    ? null
+    : new ProcessRuntime(process.env, SAFE_PATH, MemoryCgroups.here(), logLimitBytes(process.env));
   const users = processes ? jobUsers(processes) : undefined;
   return {
     ...common(flags, name),

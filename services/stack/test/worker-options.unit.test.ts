@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { uidRange } from '../src/worker-options.ts';
+import { logLimitBytes, uidRange } from '../src/worker-options.ts';
 
 describe('TRAINYARD_JOB_UIDS', () => {
   it('gives the range of uids jobs run as, from its first to its last', () => {
@@ -15,6 +15,21 @@ describe('TRAINYARD_JOB_UIDS', () => {
     for (const raw of ['999-2000', '5000-4294967295', '4294967296-4294967300', '6000-5000', 'a-b'])
       expect(() => uidRange({ TRAINYARD_JOB_UIDS: raw })).toThrow(
         `TRAINYARD_JOB_UIDS must be FIRST-LAST, from 1000 to 4294967294, not "${raw}"`,
+      );
+  });
+});
+
+describe('TRAINYARD_LOG_LIMIT_MB', () => {
+  it('gives how much of an attempt’s log is kept, 1 GiB unless said', () => {
+    expect(logLimitBytes({ TRAINYARD_LOG_LIMIT_MB: '64' })).toBe(64 * 1024 ** 2);
+    expect(logLimitBytes({})).toBe(1024 ** 3);
+    expect(logLimitBytes({ TRAINYARD_LOG_LIMIT_MB: '' })).toBe(1024 ** 3);
+  });
+
+  it('is refused unless a whole number of MiB, 1 or more', () => {
+    for (const raw of ['0', '-1', '1.5', '1e3', 'lots', '99999999999'])
+      expect(() => logLimitBytes({ TRAINYARD_LOG_LIMIT_MB: raw })).toThrow(
+        `TRAINYARD_LOG_LIMIT_MB must be a whole number of MiB, 1 or more, not "${raw}"`,
       );
   });
 });
