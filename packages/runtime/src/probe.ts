@@ -1,4 +1,12 @@
-import { closeSync, copyFileSync, fstatSync, mkdirSync, openSync, readSync } from 'node:fs';
+import {
+  closeSync,
+  copyFileSync,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  statSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { JOB_FILE } from './file-tail.ts';
@@ -43,8 +51,9 @@ export function probeEnv(probe: ProbeSpec, dir = probe.dir): Record<string, stri
 
 /**
  * The probe's report as its wrapper left it, parsed but not validated; null when there is none
- * or it is not a small regular file of JSON. The job can write the file, so it is opened
- * without following a link and read no further than a report can be long.
+ * or it is not a small regular file of JSON that the owner of `dir` (the job's user) owns. The
+ * job can write the file, so it is opened without following a link and read no further than a
+ * report can be long.
  */
 export function readProbeReport(dir: string): unknown {
   let fd: number;
@@ -55,7 +64,8 @@ export function readProbeReport(dir: string): unknown {
   }
   try {
     const stat = fstatSync(fd);
-    if (!stat.isFile() || stat.size > REPORT_MAX_BYTES) return null;
+    if (!stat.isFile() || stat.uid !== statSync(dir).uid || stat.size > REPORT_MAX_BYTES)
+      return null;
     const buf = Buffer.alloc(stat.size);
     const n = readSync(fd, buf, 0, stat.size, 0);
     return JSON.parse(buf.subarray(0, n).toString('utf8')) as unknown;

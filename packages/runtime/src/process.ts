@@ -88,9 +88,12 @@ async function recordedNumber(file: string): Promise<number | null> {
   return match ? Number(match[1]) : null;
 }
 
-/** A short file the job may have written, read without following a link it put there. */
-function readJobFile(file: string): string | null {
-  const fd = openJobFile(file);
+/**
+ * A short file the job may have written, read without following a link it put there, and only
+ * where the attempt's user, if it has one of its own, owns it.
+ */
+function readJobFile(file: string, user: RunSpec['user']): string | null {
+  const fd = openJobFile(file, user?.uid);
   if (fd === null) return null;
   try {
     const buf = Buffer.alloc(64);
@@ -130,7 +133,7 @@ function fromStatus(status: number, result: string | null): ProcessExit {
  */
 async function recordedExit(spec: RunSpec): Promise<ProcessExit | null> {
   const text = await readFile(spec.exitFile, 'utf8').catch(() => null);
-  const result = readJobFile(spec.resultFile);
+  const result = readJobFile(spec.resultFile, spec.user);
   const status = text ? /^status (\d+)\n$/.exec(text) : null;
   if (status) return fromStatus(Number(status[1]), result);
   const error = text ? /^launch-error (.*)\n$/.exec(text) : null;
@@ -153,7 +156,7 @@ async function endOf(spec: RunSpec, status: number | null): Promise<ProcessExit>
   if (status !== null && status < SETUP_FAILED) return { kind: 'exited', exitCode: status };
   const recorded = await recordedExit(spec);
   if (recorded) return recorded;
-  if (status !== null) return fromStatus(status, readJobFile(spec.resultFile));
+  if (status !== null) return fromStatus(status, readJobFile(spec.resultFile, spec.user));
   return { kind: 'lost', message: 'the command ended without recording how' };
 }
 

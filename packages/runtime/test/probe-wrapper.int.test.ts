@@ -1,10 +1,11 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
+import { chown, mkdir, readFile, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '@trainyard/testkit';
+import { readProbeReport } from '../src/index.ts';
 
 /**
  * The probe wrapper (packages/runtime/probe/sitecustomize.py) run for real: the system's Python
@@ -319,4 +320,24 @@ except ValueError as err:
     expect(r.stdout).toBe('caught step failed\n');
     expect(await reportOf(r)).toMatchObject({ steps: 0, done: false });
   });
+});
+
+describe('reading a probe’s report', () => {
+  it.runIf(process.getuid?.() === 0)(
+    'reads only a report that the probe directory’s owner (the job’s user) owns',
+    async () => {
+      const dir = await tempDir();
+      try {
+        const report = join(dir.path, 'report.json');
+        await writeFile(report, JSON.stringify({ python: true, steps: 3 }));
+        expect(readProbeReport(dir.path)).toEqual({ python: true, steps: 3 });
+        await chown(report, 2_999_999, 2_999_999);
+        expect(readProbeReport(dir.path)).toBeNull();
+        await chown(dir.path, 2_999_999, 2_999_999);
+        expect(readProbeReport(dir.path)).toEqual({ python: true, steps: 3 });
+      } finally {
+        await dir.remove();
+      }
+    },
+  );
 });
