@@ -36,6 +36,14 @@ const LINGER_MS = 50;
 interface Stopping {
   until: number;
   file: string | undefined;
+  /** The attempt has ended and its group is gone: its pid may be another's, signalled no more. */
+  over?: boolean;
+}
+
+/** The last of an attempt: what lingers of its group is killed, and it is signalled no more. */
+function finish(pid: number, stopping: Stopping): void {
+  signalGroup(pid, 'SIGKILL');
+  stopping.over = true;
 }
 
 /**
@@ -188,6 +196,7 @@ function ignoresTerm(pid: number): boolean {
  */
 function killer(pid: number, exited: Promise<ProcessExit>, isolated: boolean, stopping: Stopping) {
   return async (graceMs = 10_000) => {
+    if (stopping.over) return void (await exited);
     const until = Date.now() + graceMs;
     // A second stop may shorten the grace, never lengthen it.
     stopping.until = stopping.until > 0 ? Math.min(stopping.until, until) : until;
@@ -201,7 +210,10 @@ function killer(pid: number, exited: Promise<ProcessExit>, isolated: boolean, st
         // The grace still holds in this worker; only one that restarts would not know it.
       }
     }
-    const timer = setTimeout(() => signalAttempt(pid, 'SIGKILL'), stopping.until - Date.now());
+    const timer = setTimeout(
+      () => stopping.over || signalAttempt(pid, 'SIGKILL'),
+      stopping.until - Date.now(),
+    );
     await exited;
     clearTimeout(timer);
   };
@@ -293,7 +305,7 @@ export class ProcessRuntime implements Runtime {
     const stopping: Stopping = { until: 0, file: spec.stopFile };
     const exited = launched.ended.then(async (status): Promise<ProcessExit> => {
       await lingering(pid, stopping);
-      signalGroup(pid, 'SIGKILL');
+      finish(pid, stopping);
       await tail.close();
       return this.#ended(spec, await endOf(spec, status));
     });
@@ -346,7 +358,7 @@ export class ProcessRuntime implements Runtime {
         ending = true;
         clearInterval(timer);
         await lingering(pid, stopping);
-        signalGroup(pid, 'SIGKILL');
+        finish(pid, stopping);
         await tail.close();
         resolve(
           await this.#ended(

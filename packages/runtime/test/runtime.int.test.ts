@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, readlinkSync, realpathSync } from 'node:fs';
+import { existsSync, readdirSync, readlinkSync, realpathSync, writeFileSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -407,6 +407,28 @@ describe('process runtime, attaching to what an earlier worker started', () => {
     expect(Date.now() - stopped).toBeGreaterThanOrEqual(1_200);
     expect(alive(program)).toBe(false);
   });
+
+  it.runIf(process.getuid?.() === 0)(
+    'signals nothing once an attempt has ended, though its pid is another process’s by then',
+    async () => {
+      // A log of 512 MiB, made without writing it, holds the attempt's end a while after that.
+      const s = spec(`perl -e 'truncate(STDOUT, 512 << 20) or die "truncate: $!"'`);
+      const run = await runtime.start(s, () => undefined);
+      const pid = run.pid!;
+      await waitFor('the attempt’s processes to be gone', () => !alive(pid));
+      await delay(100);
+      writeFileSync('/proc/sys/kernel/ns_last_pid', String(pid - 1));
+      const other = spawn('sleep', ['30'], { detached: true, stdio: 'ignore' });
+      try {
+        expect(other.pid, 'a process started at the attempt’s pid').toBe(pid);
+        await run.kill(50);
+        await delay(200);
+        expect(alive(pid)).toBe(true);
+      } finally {
+        other.kill('SIGKILL');
+      }
+    },
+  );
 
   it.runIf(process.getuid?.() === 0)(
     'ends a stop once the program under the script has saved, though the worker is PID 1 and leaves its zombie unreaped',
