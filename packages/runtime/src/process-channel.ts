@@ -83,6 +83,9 @@ class Leader {
     const head = statOf(this.pid);
     if (head && !this.#ours(head)) return;
     const all = async (...signals: NodeJS.Signals[]) => {
+      // A pid taken by another process since: the session id is that one's now.
+      const now = statOf(this.pid);
+      if (now && !this.#ours(now)) return;
       for (const group of await sessionGroups(this.pid))
         for (const signal of signals) killGroup(group, signal);
     };

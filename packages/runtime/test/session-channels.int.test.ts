@@ -1,4 +1,5 @@
 import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { once } from 'node:events';
 import { chmod, chown, mkdir, readdir, readFile, stat } from 'node:fs/promises';
 import { createServer } from 'node:http';
@@ -180,6 +181,24 @@ describe('a command on pipes', () => {
     const exit = await ch.exit;
     expect(exit.signal).toBe('TERM');
     await waitFor('the grandchild to be gone', () => gone(pid));
+  });
+
+  it.runIf(asRoot)('kills nothing of a process that took its ended leader’s pid', async () => {
+    const ch = await channel({ kind: 'exec', command: 'echo $$' });
+    ch.input.end();
+    const out = collect(ch.output);
+    await ch.exit;
+    const pid = Number(out().trim());
+    ch.close();
+    writeFileSync('/proc/sys/kernel/ns_last_pid', String(pid - 1));
+    const other = spawn('sleep', ['30'], { detached: true, stdio: 'ignore' });
+    try {
+      expect(other.pid, 'a process started at the leader’s pid').toBe(pid);
+      await new Promise((r) => setTimeout(r, 1_500));
+      expect(gone(pid)).toBe(false);
+    } finally {
+      other.kill('SIGKILL');
+    }
   });
 
   it('stops reading from a producer nobody reads: what it buffers stays bounded', async () => {
