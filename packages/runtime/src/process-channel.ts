@@ -83,11 +83,12 @@ class Leader {
     const head = statOf(this.pid);
     if (head && !this.#ours(head)) return;
     const all = async (...signals: NodeJS.Signals[]) => {
-      // A pid taken by another process since: the session id is that one's now.
+      const groups = await sessionGroups(this.pid);
+      // A pid taken by another process since: the session id, and what was found of it, is
+      // that one's now.
       const now = statOf(this.pid);
       if (now && !this.#ours(now)) return;
-      for (const group of await sessionGroups(this.pid))
-        for (const signal of signals) killGroup(group, signal);
+      for (const group of groups) for (const signal of signals) killGroup(group, signal);
     };
     // A terminal's shell ignores TERM but not HUP; CONT lets a stopped job see the signal.
     const first: NodeJS.Signals[] = this.terminal ? ['SIGHUP', 'SIGTERM'] : ['SIGTERM'];

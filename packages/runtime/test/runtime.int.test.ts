@@ -416,7 +416,8 @@ describe('process runtime, attaching to what an earlier worker started', () => {
       const run = await runtime.start(s, () => undefined);
       const pid = run.pid!;
       await waitFor('the attempt’s processes to be gone', () => !alive(pid));
-      await delay(100);
+      await waitFor('its end recorded', () => existsSync(s.exitFile));
+      await delay(300);
       writeFileSync('/proc/sys/kernel/ns_last_pid', String(pid - 1));
       const other = spawn('sleep', ['30'], { detached: true, stdio: 'ignore' });
       try {
