@@ -1,4 +1,5 @@
-import { createWriteStream, statSync, type WriteStream } from 'node:fs';
+import { createReadStream, createWriteStream, statSync, type WriteStream } from 'node:fs';
+import { Readable } from 'node:stream';
 import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { retry, retryTransient, Streams, Subjects } from '@trainyard/events';
 import { BlobKeys, putFile, type BlobStore } from '@trainyard/blobs';
@@ -8,6 +9,19 @@ const MAX_CHUNK = 64 * 1024;
 /** Output held back while NATS is away; beyond it the oldest leaves the live log (not the archive). */
 const MAX_PENDING_BYTES = 64 * 1024 ** 2;
 const MAX_BACKOFF_MS = 5_000;
+
+/** What an attempt's log says, once, where it reaches its limit of `limitBytes`. */
+export function logLimitNote(limitBytes: number): string {
+  const mib = Math.round(limitBytes / 1024 ** 2);
+  const dropped = 'what the job wrote after that is not kept';
+  return `\n[trainyard] the log reached its limit of ${mib} MiB: ${dropped}\n`;
+}
+
+/** The first `limitBytes` of the file at `path`, then the note that says where it was cut. */
+async function* cutAt(path: string, limitBytes: number): AsyncGenerator<Buffer> {
+  yield* createReadStream(path, { start: 0, end: limitBytes - 1 }) as AsyncIterable<Buffer>;
+  yield Buffer.from(logLimitNote(limitBytes));
+}
 
 /**
  * Ships one attempt's output to the live log stream in small batches, and keeps a copy on
@@ -32,6 +46,7 @@ export class LogShipper {
   readonly #keepsCopy: boolean;
 
   readonly #archiveKey: string;
+  readonly #limitBytes: number | undefined;
 
   /**
    * `localPath` is the copy archived at the end: the shipper writes it, unless `writtenBy` is
@@ -52,6 +67,8 @@ export class LogShipper {
       attemptId?: string;
       /** A gang's member of rank 1 and on: its log is archived apart from rank 0's. */
       rank?: number;
+      /** How much of a log the process writes is kept (see `Runtime.logLimitBytes`). */
+      limitBytes?: number;
     } = {},
   ) {
     this.#archiveKey = opts.rank
@@ -63,6 +80,7 @@ export class LogShipper {
     this.#idPrefix = opts.attemptId ?? this.#subject;
     this.#keepsCopy = (opts.writtenBy ?? 'shipper') === 'shipper';
     this.#bufferStart = opts.offset ?? 0;
+    this.#limitBytes = opts.limitBytes;
   }
 
   write(chunk: Buffer): void {
@@ -127,11 +145,22 @@ export class LogShipper {
     if (file) await new Promise<void>((resolve) => file.end(resolve));
   }
 
-  /** Keeps the local copy in the blob store, for when the live log has aged out. */
+  /**
+   * Keeps the local copy in the blob store, for when the live log has aged out: of a log the
+   * process wrote, no more than its limit and the note that says so, as the live log has it.
+   */
   async archive(blobs: BlobStore): Promise<void> {
     const size = this.#keepsCopy ? this.#written : sizeOf(this.localPath);
     if (size === 0) return;
-    await putFile(blobs, this.#archiveKey, this.localPath);
+    const limit = this.#keepsCopy ? undefined : this.#limitBytes;
+    if (limit === undefined || size <= limit) {
+      await putFile(blobs, this.#archiveKey, this.localPath);
+      return;
+    }
+    const bytes = limit + Buffer.byteLength(logLimitNote(limit));
+    await retryTransient(`store ${this.#archiveKey}`, () =>
+      blobs.put(this.#archiveKey, Readable.from(cutAt(this.localPath, limit)), bytes),
+    );
   }
 }
 

@@ -7,7 +7,7 @@
 export const PERL_SYSCALLS = String.raw`
 my %nr = %{{
     x86_64 => { unshare => 272, mount => 165, prctl => 157, setgroups => 116, setresgid => 119,
-                setresuid => 117, capset => 126 },
+                setresuid => 117, capset => 126, umount2 => 166 },
     aarch64 => { unshare => 97, mount => 40, prctl => 167, setgroups => 159, setresgid => 149,
-                 setresuid => 147, capset => 91 },
+                 setresuid => 147, capset => 91, umount2 => 39 },
 }->{($Config{archname} =~ /\A([^-]+)-linux/)[0] // ''} // {}};`.trim();

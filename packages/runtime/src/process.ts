@@ -11,6 +11,7 @@ import { openLocalChannel } from './session-channels.ts';
 import { recordedStop, recordStop } from './stop-record.ts';
 import { attemptEnv, hostEnv, SAFE_PATH } from './env.ts';
 import { FileTail, openJobFile } from './file-tail.ts';
+import { logLimitNote } from './logship.ts';
 import { MemoryCgroups } from './memory-cgroup.ts';
 import type { LogStreamName, RunningAttempt, RunSpec, Runtime } from './types.ts';
 
@@ -233,9 +234,6 @@ function outOfMemory(end: ProcessExit): boolean {
   return (end.kind === 'exited' && end.exitCode !== 0) || end.kind === 'signalled';
 }
 
-/** What the log says once it reaches its limit. */
-const DROPPED = 'what the job wrote after that is not kept';
-
 /** How much of an attempt's log a worker keeps unless told other (`TRAINYARD_LOG_LIMIT_MB`). */
 export const DEFAULT_LOG_LIMIT_BYTES = 1024 ** 3;
 
@@ -261,7 +259,7 @@ export class ProcessRuntime implements Runtime {
     host: NodeJS.ProcessEnv = process.env,
     path = SAFE_PATH,
     private readonly cgroups: MemoryCgroups | null = MemoryCgroups.here(),
-    private readonly logLimitBytes = DEFAULT_LOG_LIMIT_BYTES,
+    readonly logLimitBytes = DEFAULT_LOG_LIMIT_BYTES,
   ) {
     this.#spawner = new Spawner(hostEnv(host, path));
   }
@@ -315,12 +313,13 @@ export class ProcessRuntime implements Runtime {
   /** The attempt's log from `offset` on, to the limit, which it says once it reaches it. */
   #tail(spec: RunSpec, offset: number, onOutput: (s: LogStreamName, c: Buffer) => void) {
     const limit = this.logLimitBytes;
-    const mib = Math.round(limit / 1024 ** 2);
-    const note = `\n[trainyard] the log reached its limit of ${mib} MiB: ${DROPPED}\n`;
+    // An offset past the limit (a worker that restarted) counts the note, said already.
     return new FileTail(spec.logFile, (chunk) => onOutput('stdout', chunk), {
-      offset,
+      offset: Math.min(offset, limit),
       maxBytes: Math.max(0, limit - offset),
-      onLimit: () => onOutput('stdout', Buffer.from(note)),
+      ...(offset < limit && {
+        onLimit: () => onOutput('stdout', Buffer.from(logLimitNote(limit))),
+      }),
     });
   }
 

@@ -31,7 +31,12 @@ my ($uid, $gid, $entry) = splice(@ARGV, 0, 3);
 my %env;
 for my $name (keys %ENV) { $env{$1} = $ENV{$name} if $name =~ /\A${ENV_PREFIX}(.+)\z/s }
 %ENV = %env;
-opendir(my $fds, '/proc/self/fd') or die "trainyard: cannot list open descriptors: $!\n";
+sub fail {
+  print STDERR "trainyard: $_[0]\n";
+  POSIX::_exit(126);
+}
+
+opendir(my $fds, '/proc/self/fd') or fail("cannot list open descriptors: $!");
 my @inherited = grep { /\A[0-9]+\z/ && $_ > 2 } readdir $fds;
 closedir $fds;
 POSIX::close($_) for @inherited;
@@ -39,38 +44,43 @@ POSIX::close($_) for @inherited;
 sub named {
   my ($entry) = @_;
   # syscall may write to its string arguments: none of them is a literal.
-  my ($none, $root, $passwd) = ('none', '/', '/etc/passwd');
-  syscall($nr{unshare}, 0x00020000) != -1 or die "trainyard: cannot unshare mounts: $!\n";
-  syscall($nr{mount}, $none, $root, 0, (1 << 14) | (1 << 18), 0) != -1
-    or die "trainyard: cannot make mounts private: $!\n";
-  open(my $in, '<', $passwd) or die "trainyard: cannot read /etc/passwd: $!\n";
+  my ($none, $root, $tmp, $tmpfs, $size, $passwd) =
+    ('none', '/', '/tmp', 'tmpfs', 'size=16m,mode=0700', '/etc/passwd');
+  syscall($nr{unshare}, 0x00020000) != -1 or fail("cannot unshare mounts: $!");
+  # Slaves: what is mounted here stays here, and what the host mounts still shows.
+  syscall($nr{mount}, $none, $root, 0, (1 << 14) | (1 << 19), 0) != -1
+    or fail("cannot make mounts slaves: $!");
+  open(my $in, '<', $passwd) or fail("cannot read /etc/passwd: $!");
   my $users = do { local $/; <$in> } // '';
   close $in;
   $users .= "\n" if length($users) && substr($users, -1) ne "\n";
-  open(my $random, '<:raw', '/dev/urandom') or die "trainyard: cannot read /dev/urandom: $!\n";
-  sysread($random, my $bytes, 8) == 8 or die "trainyard: cannot read /dev/urandom\n";
-  my $file = '/tmp/.trainyard-passwd-' . unpack('H*', $bytes);
-  sysopen(my $out, $file, POSIX::O_WRONLY() | POSIX::O_CREAT() | POSIX::O_EXCL(), 0600)
-    or die "trainyard: cannot write $file: $!\n";
-  my $written = print {$out} $users, $entry, "\n";
-  $written &&= chmod(0644, $out) && close($out);
-  my $bound = $written && syscall($nr{mount}, $file, $passwd, 0, 4096, 0) != -1;
-  my $why = $!;
-  unlink $file;
-  die "trainyard: cannot name uid $uid in /etc/passwd: $why\n" unless $bound;
+  # The copy is written to a tmpfs of this namespace's own, over /tmp for a moment: nothing of
+  # it is left on the host, and no one can fill it first.
+  syscall($nr{mount}, $tmpfs, $tmp, $tmpfs, 2 | 4 | 8, $size) != -1
+    or fail("cannot mount a tmpfs for /etc/passwd: $!");
+  my $file = "$tmp/passwd";
+  open(my $out, '>', $file) or fail("cannot write $file: $!");
+  (print {$out} $users, $entry, "\n") && chmod(0644, $out) && close($out)
+    or fail("cannot write $file: $!");
+  syscall($nr{mount}, $file, $passwd, 0, 4096, 0) != -1
+    or fail("cannot name uid $uid in /etc/passwd: $!");
+  syscall($nr{umount2}, $tmp, 2) != -1 or fail("cannot unmount the tmpfs on /tmp: $!");
 }
 
 if ($uid ne '-') {
+  fail("not a session's uid and gid: $uid, $gid")
+    unless "$uid:$gid" =~ /\A[0-9]{4,10}:[0-9]{4,10}\z/ && $uid >= 1000 && $gid >= 1000;
   named($entry) if $entry ne '-';
-  POSIX::setgid($gid) or die "trainyard: cannot take gid $gid: $!\n";
+  POSIX::setgid($gid) or fail("cannot take gid $gid: $!");
   $) = "$gid $gid";
-  POSIX::setuid($uid) or die "trainyard: cannot take uid $uid: $!\n";
-  die "trainyard: still privileged\n"
-    unless $< == $uid && $> == $uid && $( == $gid && $) eq "$gid $gid";
-  syscall($nr{prctl}, 38, 1, 0, 0, 0) != -1
-    or die "trainyard: cannot forbid new privileges: $!\n";
+  POSIX::setuid($uid) or fail("cannot take uid $uid: $!");
+  fail('still privileged') unless $< == $uid && $> == $uid && $( == $gid && $) eq "$gid $gid";
+  syscall($nr{prctl}, 38, 1, 0, 0, 0) != -1 or fail("cannot forbid new privileges: $!");
 }
-exec { $ARGV[0] } @ARGV or die "trainyard: cannot run $ARGV[0]: $!\n";
+exec { $ARGV[0] } @ARGV or do {
+  print STDERR "trainyard: cannot run $ARGV[0]: $!\n";
+  POSIX::_exit(127);
+};
 `;
 
 /** A session's uid and gid, and its line of /etc/passwd (`name:x:uid:gid:gecos:home:shell`). */

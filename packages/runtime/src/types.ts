@@ -76,6 +76,8 @@ export interface Runtime {
   readonly kind: string;
   /** Whether it holds an attempt's `memoryBytes` as a hard limit. */
   readonly limitsMemory?: boolean;
+  /** How much of the log an attempt's process writes is kept; absent: all of it. */
+  readonly logLimitBytes?: number;
   /** Starts an attempt; one that cannot start settles `exited` with a launch error. */
   start(
     spec: RunSpec,

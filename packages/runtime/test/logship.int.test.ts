@@ -1,9 +1,11 @@
+import { truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DeliverPolicy } from '@nats-io/jetstream';
 import { Streams, Subjects } from '@trainyard/events';
 import { startTestNats, tempDir } from '@trainyard/testkit';
-import { LogShipper } from '../src/index.ts';
+import { BlobKeys, JetStreamBlobStore } from '@trainyard/blobs';
+import { LogShipper, logLimitNote } from '../src/index.ts';
 import { connectBus, type Bus } from '@trainyard/service-kit';
 
 let nats: Awaited<ReturnType<typeof startTestNats>>;
@@ -52,5 +54,37 @@ describe('log shipper', () => {
     const subject = Subjects.attemptLogs('job_ship', 1, 'w1');
     expect(ids[0]).toBe(`${subject}@0`);
     expect(ids).toContain(`${subject}@${64 * 1024}`);
+  });
+});
+
+describe('the archive of a log the process wrote', () => {
+  it('holds no more than the log’s limit and the note that says so, however large the file', async () => {
+    const blobs = await JetStreamBlobStore.open(bus.js, 'logship-archive');
+    const cut = join(dir.path, 'sparse.log');
+    await writeFile(cut, 'start\n');
+    await truncate(cut, 1024 ** 4);
+    const limit = 64 * 1024;
+    const shipper = new LogShipper(bus.js, 'job_cut', 1, cut, {
+      writtenBy: 'process',
+      limitBytes: limit,
+      workerId: 'w1',
+    });
+    await shipper.archive(blobs);
+    const archived = await blobs.get(BlobKeys.log('job_cut', 1));
+    const bytes = Buffer.concat(await archived!.toArray());
+    const note = logLimitNote(limit);
+    expect(bytes.length).toBe(limit + Buffer.byteLength(note));
+    expect(bytes.subarray(0, 6).toString()).toBe('start\n');
+    expect(bytes.subarray(limit).toString()).toBe(note);
+
+    const whole = join(dir.path, 'small.log');
+    await writeFile(whole, 'all of it\n');
+    await new LogShipper(bus.js, 'job_whole', 1, whole, {
+      writtenBy: 'process',
+      limitBytes: limit,
+      workerId: 'w1',
+    }).archive(blobs);
+    const kept = await blobs.get(BlobKeys.log('job_whole', 1));
+    expect(Buffer.concat(await kept!.toArray()).toString()).toBe('all of it\n');
   });
 });

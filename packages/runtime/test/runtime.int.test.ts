@@ -56,6 +56,10 @@ describe('process runtime', () => {
       expect(text.startsWith('start\n')).toBe(true);
       expect(text.endsWith(note)).toBe(true);
       expect(text.length).toBe(1024 ** 2 + note.length);
+      const again: Buffer[] = [];
+      const attached = await limited.attach(s, run.pid!, text.length, (_s, c) => again.push(c));
+      expect(await attached!.exited).toEqual({ kind: 'exited', exitCode: 0 });
+      expect(Buffer.concat(again).length, 'what a restarted worker reads on').toBe(0);
     } finally {
       limited.close();
     }

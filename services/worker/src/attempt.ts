@@ -123,6 +123,7 @@ export class AttemptRun {
     }
     const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
       writtenBy: 'process',
+      limitBytes: this.opts.runtime.logLimitBytes,
       workerId: this.opts.name,
       attemptId: this.attemptId,
       ...(this.msg.rank && { rank: this.msg.rank }),
@@ -163,6 +164,7 @@ export class AttemptRun {
     const offset = await shippedBytes(this.ctx.bus, jobId, attempt, this.opts.name);
     const shipper = new LogShipper(this.ctx.bus.js, this.msg.jobId, this.msg.attempt, box.logFile, {
       writtenBy: 'process',
+      limitBytes: this.opts.runtime.logLimitBytes,
       offset,
       workerId: this.opts.name,
       attemptId: this.attemptId,
