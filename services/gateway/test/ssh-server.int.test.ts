@@ -109,6 +109,8 @@ interface Result {
 
 interface SshRun {
   result: Promise<Result>;
+  /** What it has printed so far. */
+  output(): string;
   write(text: string): void;
   end(): void;
   kill(): void;
@@ -151,6 +153,7 @@ function ssh(
   );
   return {
     result,
+    output: () => stdout,
     write: (text) => proc.stdin.write(text),
     end: () => proc.stdin.end(),
     kill: () => proc.kill('SIGKILL'),
@@ -294,9 +297,10 @@ describe('the SSH gateway', () => {
 
     const shell = ssh(port, ['-tt', host]);
     shell.write('echo $((6*7))\n');
+    // What the shell printed, not its echo of what was typed.
+    await until(() => /\b42\r?\n/.test(shell.output()));
     shell.write('exit 3\n');
     const r = await shell.result;
-    expect(r.stdout).toMatch(/\b42\r?\n/);
     expect(r.code).toBe(3);
   });
 
